@@ -1,0 +1,367 @@
+// llmc/simt/runtime.cpp — the CUDA runtime API subset on the CPU: device memory, streams, events,
+// the virtual device, errors, function attributes and occupancy.
+//
+// Device memory is host memory, allocated at exactly the requested size so that AddressSanitizer
+// flags any access past the end (real allocations are padded, so a GPU hides such bugs). Every
+// operation completes before it returns: streams are in order by construction, an event records
+// the host time at which the work before it finished.
+#include "internal.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+struct CUstream_st {
+    int unused;
+};
+struct CUevent_st {
+    std::chrono::steady_clock::time_point when;
+    bool recorded = false;
+};
+
+namespace simt {
+namespace {
+
+thread_local cudaError_t t_last_error = cudaSuccess;
+
+struct Allocations {
+    std::mutex mu;
+    std::unordered_map<const void*, size_t> device, pinned;
+    size_t device_bytes = 0;
+};
+Allocations& allocs() {
+    static Allocations* a = new Allocations();  // outlives static destruction (late cudaFree)
+    return *a;
+}
+
+struct FuncAttributes {
+    std::mutex mu;
+    std::map<const void*, size_t> max_dyn_smem;
+};
+FuncAttributes& func_attrs() {
+    static FuncAttributes* f = new FuncAttributes();
+    return *f;
+}
+
+size_t physical_memory() {
+    return (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+void* alloc_exact(size_t size) {
+    void* p = nullptr;
+    // 256-byte alignment as cudaMalloc guarantees; the size itself is not rounded up.
+    if (posix_memalign(&p, 256, size ? size : 1) != 0) return nullptr;
+    return p;
+}
+
+}  // namespace
+
+cudaError_t set_last_error(cudaError_t err) {
+    if (err != cudaSuccess) t_last_error = err;
+    return err;
+}
+
+size_t max_dynamic_smem(const void* kernel) {
+    std::lock_guard<std::mutex> lk(func_attrs().mu);
+    auto it = func_attrs().max_dyn_smem.find(kernel);
+    return it == func_attrs().max_dyn_smem.end() ? kDefaultSmemPerBlock : it->second;
+}
+
+}  // namespace simt
+
+using simt::set_last_error;
+
+// ----------------------------------------------------------------------------
+// Errors
+
+extern "C" {
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = simt::t_last_error;
+    simt::t_last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return simt::t_last_error; }
+
+const char* cudaGetErrorName(cudaError_t error) {
+    switch (error) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+        case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+        case cudaErrorNotSupported: return "cudaErrorNotSupported";
+        case cudaErrorNotReady: return "cudaErrorNotReady";
+        default: return "cudaErrorUnknown";
+    }
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+    switch (error) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+        case cudaErrorNotSupported: return "operation not supported";
+        case cudaErrorNotReady: return "device not ready";
+        default: return "unknown error";
+    }
+}
+
+// ----------------------------------------------------------------------------
+// The virtual device: Hopper-like limits (compute capability 9.0, so every code path the project
+// has is selectable), a small SM count (grids sized by SM count stay cheap on a CPU), host RAM as
+// global memory.
+
+cudaError_t cudaGetDeviceCount(int* count) {
+    *count = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+    return device == 0 ? cudaSuccess : set_last_error(cudaErrorInvalidDevice);
+}
+cudaError_t cudaGetDevice(int* device) {
+    *device = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+    if (device != 0) return set_last_error(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof(*prop));
+    snprintf(prop->name, sizeof(prop->name), "SIMT CPU backend (virtual device)");
+    prop->totalGlobalMem = simt::physical_memory();
+    prop->sharedMemPerBlock = simt::kDefaultSmemPerBlock;
+    prop->sharedMemPerBlockOptin = simt::kMaxSmemPerBlockOptin;
+    prop->sharedMemPerMultiprocessor = simt::kSmemPerSm;
+    prop->regsPerBlock = 65536;
+    prop->regsPerMultiprocessor = 65536;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = simt::kMaxThreadsPerBlock;
+    prop->maxThreadsDim[0] = 1024;
+    prop->maxThreadsDim[1] = 1024;
+    prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 0x7fffffff;
+    prop->maxGridSize[1] = 65535;
+    prop->maxGridSize[2] = 65535;
+    prop->totalConstMem = 64 * 1024;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = simt::kSmCount;
+    prop->maxThreadsPerMultiProcessor = simt::kMaxThreadsPerSm;
+    prop->maxBlocksPerMultiProcessor = simt::kMaxBlocksPerSm;
+    prop->l2CacheSize = 32 * 1024 * 1024;
+    prop->memoryBusWidth = 0;  // unknown: bandwidth figures are not meaningful on a CPU
+    prop->concurrentKernels = 0;
+    prop->unifiedAddressing = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess) return cudaErrorInvalidDevice;
+    switch (attr) {
+        case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+        case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+        case cudaDevAttrMaxSharedMemoryPerBlock: *value = (int)p.sharedMemPerBlock; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)p.sharedMemPerBlockOptin; break;
+        case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = (int)p.sharedMemPerMultiprocessor; break;
+        case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+        case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+        case cudaDevAttrWarpSize: *value = p.warpSize; break;
+        case cudaDevAttrMaxThreadsPerMultiProcessor: *value = p.maxThreadsPerMultiProcessor; break;
+        case cudaDevAttrL2CacheSize: *value = p.l2CacheSize; break;
+        default: return set_last_error(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+
+// ----------------------------------------------------------------------------
+// Memory
+
+cudaError_t cudaMalloc(void** ptr, size_t size) {
+    void* p = simt::alloc_exact(size);
+    if (!p) {
+        *ptr = nullptr;
+        return set_last_error(cudaErrorMemoryAllocation);
+    }
+    std::lock_guard<std::mutex> lk(simt::allocs().mu);
+    simt::allocs().device[p] = size;
+    simt::allocs().device_bytes += size;
+    *ptr = p;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+    if (!ptr) return cudaSuccess;
+    std::lock_guard<std::mutex> lk(simt::allocs().mu);
+    auto it = simt::allocs().device.find(ptr);
+    if (it == simt::allocs().device.end()) return set_last_error(cudaErrorInvalidDevicePointer);
+    simt::allocs().device_bytes -= it->second;
+    simt::allocs().device.erase(it);
+    free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t) { return cudaMalloc(ptr, size); }
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
+cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned int) { return cudaMalloc(ptr, size); }
+
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+    void* p = simt::alloc_exact(size);
+    if (!p) return set_last_error(cudaErrorMemoryAllocation);
+    std::lock_guard<std::mutex> lk(simt::allocs().mu);
+    simt::allocs().pinned[p] = size;
+    *ptr = p;
+    return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) { return cudaMallocHost(ptr, size); }
+
+cudaError_t cudaFreeHost(void* ptr) {
+    if (!ptr) return cudaSuccess;
+    std::lock_guard<std::mutex> lk(simt::allocs().mu);
+    if (!simt::allocs().pinned.erase(ptr)) return set_last_error(cudaErrorInvalidValue);
+    free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+    size_t phys = simt::physical_memory();
+    std::lock_guard<std::mutex> lk(simt::allocs().mu);
+    *total = phys;
+    *free_bytes = phys > simt::allocs().device_bytes ? phys - simt::allocs().device_bytes : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
+    if (count && (!dst || !src)) return set_last_error(cudaErrorInvalidValue);
+    if (count) memmove(dst, src, count);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t) {
+    return cudaMemcpy(dst, src, count, kind);
+}
+cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                         size_t height, cudaMemcpyKind) {
+    if (width > dpitch || width > spitch) return set_last_error(cudaErrorInvalidValue);
+    for (size_t r = 0; r < height; r++)
+        memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+    if (count && !ptr) return set_last_error(cudaErrorInvalidValue);
+    if (count) memset(ptr, value, count);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t) {
+    return cudaMemset(ptr, value, count);
+}
+
+// ----------------------------------------------------------------------------
+// Streams and events
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+    *stream = new CUstream_st{0};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) { return cudaStreamCreate(stream); }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int, int) {
+    return cudaStreamCreate(stream);
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    delete stream;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
+    return event ? cudaSuccess : set_last_error(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+    *event = new CUevent_st();
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) { return cudaEventCreate(event); }
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    delete event;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+    if (!event) return set_last_error(cudaErrorInvalidResourceHandle);
+    event->when = std::chrono::steady_clock::now();
+    event->recorded = true;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int) {
+    return cudaEventRecord(event, stream);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    return event ? cudaSuccess : set_last_error(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    return event ? cudaSuccess : set_last_error(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!start || !end || !start->recorded || !end->recorded)
+        return set_last_error(cudaErrorInvalidResourceHandle);
+    *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+    return cudaSuccess;
+}
+
+// ----------------------------------------------------------------------------
+// Function attributes and occupancy
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || (size_t)value > simt::kMaxSmemPerBlockOptin) return set_last_error(cudaErrorInvalidValue);
+        std::lock_guard<std::mutex> lk(simt::func_attrs().mu);
+        simt::func_attrs().max_dyn_smem[func] = (size_t)value;
+        return cudaSuccess;
+    }
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;  // a hint
+    return set_last_error(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
+    memset(attr, 0, sizeof(*attr));
+    attr->maxThreadsPerBlock = simt::kMaxThreadsPerBlock;
+    attr->maxDynamicSharedSizeBytes = (int)simt::max_dynamic_smem(func);
+    attr->ptxVersion = attr->binaryVersion = 90;
+    return cudaSuccess;
+}
+
+// Occupancy of the virtual device: limited by threads, blocks and shared memory per SM
+// (registers are not modelled: the CPU backend does not know a kernel's register count).
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* num_blocks, const void*,
+                                                                   int block_size, size_t dyn_smem,
+                                                                   unsigned int) {
+    if (block_size <= 0 || block_size > simt::kMaxThreadsPerBlock) return set_last_error(cudaErrorInvalidValue);
+    int by_threads = simt::kMaxThreadsPerSm / block_size;
+    int by_smem = dyn_smem ? (int)(simt::kSmemPerSm / dyn_smem) : simt::kMaxBlocksPerSm;
+    *num_blocks = std::min(std::min(by_threads, by_smem), simt::kMaxBlocksPerSm);
+    return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const void* func,
+                                                          int block_size, size_t dyn_smem) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks, func, block_size, dyn_smem, 0);
+}
+
+// The C launch API cannot be served: its arguments arrive type-erased. The shadow header's
+// cudaLaunchKernelEx template is the way to launch on the CPU backend.
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
+    return set_last_error(cudaErrorNotSupported);
+}
+
+}  // extern "C"
