@@ -102,3 +102,37 @@ inline void fill_uniform(float* x, size_t n, uint64_t seed, float lo = -1.f, flo
 }
 
 }  // namespace th
+
+// ----------------------------------------------------------------------------
+// Schedule orders (CPU backend only): a deterministic kernel must give bit-identical results
+// whatever order the threads run in between two sync points; a missing __syncthreads shows up
+// as a difference. On a GPU there is one (hardware) order and run_orders just runs.
+#if defined(SIMT_CPU)
+namespace th {
+// Runs `run` (launches kernels, returns a std::vector of host results) under forward, reverse
+// and seeded-random thread orders, reports whether all results are bit-identical, and returns
+// the forward-order result.
+template <class F>
+auto run_orders(const char* name, F run) -> decltype(run()) {
+    simt::Order saved = simt::get_order();
+    simt::set_order(simt::Order::Forward);
+    auto fwd = run();
+    simt::set_order(simt::Order::Reverse);
+    auto rev = run();
+    simt::set_order(simt::Order::Random, 12345);
+    auto rnd = run();
+    simt::set_order(saved);
+    size_t bytes = fwd.size() * sizeof(fwd[0]);
+    bool same = rev.size() == fwd.size() && rnd.size() == fwd.size() &&
+                memcmp(fwd.data(), rev.data(), bytes) == 0 && memcmp(fwd.data(), rnd.data(), bytes) == 0;
+    report(same, name, same ? "bit-identical under forward, reverse and random thread orders"
+                            : "results differ between thread orders (missing __syncthreads/__syncwarp?)");
+    return fwd;
+}
+}  // namespace th
+#else
+namespace th {
+template <class F>
+auto run_orders(const char*, F run) -> decltype(run()) { return run(); }
+}  // namespace th
+#endif

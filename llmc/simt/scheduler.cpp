@@ -482,7 +482,7 @@ void run_block(Worker* w, uint3 bid) {
 // ----------------------------------------------------------------------------
 // Worker pool: SIMT_THREADS workers take blocks from a shared counter (default 1: deterministic)
 
-int n_workers() {
+int& n_workers_setting() {
     static int n = [] {
         const char* e = getenv("SIMT_THREADS");
         int v = e ? atoi(e) : 1;
@@ -490,6 +490,7 @@ int n_workers() {
     }();
     return n;
 }
+int n_workers() { return n_workers_setting(); }
 
 struct Job {
     const LaunchBody* body;
@@ -685,6 +686,8 @@ void set_order(Order order, uint64_t seed) {
     order_setting().seed = seed;
 }
 Order get_order() { return order_setting().order; }
+void set_workers(int n) { n_workers_setting() = std::max(1, std::min(n, 256)); }
+int get_workers() { return n_workers(); }
 uint64_t launch_count() { return g_launches.load(); }
 
 const char* kernel_name(const void* kernel, char* buf, size_t len) {

@@ -95,6 +95,10 @@ enum class Order { Forward, Reverse, Random };
 void set_order(Order order, uint64_t seed = 0);
 Order get_order();
 
+// Number of worker OS threads running blocks in parallel (SIMT_THREADS sets the default, 1).
+void set_workers(int n);
+int get_workers();
+
 // Number of kernel launches since start-up (the trainers report launches per step).
 uint64_t launch_count();
 

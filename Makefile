@@ -1,0 +1,132 @@
+# Makefile — builds the trainers and tests for a GPU (nvcc) or for the CPU backend (g++), and runs
+# the test suite. `make help` lists the targets and variables.
+
+CUDA_HOME  ?= /usr/local/cuda
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+CXX        ?= g++
+CUDA_ARCHS ?= 80 90
+BUILD      ?= build
+
+# ----------------------------------------------------------------------------
+# What this machine has
+
+HAVE_NVCC  := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
+GPU_INFO   := $(shell nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null | head -1)
+HAVE_MPI   := $(shell command -v mpicxx >/dev/null 2>&1 && echo 1)
+HAVE_BOOST := $(shell test -f /usr/include/boost/context/detail/fcontext.hpp && echo 1)
+HAVE_BLAS  := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h && echo 1)
+
+ifeq ($(GPU),1)
+  TARGET := gpu
+else ifeq ($(CPU),1)
+  TARGET := cpu
+else ifneq ($(GPU_INFO),)
+  TARGET := gpu
+else
+  TARGET := cpu
+endif
+
+ifeq ($(MAKELEVEL),0)
+  ifneq ($(filter-out clean help,$(or $(MAKECMDGOALS),all)),)
+    $(info $(if $(HAVE_NVCC),✓ nvcc: $(NVCC),✗ nvcc: not found (GPU builds and compile checks need the CUDA toolkit)))
+    $(info $(if $(GPU_INFO),✓ GPU: $(GPU_INFO),✗ GPU: none found (nvidia-smi)))
+    $(info $(if $(HAVE_MPI),✓ MPI: mpicxx,✗ MPI: not found (multi-GPU and NCCL tests disabled; apt-get install libopenmpi-dev)))
+    $(info $(if $(HAVE_BOOST),✓ Boost.Context,✗ Boost.Context: not found (CPU backend needs it; apt-get install libboost-context-dev)))
+    $(info $(if $(HAVE_BLAS),✓ OpenBLAS,✗ OpenBLAS: not found (CPU backend needs it; apt-get install libopenblas-dev)))
+    $(info → building for the $(if $(filter gpu,$(TARGET)),GPU (nvcc, sm_$(subst $() $(),/sm_,$(CUDA_ARCHS))),CPU backend (g++)))
+  endif
+endif
+
+# ----------------------------------------------------------------------------
+# Flags
+
+MPI_CFLAGS := $(if $(HAVE_MPI),$(shell mpicxx --showme:compile) -DUSE_MPI)
+MPI_LIBS   := $(if $(HAVE_MPI),$(shell mpicxx --showme:link))
+BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
+
+# CPU backend: the shadow headers in llmc/simt/include come before the toolkit's.
+CPU_CXXFLAGS := -std=c++17 -O2 -g -fno-strict-aliasing -ftls-model=initial-exec -Wall -Wextra \
+                -Wno-unused-parameter -Wno-attributes -MMD -MP \
+                -Illmc/simt/include -Illmc/simt -I$(CUDA_HOME)/include $(BLAS_CFLAGS) $(MPI_CFLAGS)
+CPU_LDLIBS   := -rdynamic -lboost_context -lopenblas -lpthread $(MPI_LIBS)
+# AddressSanitizer + UBSan build of the same sources (make test-asan).
+ASAN_CXXFLAGS := $(filter-out -O2,$(CPU_CXXFLAGS)) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
+                 -fno-sanitize-recover=undefined
+ASAN_LDLIBS   := -fsanitize=address,undefined $(CPU_LDLIBS)
+
+GENCODE      := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+NVCC_FLAGS   := -std=c++17 -O3 --use_fast_math -Xcompiler -Wall $(GENCODE) $(MPI_CFLAGS)
+NVCC_LDLIBS  := -lcublasLt -lcublas $(if $(HAVE_MPI),-lnccl) $(MPI_LIBS)
+# Compile-only check of every .cu for each architecture: warnings are errors, spills are warned.
+NVCC_CHECK_FLAGS := -std=c++17 -O3 --Werror all-warnings -Xptxas -warn-spills $(MPI_CFLAGS)
+
+# ----------------------------------------------------------------------------
+# Sources
+
+SIMT_SRCS := llmc/simt/scheduler.cpp llmc/simt/runtime.cpp llmc/simt/cublaslt.cpp \
+             $(if $(HAVE_MPI),llmc/simt/nccl.cpp)
+CPU_SIMT_OBJS  := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/cpu/simt/%.o)
+ASAN_SIMT_OBJS := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/asan/simt/%.o)
+
+TESTS      := simt cublaslt wmma cooperative_groups $(if $(HAVE_MPI),nccl)
+CU_SOURCES := $(wildcard test/*.cu dev/cuda/*.cu *.cu)
+
+.PHONY: all help test test-asan test-nvcc test-gpu bench clean
+
+all: $(BUILD)/cpu/test_simt
+
+help:
+	@echo "make train_gpt2     build the GPT-2 trainer (GPU if one is found or GPU=1, else CPU backend; CPU=1 forces it)"
+	@echo "make test           build and run the whole CPU-backend suite + nvcc compile checks for CUDA_ARCHS"
+	@echo "make test-asan      the CPU suite under AddressSanitizer + UBSan"
+	@echo "make test-nvcc      only the nvcc compile checks (CUDA_ARCHS='$(CUDA_ARCHS)')"
+	@echo "make bench          CPU-backend cost per kernel vs plain C++ (scripts/bench_simt)"
+	@echo "variables: GPU=1 CPU=1 CUDA_ARCHS='80 90' SIMT_THREADS=n (workers) SIMT_ORDER=forward|reverse|random[:seed]"
+
+# ----------------------------------------------------------------------------
+# CPU backend builds
+
+$(BUILD)/cpu/simt/%.o: llmc/simt/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPU_CXXFLAGS) -c $< -o $@
+$(BUILD)/asan/simt/%.o: llmc/simt/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_CXXFLAGS) -c $< -o $@
+
+$(BUILD)/cpu/test_%: test/test_%.cu $(CPU_SIMT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPU_CXXFLAGS) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
+$(BUILD)/asan/test_%: test/test_%.cu $(ASAN_SIMT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_CXXFLAGS) -x c++ $< -x none $(ASAN_SIMT_OBJS) $(ASAN_LDLIBS) -o $@
+
+$(BUILD)/cpu/bench_simt: dev/cuda/bench_simt.cu $(CPU_SIMT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPU_CXXFLAGS) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
+
+# ----------------------------------------------------------------------------
+# Tests
+
+CPU_TEST_BINS  := $(TESTS:%=$(BUILD)/cpu/test_%) $(BUILD)/asan/test_simt
+ASAN_TEST_BINS := $(TESTS:%=$(BUILD)/asan/test_%)
+
+# The whole suite: CPU-backend tests, the NCCL test under mpirun, nvcc compile checks.
+test: $(CPU_TEST_BINS)
+	@BUILD_DIR=$(BUILD)/cpu ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" \
+	  CUDA_ARCHS="$(CUDA_ARCHS)" NVCC_CHECK_FLAGS="$(NVCC_CHECK_FLAGS)" CU_SOURCES="$(CU_SOURCES)" \
+	  GPU_INFO="$(GPU_INFO)" scripts/run_tests.sh
+
+test-asan: $(ASAN_TEST_BINS)
+	@BUILD_DIR=$(BUILD)/asan ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
+
+test-nvcc:
+	@BUILD_DIR= TESTS= NVCC="$(NVCC)" CUDA_ARCHS="$(CUDA_ARCHS)" NVCC_CHECK_FLAGS="$(NVCC_CHECK_FLAGS)" \
+	  CU_SOURCES="$(CU_SOURCES)" scripts/run_tests.sh
+
+bench: $(BUILD)/cpu/bench_simt
+	$(BUILD)/cpu/bench_simt
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,49 @@
+// llmc/cuda_common.h — what every kernel file, test and trainer shares: the error-check macro, the
+// launch helper, dynamic shared memory and CEIL_DIV. Compiles with nvcc and with the CPU backend.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+// Evaluates a CUDA runtime call once; on failure prints the error, the statement, file and line,
+// and exits (a failed allocation or launch leaves nothing worth continuing with).
+#define cudaCheck(call)                                                                       \
+    do {                                                                                      \
+        cudaError_t err_ = (call);                                                            \
+        if (err_ != cudaSuccess) {                                                            \
+            fprintf(stderr, "[CUDA ERROR] %s (%s)\n  in: %s\n  at %s:%d\n",                   \
+                    cudaGetErrorString(err_), cudaGetErrorName(err_), #call, __FILE__, __LINE__); \
+            exit(EXIT_FAILURE);                                                               \
+        }                                                                                     \
+    } while (0)
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx, the form both
+// nvcc and the CPU backend's g++ build accept, and returns the launch's error code.
+template <class... KArgs, class... Args>
+inline cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t stream, Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    cudaError_t last = cudaGetLastError();  // read (and clear) it either way, so it cannot linger
+    return err != cudaSuccess ? err : last;
+}
+
+// The block's dynamic shared memory as T* (sized by the launch). On the CPU backend it is an
+// exactly-sized allocation, so AddressSanitizer catches accesses past the requested size.
+template <class T>
+__device__ inline T* dynamic_shared() {
+#if defined(SIMT_CPU)
+    return static_cast<T*>(simt::dynamic_shared_memory());
+#else
+    extern __shared__ __align__(16) unsigned char dynamic_smem_[];
+    return reinterpret_cast<T*>(dynamic_smem_);
+#endif
+}

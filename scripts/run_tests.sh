@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# scripts/run_tests.sh — runs the test suite that `make test` built: every test binary (the NCCL one
+# under mpirun with 2 and 3 ranks), then nvcc compile checks; prints each test's own lines and a
+# final tally, and exits non-zero if anything failed. Called by the Makefile with:
+#   BUILD_DIR   directory of the test binaries (empty: skip them)
+#   ASAN_DIR    directory of the ASan build of test_simt (runs the planted ASan bugs)
+#   TESTS       test names (test_<name>)
+#   NVCC, CUDA_ARCHS, NVCC_CHECK_FLAGS, CU_SOURCES   compile checks (NVCC empty: skip)
+set -u
+passed=0
+failed=0
+failed_names=()
+
+# Runs one test command, echoes its output, adds its "N passed, N failed" line to the tally.
+run() {
+    local name="$1"; shift
+    echo "== $name"
+    local out status
+    out=$("$@" 2>&1)
+    status=$?
+    echo "$out"
+    local tally
+    tally=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
+    if [[ -n "$tally" ]]; then
+        passed=$((passed + $(echo "$tally" | awk '{print $1}')))
+        failed=$((failed + $(echo "$tally" | awk '{print $3}')))
+    fi
+    if [[ $status -ne 0 || -z "$tally" ]]; then
+        [[ -z "$tally" || $(echo "$tally" | awk '{print $3}') == 0 ]] && failed=$((failed + 1))
+        echo "FAIL $name exited with status $status"
+        failed_names+=("$name")
+    fi
+}
+
+MPIRUN=(mpirun --oversubscribe)
+[[ $(id -u) == 0 ]] && MPIRUN+=(--allow-run-as-root)
+
+if [[ -n "${BUILD_DIR:-}" ]]; then
+    for t in $TESTS; do
+        case "$t" in
+            simt) run "test_simt" "$BUILD_DIR/test_simt" "$ASAN_DIR/test_simt" ;;
+            nccl)
+                run "test_nccl (2 ranks)" "${MPIRUN[@]}" -np 2 "$BUILD_DIR/test_nccl"
+                run "test_nccl (3 ranks)" "${MPIRUN[@]}" -np 3 "$BUILD_DIR/test_nccl" ;;
+            *) run "test_$t" "$BUILD_DIR/test_$t" ;;
+        esac
+    done
+fi
+
+if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
+    echo "== nvcc compile checks (sm_${CUDA_ARCHS// /, sm_})"
+    for f in $CU_SOURCES; do
+        for a in $CUDA_ARCHS; do
+            if msg=$("$NVCC" $NVCC_CHECK_FLAGS -gencode "arch=compute_$a,code=sm_$a" -c "$f" -o /dev/null 2>&1); then
+                echo "PASS nvcc sm_$a $f"
+                passed=$((passed + 1))
+            else
+                echo "FAIL nvcc sm_$a $f"
+                echo "$msg" | head -20
+                failed=$((failed + 1))
+                failed_names+=("nvcc sm_$a $f")
+            fi
+        done
+    done
+fi
+
+echo
+[[ ${#failed_names[@]} -gt 0 ]] && echo "failing: ${failed_names[*]}"
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
