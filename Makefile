@@ -110,13 +110,18 @@ $(BUILD)/cpu/bench_simt: dev/cuda/bench_simt.cu $(CPU_SIMT_OBJS)
 CPU_TEST_BINS  := $(TESTS:%=$(BUILD)/cpu/test_%) $(BUILD)/asan/test_simt
 ASAN_TEST_BINS := $(TESTS:%=$(BUILD)/asan/test_%)
 
-# The whole suite: CPU-backend tests, the NCCL test under mpirun, nvcc compile checks.
-test: $(CPU_TEST_BINS)
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+
+# The whole suite: CPU-backend tests, the NCCL test under mpirun, nvcc compile checks. The binaries
+# are built by a parallel sub-make, so a plain `make test` uses every core.
+test:
+	@$(MAKE) --no-print-directory -j$(NPROC) $(CPU_TEST_BINS)
 	@BUILD_DIR=$(BUILD)/cpu ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" \
 	  CUDA_ARCHS="$(CUDA_ARCHS)" NVCC_CHECK_FLAGS="$(NVCC_CHECK_FLAGS)" CU_SOURCES="$(CU_SOURCES)" \
 	  GPU_INFO="$(GPU_INFO)" scripts/run_tests.sh
 
-test-asan: $(ASAN_TEST_BINS)
+test-asan:
+	@$(MAKE) --no-print-directory -j$(NPROC) $(ASAN_TEST_BINS)
 	@BUILD_DIR=$(BUILD)/asan ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
 
 test-nvcc:

@@ -52,24 +52,37 @@ enum class State : uint8_t { Runnable, AtBarrier, AtWarp, Exited };
 
 constexpr int kFaultExit = 3;  // exit status of a run stopped by a fault
 
+struct Fiber;
+
+// One CUDA thread of the running block: who it is and what it waits at.
 struct Thread {
-    fc::fcontext_t ctx = nullptr;  // where to resume this fiber
     State state = State::Exited;
     uint3 tid{};
+    Fiber* fiber = nullptr;  // the fiber running it; null until it starts and after it exits
     // What it waits at (valid in AtBarrier / AtWarp).
-    const char* file = nullptr;
-    int line = 0;
     int op = 0;        // BarrierOp or WarpOp
     unsigned mask = 0; // warp collectives: the lanes named
     int arg = 0;       // shuffle source lane / delta / xor mask
     int width = 32;
     uint64_t value = 0;   // this lane's contribution (or the barrier predicate)
     uint64_t result = 0;  // what the collective returns to this lane
-    // Stack: [map, map + kGuard) is a PROT_NONE guard page, the stack grows down towards it.
+    const char* file = nullptr;
+    int line = 0;
+};
+
+// An execution context: a guarded stack and the suspended state on it. A thread gets a fiber
+// when it starts and gives it back when it exits; a kernel without sync points therefore runs
+// all its threads one after another on a single fiber, without any context switch.
+struct Fiber {
+    fc::fcontext_t ctx = nullptr;  // where to resume it
+    Thread* thread = nullptr;      // the thread it runs (null: free, or the scheduler)
+    // Stack: [map, map + kGuard) is a PROT_NONE guard area, the stack grows down towards it.
     char* map = nullptr;
     size_t map_size = 0;
 #if SIMT_ASAN
     void* fake_stack = nullptr;
+    const void* stack_bottom = nullptr;  // the usable stack, for ASan's switch annotations
+    size_t stack_size = 0;
 #endif
 };
 
@@ -85,23 +98,25 @@ size_t stack_size() {
 }
 
 struct Worker {
-    std::vector<std::unique_ptr<Thread>> threads;  // fiber pool, grown to the largest block
-    fc::fcontext_t sched_ctx = nullptr;            // the worker's own (scheduler) context
-    Thread* current = nullptr;
+    std::vector<Thread> threads;      // the block's threads (capacity reserved: stable addresses)
+    std::vector<Fiber> fibers;        // fiber pool (capacity reserved: stable addresses)
+    std::vector<Fiber*> free_fibers;  // fibers not running a thread
+    Fiber sched;                      // the worker's own (scheduler) context
+    Thread* current = nullptr;        // the running CUDA thread, null in the scheduler
     int current_index = 0;
+    Order order_kind = Order::Forward;             // this launch's schedule order
+    int warp_base = 0, warp_lanes = 0;             // the warp being run: first thread, lane count
+    int phase_pos = 0;                             // next position in this phase's lane order
     const LaunchBody* body = nullptr;
     dim3 block;
     int nthreads = 0;
     int n_exited = 0, n_at_barrier = 0, n_at_warp = 0;
-    std::vector<int> order;      // permutation used by the current phase
+    int lane_order[32];          // lane permutation of the current phase (Order::Random)
+    std::vector<int> warp_order; // warp permutation of the current barrier interval
     uint64_t rng = 0;            // for Order::Random
     void* dyn_smem = nullptr;    // this launch's dynamic shared memory, exactly sized
     size_t dyn_smem_size = 0;
     std::vector<char> altstack;  // signal stack, so a stack overflow can still be reported
-#if SIMT_ASAN
-    const void* sched_stack_bottom = nullptr;
-    size_t sched_stack_size = 0;
-#endif
 };
 
 thread_local Worker* tw = nullptr;  // the worker running on this OS thread
@@ -163,16 +178,17 @@ void on_segv(int sig, siginfo_t* info, void* uctx) {
     Worker* w = tw;
     char* addr = static_cast<char*>(info->si_addr);
     if (w) {
-        for (auto& t : w->threads) {
-            if (addr >= t->map && addr < t->map + kGuard) {
+        for (const Fiber& f : w->fibers) {
+            if (addr >= f.map && addr < f.map + kGuard) {
+                uint3 tid = f.thread ? f.thread->tid : uint3{0, 0, 0};
                 char name[512];
                 kernel_name(w->body ? w->body->kernel : nullptr, name, sizeof(name));
                 char msg[1024];
                 int len = snprintf(msg, sizeof(msg),
                                    "simt: fault in kernel %s, block (%u,%u,%u), thread (%u,%u,%u): "
                                    "fiber stack overflow (stack is %zu KiB; raise SIMT_STACK_KB)\n",
-                                   name, blockIdx.x, blockIdx.y, blockIdx.z, t->tid.x, t->tid.y,
-                                   t->tid.z, stack_size() / 1024);
+                                   name, blockIdx.x, blockIdx.y, blockIdx.z, tid.x, tid.y, tid.z,
+                                   stack_size() / 1024);
                 if (write(2, msg, len) < 0) _exit(kFaultExit);
                 _exit(kFaultExit);
             }
@@ -198,68 +214,6 @@ void install_overflow_handler(Worker* w) {
         sigemptyset(&sa.sa_mask);
         sigaction(SIGSEGV, &sa, &g_prev_segv);
     });
-}
-
-// ----------------------------------------------------------------------------
-// Context switches (annotated for AddressSanitizer, which must know which stack is live)
-
-void switch_to_thread(Worker* w, Thread* t) {
-    w->current = t;
-    threadIdx = t->tid;
-#if SIMT_ASAN
-    void* fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, t->map + kGuard, t->map_size - kGuard);
-#endif
-    fc::transfer_t r = fc::jump_fcontext(t->ctx, t);
-    t->ctx = r.fctx;
-#if SIMT_ASAN
-    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#endif
-}
-
-// Suspends the calling fiber and returns to its worker's scheduler.
-void yield_to_scheduler(Worker* w, Thread* t) {
-#if SIMT_ASAN
-    __sanitizer_start_switch_fiber(&t->fake_stack, w->sched_stack_bottom, w->sched_stack_size);
-#endif
-    fc::transfer_t r = fc::jump_fcontext(w->sched_ctx, nullptr);
-    w->sched_ctx = r.fctx;
-#if SIMT_ASAN
-    __sanitizer_finish_switch_fiber(t->fake_stack, &w->sched_stack_bottom, &w->sched_stack_size);
-#endif
-    (void)t;
-}
-
-// Every fiber runs this loop for its whole life: run the kernel body for the block it is given,
-// mark itself exited, hand control back, and wait to be resumed for the next block.
-void fiber_main(fc::transfer_t r) {
-    Worker* w = tw;
-    w->sched_ctx = r.fctx;
-    Thread* self = static_cast<Thread*>(r.data);
-#if SIMT_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &w->sched_stack_bottom, &w->sched_stack_size);
-#endif
-    for (;;) {
-        w->body->invoke(w->body->closure);
-        self->state = State::Exited;
-        w->n_exited++;
-        yield_to_scheduler(w, self);
-    }
-}
-
-// Makes sure the pool holds n fibers (each on a fresh guarded stack).
-void grow_pool(Worker* w, int n) {
-    while ((int)w->threads.size() < n) {
-        auto t = std::make_unique<Thread>();
-        t->map_size = stack_size() + kGuard;
-        void* m = mmap(nullptr, t->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                       -1, 0);
-        if (m == MAP_FAILED) die(w, nullptr, "cannot map a fiber stack");
-        mprotect(m, kGuard, PROT_NONE);
-        t->map = static_cast<char*>(m);
-        t->ctx = fc::make_fcontext(t->map + t->map_size, t->map_size - kGuard, fiber_main);
-        w->threads.push_back(std::move(t));
-    }
 }
 
 // ----------------------------------------------------------------------------
@@ -293,14 +247,144 @@ uint64_t next_random(uint64_t& s) {
     return s;
 }
 
-// Fills w->order with the sequence in which this phase resumes the threads.
-void make_order(Worker* w) {
-    int n = w->nthreads;
-    w->order.resize(n);
-    Order o = order_setting().order;
-    for (int i = 0; i < n; i++) w->order[i] = o == Order::Reverse ? n - 1 - i : i;
-    if (o == Order::Random)
-        for (int i = n - 1; i > 0; i--) std::swap(w->order[i], w->order[next_random(w->rng) % (i + 1)]);
+// Fills order[0..n) with 0..n-1 in forward, reverse or (seeded) random order.
+void make_order(Worker* w, int* order, int n) {
+    for (int i = 0; i < n; i++) order[i] = w->order_kind == Order::Reverse ? n - 1 - i : i;
+    if (w->order_kind == Order::Random)
+        for (int i = n - 1; i > 0; i--) std::swap(order[i], order[next_random(w->rng) % (i + 1)]);
+}
+
+// ----------------------------------------------------------------------------
+// Context switches
+//
+// A thread that blocks switches straight to the next runnable thread of the phase (one jump, not
+// two through the scheduler); only the last one of a phase switches back to the scheduler. A
+// thread that exits hands its fiber to the next thread if that one has not started yet (no jump
+// at all). Every jump passes the fiber it leaves, and whoever resumes stores the suspended
+// context there. Switches are annotated for AddressSanitizer, which must know the live stack.
+
+void fiber_main(fc::transfer_t r);
+
+// A free fiber (a fresh guarded stack when the pool has none).
+Fiber* take_fiber(Worker* w) {
+    if (!w->free_fibers.empty()) {
+        Fiber* f = w->free_fibers.back();
+        w->free_fibers.pop_back();
+        return f;
+    }
+    if (w->fibers.size() == w->fibers.capacity()) die(w, nullptr, "fiber pool exhausted");
+    w->fibers.emplace_back();
+    Fiber* f = &w->fibers.back();
+    f->map_size = stack_size() + kGuard;
+    void* m = mmap(nullptr, f->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) die(w, nullptr, "cannot map a fiber stack");
+    mprotect(m, kGuard, PROT_NONE);
+    f->map = static_cast<char*>(m);
+    // Stagger the stack tops across a page: with identical offsets every switch would hit the
+    // same L1 cache sets and evict the previous fiber's saved registers.
+    size_t stagger = ((w->fibers.size() - 1) % 32) * 128;
+    size_t usable = f->map_size - kGuard - stagger;
+    f->ctx = fc::make_fcontext(f->map + kGuard + usable, usable, fiber_main);
+#if SIMT_ASAN
+    f->stack_bottom = f->map + kGuard;
+    f->stack_size = usable;
+#endif
+    return f;
+}
+
+// Makes t the running thread (built-ins and bookkeeping), without switching stacks.
+void make_current(Worker* w, Thread* t) {
+    w->current = t;
+    w->current_index = (int)(t - w->threads.data());
+    threadIdx = t->tid;
+}
+
+// Suspends fiber `from` and resumes `to` (a fiber or the scheduler); returns when `from` is
+// resumed. The caller has already made to's thread current.
+void switch_fiber(Worker* w, Fiber* from, Fiber* to) {
+#if SIMT_ASAN
+    __sanitizer_start_switch_fiber(&from->fake_stack, to->stack_bottom, to->stack_size);
+#endif
+    fc::transfer_t r = fc::jump_fcontext(to->ctx, from);
+    Fiber* left = static_cast<Fiber*>(r.data);
+    left->ctx = r.fctx;
+#if SIMT_ASAN
+    const void* bottom;
+    size_t size;
+    __sanitizer_finish_switch_fiber(from->fake_stack, &bottom, &size);
+    if (left == &w->sched) {
+        w->sched.stack_bottom = bottom;
+        w->sched.stack_size = size;
+    }
+#endif
+}
+
+// The next runnable lane of the running warp in this phase's order, or null when the phase is over.
+Thread* next_in_phase(Worker* w) {
+    int n = w->warp_lanes;
+    while (w->phase_pos < n) {
+        int k = w->phase_pos++;
+        int l = w->order_kind == Order::Forward ? k : w->order_kind == Order::Reverse ? n - 1 - k : w->lane_order[k];
+        Thread* t = &w->threads[w->warp_base + l];
+        if (t->state == State::Runnable) return t;
+    }
+    return nullptr;
+}
+
+// Leaves fiber `from` for thread t (starting it on a free fiber if it has none), or for the
+// scheduler when t is null.
+void run_next(Worker* w, Fiber* from, Thread* t) {
+    if (!t) {
+        w->current = nullptr;
+        switch_fiber(w, from, &w->sched);
+        return;
+    }
+    if (!t->fiber) {
+        t->fiber = take_fiber(w);
+        t->fiber->thread = t;
+    }
+    make_current(w, t);
+    switch_fiber(w, from, t->fiber);
+}
+
+// Called by a thread that has just blocked: runs the next thread of the phase.
+void block_current(Worker* w, Thread* self) { run_next(w, self->fiber, next_in_phase(w)); }
+
+// Every fiber runs this loop for its whole life: run the kernel body for the thread it was
+// given; when that thread exits, start the next thread of the phase right here if it has not
+// started yet, else hand control on and wait (free) until a thread is given to it again.
+void fiber_main(fc::transfer_t r) {
+    Worker* w = tw;
+    Fiber* left = static_cast<Fiber*>(r.data);
+    left->ctx = r.fctx;
+    Fiber* self = w->current->fiber;
+#if SIMT_ASAN
+    const void* bottom;
+    size_t size;
+    __sanitizer_finish_switch_fiber(nullptr, &bottom, &size);
+    if (left == &w->sched) {
+        w->sched.stack_bottom = bottom;
+        w->sched.stack_size = size;
+    }
+#endif
+    for (;;) {
+        w->body->invoke(w->body->closure);
+        Thread* done = self->thread;
+        done->state = State::Exited;
+        done->fiber = nullptr;
+        w->n_exited++;
+        Thread* next = next_in_phase(w);
+        if (next && !next->fiber) {
+            next->fiber = self;
+            self->thread = next;
+            make_current(w, next);
+            continue;
+        }
+        self->thread = nullptr;
+        w->free_fibers.push_back(self);  // safe: run_next takes no fiber, next has one or is null
+        run_next(w, self, next);
+        // Resumed: whoever took this fiber from the free list bound a new thread to it.
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -308,8 +392,8 @@ void make_order(Worker* w) {
 
 // Completes the collective that the lanes of `mask` in warp `base` all wait at.
 void complete_warp(Worker* w, int base, int nlanes, unsigned mask) {
-    Thread** lanes = reinterpret_cast<Thread**>(alloca(sizeof(Thread*) * 32));
-    for (int j = 0; j < 32; j++) lanes[j] = j < nlanes ? w->threads[base + j].get() : nullptr;
+    Thread* lanes[32];
+    for (int j = 0; j < 32; j++) lanes[j] = j < nlanes ? &w->threads[base + j] : nullptr;
     const Thread& first = *lanes[__builtin_ctz(mask)];
     int op = first.op;
     uint64_t ballot = 0, reduce = 0;
@@ -365,37 +449,34 @@ void complete_warp(Worker* w, int base, int nlanes, unsigned mask) {
     w->n_at_warp -= __builtin_popcount(mask);
 }
 
-// Completes every warp collective whose lanes have all arrived; faults on collectives that can
-// never complete because a named lane has exited or waits at a different collective.
-bool resolve_warps(Worker* w) {
+// Completes every collective of the running warp whose lanes have all arrived; faults on one that
+// can never complete because a named lane has exited or waits at a different collective.
+bool resolve_warp(Worker* w) {
     if (w->n_at_warp == 0) return false;
     bool progress = false;
-    for (int base = 0; base < w->nthreads; base += 32) {
-        int nlanes = std::min(32, w->nthreads - base);
-        for (int l = 0; l < nlanes; l++) {
-            Thread& t = *w->threads[base + l];
-            if (t.state != State::AtWarp) continue;
-            bool ready = true;
-            for (int j = 0; j < 32 && ready; j++) {
-                if (!(t.mask >> j & 1)) continue;
-                if (j >= nlanes)
-                    die(w, &t, std::string(warp_op_name(t.op)) + " at " + site(t) + ": mask names lane " +
-                                   std::to_string(j) + ", which does not exist (block of " +
-                                   std::to_string(w->nthreads) + " threads) — an exited lane");
-                const Thread& u = *w->threads[base + j];
-                if (u.state == State::Exited)
-                    die(w, &t, std::string(warp_op_name(t.op)) + " at " + site(t) + ": mask names lane " +
-                                   std::to_string(j) + ", which has exited");
-                if (u.state != State::AtWarp) { ready = false; break; }
-                if (u.op != t.op || u.mask != t.mask)
-                    die(w, &t, "lanes of one warp wait at different collectives: lane " +
-                                   std::to_string(l) + " at " + waiting_at(t) + ", lane " +
-                                   std::to_string(j) + " at " + waiting_at(u));
-            }
-            if (ready) {
-                complete_warp(w, base, nlanes, t.mask);
-                progress = true;
-            }
+    int base = w->warp_base, nlanes = w->warp_lanes;
+    for (int l = 0; l < nlanes; l++) {
+        Thread& t = w->threads[base + l];
+        if (t.state != State::AtWarp) continue;
+        bool ready = true;
+        for (int j = 0; j < 32 && ready; j++) {
+            if (!(t.mask >> j & 1)) continue;
+            if (j >= nlanes)
+                die(w, &t, std::string(warp_op_name(t.op)) + " at " + site(t) + ": mask names lane " +
+                               std::to_string(j) + ", which does not exist (block of " +
+                               std::to_string(w->nthreads) + " threads) — an exited lane");
+            const Thread& u = w->threads[base + j];
+            if (u.state == State::Exited)
+                die(w, &t, std::string(warp_op_name(t.op)) + " at " + site(t) + ": mask names lane " +
+                               std::to_string(j) + ", which has exited");
+            if (u.state != State::AtWarp) { ready = false; break; }
+            if (u.op != t.op || u.mask != t.mask)
+                die(w, &t, "lanes of one warp wait at different collectives: lane " + std::to_string(l) +
+                               " at " + waiting_at(t) + ", lane " + std::to_string(j) + " at " + waiting_at(u));
+        }
+        if (ready) {
+            complete_warp(w, base, nlanes, t.mask);
+            progress = true;
         }
     }
     return progress;
@@ -407,7 +488,7 @@ void release_barrier(Worker* w) {
     const Thread* first = nullptr;
     int count = 0, n = 0;
     for (int i = 0; i < w->nthreads; i++) {
-        const Thread& t = *w->threads[i];
+        const Thread& t = w->threads[i];
         if (t.state != State::AtBarrier) continue;
         if (!first) first = &t;
         if (t.file != first->file || t.line != first->line || t.op != first->op)
@@ -424,7 +505,7 @@ void release_barrier(Worker* w) {
         case BarrierOp::Or: result = count > 0; break;
     }
     for (int i = 0; i < w->nthreads; i++) {
-        Thread& t = *w->threads[i];
+        Thread& t = w->threads[i];
         if (t.state != State::AtBarrier) continue;
         t.result = (uint64_t)result;
         t.state = State::Runnable;
@@ -435,12 +516,12 @@ void release_barrier(Worker* w) {
 // Nothing can proceed: describe who waits for whom and stop.
 [[noreturn]] void report_deadlock(Worker* w) {
     for (int i = 0; i < w->nthreads; i++) {
-        const Thread& t = *w->threads[i];
+        const Thread& t = w->threads[i];
         if (t.state != State::AtWarp) continue;
         int base = i / 32 * 32;
         for (int j = 0; j < 32; j++) {
             if (!(t.mask >> j & 1)) continue;
-            const Thread& u = *w->threads[base + j];
+            const Thread& u = w->threads[base + j];
             if (u.state == State::AtBarrier)
                 die(w, &t, "deadlock: waits at " + waiting_at(t) + " for lane " + std::to_string(j) +
                                ", which waits at " + waiting_at(u));
@@ -450,26 +531,36 @@ void release_barrier(Worker* w) {
 }
 
 // Runs one block to completion on worker w.
+//
+// Warp by warp: the lanes of one warp run (a phase) until each blocks; its collectives are
+// resolved and the warp runs again, until all its lanes wait at a barrier or have exited; then
+// the next warp. Warps are independent between barriers, so this is a schedule a GPU may also
+// produce, and keeping one warp's 32 fiber stacks hot in L1 makes collectives cheap. When every
+// warp is done, the barrier is released (or the block has finished, or it is deadlocked).
 void run_block(Worker* w, uint3 bid) {
     blockIdx = bid;
-    int n = w->nthreads;
-    for (int i = 0; i < n; i++) w->threads[i]->state = State::Runnable;
+    int n = w->nthreads, nwarps = (n + 31) / 32;
+    for (int i = 0; i < n; i++) w->threads[i].state = State::Runnable;
     w->n_exited = w->n_at_barrier = w->n_at_warp = 0;
     // Uninitialised shared memory reads as NaN (all-ones bytes), deterministically.
     if (w->dyn_smem_size) memset(w->dyn_smem, 0xff, w->dyn_smem_size);
+    w->order_kind = order_setting().order;
     w->rng = order_setting().seed * 0x9E3779B97F4A7C15ull + launch_count() * 1315423911u +
              (bid.x + 1) * 2654435761u + bid.y * 97u + bid.z + 1;
+    w->warp_order.resize(nwarps);
     for (;;) {
-        make_order(w);
-        for (int k = 0; k < n; k++) {
-            int i = w->order[k];
-            Thread* t = w->threads[i].get();
-            if (t->state != State::Runnable) continue;
-            w->current_index = i;
-            switch_to_thread(w, t);
+        make_order(w, w->warp_order.data(), nwarps);
+        for (int k = 0; k < nwarps; k++) {
+            w->warp_base = w->warp_order[k] * 32;
+            w->warp_lanes = std::min(32, n - w->warp_base);
+            do {
+                if (w->order_kind == Order::Random) make_order(w, w->lane_order, w->warp_lanes);
+                w->phase_pos = 0;
+                Thread* first = next_in_phase(w);
+                if (first) run_next(w, &w->sched, first);
+            } while (resolve_warp(w));
         }
         if (w->n_exited == n) break;
-        if (resolve_warps(w)) continue;
         if (w->n_at_barrier + w->n_exited == n) {
             release_barrier(w);
             continue;
@@ -504,6 +595,8 @@ std::atomic<uint64_t> g_launches{0};
 Worker* this_worker() {
     if (!tw) {
         tw = new Worker();  // lives as long as its OS thread; stacks are reused by every launch
+        tw->threads.reserve(kMaxThreadsPerBlock);
+        tw->fibers.reserve(kMaxThreadsPerBlock);
         install_overflow_handler(tw);
     }
     return tw;
@@ -518,11 +611,11 @@ void work_on(Job* job) {
     w->nthreads = (int)(cfg.blockDim.x * cfg.blockDim.y * cfg.blockDim.z);
     blockDim = cfg.blockDim;
     gridDim = cfg.gridDim;
-    grow_pool(w, w->nthreads);
+    w->threads.resize(w->nthreads);
     for (int i = 0; i < w->nthreads; i++) {
         unsigned x = i % cfg.blockDim.x, y = (i / cfg.blockDim.x) % cfg.blockDim.y,
                  z = i / (cfg.blockDim.x * cfg.blockDim.y);
-        w->threads[i]->tid = uint3{x, y, z};
+        w->threads[i].tid = uint3{x, y, z};
     }
     w->dyn_smem_size = cfg.dynamicSmemBytes;
     w->dyn_smem = cfg.dynamicSmemBytes ? malloc(cfg.dynamicSmemBytes) : nullptr;
@@ -633,9 +726,22 @@ int barrier(BarrierOp op, int pred, const char* file, int line) {
     t->file = file;
     t->line = line;
     w->n_at_barrier++;
-    yield_to_scheduler(w, t);
+    block_current(w, t);
     return (int)t->result;
 }
+
+namespace {
+// Stops the run for a warp collective called with arguments CUDA does not allow. Kept out of
+// line so the hot path's stack frame stays small (every fiber switch touches it).
+[[noreturn]] __attribute__((noinline, cold)) void bad_collective(Worker* w, Thread* t, unsigned lane) {
+    std::string what = std::string(warp_op_name(t->op)) + " at " + site(*t) + ": ";
+    if (!(t->mask >> lane & 1))
+        what += "mask does not name the calling lane " + std::to_string(lane);
+    else
+        what += "width " + std::to_string(t->width) + " is not a power of two in [1, 32]";
+    die(w, t, what);
+}
+}  // namespace
 
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width,
                          const char* file, int line) {
@@ -645,20 +751,15 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
     t->file = file;
     t->line = line;
     t->op = (int)op;
-    unsigned lane = (unsigned)w->current_index % 32;
-    if (!(mask >> lane & 1))
-        die(w, t, std::string(warp_op_name((int)op)) + " at " + site(*t) + ": mask does not name the calling lane " +
-                      std::to_string(lane));
-    if (width <= 0 || width > 32 || (width & (width - 1)))
-        die(w, t, std::string(warp_op_name((int)op)) + " at " + site(*t) + ": width " + std::to_string(width) +
-                      " is not a power of two in [1, 32]");
-    t->state = State::AtWarp;
     t->mask = mask;
     t->value = value;
     t->arg = arg;
     t->width = width;
+    unsigned lane = (unsigned)w->current_index % 32;
+    if (!(mask >> lane & 1) || width <= 0 || width > 32 || (width & (width - 1))) bad_collective(w, t, lane);
+    t->state = State::AtWarp;
     w->n_at_warp++;
-    yield_to_scheduler(w, t);
+    block_current(w, t);
     return t->result;
 }
 
@@ -669,7 +770,7 @@ unsigned active_mask() {
     int base = w->current_index / 32 * 32;
     unsigned m = 0;
     for (int j = 0; j < 32 && base + j < w->nthreads; j++)
-        if (w->threads[base + j]->state != State::Exited) m |= 1u << j;
+        if (w->threads[base + j].state != State::Exited) m |= 1u << j;
     return m;
 }
 
