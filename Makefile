@@ -68,7 +68,8 @@ SIMT_SRCS := llmc/simt/scheduler.cpp llmc/simt/runtime.cpp llmc/simt/cublaslt.cp
 CPU_SIMT_OBJS  := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/cpu/simt/%.o)
 ASAN_SIMT_OBJS := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/asan/simt/%.o)
 
-TESTS      := simt cublaslt wmma cooperative_groups $(if $(HAVE_MPI),nccl)
+# Every test/test_<name>.cu is a test; the NCCL one needs MPI.
+TESTS      := $(filter-out $(if $(HAVE_MPI),,nccl),$(patsubst test/test_%.cu,%,$(wildcard test/test_*.cu)))
 CU_SOURCES := $(wildcard test/*.cu dev/cuda/*.cu *.cu)
 
 .PHONY: all help test test-asan test-nvcc test-gpu bench clean
