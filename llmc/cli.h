@@ -1,0 +1,151 @@
+// llmc/cli.h — a small table-driven command-line parser shared by the trainers: long options for
+// everything, llm.c's short flags as aliases, --help generated from the table with defaults, and
+// one clear error (naming the option) for unknown options, missing values and bad values.
+#pragma once
+#include <cerrno>
+#include <cstdarg>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+struct CliOption {
+    const char* long_name;   // without the leading "--"
+    char short_name;         // llm.c's flag letter, or 0
+    const char* value_name;  // e.g. "INT"; nullptr for a switch (no value)
+    const char* help;
+    std::string value;       // current value as text (the default until parsed)
+    bool given = false;
+};
+
+class Cli {
+  public:
+    explicit Cli(const char* program, const char* summary) : program_(program), summary_(summary) {}
+
+    // Declares an option taking a value, with its default (shown in --help).
+    void add(const char* long_name, char short_name, const char* value_name, const char* default_value,
+             const char* help) {
+        options_.push_back({long_name, short_name, value_name, help, default_value ? default_value : "", false});
+    }
+    // Declares a switch (no value); its value is "1" when given, "0" otherwise.
+    void add_flag(const char* long_name, char short_name, const char* help) {
+        options_.push_back({long_name, short_name, nullptr, help, "0", false});
+    }
+
+    // Parses argv; prints help and exits 0 for -h/--help; exits 2 with one message on any error.
+    void parse(int argc, char** argv) {
+        for (int i = 1; i < argc; i++) {
+            std::string arg = argv[i];
+            if (arg == "-h" || arg == "--help") {
+                print_help();
+                exit(0);
+            }
+            CliOption* opt = nullptr;
+            std::string inline_value;
+            bool has_inline = false;
+            if (arg.rfind("--", 0) == 0) {
+                std::string name = arg.substr(2);
+                size_t eq = name.find('=');
+                if (eq != std::string::npos) {
+                    inline_value = name.substr(eq + 1);
+                    name = name.substr(0, eq);
+                    has_inline = true;
+                }
+                opt = find_long(name);
+                if (!opt) fail("unknown option '--%s' (see --help)", name.c_str());
+            } else if (arg.size() == 2 && arg[0] == '-') {
+                opt = find_short(arg[1]);
+                if (!opt) fail("unknown option '%s' (see --help)", arg.c_str());
+            } else {
+                fail("unexpected argument '%s' (options start with -- ; see --help)", arg.c_str());
+            }
+            if (!opt->value_name) {
+                if (has_inline) fail("option --%s takes no value", opt->long_name);
+                opt->value = "1";
+            } else if (has_inline) {
+                opt->value = inline_value;
+            } else {
+                if (i + 1 >= argc) fail("option --%s needs a value (%s)", opt->long_name, opt->value_name);
+                opt->value = argv[++i];
+            }
+            opt->given = true;
+        }
+    }
+
+    const std::string& str(const char* long_name) const { return get(long_name).value; }
+    bool given(const char* long_name) const { return get(long_name).given; }
+    bool flag(const char* long_name) const { return get(long_name).value == "1"; }
+
+    // The value as an integer in [lo, hi]; anything else is an error naming the option.
+    long long integer(const char* long_name, long long lo = LLONG_MIN, long long hi = LLONG_MAX) const {
+        const CliOption& o = get(long_name);
+        char* end = nullptr;
+        errno = 0;
+        long long v = strtoll(o.value.c_str(), &end, 10);
+        if (o.value.empty() || *end || errno)
+            fail("option --%s: '%s' is not an integer", o.long_name, o.value.c_str());
+        if (v < lo || v > hi) fail("option --%s: %lld is out of range [%lld, %lld]", o.long_name, v, lo, hi);
+        return v;
+    }
+    // The value as a finite number in [lo, hi].
+    double number(const char* long_name, double lo = -INFINITY, double hi = INFINITY) const {
+        const CliOption& o = get(long_name);
+        char* end = nullptr;
+        errno = 0;
+        double v = strtod(o.value.c_str(), &end);
+        if (o.value.empty() || *end || errno || !std::isfinite(v))
+            fail("option --%s: '%s' is not a number", o.long_name, o.value.c_str());
+        if (v < lo || v > hi) fail("option --%s: %g is out of range [%g, %g]", o.long_name, v, lo, hi);
+        return v;
+    }
+
+    [[noreturn]] void fail(const char* fmt, ...) const __attribute__((format(printf, 2, 3))) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "%s: error: ", program_);
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n");
+        va_end(ap);
+        exit(2);
+    }
+
+    void print_help() const {
+        printf("usage: %s [options]\n%s\n\noptions (default in brackets):\n", program_, summary_);
+        for (const CliOption& o : options_) {
+            char left[64];
+            if (o.short_name)
+                snprintf(left, sizeof(left), "-%c, --%s%s%s", o.short_name, o.long_name, o.value_name ? " " : "",
+                         o.value_name ? o.value_name : "");
+            else
+                snprintf(left, sizeof(left), "    --%s%s%s", o.long_name, o.value_name ? " " : "",
+                         o.value_name ? o.value_name : "");
+            printf("  %-34s %s", left, o.help);
+            if (o.value_name) printf(" [%s]", o.value.empty() ? "none" : o.value.c_str());
+            printf("\n");
+        }
+    }
+
+  private:
+    const CliOption& get(const char* long_name) const {
+        for (const CliOption& o : options_)
+            if (!strcmp(o.long_name, long_name)) return o;
+        fprintf(stderr, "internal error: option --%s was never declared\n", long_name);
+        exit(EXIT_FAILURE);
+    }
+    CliOption* find_long(const std::string& name) {
+        for (CliOption& o : options_)
+            if (name == o.long_name) return &o;
+        return nullptr;
+    }
+    CliOption* find_short(char c) {
+        for (CliOption& o : options_)
+            if (o.short_name == c) return &o;
+        return nullptr;
+    }
+    const char* program_;
+    const char* summary_;
+    std::vector<CliOption> options_;
+};

@@ -1,0 +1,224 @@
+// llmc/dataloader.h — reads llm.c token shards into (B,T) batches of inputs and targets: validated
+// up front, split across ranks, optionally shuffled (seeded), prefetched on a background thread
+// into pinned host memory while the GPU computes.
+//
+// Shard format (llm.c, dev/data): a 256 x int32 header — [0] magic 20240520, [1] version 1,
+// [2] number of tokens — then that many uint16 tokens. The file size must be 1024 + 2 * ntok.
+//
+// Batches. A shard is cut into consecutive windows of world*B*T tokens; window k gives rank r the
+// B*T+1 tokens starting at (k*world + r)*B*T (inputs are the first B*T, targets the same shifted
+// by one). So the ranks read disjoint tokens and together read what one rank with world*B would.
+// With shuffling, the order of the windows inside each shard and the order of the shards are
+// permuted every epoch from the seed (the same on every rank).
+#pragma once
+#include <cuda_runtime.h>
+#include <glob.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+constexpr int SHARD_MAGIC = 20240520;
+constexpr int SHARD_VERSION = 1;
+constexpr int SHARD_HEADER_INTS = 256;
+
+// Prints one error line and exits: bad input files are not worth continuing with.
+[[noreturn]] inline void data_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline void data_error(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(EXIT_FAILURE);
+}
+
+// The files matching a glob pattern, sorted (one file name is a pattern too).
+inline std::vector<std::string> glob_files(const std::string& pattern) {
+    glob_t g;
+    std::vector<std::string> files;
+    if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) files.push_back(g.gl_pathv[i]);
+        globfree(&g);
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+// Reads a shard's header and checks it against the file size; returns its token count.
+inline size_t read_shard_header(const std::string& path, FILE* f) {
+    int32_t header[SHARD_HEADER_INTS];
+    if (fread(header, sizeof(int32_t), SHARD_HEADER_INTS, f) != SHARD_HEADER_INTS)
+        data_error("%s: too short for a token shard header (%d bytes)", path.c_str(), SHARD_HEADER_INTS * 4);
+    if (header[0] != SHARD_MAGIC)
+        data_error("%s: bad magic %d (a llm.c token shard starts with %d)", path.c_str(), header[0], SHARD_MAGIC);
+    if (header[1] != SHARD_VERSION)
+        data_error("%s: unsupported shard version %d (expected %d: uint16 tokens)", path.c_str(), header[1],
+                   SHARD_VERSION);
+    if (header[2] < 0) data_error("%s: negative token count %d in header", path.c_str(), header[2]);
+    size_t ntok = (size_t)header[2];
+    if (fseek(f, 0, SEEK_END) != 0) data_error("%s: cannot seek", path.c_str());
+    long size = ftell(f);
+    size_t expected = SHARD_HEADER_INTS * 4 + 2 * ntok;
+    if (size < 0 || (size_t)size != expected)
+        data_error("%s: file is %ld bytes but its header promises %zu tokens (%zu bytes): truncated or corrupt",
+                   path.c_str(), size, ntok, expected);
+    return ntok;
+}
+
+class DataLoader {
+  public:
+    // Opens every file matching `pattern`, validates each header, and prepares rank `rank` of
+    // `world` to read (B,T) batches. vocab_size bounds the token ids (checked as shards load).
+    DataLoader(const std::string& pattern, int B, int T, int rank, int world, bool shuffle, uint64_t seed,
+               int vocab_size)
+        : B_(B), T_(T), rank_(rank), world_(world), shuffle_(shuffle), seed_(seed), vocab_(vocab_size) {
+        files_ = glob_files(pattern);
+        if (files_.empty()) data_error("no token shards match '%s'", pattern.c_str());
+        size_t window = (size_t)world * B * T;
+        for (const auto& path : files_) {
+            FILE* f = fopen(path.c_str(), "rb");
+            if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
+            size_t ntok = read_shard_header(path, f);
+            fclose(f);
+            if (ntok < window + 1)
+                data_error("%s: %zu tokens, too few for one batch (B=%d x T=%d x %d rank%s + 1 = %zu tokens)",
+                           path.c_str(), ntok, B, T, world, world > 1 ? "s" : "", window + 1);
+            windows_.push_back((ntok - 1) / window);
+        }
+        for (int k = 0; k < 2; k++) {
+            cudaCheck(cudaMallocHost(&inputs_[k], (size_t)B * T * sizeof(int)));
+            cudaCheck(cudaMallocHost(&targets_[k], (size_t)B * T * sizeof(int)));
+        }
+        reset();
+    }
+
+    ~DataLoader() {
+        join();
+        for (int k = 0; k < 2; k++) {
+            cudaFreeHost(inputs_[k]);
+            cudaFreeHost(targets_[k]);
+        }
+    }
+
+    DataLoader(const DataLoader&) = delete;
+    DataLoader& operator=(const DataLoader&) = delete;
+
+    // Back to the first batch of epoch 0.
+    void reset() {
+        join();
+        epoch_ = 0;
+        order_pos_ = 0;
+        window_pos_ = 0;
+        loaded_shard_ = SIZE_MAX;
+        plan_epoch();
+        prefetch();
+    }
+
+    // Makes the next batch current: inputs()/targets() point at it (B*T ints each, pinned), and
+    // starts preparing the one after it in the background.
+    void next_batch() {
+        join();
+        current_ = 1 - current_;
+        prefetch();
+    }
+
+    const int* inputs() const { return inputs_[current_]; }
+    const int* targets() const { return targets_[current_]; }
+    size_t num_shards() const { return files_.size(); }
+    // Batches this rank gets per epoch (all shards).
+    size_t batches_per_epoch() const { return std::accumulate(windows_.begin(), windows_.end(), (size_t)0); }
+    int epoch() const { return epoch_; }
+
+  private:
+    // Shard order and per-shard window orders for the current epoch.
+    void plan_epoch() {
+        shard_order_.resize(files_.size());
+        std::iota(shard_order_.begin(), shard_order_.end(), (size_t)0);
+        if (shuffle_) {
+            std::mt19937_64 rng(seed_ * 1000003 + epoch_);
+            std::shuffle(shard_order_.begin(), shard_order_.end(), rng);
+        }
+    }
+
+    // Window permutation of shard s in the current epoch.
+    void plan_windows(size_t s) {
+        window_order_.resize(windows_[s]);
+        std::iota(window_order_.begin(), window_order_.end(), (size_t)0);
+        if (shuffle_) {
+            std::mt19937_64 rng(seed_ * 7919 + epoch_ * 104729 + s);
+            std::shuffle(window_order_.begin(), window_order_.end(), rng);
+        }
+    }
+
+    // Reads shard s fully and checks every token id against the vocabulary.
+    void load_shard(size_t s) {
+        const std::string& path = files_[s];
+        FILE* f = fopen(path.c_str(), "rb");
+        if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
+        size_t ntok = read_shard_header(path, f);
+        fseek(f, SHARD_HEADER_INTS * 4, SEEK_SET);
+        tokens_.resize(ntok);
+        if (fread(tokens_.data(), sizeof(uint16_t), ntok, f) != ntok) data_error("%s: read failed", path.c_str());
+        fclose(f);
+        for (size_t i = 0; i < ntok; i++)
+            if (tokens_[i] >= vocab_)
+                data_error("%s: token %u at position %zu is outside the vocabulary (size %d)", path.c_str(),
+                           tokens_[i], i, vocab_);
+        loaded_shard_ = s;
+        plan_windows(s);
+    }
+
+    // Fills buffer 1-current_ with the batch at the read position, then advances the position.
+    void produce() {
+        size_t s = shard_order_[order_pos_];
+        if (loaded_shard_ != s) load_shard(s);
+        size_t window = window_order_[window_pos_];
+        size_t start = (window * world_ + rank_) * (size_t)B_ * T_;
+        int k = 1 - current_;
+        for (size_t i = 0; i < (size_t)B_ * T_; i++) {
+            inputs_[k][i] = tokens_[start + i];
+            targets_[k][i] = tokens_[start + i + 1];
+        }
+        if (++window_pos_ == windows_[s]) {
+            window_pos_ = 0;
+            if (++order_pos_ == files_.size()) {
+                order_pos_ = 0;
+                epoch_++;
+                plan_epoch();
+            }
+        }
+    }
+
+    void prefetch() { worker_ = std::thread([this] { produce(); }); }
+    void join() {
+        if (worker_.joinable()) worker_.join();
+    }
+
+    int B_, T_, rank_, world_;
+    bool shuffle_;
+    uint64_t seed_;
+    int vocab_;
+    std::vector<std::string> files_;
+    std::vector<size_t> windows_;       // windows per shard
+    std::vector<size_t> shard_order_;   // this epoch's shard order
+    std::vector<size_t> window_order_;  // the loaded shard's window order
+    std::vector<uint16_t> tokens_;      // the loaded shard
+    size_t loaded_shard_ = SIZE_MAX;
+    int epoch_ = 0;
+    size_t order_pos_ = 0, window_pos_ = 0;  // read position: shard_order_ index, window index
+    int* inputs_[2] = {nullptr, nullptr};    // double buffer (pinned): current_ and the prefetch
+    int* targets_[2] = {nullptr, nullptr};
+    int current_ = 1;  // reset() prefetches into 1-current_ = 0 and next_batch() flips to it
+    std::thread worker_;
+};
