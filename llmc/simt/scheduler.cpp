@@ -464,7 +464,7 @@ bool resolve_warp(Worker* w) {
             if (j >= nlanes)
                 die(w, &t, std::string(warp_op_name(t.op)) + " at " + site(t) + ": mask names lane " +
                                std::to_string(j) + ", which does not exist (block of " +
-                               std::to_string(w->nthreads) + " threads) — an exited lane");
+                               std::to_string(w->nthreads) + " threads)");
             const Thread& u = w->threads[base + j];
             if (u.state == State::Exited)
                 die(w, &t, std::string(warp_op_name(t.op)) + " at " + site(t) + ": mask names lane " +

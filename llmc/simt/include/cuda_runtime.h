@@ -346,6 +346,7 @@ inline float __tanf(float x) { return std::tan(x); }
 inline float __powf(float x, float y) { return std::pow(x, y); }
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float x) { return std::sqrt(x); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __fmul_rn(float a, float b) { return a * b; }
