@@ -1,0 +1,178 @@
+// dev/cuda/global_norm.cu — the squared global gradient norm: a CPU reference, a simpler variant
+// (one element per thread, block sums combined with a float atomicAdd) and the production kernels
+// (llmc/global_norm.cuh: 128-bit loads, grid-stride, per-block partials, fixed-order final sum);
+// both validated against the CPU reference, then timed on a GPT-2 124M-sized gradient buffer.
+//
+// Build and run (CPU backend; build the backend objects first with `make build/cpu/test_simt`):
+//   g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ dev/cuda/global_norm.cu -x none build/cpu/simt/*.o
+//       -Illmc/simt/include -Illmc/simt -I/usr/local/cuda/include
+//       -I/usr/include/x86_64-linux-gnu/openblas-pthread -rdynamic -lboost_context -lopenblas -lpthread
+//       $(mpicxx --showme:link) -o global_norm && ./global_norm
+// GPU: nvcc -std=c++17 -O3 --use_fast_math -arch=sm_90 dev/cuda/global_norm.cu -o global_norm && ./global_norm
+#include "../../llmc/global_norm.cuh"
+#include "../../test/harness.h"
+
+#include <cmath>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// CPU reference: the sum of squares in double.
+
+template <class T>
+static double global_norm_squared_cpu(const std::vector<T>& x) {
+    double s = 0;
+    for (T v : x) s += (double)to_float(v) * to_float(v);
+    return s;
+}
+
+// ----------------------------------------------------------------------------
+// Variant 1: one element per thread, a block reduction, then atomicAdd of each block's sum into
+// *out (zeroed first). The production version is better on two counts. It is deterministic: the
+// order in which blocks' atomics land varies from run to run, so v1's result (and therefore the
+// clip factor and every weight after it) changes in the last bits between identical runs, which
+// breaks bit-exact reproducibility and the thread-order tests; production writes one partial per
+// block and sums them in a fixed order. And it reads 16 bytes per load with each thread striding
+// over many of them, where v1 starts one thread per element (millions of blocks for GPT-2) that
+// each load 2-4 bytes, so block scheduling and reduction overhead dominate the memory traffic.
+
+template <class T>
+__global__ void global_norm_atomic_kernel(float* out, const T* values, size_t N) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float x = i < N ? to_float(values[i]) : 0.f;
+    float block_sum = global_norm_block_sum(x * x);
+    if (threadIdx.x == 0) atomicAdd(out, block_sum);
+}
+
+template <class T>
+static void global_norm_squared_atomic(float* out, const T* values, size_t N, cudaStream_t stream) {
+    cudaCheck(cudaMemsetAsync(out, 0, sizeof(float), stream));
+    if (N == 0) return;
+    cudaCheck(launch_kernel(global_norm_atomic_kernel<T>, dim3((unsigned)CEIL_DIV(N, (size_t)512)), dim3(512), 0,
+                            stream, out, values, N));
+}
+
+enum class Variant { Atomic, Production };
+static const char* variant_name(Variant k) { return k == Variant::Atomic ? "v1 atomic" : "production"; }
+
+template <class T>
+static void run_variant(Variant k, float* out, void* scratch, const T* values, size_t N) {
+    if (k == Variant::Atomic) global_norm_squared_atomic(out, values, N, 0);
+    else global_norm_squared(out, scratch, values, N, 0);
+}
+
+// Longest chain of fp32 roundings from one term to the result (all terms are >= 0, so the relative
+// error is at most that many unit roundoffs): v1 squares once, reduces through 10 tree levels, then
+// adds up to one atomic per block; production as derived in test/test_global_norm.cu.
+template <class T>
+static double rounding_path(Variant k, size_t N) {
+    if (k == Variant::Atomic) return 1 + 10 + (double)CEIL_DIV(N, (size_t)512);
+    const size_t P = Packed128<T>::size, blocks = global_norm_num_blocks(N);
+    return (double)(CEIL_DIV(N / P, blocks * GLOBAL_NORM_BLOCK_SIZE) * P + 1 + 10 +
+                    CEIL_DIV(blocks, (size_t)GLOBAL_NORM_FINAL_BLOCK_SIZE) + 10);
+}
+
+// ----------------------------------------------------------------------------
+// Validation
+
+template <class T>
+static void validate(Variant k, size_t N) {
+    std::vector<float> xf(N);
+    th::fill_uniform(xf.data(), N, 17 + N);
+    std::vector<T> x(N);
+    for (size_t i = 0; i < N; i++) x[i] = from_float<T>(xf[i]);
+    double ref = global_norm_squared_cpu(x);
+    T* d_x;
+    float* d_out;
+    void* d_scratch;
+    cudaCheck(cudaMalloc(&d_x, N * sizeof(T)));
+    cudaCheck(cudaMalloc(&d_out, sizeof(float)));
+    cudaCheck(cudaMalloc(&d_scratch, global_norm_scratch_bytes(N)));
+    cudaCheck(cudaMemcpy(d_x, x.data(), N * sizeof(T), cudaMemcpyHostToDevice));
+    float got[3];
+    for (int r = 0; r < 3; r++) {
+        run_variant(k, d_out, d_scratch, d_x, N);
+        cudaCheck(cudaMemcpy(&got[r], d_out, sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    char name[128];
+    const char* tn = std::is_same<T, float>::value ? "fp32" : "bf16";
+    snprintf(name, sizeof(name), "%s %s N=%zu: vs double", variant_name(k), tn, N);
+    th::check_close(name, &ref, &got[0], 1, th::tol(th::EPS_FP32, rounding_path<T>(k, N), 0));
+    if (k == Variant::Production) {
+        snprintf(name, sizeof(name), "%s %s N=%zu: same bits in 3 runs", variant_name(k), tn, N);
+        th::report(memcmp(&got[0], &got[1], 4) == 0 && memcmp(&got[0], &got[2], 4) == 0, name);
+    }
+    cudaCheck(cudaFree(d_x));
+    cudaCheck(cudaFree(d_out));
+    cudaCheck(cudaFree(d_scratch));
+}
+
+// ----------------------------------------------------------------------------
+// Benchmark
+
+// Peak DRAM bandwidth in GB/s from the device attributes, 0 when unknown (the CPU backend).
+static double peak_gbps() {
+    int device, clock_khz = 0, bus_bits = 0;
+    cudaCheck(cudaGetDevice(&device));
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+        cudaGetLastError();  // clear it, so the next launch check does not report it
+        return 0;
+    }
+    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
+}
+
+template <class T>
+static void benchmark(Variant k, size_t N, int reps, double peak) {
+    T* d_x;
+    float* d_out;
+    void* d_scratch;
+    cudaCheck(cudaMalloc(&d_x, N * sizeof(T)));
+    cudaCheck(cudaMalloc(&d_out, sizeof(float)));
+    cudaCheck(cudaMalloc(&d_scratch, global_norm_scratch_bytes(N)));
+    cudaCheck(cudaMemset(d_x, 0, N * sizeof(T)));
+    run_variant(k, d_out, d_scratch, d_x, N);  // warm-up
+    cudaEvent_t t0, t1;
+    cudaCheck(cudaEventCreate(&t0));
+    cudaCheck(cudaEventCreate(&t1));
+    cudaCheck(cudaEventRecord(t0, 0));
+    for (int r = 0; r < reps; r++) run_variant(k, d_out, d_scratch, d_x, N);
+    cudaCheck(cudaEventRecord(t1, 0));
+    cudaCheck(cudaEventSynchronize(t1));
+    float ms;
+    cudaCheck(cudaEventElapsedTime(&ms, t0, t1));
+    ms /= reps;
+    double gbps = (double)N * sizeof(T) / (ms * 1e-3) / 1e9;
+    char pct[32] = "";
+    if (peak > 0) snprintf(pct, sizeof(pct), " (%.0f%% of %.0f GB/s)", 100 * gbps / peak, peak);
+    printf("  %-12s %s N=%zu: %9.3f ms  %8.2f GB/s%s\n", variant_name(k), std::is_same<T, float>::value ? "fp32" : "bf16",
+           N, ms, gbps, pct);
+    cudaCheck(cudaEventDestroy(t0));
+    cudaCheck(cudaEventDestroy(t1));
+    cudaCheck(cudaFree(d_x));
+    cudaCheck(cudaFree(d_out));
+    cudaCheck(cudaFree(d_scratch));
+}
+
+int main() {
+    for (Variant k : {Variant::Atomic, Variant::Production}) {
+        for (size_t N : {(size_t)1, (size_t)1000, (size_t)123457}) {
+            validate<float>(k, N);
+            validate<__nv_bfloat16>(k, N);
+        }
+    }
+
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    const double peak = peak_gbps();
+    const bool cpu_backend = peak == 0;
+    // GPT-2 124M's gradient buffer on a GPU; 1M values on the CPU backend, whose timings measure the
+    // backend, not a GPU.
+    const size_t N = cpu_backend ? 1000003 : 124475904;
+    const int reps = cpu_backend ? 2 : 20;
+    printf("benchmark on %s%s:\n", prop.name, cpu_backend ? " (CPU-backend figures, not GPU performance)" : "");
+    for (Variant k : {Variant::Atomic, Variant::Production}) {
+        benchmark<float>(k, N, reps, peak);
+        benchmark<__nv_bfloat16>(k, N, reps, peak);
+    }
+    return th::finish();
+}
