@@ -1,0 +1,275 @@
+// test/test_encoder.cu — encoder_forward and encoder_backward (llmc/encoder.cuh) against a CPU
+// reference in double, for float and bf16, under forward/reverse/random thread orders; the backward
+// plan's checks of token ids.
+#include "../llmc/encoder.cuh"
+#include "harness.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// Helpers
+
+// A device buffer of n elements, filled from and read back to host vectors.
+template <class X>
+struct DeviceBuffer {
+    X* ptr = nullptr;
+    size_t n = 0;
+    explicit DeviceBuffer(size_t count) : n(count) { cudaCheck(cudaMalloc(&ptr, count * sizeof(X))); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    ~DeviceBuffer() { cudaCheck(cudaFree(ptr)); }
+    void upload(const std::vector<X>& h) {
+        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(X), cudaMemcpyHostToDevice));
+    }
+    std::vector<X> host() const {
+        std::vector<X> h(n);
+        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(X), cudaMemcpyDeviceToHost));
+        return h;
+    }
+};
+
+// n values uniform in [lo, hi), rounded to the storage type.
+template <class floatX>
+std::vector<floatX> random_values(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+    std::vector<float> f(n);
+    th::fill_uniform(f.data(), n, seed, lo, hi);
+    std::vector<floatX> out(n);
+    for (size_t i = 0; i < n; i++) out[i] = from_float<floatX>(f[i]);
+    return out;
+}
+
+// The values of a storage-type vector as doubles.
+template <class floatX>
+std::vector<double> to_doubles(const std::vector<floatX>& x) {
+    std::vector<double> d(x.size());
+    for (size_t i = 0; i < x.size(); i++) d[i] = to_float(x[i]);
+    return d;
+}
+
+// The dtype's name in test names.
+template <class floatX>
+const char* dtype_name() { return sizeof(floatX) == 4 ? "fp32" : "bf16"; }
+
+// Token ids in [0, V): `hot` of every 10 positions (on average) take token `hot_id`, so that its
+// group spans several 32-position segments; V-1 and 0 occur; the rest is uniform.
+std::vector<int> make_tokens(int n, int V, int hot_id, int hot, uint64_t seed) {
+    std::vector<float> u(n), w(n);
+    th::fill_uniform(u.data(), n, seed, 0.f, 1.f);
+    th::fill_uniform(w.data(), n, seed + 1, 0.f, 1.f);
+    std::vector<int> ids(n);
+    for (int i = 0; i < n; i++) ids[i] = u[i] * 10 < hot ? hot_id : std::min(V - 1, (int)(w[i] * V));
+    ids[0] = V - 1;
+    ids[n - 1] = 0;
+    return ids;
+}
+
+// One shape of the embeddings: B, T, C, the table sizes, token types or not.
+struct Shape {
+    int B, T, C, V, Vp, maxT, n_types;  // n_types 0: GPT-2 (no token types)
+    int hot;                            // tenths of the positions that take one frequent token
+};
+
+// Writes the shape's short description into buf (for test names).
+const char* describe(const Shape& s, char* buf, size_t len) {
+    snprintf(buf, len, "B=%d T=%d C=%d V=%d%s", s.B, s.T, s.C, s.V, s.n_types ? " +types" : "");
+    return buf;
+}
+
+// ----------------------------------------------------------------------------
+// Forward
+
+// encoder_forward against the double reference, under thread orders.
+template <class floatX>
+void test_forward(const Shape& s, uint64_t seed) {
+    int BT = s.B * s.T;
+    std::vector<floatX> wte = random_values<floatX>((size_t)s.Vp * s.C, seed);
+    std::vector<floatX> wpe = random_values<floatX>((size_t)s.maxT * s.C, seed + 1);
+    std::vector<floatX> wtt = random_values<floatX>((size_t)std::max(s.n_types, 1) * s.C, seed + 2);
+    std::vector<int> inp = make_tokens(BT, s.V, 3, s.hot, seed + 3);
+    std::vector<int> types(BT);
+    for (int i = 0; i < BT; i++) types[i] = s.n_types ? (i * 7 + i / s.T) % s.n_types : 0;
+
+    DeviceBuffer<floatX> d_out((size_t)BT * s.C), d_wte(wte.size()), d_wpe(wpe.size()), d_wtt(wtt.size());
+    DeviceBuffer<int> d_inp(BT), d_types(BT);
+    d_wte.upload(wte);
+    d_wpe.upload(wpe);
+    d_wtt.upload(wtt);
+    d_inp.upload(inp);
+    d_types.upload(types);
+    const int* types_ptr = s.n_types ? d_types.ptr : nullptr;
+    const floatX* wtt_ptr = s.n_types ? d_wtt.ptr : nullptr;
+
+    char shape[96], name[256];
+    describe(s, shape, sizeof(shape));
+    snprintf(name, sizeof(name), "encoder_forward %s %s: thread orders", dtype_name<floatX>(), shape);
+    auto out = th::run_orders(name, [&] {
+        encoder_forward(d_out.ptr, d_inp.ptr, d_wte.ptr, d_wpe.ptr, types_ptr, wtt_ptr, s.B, s.T, s.C, 0);
+        return d_out.host();
+    });
+
+    std::vector<double> ref((size_t)BT * s.C);
+    for (int bt = 0; bt < BT; bt++)
+        for (int c = 0; c < s.C; c++) {
+            double v = (double)to_float(wte[(size_t)inp[bt] * s.C + c]) + to_float(wpe[(size_t)(bt % s.T) * s.C + c]);
+            if (s.n_types) v += to_float(wtt[(size_t)types[bt] * s.C + c]);
+            ref[(size_t)bt * s.C + c] = v;
+        }
+    // Two fp32 additions of terms in [-1, 1): error <= u*|a+b| + u*|ref| <= eps + eps/2*|ref| (u = eps/2):
+    // atol = EPS_FP32, k = 1. bf16: one more rounding of the result, <= half a bf16 ulp: k = 1 of EPS_BF16.
+    th::Tol tol = sizeof(floatX) == 4 ? th::tol(th::EPS_FP32, 1, th::EPS_FP32) : th::tol(th::EPS_BF16, 1, th::EPS_FP32);
+    snprintf(name, sizeof(name), "encoder_forward %s %s: out vs double reference", dtype_name<floatX>(), shape);
+    th::check_close(name, ref.data(), to_doubles(out).data(), ref.size(), tol);
+}
+
+// ----------------------------------------------------------------------------
+// Backward
+
+// Compares a gradient table with per-element budgets: a sum of n terms rounded along a chain of
+// n+1 fp32 additions (the initial value included) errs by at most (n+1)*u*sum|terms| (Higham's
+// gamma bound; with eps = 2u it has a factor 2 to spare), and bf16 output adds one rounding of
+// at most half an ulp (k = 1 of EPS_BF16 leaves a factor 2).
+template <class floatX>
+bool check_gradient(const char* name, const std::vector<double>& ref, const std::vector<double>& abs_sum,
+                    const std::vector<int>& n_terms, const std::vector<floatX>& out) {
+    double out_eps = sizeof(floatX) == 4 ? 0.0 : th::EPS_BF16;
+    double max_err = 0, worst = 0;
+    size_t bad = 0, worst_i = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        double o = to_float(out[i]);
+        double err = std::fabs(o - ref[i]);
+        double budget = (n_terms[i] + 1) * th::EPS_FP32 * abs_sum[i] + out_eps * std::fabs(ref[i]);
+        if (!(err <= budget)) bad++;
+        double share = budget > 0 ? err / budget : (err > 0 ? INFINITY : 0);
+        if (std::isnan(err)) share = INFINITY;
+        if (err > max_err) max_err = err;
+        if (share > worst) { worst = share; worst_i = i; }
+    }
+    return th::report(bad == 0, name,
+                      "max_err=%.3g budget_used=%.0f%% (n=%zu, bad=%zu, worst at %zu: out=%.9g ref=%.9g)", max_err,
+                      worst * 100, ref.size(), bad, worst_i, (double)to_float(out[worst_i]), ref[worst_i]);
+}
+
+// encoder_backward (+= into random initial gradients) against the double reference, under
+// thread orders; `plan` is reused from the previous call, as a trainer reuses it across steps.
+template <class floatX>
+void test_backward(const Shape& s, EncoderBackwardPlan& plan, uint64_t seed) {
+    int BT = s.B * s.T, C = s.C;
+    int types_rows = std::max(s.n_types, 1);
+    std::vector<floatX> dout = random_values<floatX>((size_t)BT * C, seed);
+    std::vector<floatX> dwte0 = random_values<floatX>((size_t)s.Vp * C, seed + 1, -0.5f, 0.5f);
+    std::vector<floatX> dwpe0 = random_values<floatX>((size_t)s.maxT * C, seed + 2, -0.5f, 0.5f);
+    std::vector<floatX> dwtt0 = random_values<floatX>((size_t)types_rows * C, seed + 3, -0.5f, 0.5f);
+    std::vector<int> inp = make_tokens(BT, s.V, 7, s.hot, seed + 4);
+    std::vector<int> types(BT);
+    for (int i = 0; i < BT; i++) types[i] = s.n_types ? (i % s.T >= s.T / 3 ? 1 : 0) % s.n_types : 0;
+    if (s.n_types > 2) types[BT / 2] = s.n_types - 1;
+
+    DeviceBuffer<floatX> d_dout(dout.size()), d_dwte(dwte0.size()), d_dwpe(dwpe0.size()), d_dwtt(dwtt0.size());
+    DeviceBuffer<int> d_inp(BT), d_types(BT);
+    d_dout.upload(dout);
+    d_inp.upload(inp);
+    d_types.upload(types);
+    bool has_types = s.n_types > 0;
+    encoder_backward_plan(&plan, inp.data(), has_types ? types.data() : nullptr, s.B, s.T, C, s.V, s.n_types, 0);
+
+    char shape[96], name[256];
+    describe(s, shape, sizeof(shape));
+    snprintf(name, sizeof(name), "encoder_backward %s %s: thread orders (segments: %zu, multi-segment groups: %zu)",
+             dtype_name<floatX>(), shape, plan.segments.size(), plan.groups.size());
+    auto grads = th::run_orders(name, [&] {
+        d_dwte.upload(dwte0);
+        d_dwpe.upload(dwpe0);
+        d_dwtt.upload(dwtt0);
+        encoder_backward(d_dwte.ptr, d_dwpe.ptr, has_types ? d_dwtt.ptr : nullptr, plan, d_dout.ptr, d_inp.ptr,
+                         has_types ? d_types.ptr : nullptr, s.B, s.T, C, 0);
+        std::vector<floatX> all = d_dwte.host(), pe = d_dwpe.host(), tt = d_dwtt.host();
+        all.insert(all.end(), pe.begin(), pe.end());
+        all.insert(all.end(), tt.begin(), tt.end());
+        return all;
+    });
+
+    // Reference: the initial values plus the sums in double, with sum|terms| and the term counts.
+    std::vector<floatX> init = dwte0;
+    init.insert(init.end(), dwpe0.begin(), dwpe0.end());
+    init.insert(init.end(), dwtt0.begin(), dwtt0.end());
+    std::vector<double> ref = to_doubles(init), abs_sum(ref.size());
+    std::vector<int> n_terms(ref.size(), 0);
+    for (size_t i = 0; i < ref.size(); i++) abs_sum[i] = std::fabs(ref[i]);
+    size_t pe_base = dwte0.size(), tt_base = pe_base + dwpe0.size();
+    for (int bt = 0; bt < BT; bt++) {
+        size_t rows[3] = {(size_t)inp[bt] * C, pe_base + (size_t)(bt % s.T) * C, tt_base + (size_t)types[bt] * C};
+        for (int r = 0; r < (has_types ? 3 : 2); r++)
+            for (int c = 0; c < C; c++) {
+                double g = to_float(dout[(size_t)bt * C + c]);
+                ref[rows[r] + c] += g;
+                abs_sum[rows[r] + c] += std::fabs(g);
+                n_terms[rows[r] + c]++;
+            }
+    }
+    snprintf(name, sizeof(name), "encoder_backward %s %s: dwte, dwpe%s vs double reference", dtype_name<floatX>(),
+             shape, has_types ? ", dwtt" : "");
+    check_gradient(name, ref, abs_sum, n_terms, grads);
+}
+
+// ----------------------------------------------------------------------------
+// The plan's id checks: each runs in a child process, which must exit with a clear message.
+
+// Builds a plan from token ids with one bad entry (child process side).
+int run_bad_ids(const std::string& which) {
+    int B = 2, T = 5, V = 50;
+    std::vector<int> inp(B * T, 1), types(B * T, 0);
+    if (which == "token") inp[7] = V;
+    if (which == "negative") inp[3] = -1;
+    if (which == "type") types[4] = 2;
+    EncoderBackwardPlan plan;
+    encoder_backward_plan(&plan, inp.data(), types.data(), B, T, 8, V, 2, 0);
+    encoder_backward_plan_free(&plan);
+    return 0;
+}
+
+// Runs this binary with --bad-ids `which` and checks that it fails with the expected message.
+void expect_rejected(const char* self, const char* which, const char* must_contain) {
+    std::string cmd = std::string(self) + " --bad-ids " + which + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[1024];
+    size_t got;
+    while (p && (got = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
+    int status = p ? pclose(p) : -1;
+    bool ok = status != 0 && out.find(must_contain) != std::string::npos;
+    std::string name = std::string("encoder_backward_plan rejects a bad id: ") + which;
+    if (!out.empty() && out.back() == '\n') out.pop_back();
+    th::report(ok, name.c_str(), "status %d | %s", status, out.substr(0, 200).c_str());
+}
+
+// ----------------------------------------------------------------------------
+
+// Every test for one storage type.
+template <class floatX>
+void test_dtype() {
+    // GPT-2-like scaled down (C = 768/8; V=500 padded to 512); C = 100 and 45 are not multiples of
+    // 8 (bf16 falls back to element access) nor of 32; B = 40 > 32 splits every wpe row's group.
+    const Shape shapes[] = {
+        {4, 64, 96, 500, 512, 80, 0, 4},
+        {40, 5, 100, 500, 512, 8, 2, 1},
+        {3, 7, 45, 37, 40, 7, 3, 5},
+    };
+    uint64_t seed = 100;
+    for (const Shape& s : shapes) test_forward<floatX>(s, seed += 10);
+    EncoderBackwardPlan plan;  // one plan for all shapes and steps: it regrows and rebuilds
+    for (const Shape& s : shapes) test_backward<floatX>(s, plan, seed += 10);
+    test_backward<floatX>(shapes[0], plan, seed += 10);  // a second step of the same shape
+    encoder_backward_plan_free(&plan);
+}
+
+int main(int argc, char** argv) {
+    if (argc == 3 && std::string(argv[1]) == "--bad-ids") return run_bad_ids(argv[2]);
+    test_dtype<float>();
+    test_dtype<__nv_bfloat16>();
+    expect_rejected(argv[0], "token", "token id 50 at (b=1, t=2) is outside the vocabulary [0, 50)");
+    expect_rejected(argv[0], "negative", "token id -1 at (b=0, t=3)");
+    expect_rejected(argv[0], "type", "token type 2 at (b=0, t=4) is outside [0, 2)");
+    return th::finish();
+}

@@ -1,0 +1,205 @@
+// test/test_fused_classifier.cu — fused_classifier (llmc/fused_classifier.cuh) against a CPU
+// reference in double from the same (storage-rounded) logits, for float and bf16, under
+// forward/reverse/random thread orders: losses, dlogits, vocabulary padding, ignored rows, large
+// logits, loss-only mode, and the report of an out-of-range target.
+#include "../llmc/fused_classifier.cuh"
+#include "harness.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// Helpers
+
+// A device buffer of n elements, filled from and read back to host vectors.
+template <class X>
+struct DeviceBuffer {
+    X* ptr = nullptr;
+    size_t n = 0;
+    explicit DeviceBuffer(size_t count) : n(count) { cudaCheck(cudaMalloc(&ptr, count * sizeof(X))); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    ~DeviceBuffer() { cudaCheck(cudaFree(ptr)); }
+    void upload(const std::vector<X>& h) {
+        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(X), cudaMemcpyHostToDevice));
+    }
+    std::vector<X> host() const {
+        std::vector<X> h(n);
+        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(X), cudaMemcpyDeviceToHost));
+        return h;
+    }
+};
+
+// The dtype's name in test names.
+template <class T>
+const char* dtype_name() { return sizeof(T) == 4 ? "fp32" : "bf16"; }
+
+// One case: the shape, the logits' spread and offset, which rows are ignored or out of range.
+struct Case {
+    const char* what;
+    int N, V, Vp;
+    float spread;       // logits uniform in [-spread, spread) ...
+    float offset;       // ... plus offset * (row % 3 - 1): large logits must not overflow exp
+    float padding;      // value of the padding columns V..Vp-1 (must never matter; NaN is allowed)
+    int ignore_index;   // -1: none matches
+    int ignored_every;  // every k-th row's target is ignore_index (0: none)
+    int bad_row;        // a row whose target is V (out of range), or -1
+    bool write_dlogits;
+};
+
+// The statistics of the reference: loss, and dlogits (0 where the row is ignored or invalid).
+struct Reference {
+    std::vector<double> loss, dlogits;
+    double max_magnitude = 0;  // max over counted rows of |max logit - target logit| + log V
+};
+
+// Loss and dlogits of every row in double, as fused_classifier defines them.
+Reference reference(const std::vector<double>& x, const std::vector<int>& targets, int N, int V, int Vp, double dloss,
+                    int ignore_index) {
+    Reference r;
+    r.loss.assign(N, 0.0);
+    r.dlogits.assign((size_t)N * Vp, 0.0);
+    for (int n = 0; n < N; n++) {
+        int t = targets[n];
+        if (t == ignore_index || t < 0 || t >= V) {
+            r.loss[n] = t == ignore_index ? 0.0 : NAN;
+            continue;
+        }
+        const double* row = &x[(size_t)n * Vp];
+        double m = *std::max_element(row, row + V), s = 0;
+        for (int i = 0; i < V; i++) s += std::exp(row[i] - m);
+        r.loss[n] = m + std::log(s) - row[t];
+        for (int i = 0; i < V; i++) r.dlogits[(size_t)n * Vp + i] = (std::exp(row[i] - m) / s - (i == t)) * dloss;
+        r.max_magnitude = std::max(r.max_magnitude, std::fabs(m - row[t]) + std::log((double)V));
+    }
+    return r;
+}
+
+// ----------------------------------------------------------------------------
+
+// Runs one case under thread orders and checks losses, dlogits and the exact zeros.
+template <class T>
+void run_case(const Case& c, uint64_t seed) {
+    size_t n = (size_t)c.N * c.Vp;
+    std::vector<float> u(n);
+    th::fill_uniform(u.data(), n, seed, -c.spread, c.spread);
+    std::vector<T> logits(n);
+    std::vector<double> x(n);  // the reference starts from the same storage-rounded logits
+    for (int r = 0; r < c.N; r++)
+        for (int i = 0; i < c.Vp; i++) {
+            size_t k = (size_t)r * c.Vp + i;
+            float v = i < c.V ? u[k] + c.offset * (r % 3 - 1) : c.padding;
+            logits[k] = from_float<T>(v);
+            x[k] = to_float(logits[k]);
+        }
+    std::vector<int> targets(c.N);
+    int counted = 0;
+    for (int r = 0; r < c.N; r++) {
+        targets[r] = (int)(((uint64_t)r * 2654435761u + seed) % c.V);
+        if (c.ignored_every && r % c.ignored_every == 1) targets[r] = c.ignore_index;
+        if (r == c.bad_row) targets[r] = c.V;
+        counted += targets[r] != c.ignore_index;
+    }
+    targets[0] = c.V - 1;  // the last real column, next to the padding
+    if (c.N > 2) targets[2] = 0;
+    float dloss = 1.f / std::max(counted, 1);
+    Reference ref = reference(x, targets, c.N, c.V, c.Vp, dloss, c.ignore_index);
+
+    DeviceBuffer<T> d_logits(n);
+    DeviceBuffer<float> d_losses(c.N);
+    DeviceBuffer<int> d_targets(c.N);
+    d_targets.upload(targets);
+    std::vector<float> losses;
+    char name[256];
+    snprintf(name, sizeof(name), "fused_classifier %s %s (N=%d V=%d Vp=%d): thread orders", dtype_name<T>(), c.what,
+             c.N, c.V, c.Vp);
+    std::vector<T> out = th::run_orders(name, [&] {
+        d_logits.upload(logits);
+        fused_classifier(d_logits.ptr, d_losses.ptr, d_targets.ptr, c.N, c.V, c.Vp, dloss, c.ignore_index,
+                         c.write_dlogits, 0);
+        losses = d_losses.host();
+        std::vector<T> result = d_logits.host();
+        // the losses travel with the logits so that run_orders compares both
+        const T* l = reinterpret_cast<const T*>(losses.data());
+        result.insert(result.end(), l, l + c.N * sizeof(float) / sizeof(T));
+        return result;
+    });
+    losses.assign(reinterpret_cast<const float*>(out.data() + n), reinterpret_cast<const float*>(out.data() + n) + c.N);
+    out.resize(n);
+
+    // Error budget of fp32 softmax statistics. k_sum bounds the roundings along the longest chain
+    // that builds the row's sum: per element an exp, a subtraction and an addition (3 per element
+    // of a thread's share), per level of the two butterfly reductions a merge (two exps, two
+    // products, an addition, a subtraction: 6 per level, 2*5 levels), plus 8 for the GPU's fast
+    // exp (2 ulp and the rounding of its argument's scaling). The loss (m - x[target]) + log(s)
+    // adds three roundings, each at most eps times |m - x[target]| + log V.
+    double k_sum = 3.0 * CEIL_DIV(c.V, CLASSIFIER_BLOCK) + 6 * 10 + 8;
+    th::Tol loss_tol{th::EPS_FP32 * (k_sum + 3 * ref.max_magnitude), 0};
+    std::vector<double> ref_loss, got_loss;
+    int nan_ok = 1;
+    for (int r = 0; r < c.N; r++) {
+        if (std::isnan(ref.loss[r])) {
+            nan_ok &= std::isnan(losses[r]);
+            continue;
+        }
+        ref_loss.push_back(ref.loss[r]);
+        got_loss.push_back(losses[r]);
+    }
+    snprintf(name, sizeof(name), "fused_classifier %s %s: losses vs double reference", dtype_name<T>(), c.what);
+    th::check_close(name, ref_loss.data(), got_loss.data(), ref_loss.size(), loss_tol);
+    if (c.bad_row >= 0) {
+        snprintf(name, sizeof(name), "fused_classifier %s %s: out-of-range target gives loss NaN", dtype_name<T>(),
+                 c.what);
+        th::report(nan_ok, name, "row %d, target %d, loss %g", c.bad_row, c.V, (double)losses[c.bad_row]);
+    }
+
+    if (!c.write_dlogits) {
+        snprintf(name, sizeof(name), "fused_classifier %s %s: logits untouched without write_dlogits", dtype_name<T>(),
+                 c.what);
+        th::check_bitwise(name, logits.data(), out.data(), n * sizeof(T));
+        return;
+    }
+    // dlogits = (p - onehot) * dloss: p carries k_sum roundings relative (plus 2 for the division
+    // and product), the subtraction and the scaling by dloss 2 more; near the target p - 1 can
+    // cancel, hence the absolute floor dloss * k * eps. bf16 adds one rounding of the result,
+    // at most half an ulp: k = 1 of EPS_BF16.
+    double k = k_sum + 4;
+    th::Tol tol = sizeof(T) == 4 ? th::Tol{dloss * k * th::EPS_FP32, k * th::EPS_FP32}
+                                 : th::Tol{dloss * k * th::EPS_FP32, th::EPS_BF16 + k * th::EPS_FP32};
+    std::vector<double> got(n);
+    size_t nonzero_outside = 0;  // padding columns and ignored/invalid rows must be exactly 0
+    for (size_t i = 0; i < n; i++) {
+        got[i] = to_float(out[i]);
+        int r = (int)(i / c.Vp), col = (int)(i % c.Vp);
+        bool counted_row = targets[r] != c.ignore_index && targets[r] >= 0 && targets[r] < c.V;
+        if ((col >= c.V || !counted_row) && to_float(out[i]) != 0.f) nonzero_outside++;
+    }
+    snprintf(name, sizeof(name), "fused_classifier %s %s: dlogits vs double reference", dtype_name<T>(), c.what);
+    th::check_close(name, ref.dlogits.data(), got.data(), n, tol);
+    snprintf(name, sizeof(name), "fused_classifier %s %s: padding columns and ignored rows are exactly 0",
+             dtype_name<T>(), c.what);
+    th::report(nonzero_outside == 0, name, "%zu nonzero", nonzero_outside);
+}
+
+// Every case for one storage type.
+template <class T>
+void test_dtype() {
+    const Case cases[] = {
+        // what                          N    V      Vp     spread offset padding ignore every bad  dlogits
+        {"GPT-2-like, NaN padding",      7,   500,   512,   4.f,   0.f,   NAN,    -100,  3,    -1,  true},
+        {"large logits, MLM ignore",     96,  500,   512,   8.f,   1000.f, 1e4f,  -100,  4,    -1,  true},
+        {"GPT-2 vocabulary",             2,   50257, 50304, 6.f,   0.f,   0.f,    -1,    0,    -1,  true},
+        {"odd sizes (element access)",   5,   37,    45,    3.f,   0.f,   7.f,    -1,    0,    -1,  true},
+        {"one row",                      1,   300,   320,   2.f,   0.f,   0.f,    -1,    0,    -1,  true},
+        {"out-of-range target",          7,   500,   512,   4.f,   0.f,   0.f,    -100,  0,    4,   true},
+        {"loss only",                    7,   500,   512,   4.f,   50.f,  0.f,    -100,  3,    -1,  false},
+    };
+    uint64_t seed = 7;
+    for (const Case& c : cases) run_case<T>(c, seed += 11);
+}
+
+int main() {
+    test_dtype<float>();
+    test_dtype<__nv_bfloat16>();
+    return th::finish();
+}
