@@ -46,7 +46,7 @@ BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
 
 # CPU backend: the shadow headers in llmc/simt/include come before the toolkit's.
 CPU_CXXFLAGS := -std=c++17 -O2 -g -fno-strict-aliasing -ftls-model=initial-exec -Wall -Wextra \
-                -Wno-unused-parameter -Wno-attributes -MMD -MP \
+                -Wno-unused-parameter -Wno-attributes -Wno-unknown-pragmas -MMD -MP \
                 -Illmc/simt/include -Illmc/simt -I$(CUDA_HOME)/include $(BLAS_CFLAGS) $(MPI_CFLAGS)
 CPU_LDLIBS   := -rdynamic -lboost_context -lopenblas -lpthread $(MPI_LIBS)
 # AddressSanitizer + UBSan build of the same sources (make test-asan).
@@ -101,9 +101,26 @@ $(BUILD)/asan/test_%: test/test_%.cu $(ASAN_SIMT_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXXFLAGS) -x c++ $< -x none $(ASAN_SIMT_OBJS) $(ASAN_LDLIBS) -o $@
 
+# GPU builds of the tests (run by `make test` when a GPU is present).
+$(BUILD)/gpu/test_%: test/test_%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -MMD -MP $< $(NVCC_LDLIBS) -o $@
+
 $(BUILD)/cpu/bench_simt: dev/cuda/bench_simt.cu $(CPU_SIMT_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPU_CXXFLAGS) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
+
+# ----------------------------------------------------------------------------
+# Trainers
+
+TRAINER_DEPS := $(wildcard llmc/*.cuh llmc/*.h)
+ifeq ($(TARGET),gpu)
+train_gpt2: train_gpt2.cu $(TRAINER_DEPS)
+	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+else
+train_gpt2: train_gpt2.cu $(TRAINER_DEPS) $(CPU_SIMT_OBJS)
+	$(CXX) $(filter-out -MMD -MP,$(CPU_CXXFLAGS)) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
+endif
 
 # ----------------------------------------------------------------------------
 # Tests
@@ -119,11 +136,18 @@ test:
 	@$(MAKE) --no-print-directory -j$(NPROC) $(CPU_TEST_BINS)
 	@BUILD_DIR=$(BUILD)/cpu ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" \
 	  CUDA_ARCHS="$(CUDA_ARCHS)" NVCC_CHECK_FLAGS="$(NVCC_CHECK_FLAGS)" CU_SOURCES="$(CU_SOURCES)" \
-	  GPU_INFO="$(GPU_INFO)" scripts/run_tests.sh
+	  scripts/run_tests.sh
+	@$(if $(GPU_INFO),$(MAKE) --no-print-directory test-gpu)
 
 test-asan:
 	@$(MAKE) --no-print-directory -j$(NPROC) $(ASAN_TEST_BINS)
 	@BUILD_DIR=$(BUILD)/asan ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
+
+# The kernel tests on a real GPU (needs nvidia-smi to find one).
+GPU_TESTS := $(filter-out simt $(if $(HAVE_MPI),,nccl),$(TESTS))
+test-gpu:
+	@$(MAKE) --no-print-directory -j$(NPROC) $(GPU_TESTS:%=$(BUILD)/gpu/test_%)
+	@BUILD_DIR=$(BUILD)/gpu TESTS="$(GPU_TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
 
 test-nvcc:
 	@BUILD_DIR= TESTS= NVCC="$(NVCC)" CUDA_ARCHS="$(CUDA_ARCHS)" NVCC_CHECK_FLAGS="$(NVCC_CHECK_FLAGS)" \

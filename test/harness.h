@@ -1,6 +1,9 @@
 // test/harness.h — the test harness every test shares: dtype-derived tolerances, one line per
 // test, a final "N passed, N failed" and a non-zero exit code when anything failed.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -58,10 +61,12 @@ inline int finish() {
 
 inline double to_double(float x) { return x; }
 inline double to_double(double x) { return x; }
+inline double to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
+inline double to_double(__half x) { return __half2float(x); }
 
 // Compares out against ref element-wise under tol; reports max abs error and the largest share of
-// the per-element budget used (a pass uses at most 100%). T needs a to_double overload (the kernel
-// tests add them for __half, __nv_bfloat16, fp8).
+// the per-element budget used (a pass uses at most 100%). T needs a to_double overload (float,
+// double, __nv_bfloat16 and __half are provided above).
 template <class T, class R>
 bool check_close(const char* name, const R* ref, const T* out, size_t n, Tol t) {
     double max_err = 0, worst_share = 0;

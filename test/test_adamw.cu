@@ -17,10 +17,6 @@
 #include <cstring>
 #include <vector>
 
-namespace th {
-inline double to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
-}  // namespace th
-
 // ----------------------------------------------------------------------------
 // Helpers
 

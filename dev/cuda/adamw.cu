@@ -15,10 +15,6 @@
 #include <cstring>
 #include <vector>
 
-namespace th {
-inline double to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
-}  // namespace th
-
 // ----------------------------------------------------------------------------
 // The parameter table of GPT-2 (llm.c's 16 tensors, layers stacked), weight decay on the matrices.
 

@@ -16,6 +16,15 @@
 // ----------------------------------------------------------------------------
 // CUDA keywords, defined before the toolkit headers see them
 
+// (#undef first: a toolkit header included earlier may have defined them as GPU attributes.)
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __constant__
+#undef __managed__
+#undef __grid_constant__
+#undef __launch_bounds__
+#undef __shared__
 #define __global__
 #define __device__
 #define __host__

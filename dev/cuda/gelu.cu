@@ -1,0 +1,240 @@
+// dev/cuda/gelu.cu — GELU forward and in-place backward (tanh and erf forms): a CPU reference, a
+// simpler variant, the production kernels of llmc/gelu.cuh (included, never copied), validation of
+// every variant against the reference, and a benchmark.
+//
+// GPU:          nvcc -std=c++17 -O3 --use_fast_math dev/cuda/gelu.cu -o gelu && ./gelu
+// CPU backend:  make build/cpu/test_simt (builds the backend objects), then, on one line,
+//               g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ dev/cuda/gelu.cu -x none build/cpu/simt/*.o
+//                   -Illmc/simt/include -Illmc/simt -I/usr/local/cuda/include
+//                   -I/usr/include/x86_64-linux-gnu/openblas-pthread -rdynamic -lboost_context -lopenblas
+//                   -lpthread $(mpicxx --showme:link) -o /tmp/gelu && /tmp/gelu
+// Validation runs everywhere and sets the exit code; the benchmark prints time and effective
+// bandwidth against the device's peak (on the CPU backend the figures say nothing about a GPU).
+#include "../../llmc/gelu.cuh"
+#include "../../test/harness.h"
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// CPU reference (double)
+
+// GELU(x) and GELU'(x), in forms without cancellation for negative x (1 + tanh(u) and 1 + erf(z)
+// lose every digit there, in double too): 0.5(1 + tanh(u)) = 1 / (1 + exp(-2u)), 0.5(1 + erf(z))
+// = 0.5 erfc(-z).
+double gelu_cpu(double x, GeluKind kind) {
+    if (kind == GeluKind::Tanh) return x / (1 + std::exp(-2 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+}
+double gelu_grad_cpu(double x, GeluKind kind) {
+    if (kind == GeluKind::Tanh) {
+        double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), sig = 1 / (1 + std::exp(-2 * u));
+        return sig + 2 * x * sig * (1 - sig) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+    }
+    return 0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+}
+
+// ----------------------------------------------------------------------------
+// Simpler variant (the production kernels are in llmc/gelu.cuh)
+
+// Variant 1: one element per thread, scalar loads, the textbook formulas (as llm.c writes them).
+// The production kernels move 16 bytes per operand per thread with one 128-bit instruction (4 or
+// 8 elements), so fewer instructions and threads carry the same bytes; they also use the
+// cancellation-free forms above (same cost: the kernels are memory-bound), which keep a few ulps
+// of relative accuracy where the textbook forms return 0 or noise for x below about -4.
+template <class T>
+__global__ void gelu_forward_kernel1(T* out, const T* inp, size_t N, GeluKind kind) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float x = to_float(inp[i]);
+    float y = kind == GeluKind::Tanh ? 0.5f * x * (1.f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)))
+                                     : 0.5f * x * (1.f + erff(x * 0.7071067812f));
+    out[i] = from_float<T>(y);
+}
+template <class T>
+__global__ void gelu_backward_inplace_kernel1(T* d_in_out, const T* inp, size_t N, GeluKind kind) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float x = to_float(inp[i]), grad;
+    if (kind == GeluKind::Tanh) {
+        float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
+        grad = 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * 0.7978845608f * (1.f + 3.f * 0.044715f * x * x);
+    } else {
+        grad = 0.5f * (1.f + erff(x * 0.7071067812f)) + x * 0.3989422804f * expf(-0.5f * x * x);
+    }
+    d_in_out[i] = from_float<T>(to_float(d_in_out[i]) * grad);
+}
+
+template <class T>
+void gelu_forward1(T* out, const T* inp, size_t N, GeluKind kind, cudaStream_t stream) {
+    cudaCheck(launch_kernel(gelu_forward_kernel1<T>, dim3((unsigned)CEIL_DIV(N, (size_t)256)), dim3(256), 0, stream, out,
+                            inp, N, kind));
+}
+template <class T>
+void gelu_backward_inplace1(T* d_in_out, const T* inp, size_t N, GeluKind kind, cudaStream_t stream) {
+    cudaCheck(launch_kernel(gelu_backward_inplace_kernel1<T>, dim3((unsigned)CEIL_DIV(N, (size_t)256)), dim3(256), 0,
+                            stream, d_in_out, inp, N, kind));
+}
+
+// ----------------------------------------------------------------------------
+// Helpers
+
+template <class T> const char* dtype_name();
+template <> const char* dtype_name<float>() { return "fp32"; }
+template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
+
+// A device buffer, zeroed or holding a copy of host data, freed on scope exit.
+template <class T>
+struct Buffer {
+    T* ptr = nullptr;
+    size_t n;
+    explicit Buffer(size_t count) : n(count) {
+        cudaCheck(cudaMalloc(&ptr, n * sizeof(T)));
+        cudaCheck(cudaMemset(ptr, 0, n * sizeof(T)));
+    }
+    explicit Buffer(const std::vector<T>& h) : n(h.size()) {
+        cudaCheck(cudaMalloc(&ptr, n * sizeof(T)));
+        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    ~Buffer() { cudaCheck(cudaFree(ptr)); }
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    std::vector<float> host_floats() const {
+        std::vector<T> h(n);
+        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+        std::vector<float> f(n);
+        for (size_t i = 0; i < n; i++) f[i] = to_float(h[i]);
+        return f;
+    }
+};
+
+template <class T>
+std::vector<T> random_tensor(size_t n, uint64_t seed, float lo, float hi) {
+    std::vector<float> f(n);
+    th::fill_uniform(f.data(), n, seed, lo, hi);
+    std::vector<T> t(n);
+    for (size_t i = 0; i < n; i++) t[i] = from_float<T>(f[i]);
+    return t;
+}
+
+// The device's peak DRAM bandwidth in GB/s; 0 on the CPU backend, which has no such figure.
+double peak_gbps() {
+#if defined(SIMT_CPU)
+    return 0;
+#else
+    int device = 0, clock_khz = 0, bus_bits = 0;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device));
+    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
+#endif
+}
+
+// Average time of one call of `run` over `reps` calls after a warm-up, in ms.
+float time_ms(const std::function<void()>& run, int reps) {
+    run();
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    cudaCheck(cudaEventRecord(start));
+    for (int i = 0; i < reps; i++) run();
+    cudaCheck(cudaEventRecord(stop));
+    cudaCheck(cudaEventSynchronize(stop));
+    float ms = 0;
+    cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    return ms / reps;
+}
+
+// Prints one benchmark line: time, and the bandwidth the necessary bytes imply.
+void bench_line(const char* name, float ms, double bytes) {
+    double gbps = bytes / (ms * 1e-3) / 1e9, peak = peak_gbps();
+    if (peak > 0)
+        printf("  %-46s %9.4f ms  %7.1f GB/s  %5.1f%% of peak %.0f GB/s\n", name, ms, gbps, 100 * gbps / peak, peak);
+    else
+        printf("  %-46s %9.4f ms  %7.3f GB/s  (CPU-backend figures)\n", name, ms, gbps);
+}
+
+// ----------------------------------------------------------------------------
+// Validation
+
+// Both variants, both kinds, against the double reference at N elements (x in [-6, 6), dout in
+// [-1, 1)). One tolerance fits both variants: atol = 8 eps_fp32 * 6 covers the textbook forms'
+// absolute error in the negative tail (1 + tanh(u) is off by ~eps near -1, times 0.5|x| <= 3),
+// rtol = 16 eps_fp32 the fp32 evaluation elsewhere, or eps_bf16 for the one rounding to bf16.
+template <class T>
+void validate(size_t N) {
+    auto x = random_tensor<T>(N, 1, -6.f, 6.f), dout = random_tensor<T>(N, 2, -1.f, 1.f);
+    th::Tol tol{8 * th::EPS_FP32 * 6, sizeof(T) == 4 ? 16 * th::EPS_FP32 : dtype_eps<T>()};
+    char name[160];
+    for (GeluKind kind : {GeluKind::Tanh, GeluKind::Erf}) {
+        const char* kname = kind == GeluKind::Tanh ? "tanh" : "erf";
+        std::vector<double> ref(N), ref_grad(N);
+        for (size_t i = 0; i < N; i++) {
+            double xi = to_float(x[i]);
+            ref[i] = gelu_cpu(xi, kind);
+            ref_grad[i] = to_float(dout[i]) * gelu_grad_cpu(xi, kind);
+        }
+        for (int variant = 1; variant <= 2; variant++) {
+            const char* vname = variant == 1 ? "variant 1" : "(llmc)";
+            Buffer<T> d_x(x), d_out(N), d_grad(dout);
+            if (variant == 1) {
+                gelu_forward1(d_out.ptr, (const T*)d_x.ptr, N, kind, 0);
+                gelu_backward_inplace1(d_grad.ptr, (const T*)d_x.ptr, N, kind, 0);
+            } else {
+                gelu_forward(d_out.ptr, (const T*)d_x.ptr, N, kind, 0);
+                gelu_backward_inplace(d_grad.ptr, (const T*)d_x.ptr, N, kind, 0);
+            }
+            snprintf(name, sizeof(name), "gelu_forward %s %s %s N=%zu", vname, kname, dtype_name<T>(), N);
+            th::check_close(name, ref.data(), d_out.host_floats().data(), N, tol);
+            snprintf(name, sizeof(name), "gelu_backward_inplace %s %s %s N=%zu", vname, kname, dtype_name<T>(), N);
+            th::check_close(name, ref_grad.data(), d_grad.host_floats().data(), N, tol);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Benchmark
+
+template <class T>
+void benchmark(size_t N, int reps) {
+    size_t S = sizeof(T);
+    printf("%s, N=%zu:\n", dtype_name<T>(), N);
+    Buffer<T> x(random_tensor<T>(N, 1, -6.f, 6.f)), out(N), grad(random_tensor<T>(N, 2, -1.f, 1.f));
+    for (GeluKind kind : {GeluKind::Tanh, GeluKind::Erf}) {
+        const char* kname = kind == GeluKind::Tanh ? "tanh" : "erf";
+        char name[96];
+        snprintf(name, sizeof(name), "gelu_forward variant 1 (scalar) %s", kname);
+        bench_line(name, time_ms([&] { gelu_forward1(out.ptr, (const T*)x.ptr, N, kind, 0); }, reps), 2.0 * N * S);
+        snprintf(name, sizeof(name), "gelu_forward (llmc) %s", kname);
+        bench_line(name, time_ms([&] { gelu_forward(out.ptr, (const T*)x.ptr, N, kind, 0); }, reps), 2.0 * N * S);
+        // The gradient buffer is updated in place on every call; the values do not matter here.
+        snprintf(name, sizeof(name), "gelu_backward_inplace variant 1 (scalar) %s", kname);
+        bench_line(name, time_ms([&] { gelu_backward_inplace1(grad.ptr, (const T*)x.ptr, N, kind, 0); }, reps),
+                   3.0 * N * S);
+        snprintf(name, sizeof(name), "gelu_backward_inplace (llmc) %s", kname);
+        bench_line(name, time_ms([&] { gelu_backward_inplace(grad.ptr, (const T*)x.ptr, N, kind, 0); }, reps),
+                   3.0 * N * S);
+    }
+}
+
+int main() {
+    // Validation: a size that is not a multiple of the pack (4 fp32 / 8 bf16) or the block.
+    validate<float>(100003);
+    validate<__nv_bfloat16>(100003);
+
+    // Benchmark: GPT-2 124M's MLP activation (B=8, T=1024, 4C=3072) on a GPU; a slice on the CPU backend.
+#if defined(SIMT_CPU)
+    printf("benchmark (CPU backend: times are for the simulator, not for any GPU)\n");
+    benchmark<__nv_bfloat16>((size_t)64 * 3072, 2);
+#else
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("benchmark on %s\n", prop.name);
+    benchmark<__nv_bfloat16>((size_t)8 * 1024 * 3072, 50);
+    benchmark<float>((size_t)8 * 1024 * 3072, 50);
+#endif
+    return th::finish();
+}

@@ -1,0 +1,351 @@
+// llmc/layernorm.cuh — LayerNorm forward and backward, the residual add, and the two fused into one
+// pass: the normalization of GPT-2 (pre-LN, eps 1e-5) and BERT (post-LN, eps 1e-12).
+//
+// Layout: activations are rows of C channels, (N,C) with N = B*T; weight and bias are (C).
+// Statistics are fp32 (mean and rstd, saved for the backward pass); every output is computed in
+// fp32 and rounded once to the storage type T. Everything here is deterministic: no float atomics.
+#pragma once
+#include "cuda_common.h"
+#include "precision.cuh"
+
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace cg = cooperative_groups;
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+// Loads P consecutive elements as floats: one 128-bit access when P fills a Packed128 (the caller
+// has checked C and the pointers allow it), element by element when P == 1.
+template <int P, class T>
+__device__ inline void ln_load(float (&dst)[P], const T* src) {
+    if constexpr (P == Packed128<T>::size) {
+        Packed128<T> packed = load128(src);
+        for (int k = 0; k < P; k++) dst[k] = to_float(packed[k]);
+    } else {
+        static_assert(P == 1, "ln_load: P is 1 or Packed128<T>::size");
+        dst[0] = to_float(src[0]);
+    }
+}
+
+// Rounds P floats to T and stores them, the counterpart of ln_load.
+template <int P, class T>
+__device__ inline void ln_store(T* dst, const float (&src)[P]) {
+    if constexpr (P == Packed128<T>::size) {
+        Packed128<T> packed;
+        for (int k = 0; k < P; k++) packed[k] = from_float<T>(src[k]);
+        store128(dst, packed);
+    } else {
+        static_assert(P == 1, "ln_store: P is 1 or Packed128<T>::size");
+        dst[0] = from_float<T>(src[0]);
+    }
+}
+
+// LayerNorm forward, one warp per row; with kResidual it first forms the row as inp1 + inp2
+// (rounded to T, written to `residual`), otherwise the row is inp1 and inp2/residual are unused.
+// The row is read from global memory once and kept in shared memory (as T, so exactly) for the
+// two statistics passes and the normalization: two-pass mean/variance is robust to rows whose
+// mean is large against their spread, and the re-reads cost shared-memory bandwidth, not DRAM.
+// Each lane re-reads only the elements it stored itself, so no barrier is needed.
+// Lane l handles the chunks of P elements starting at l*P, l*P + 32*P, ... (coalesced).
+template <class T, int P, bool kResidual>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* residual, const T* inp1,
+                                         const T* inp2, const T* weight, const T* bias, int N, int C,
+                                         float eps) {
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    int lane = warp.thread_rank();
+    int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank();
+    if (row >= N) return;  // the whole warp leaves together
+    size_t offset = (size_t)row * C;
+    T* cached = dynamic_shared<T>() + (size_t)warp.meta_group_rank() * C;  // (C) this warp's row
+
+    float sum = 0.f;
+    for (int c = lane * P; c < C; c += 32 * P) {
+        float x[P];
+        ln_load(x, inp1 + offset + c);
+        if constexpr (kResidual) {
+            float y[P];
+            ln_load(y, inp2 + offset + c);
+            for (int k = 0; k < P; k++) x[k] = to_float(from_float<T>(x[k] + y[k]));
+            ln_store(residual + offset + c, x);
+        }
+        ln_store(cached + c, x);  // x holds values of T: the round trip is exact
+        for (int k = 0; k < P; k++) sum += x[k];
+    }
+    float m = cg::reduce(warp, sum, cg::plus<float>()) / C;
+
+    float sum_sq = 0.f;
+    for (int c = lane * P; c < C; c += 32 * P) {
+        float x[P];
+        ln_load(x, cached + c);
+        for (int k = 0; k < P; k++) sum_sq += (x[k] - m) * (x[k] - m);
+    }
+    float s = rsqrtf(cg::reduce(warp, sum_sq, cg::plus<float>()) / C + eps);
+
+    for (int c = lane * P; c < C; c += 32 * P) {
+        float x[P], w[P], b[P], o[P];
+        ln_load(x, cached + c);
+        ln_load(w, weight + c);
+        ln_load(b, bias + c);
+        for (int k = 0; k < P; k++) o[k] = (x[k] - m) * s * w[k] + b[k];
+        ln_store(out + offset + c, o);
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = s;
+    }
+}
+
+// out = inp1 + inp2, element-wise (the residual connection). Each thread handles one Packed128's
+// worth of elements: with one 128-bit access per operand when `packed` (all pointers 16-byte
+// aligned) and the pack lies inside N, element by element otherwise (the tail, or misaligned views).
+template <class T>
+__global__ void residual_forward_kernel(T* out, const T* inp1, const T* inp2, size_t N, bool packed) {
+    constexpr int P = Packed128<T>::size;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+    if (i >= N) return;
+    if (packed && i + P <= N) {
+        Packed128<T> a = load128cs(inp1 + i), b = load128cs(inp2 + i), o;
+        for (int k = 0; k < P; k++) o[k] = from_float<T>(to_float(a[k]) + to_float(b[k]));
+        store128(out + i, o);
+    } else {
+        for (size_t j = i; j < N && j < i + P; j++) out[j] = from_float<T>(to_float(inp1[j]) + to_float(inp2[j]));
+    }
+}
+
+// A warp's dweight/dbias accumulators keep element c + k of lane l's chunk (c = l*P + j*32*P,
+// k < P) at position j*32*P + k*32 + l, so that the 32 lanes updating element k of their chunks
+// touch 32 consecutive floats (no shared-memory bank conflicts; the natural order would be P-way).
+// This maps a position back to its channel (C or more for the padding past the last chunk).
+template <int P>
+__device__ inline int ln_acc_channel(int pos) {
+    int j = pos / (32 * P), r = pos % (32 * P);
+    return j * 32 * P + (r % 32) * P + r / 32;
+}
+
+// LayerNorm backward, one warp per row, over the rows [blockIdx.x * rows_per_block, + rows_per_block).
+// Accumulates into dinp: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), with
+// xhat = (x - mean) * rstd and dnorm = dout * weight, from the forward pass's mean and rstd.
+// The parameter gradients dweight = sum_rows dout*xhat, dbias = sum_rows dout are summed by each
+// warp in shared memory (each lane owns the elements it updates: no atomics), then over the
+// block's warps in warp order into this block's row of `partials`; layernorm_backward_reduce_kernel
+// adds the blocks' partials in block order. Fixed orders: the result is bit-reproducible.
+// Pass 2 re-reads dout, inp and weight, which the same warp has just read (L1 hits): shared memory
+// is spent on the accumulators instead.
+template <class T, int P>
+__global__ void layernorm_backward_kernel(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
+                                          const float* mean, const float* rstd, int N, int C, int rows_per_block) {
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int lane = warp.thread_rank(), w = warp.meta_group_rank(), n_warps = warp.meta_group_size();
+    int padded_C = CEIL_DIV(C, 32 * P) * 32 * P;
+    float* dweight_acc = dynamic_shared<float>() + (size_t)w * 2 * padded_C;  // (padded_C), see ln_acc_channel
+    float* dbias_acc = dweight_acc + padded_C;
+    for (int c = lane * P; c < C; c += 32 * P) {
+        for (int k = 0; k < P; k++) {
+            dweight_acc[c - lane * P + k * 32 + lane] = 0.f;
+            dbias_acc[c - lane * P + k * 32 + lane] = 0.f;
+        }
+    }
+
+    int row_end = min(N, (int)(blockIdx.x + 1) * rows_per_block);
+    for (int row = blockIdx.x * rows_per_block + w; row < row_end; row += n_warps) {
+        size_t offset = (size_t)row * C;
+        float m = mean[row], s = rstd[row];
+
+        float sum_dnorm = 0.f, sum_dnorm_xhat = 0.f;
+        for (int c = lane * P; c < C; c += 32 * P) {
+            float dy[P], x[P], wt[P];
+            ln_load(dy, dout + offset + c);
+            ln_load(x, inp + offset + c);
+            ln_load(wt, weight + c);
+            for (int k = 0; k < P; k++) {
+                float xhat = (x[k] - m) * s;
+                float dnorm = dy[k] * wt[k];
+                sum_dnorm += dnorm;
+                sum_dnorm_xhat += dnorm * xhat;
+                int pos = c - lane * P + k * 32 + lane;  // see ln_acc_channel
+                dweight_acc[pos] += dy[k] * xhat;
+                dbias_acc[pos] += dy[k];
+            }
+        }
+        float mean_dnorm = cg::reduce(warp, sum_dnorm, cg::plus<float>()) / C;
+        float mean_dnorm_xhat = cg::reduce(warp, sum_dnorm_xhat, cg::plus<float>()) / C;
+
+        for (int c = lane * P; c < C; c += 32 * P) {
+            float dy[P], x[P], wt[P], dx[P];
+            ln_load(dy, dout + offset + c);
+            ln_load(x, inp + offset + c);
+            ln_load(wt, weight + c);
+            ln_load(dx, dinp + offset + c);
+            for (int k = 0; k < P; k++) {
+                float xhat = (x[k] - m) * s;
+                dx[k] += s * (dy[k] * wt[k] - mean_dnorm - xhat * mean_dnorm_xhat);
+            }
+            ln_store(dinp + offset + c, dx);
+        }
+    }
+
+    block.sync();  // every warp's accumulators are complete
+    const float* acc = dynamic_shared<float>();
+    float* block_partials = partials + (size_t)blockIdx.x * 2 * C;  // (2,C): dweight, then dbias
+    for (int pos = threadIdx.x; pos < 2 * padded_C; pos += blockDim.x) {  // in position order: no bank conflicts
+        int which = pos / padded_C, c = ln_acc_channel<P>(pos % padded_C);
+        if (c >= C) continue;
+        float total = 0.f;
+        for (int v = 0; v < n_warps; v++) total += acc[(size_t)v * 2 * padded_C + pos];
+        block_partials[which * C + c] = total;
+    }
+}
+
+// dweight += sum over blocks of partials[g][0], dbias += sum of partials[g][1], summed in block
+// order: the deterministic second half of layernorm_backward's parameter-gradient reduction.
+// Block (32, 32): threadIdx.x picks one of 32 consecutive columns of the (2,C) partials (coalesced
+// loads), threadIdx.y strides over the blocks; the 32 column sums are combined in y order.
+template <class T>
+__global__ void layernorm_backward_reduce_kernel(T* dweight, T* dbias, const float* partials, int n_blocks, int C) {
+    __shared__ float column_sums[32][32];
+    int e = blockIdx.x * 32 + threadIdx.x;  // column of (2,C)
+    float sum = 0.f;
+    if (e < 2 * C)
+        for (int g = threadIdx.y; g < n_blocks; g += blockDim.y) sum += partials[(size_t)g * 2 * C + e];
+    column_sums[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && e < 2 * C) {
+        float total = 0.f;
+        for (int y = 0; y < (int)blockDim.y; y++) total += column_sums[y][threadIdx.x];
+        T* target = e < C ? dweight + e : dbias + (e - C);
+        *target = from_float<T>(to_float(*target) + total);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+constexpr int kLayernormForwardWarps = 8;      // rows per forward block
+constexpr int kLayernormBackwardWarps = 4;     // warps per backward block
+constexpr int kLayernormBackwardMinRows = 32;  // rows per backward block at least (amortizes its partials)
+constexpr int kLayernormBackwardMaxBlocks = 1024;
+
+// Exits with a message naming the op when N or C cannot describe a (N,C) tensor.
+inline void layernorm_check_shape(const char* op, int N, int C) {
+    if (N < 0 || C <= 0) {
+        fprintf(stderr, "%s: need N >= 0 rows and C > 0 channels, got N=%d C=%d\n", op, N, C);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory: opts in above the 48 KiB default, and exits
+// naming the op and C when the device cannot provide that much (C is too large for this kernel).
+template <class Kernel>
+inline void layernorm_reserve_smem(Kernel kernel, size_t bytes, const char* op, int C) {
+    if (bytes <= 48 * 1024) return;
+    int device = 0, max_optin = 0;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (bytes > (size_t)max_optin) {
+        fprintf(stderr, "%s: C=%d needs %zu bytes of shared memory per block, the device allows %d: C is too large\n",
+                op, C, bytes, max_optin);
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// Whether every pointer allows 128-bit access (cudaMalloc gives 256-byte alignment; views into
+// a tensor at odd offsets may not).
+inline bool layernorm_aligned16(std::initializer_list<const void*> pointers) {
+    for (const void* p : pointers)
+        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    return true;
+}
+
+// Shared by layernorm_forward and fused_residual_layernorm_forward: picks 128-bit or scalar access
+// and launches one warp per row.
+template <class T, bool kResidual>
+inline void layernorm_forward_launch(const char* op, T* out, float* mean, float* rstd, T* residual, const T* inp1,
+                                     const T* inp2, const T* weight, const T* bias, int N, int C, float eps,
+                                     cudaStream_t stream) {
+    layernorm_check_shape(op, N, C);
+    if (N == 0) return;
+    constexpr int P = Packed128<T>::size;
+    bool packed = C % P == 0 && layernorm_aligned16({out, residual, inp1, inp2, weight, bias});
+    auto kernel = packed ? layernorm_forward_kernel<T, P, kResidual> : layernorm_forward_kernel<T, 1, kResidual>;
+    size_t smem = (size_t)kLayernormForwardWarps * C * sizeof(T);
+    layernorm_reserve_smem(kernel, smem, op, C);
+    cudaCheck(launch_kernel(kernel, dim3(CEIL_DIV(N, kLayernormForwardWarps)), dim3(32 * kLayernormForwardWarps),
+                            smem, stream, out, mean, rstd, residual, inp1, inp2, weight, bias, N, C, eps));
+}
+
+// out = (inp - mean) * rstd * weight + bias per row of C channels; writes mean and rstd (N) for
+// the backward pass unless they are null (inference).
+template <class T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N, int C,
+                       float eps, cudaStream_t stream) {
+    layernorm_forward_launch<T, false>("layernorm_forward", out, mean, rstd, (T*)nullptr, inp, (const T*)nullptr,
+                                       weight, bias, N, C, eps, stream);
+}
+
+// residual = inp1 + inp2 (rounded to T), then out = layernorm(residual): the residual add and the
+// next layer's LayerNorm in one pass, saving the re-read of the residual stream.
+template <class T>
+void fused_residual_layernorm_forward(T* residual, T* out, float* mean, float* rstd, const T* inp1, const T* inp2,
+                                      const T* weight, const T* bias, int N, int C, float eps, cudaStream_t stream) {
+    layernorm_forward_launch<T, true>("fused_residual_layernorm_forward", out, mean, rstd, residual, inp1, inp2,
+                                      weight, bias, N, C, eps, stream);
+}
+
+// out = inp1 + inp2 over N elements (the residual connection; any N, any alignment).
+template <class T>
+void residual_forward(T* out, const T* inp1, const T* inp2, size_t N, cudaStream_t stream) {
+    if (N == 0) return;
+    constexpr int P = Packed128<T>::size;
+    const int block_size = 256;
+    bool packed = layernorm_aligned16({out, inp1, inp2});
+    cudaCheck(launch_kernel(residual_forward_kernel<T>, dim3((unsigned)CEIL_DIV(N, (size_t)block_size * P)),
+                            dim3(block_size), 0, stream, out, inp1, inp2, N, packed));
+}
+
+// How the backward pass splits the N rows over blocks: at least kLayernormBackwardMinRows rows
+// each (a multiple of the warps), at most kLayernormBackwardMaxBlocks blocks. Depends on N only,
+// so the summation order, hence the result, is the same on every GPU and on the CPU backend.
+inline int layernorm_backward_rows_per_block(int N) {
+    int rows = CEIL_DIV(N, kLayernormBackwardMaxBlocks);
+    if (rows < kLayernormBackwardMinRows) rows = kLayernormBackwardMinRows;
+    return CEIL_DIV(rows, kLayernormBackwardWarps) * kLayernormBackwardWarps;
+}
+
+// Bytes of scratch layernorm_backward needs: each block's partial dweight and dbias, (blocks,2,C) fp32.
+inline size_t layernorm_backward_scratch_bytes(int N, int C) {
+    if (N <= 0 || C <= 0) return 0;
+    size_t blocks = CEIL_DIV(N, layernorm_backward_rows_per_block(N));
+    return blocks * 2 * (size_t)C * sizeof(float);
+}
+
+// LayerNorm backward, accumulating: dinp += d(loss)/d(inp), dweight += ..., dbias += ... (the
+// residual stream's gradient and gradient accumulation over micro-batches rely on the +=).
+// mean and rstd are the forward pass's; scratch holds layernorm_backward_scratch_bytes(N, C).
+// Deterministic: the same inputs give the same bits.
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight,
+                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+    layernorm_check_shape("layernorm_backward", N, C);
+    if (N == 0) return;
+    constexpr int P = Packed128<T>::size;
+    bool packed = C % P == 0 && layernorm_aligned16({dinp, dout, inp, weight});
+    auto kernel = packed ? layernorm_backward_kernel<T, P> : layernorm_backward_kernel<T, 1>;
+    int padded_C = packed ? CEIL_DIV(C, 32 * P) * 32 * P : CEIL_DIV(C, 32) * 32;
+    size_t smem = (size_t)kLayernormBackwardWarps * 2 * padded_C * sizeof(float);
+    layernorm_reserve_smem(kernel, smem, "layernorm_backward", C);
+
+    int rows_per_block = layernorm_backward_rows_per_block(N);
+    int n_blocks = CEIL_DIV(N, rows_per_block);
+    float* partials = static_cast<float*>(scratch);  // (n_blocks,2,C)
+    cudaCheck(launch_kernel(kernel, dim3(n_blocks), dim3(32 * kLayernormBackwardWarps), smem, stream, dinp, partials,
+                            dout, inp, weight, mean, rstd, N, C, rows_per_block));
+    cudaCheck(launch_kernel(layernorm_backward_reduce_kernel<T>, dim3(CEIL_DIV(2 * C, 32)), dim3(32, 32), 0, stream,
+                            dweight, dbias, (const float*)partials, n_blocks, C));
+}
