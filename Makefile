@@ -106,6 +106,11 @@ $(BUILD)/gpu/test_%: test/test_%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -MMD -MP $< $(NVCC_LDLIBS) -o $@
 
+# dev/cuda/<op>.cu: validation of every kernel variant runs in `make test` (then a CPU-figure bench).
+$(BUILD)/cpu/dev_%: dev/cuda/%.cu $(CPU_SIMT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPU_CXXFLAGS) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
+
 $(BUILD)/cpu/bench_simt: dev/cuda/bench_simt.cu $(CPU_SIMT_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPU_CXXFLAGS) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
@@ -125,7 +130,8 @@ endif
 # ----------------------------------------------------------------------------
 # Tests
 
-CPU_TEST_BINS  := $(TESTS:%=$(BUILD)/cpu/test_%) $(BUILD)/asan/test_simt
+DEVS           := $(filter-out bench_simt,$(patsubst dev/cuda/%.cu,%,$(wildcard dev/cuda/*.cu)))
+CPU_TEST_BINS  := $(TESTS:%=$(BUILD)/cpu/test_%) $(BUILD)/asan/test_simt $(DEVS:%=$(BUILD)/cpu/dev_%)
 ASAN_TEST_BINS := $(TESTS:%=$(BUILD)/asan/test_%)
 
 NPROC := $(shell nproc 2>/dev/null || echo 2)
@@ -134,7 +140,7 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 # are built by a parallel sub-make, so a plain `make test` uses every core.
 test:
 	@$(MAKE) --no-print-directory -j$(NPROC) $(CPU_TEST_BINS)
-	@BUILD_DIR=$(BUILD)/cpu ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" \
+	@BUILD_DIR=$(BUILD)/cpu ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" DEVS="$(DEVS)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" \
 	  CUDA_ARCHS="$(CUDA_ARCHS)" NVCC_CHECK_FLAGS="$(NVCC_CHECK_FLAGS)" CU_SOURCES="$(CU_SOURCES)" \
 	  scripts/run_tests.sh
 	@$(if $(GPU_INFO),$(MAKE) --no-print-directory test-gpu)

@@ -5,6 +5,7 @@
 #   BUILD_DIR   directory of the test binaries (empty: skip them)
 #   ASAN_DIR    directory of the ASan build of test_simt (runs the planted ASan bugs)
 #   TESTS       test names (test_<name>)
+#   DEVS        dev/cuda file names whose validation runs too (dev_<name>)
 #   NVCC, CUDA_ARCHS, NVCC_CHECK_FLAGS, CU_SOURCES   compile checks (NVCC empty: skip)
 set -u
 passed=0
@@ -46,6 +47,9 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
                 run "test_nccl (3 ranks)" "${MPIRUN[@]}" -np 3 "$BUILD_DIR/test_nccl" ;;
             *) run "test_$t" "$BUILD_DIR/test_$t" ;;
         esac
+    done
+    for d in ${DEVS:-}; do
+        run "dev/cuda/$d.cu" "$BUILD_DIR/dev_$d"
     done
 fi
 
