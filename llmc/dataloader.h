@@ -15,7 +15,9 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -122,7 +124,8 @@ class DataLoader {
         window_pos_ = 0;
         loaded_shard_ = SIZE_MAX;
         plan_epoch();
-        prefetch();
+        prefetch();    // batch 0 into the spare buffer...
+        next_batch();  // ...made current, and batch 1 prefetched
     }
 
     // Makes the next batch current: inputs()/targets() point at it (B*T ints each, pinned), and
@@ -219,6 +222,6 @@ class DataLoader {
     size_t order_pos_ = 0, window_pos_ = 0;  // read position: shard_order_ index, window index
     int* inputs_[2] = {nullptr, nullptr};    // double buffer (pinned): current_ and the prefetch
     int* targets_[2] = {nullptr, nullptr};
-    int current_ = 1;  // reset() prefetches into 1-current_ = 0 and next_batch() flips to it
+    int current_ = 0;  // the buffer inputs()/targets() return; the worker fills the other one
     std::thread worker_;
 };

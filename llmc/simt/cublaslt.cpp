@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -557,6 +558,10 @@ const StatusText* find_status(cublasStatus_t s) {
 
 // Creates the handle: a context holding reusable scratch (no device to bind here).
 cublasStatus_t CUBLASWINAPI cublasLtCreate(cublasLtHandle_t* lightHandle) {
+    // OpenBLAS's own thread pool spins and yields between calls, which costs more than it gains
+    // for the project's GEMMs on a few cores (and competes with SIMT_THREADS workers): one thread,
+    // unless the user asked otherwise through OPENBLAS_NUM_THREADS.
+    if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
     if (!lightHandle) return CUBLAS_STATUS_INVALID_VALUE;
     *lightHandle = new cublasLtContext();
     return CUBLAS_STATUS_SUCCESS;

@@ -111,6 +111,7 @@ struct Worker {
     dim3 block;
     int nthreads = 0;
     int n_exited = 0, n_at_barrier = 0, n_at_warp = 0;
+    unsigned warp_waiting[32] = {};  // per warp of the block: lanes waiting at a warp collective
     int lane_order[32];          // lane permutation of the current phase (Order::Random)
     std::vector<int> warp_order; // warp permutation of the current barrier interval
     uint64_t rng = 0;            // for Order::Random
@@ -275,14 +276,15 @@ Fiber* take_fiber(Worker* w) {
     if (w->fibers.size() == w->fibers.capacity()) die(w, nullptr, "fiber pool exhausted");
     w->fibers.emplace_back();
     Fiber* f = &w->fibers.back();
-    f->map_size = stack_size() + kGuard;
+    // Stagger the stack tops by a different number of pages *and* cache lines per fiber: stacks
+    // of equal size would put every fiber's top at the same page offset modulo the TLB's set
+    // count and the same L1 set, so switching among a warp's 32 fibers would thrash both.
+    size_t stagger = ((w->fibers.size() - 1) % 32) * (4096 + 128);
+    f->map_size = stack_size() + kGuard + 32 * (4096 + 128);
     void* m = mmap(nullptr, f->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) die(w, nullptr, "cannot map a fiber stack");
     mprotect(m, kGuard, PROT_NONE);
     f->map = static_cast<char*>(m);
-    // Stagger the stack tops across a page: with identical offsets every switch would hit the
-    // same L1 cache sets and evict the previous fiber's saved registers.
-    size_t stagger = ((w->fibers.size() - 1) % 32) * 128;
     size_t usable = f->map_size - kGuard - stagger;
     f->ctx = fc::make_fcontext(f->map + kGuard + usable, usable, fiber_main);
 #if SIMT_ASAN
@@ -319,14 +321,22 @@ void switch_fiber(Worker* w, Fiber* from, Fiber* to) {
 #endif
 }
 
-// The next runnable lane of the running warp in this phase's order, or null when the phase is over.
+void make_order(Worker* w, int* order, int n);
+
+// The next runnable lane of the running warp in this phase's order. At the end of the order the
+// phase starts over (a collective completed by its last lane makes the others runnable again), so
+// null means no lane of the warp can run: all wait at a barrier, have exited, or are stuck.
 Thread* next_in_phase(Worker* w) {
     int n = w->warp_lanes;
-    while (w->phase_pos < n) {
-        int k = w->phase_pos++;
-        int l = w->order_kind == Order::Forward ? k : w->order_kind == Order::Reverse ? n - 1 - k : w->lane_order[k];
-        Thread* t = &w->threads[w->warp_base + l];
-        if (t->state == State::Runnable) return t;
+    for (int round = 0; round < 2; round++) {
+        while (w->phase_pos < n) {
+            int k = w->phase_pos++;
+            int l = w->order_kind == Order::Forward ? k : w->order_kind == Order::Reverse ? n - 1 - k : w->lane_order[k];
+            Thread* t = &w->threads[w->warp_base + l];
+            if (t->state == State::Runnable) return t;
+        }
+        w->phase_pos = 0;
+        if (w->order_kind == Order::Random) make_order(w, w->lane_order, n);
     }
     return nullptr;
 }
@@ -447,12 +457,13 @@ void complete_warp(Worker* w, int base, int nlanes, unsigned mask) {
     for (int l = 0; l < 32; l++)
         if (mask >> l & 1) lanes[l]->state = State::Runnable;
     w->n_at_warp -= __builtin_popcount(mask);
+    w->warp_waiting[base / 32] &= ~mask;
 }
 
 // Completes every collective of the running warp whose lanes have all arrived; faults on one that
 // can never complete because a named lane has exited or waits at a different collective.
 bool resolve_warp(Worker* w) {
-    if (w->n_at_warp == 0) return false;
+    if (w->warp_waiting[w->warp_base / 32] == 0) return false;
     bool progress = false;
     int base = w->warp_base, nlanes = w->warp_lanes;
     for (int l = 0; l < nlanes; l++) {
@@ -480,6 +491,22 @@ bool resolve_warp(Worker* w) {
         }
     }
     return progress;
+}
+
+// True when every lane of mask in warp `base` waits at the same collective with the same mask
+// (then it can complete); false when one still waits elsewhere with a disjoint group in mind;
+// a lane that names the same lanes but a different collective is a fault.
+bool collective_consistent(Worker* w, int base, unsigned mask) {
+    const Thread& first = w->threads[base + __builtin_ctz(mask)];
+    for (unsigned m = mask; m; m &= m - 1) {
+        const Thread& u = w->threads[base + __builtin_ctz(m)];
+        if (u.op == first.op && u.mask == first.mask) continue;
+        if ((u.mask & mask) == 0) return false;
+        die(w, &u, "lanes of one warp wait at different collectives: lane " + std::to_string(__builtin_ctz(m)) +
+                       " at " + waiting_at(u) + ", lane " + std::to_string(__builtin_ctz(mask)) + " at " +
+                       waiting_at(first));
+    }
+    return true;
 }
 
 // Releases a barrier every non-exited thread has reached, after checking they all reached the
@@ -542,6 +569,7 @@ void run_block(Worker* w, uint3 bid) {
     int n = w->nthreads, nwarps = (n + 31) / 32;
     for (int i = 0; i < n; i++) w->threads[i].state = State::Runnable;
     w->n_exited = w->n_at_barrier = w->n_at_warp = 0;
+    memset(w->warp_waiting, 0, sizeof(w->warp_waiting));
     // Uninitialised shared memory reads as NaN (all-ones bytes), deterministically.
     if (w->dyn_smem_size) memset(w->dyn_smem, 0xff, w->dyn_smem_size);
     w->order_kind = order_setting().order;
@@ -558,7 +586,7 @@ void run_block(Worker* w, uint3 bid) {
                 w->phase_pos = 0;
                 Thread* first = next_in_phase(w);
                 if (first) run_next(w, &w->sched, first);
-            } while (resolve_warp(w));
+            } while (resolve_warp(w));  // normally nothing left: collectives complete on arrival
         }
         if (w->n_exited == n) break;
         if (w->n_at_barrier + w->n_exited == n) {
@@ -759,6 +787,13 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
     if (!(mask >> lane & 1) || width <= 0 || width > 32 || (width & (width - 1))) bad_collective(w, t, lane);
     t->state = State::AtWarp;
     w->n_at_warp++;
+    // The last lane of the mask to arrive completes the collective and runs on without a switch.
+    int base = w->current_index / 32 * 32;
+    unsigned waiting = (w->warp_waiting[base / 32] |= 1u << lane);
+    if ((waiting & mask) == mask && collective_consistent(w, base, mask)) {
+        complete_warp(w, base, std::min(32, w->nthreads - base), mask);
+        return t->result;
+    }
     block_current(w, t);
     return t->result;
 }

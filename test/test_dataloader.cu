@@ -1,0 +1,173 @@
+// test/test_dataloader.cu — the token-shard dataloader: batches are the right tokens, ranks read
+// disjoint tokens that together equal one rank's, shuffling is a seeded permutation, and every
+// malformed input stops with one clear message and a non-zero exit (checked in child processes).
+#include "../llmc/cuda_common.h"
+#include "../llmc/dataloader.h"
+#include "harness.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+static std::string tmpdir;
+
+// Writes a shard with the given header fields and tokens (and optionally fewer bytes than promised).
+std::string write_shard(const std::string& name, const std::vector<uint16_t>& tokens, int magic = SHARD_MAGIC,
+                        int version = SHARD_VERSION, long header_count = -1, size_t drop_bytes = 0) {
+    std::string path = tmpdir + "/" + name;
+    FILE* f = fopen(path.c_str(), "wb");
+    int32_t h[256] = {};
+    h[0] = magic;
+    h[1] = version;
+    h[2] = header_count >= 0 ? (int32_t)header_count : (int32_t)tokens.size();
+    fwrite(h, 4, 256, f);
+    size_t bytes = tokens.size() * 2 - std::min(drop_bytes, tokens.size() * 2);
+    fwrite(tokens.data(), 1, bytes, f);
+    fclose(f);
+    return path;
+}
+
+std::vector<uint16_t> counting_tokens(size_t n, int vocab) {
+    std::vector<uint16_t> t(n);
+    for (size_t i = 0; i < n; i++) t[i] = (uint16_t)(i % vocab);
+    return t;
+}
+
+// Runs `body` in a child process and checks that it exits non-zero with `expect` on stderr.
+template <class F>
+void expect_error(const char* name, const std::string& expect, F body) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) { th::report(false, name, "pipe failed"); return; }
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        close(pipefd[0]);
+        body();
+        _exit(0);  // reached only if no error was raised
+    }
+    close(pipefd[1]);
+    std::string err;
+    char buf[1024];
+    ssize_t got;
+    while ((got = read(pipefd[0], buf, sizeof(buf))) > 0) err.append(buf, got);
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    bool one_line = std::count(err.begin(), err.end(), '\n') == 1;
+    bool ok = code != 0 && err.find(expect) != std::string::npos && one_line;
+    if (!err.empty() && err.back() == '\n') err.pop_back();
+    th::report(ok, name, "exit %d, stderr: %s", code, err.c_str());
+}
+
+void test_batches() {
+    int B = 2, T = 8, V = 1000;
+    std::string path = write_shard("count.bin", counting_tokens(200, V));
+    DataLoader dl(path, B, T, 0, 1, false, 0, V);
+    bool ok = true;
+    for (int batch = 0; batch < 3; batch++) {
+        for (int i = 0; i < B * T; i++) {
+            int start = batch * B * T;
+            ok &= dl.inputs()[i] == (start + i) % V && dl.targets()[i] == (start + i + 1) % V;
+        }
+        dl.next_batch();
+    }
+    th::report(ok && dl.batches_per_epoch() == (size_t)((200 - 1) / (B * T)), "dataloader: consecutive (B,T) windows, targets shifted by one",
+               "%zu batches per epoch", dl.batches_per_epoch());
+    // After an epoch it starts over.
+    dl.reset();
+    for (size_t k = 0; k < dl.batches_per_epoch(); k++) dl.next_batch();
+    th::report(dl.inputs()[0] == 0 && dl.epoch() == 1, "dataloader: wraps to the next epoch", "first token %d, epoch %d",
+               dl.inputs()[0], dl.epoch());
+}
+
+void test_ranks() {
+    int B = 2, T = 4, V = 60000, world = 3;
+    std::string path = write_shard("ranks.bin", counting_tokens(1000, V));
+    std::multiset<int> together;
+    for (int r = 0; r < world; r++) {
+        DataLoader dl(path, B, T, r, world, false, 0, V);
+        for (int k = 0; k < 5; k++) {
+            for (int i = 0; i < B * T; i++) together.insert(dl.inputs()[i]);
+            dl.next_batch();
+        }
+    }
+    DataLoader single(path, B * world, T, 0, 1, false, 0, V);
+    std::multiset<int> one;
+    for (int k = 0; k < 5; k++) {
+        for (int i = 0; i < B * T * world; i++) one.insert(single.inputs()[i]);
+        single.next_batch();
+    }
+    bool disjoint = together.size() == std::set<int>(together.begin(), together.end()).size();
+    th::report(disjoint && together == one, "dataloader: 3 ranks read disjoint tokens that equal one rank's with 3x B",
+               "%zu tokens", together.size());
+}
+
+void test_shuffle() {
+    int B = 1, T = 4, V = 60000;
+    std::string a = write_shard("shuf_a.bin", counting_tokens(401, V));
+    std::string b = write_shard("shuf_b.bin", counting_tokens(401, V));
+    (void)a;
+    (void)b;
+    auto firsts = [&](uint64_t seed) {
+        DataLoader dl(tmpdir + "/shuf_*.bin", B, T, 0, 1, true, seed, V);
+        std::vector<int> f;
+        for (size_t k = 0; k < dl.batches_per_epoch(); k++) {
+            f.push_back(dl.inputs()[0]);
+            dl.next_batch();
+        }
+        return f;
+    };
+    auto s1 = firsts(7), s2 = firsts(7), s3 = firsts(8);
+    std::vector<int> sorted = s1;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int> expect;
+    for (int shard = 0; shard < 2; shard++)
+        for (int k = 0; k < 100; k++) expect.push_back(k * 4);
+    std::sort(expect.begin(), expect.end());
+    bool is_perm = sorted == expect;
+    bool shuffled = s1 != [&] { std::vector<int> v; for (int s = 0; s < 2; s++) for (int k = 0; k < 100; k++) v.push_back(k * 4); return v; }();
+    th::report(is_perm && shuffled && s1 == s2 && s1 != s3,
+               "dataloader: shuffling is a seeded permutation of all windows of all shards",
+               "permutation %d, differs from sequential %d, same seed same order %d, other seed differs %d", is_perm,
+               shuffled, s1 == s2, s1 != s3);
+}
+
+void test_errors() {
+    int B = 2, T = 8, V = 500;
+    auto good = counting_tokens(100, V);
+    std::string bad_magic = write_shard("bad_magic.bin", good, 12345);
+    std::string bad_version = write_shard("bad_version.bin", good, SHARD_MAGIC, 2);
+    std::string truncated = write_shard("truncated.bin", good, SHARD_MAGIC, SHARD_VERSION, -1, 10);
+    std::string short_header = tmpdir + "/short_header.bin";
+    FILE* f = fopen(short_header.c_str(), "wb");
+    fwrite("abc", 1, 3, f);
+    fclose(f);
+    auto big = good;
+    big[57] = 777;
+    std::string bad_token = write_shard("bad_token.bin", big);
+    std::string tiny = write_shard("tiny.bin", counting_tokens(10, V));
+    auto open = [&](const std::string& p) { return [=] { DataLoader dl(p, B, T, 0, 1, false, 0, V); }; };
+    expect_error("dataloader error: bad magic", "bad magic 12345", open(bad_magic));
+    expect_error("dataloader error: bad version", "unsupported shard version 2", open(bad_version));
+    expect_error("dataloader error: truncated file", "truncated or corrupt", open(truncated));
+    expect_error("dataloader error: file shorter than a header", "too short for a token shard header", open(short_header));
+    expect_error("dataloader error: token >= vocab size", "token 777 at position 57 is outside the vocabulary", open(bad_token));
+    expect_error("dataloader error: too few tokens for one batch", "too few for one batch", open(tiny));
+    expect_error("dataloader error: no file matches", "no token shards match", open(tmpdir + "/nothing_*.bin"));
+}
+
+int main() {
+    char tmpl[] = "/tmp/llmc_dataloader_XXXXXX";
+    tmpdir = mkdtemp(tmpl);
+    test_batches();
+    test_ranks();
+    test_shuffle();
+    test_errors();
+    std::string cmd = "rm -rf " + tmpdir;
+    if (system(cmd.c_str()) != 0) fprintf(stderr, "could not remove %s\n", tmpdir.c_str());
+    return th::finish();
+}
