@@ -43,7 +43,7 @@ __device__ inline T* dynamic_shared() {
 #if defined(SIMT_CPU)
     return static_cast<T*>(simt::dynamic_shared_memory());
 #else
-    extern __shared__ __align__(16) unsigned char dynamic_smem_[];
+    extern __shared__ __align__(128) unsigned char dynamic_smem_[];
     return reinterpret_cast<T*>(dynamic_smem_);
 #endif
 }

@@ -646,7 +646,11 @@ void work_on(Job* job) {
         w->threads[i].tid = uint3{x, y, z};
     }
     w->dyn_smem_size = cfg.dynamicSmemBytes;
-    w->dyn_smem = cfg.dynamicSmemBytes ? malloc(cfg.dynamicSmemBytes) : nullptr;
+    // Exactly sized (ASan flags accesses past the requested size), 128-byte aligned like a GPU's
+    // shared memory window (WMMA needs 32).
+    w->dyn_smem = nullptr;
+    if (cfg.dynamicSmemBytes && posix_memalign(&w->dyn_smem, 128, cfg.dynamicSmemBytes) != 0)
+        die(w, nullptr, "cannot allocate dynamic shared memory");
     for (;;) {
         uint64_t b = job->next.fetch_add(1);
         if (b >= job->total) break;

@@ -1,0 +1,397 @@
+// dev/cuda/attention.cu — multi-head attention forward and backward: a CPU reference, a naive
+// variant that materializes the (B,NH,T,T) scores in global memory, the production flash-attention
+// kernels of llmc/attention.cuh (included, never copied), validation of every variant against the
+// reference, and a benchmark.
+//
+// GPU:          nvcc -std=c++17 -O3 --use_fast_math dev/cuda/attention.cu -o attention && ./attention
+// CPU backend:  make build/cpu/test_simt (builds the backend objects), then
+//               g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ dev/cuda/attention.cu -x none build/cpu/simt/*.o
+//                   -Illmc/simt/include -Illmc/simt -I/usr/local/cuda/include
+//                   -I/usr/include/x86_64-linux-gnu/openblas-pthread -rdynamic -lboost_context -lopenblas
+//                   -lpthread $(mpicxx --showme:link) -o /tmp/attention && /tmp/attention   (one line)
+// Validation runs everywhere and sets the exit code; the benchmark prints time and TFLOP/s against
+// the device's peak (on the CPU backend the figures say nothing about a GPU).
+//
+// Why flash attention is faster than variant 1. Variant 1 writes the scores, reads them back for
+// the softmax, writes P, and reads it again for P V (the backward adds dP and dS): O(B·NH·T²) bytes
+// of DRAM traffic, several times, against 4·B·NH·T²·HS FLOPs — at HS = 64 about 8 FLOPs per byte,
+// far below the ~300 FLOPs per byte an H100's tensor cores need, so it runs at DRAM speed and needs
+// B·NH·T² floats of memory (400 MB per buffer at B=8, NH=12, T=1024). Flash attention keeps each
+// 64×64 tile of scores in registers and shared memory: its traffic is O(B·NH·T·HS) per pass over
+// the keys, it skips the tiles above the causal diagonal or in padding, and its products run on
+// tensor cores.
+#include "../../llmc/attention.cuh"
+#include "../../llmc/mfu.h"
+#include "../../test/harness.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// CPU reference (double): out, lse and dqkv for the layout of llmc/attention.cuh
+
+struct Shape {
+    int B, T, C, NH;
+    bool causal;
+    std::vector<int> valid;  // empty: no padding
+    int HS() const { return C / NH; }
+    int valid_of(int b) const { return valid.empty() ? T : std::min(std::max(valid[b], 0), T); }
+};
+
+void attention_cpu(std::vector<double>& out, std::vector<double>& lse, std::vector<double>& dqkv,
+                   const std::vector<float>& qkv, const std::vector<float>& dout, const Shape& s) {
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH, HS = s.HS();
+    const double scale = 1.0 / std::sqrt((double)HS);
+    out.assign((size_t)B * T * C, 0);
+    lse.assign((size_t)B * NH * T, 0);
+    dqkv.assign((size_t)B * T * 3 * C, 0);
+    std::vector<double> p(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            auto at = [&](int t, int part, int d) { return ((size_t)b * T + t) * 3 * C + part * C + h * HS + d; };
+            auto x = [&](int t, int part, int d) { return (double)qkv[at(t, part, d)]; };
+            auto g = [&](int t, int d) { return (double)dout[((size_t)b * T + t) * C + h * HS + d]; };
+            auto dx = [&](int t, int part, int d) -> double& { return dqkv[at(t, part, d)]; };
+            int valid = s.valid_of(b);
+            for (int i = 0; i < valid; i++) {
+                int nk = s.causal ? i + 1 : valid;
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j < nk; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < HS; d++) dot += x(i, 0, d) * x(j, 1, d);
+                    m = std::max(m, p[j] = dot * scale);
+                }
+                for (int j = 0; j < nk; j++) sum += p[j] = std::exp(p[j] - m);
+                lse[((size_t)b * NH + h) * T + i] = m + std::log(sum);
+                double D = 0;
+                for (int d = 0; d < HS; d++) {
+                    double o = 0;
+                    for (int j = 0; j < nk; j++) o += p[j] / sum * x(j, 2, d);
+                    out[((size_t)b * T + i) * C + h * HS + d] = o;
+                    D += o * g(i, d);
+                }
+                for (int j = 0; j < nk; j++) {
+                    double pj = p[j] / sum, dp = 0;
+                    for (int d = 0; d < HS; d++) dp += g(i, d) * x(j, 2, d);
+                    double ds = pj * (dp - D) * scale;
+                    for (int d = 0; d < HS; d++) {
+                        dx(i, 0, d) += ds * x(j, 1, d);
+                        dx(j, 1, d) += ds * x(i, 0, d);
+                        dx(j, 2, d) += pj * g(i, d);
+                    }
+                }
+            }
+        }
+}
+
+// ----------------------------------------------------------------------------
+// Variant 1: naive kernels, the (B,NH,T,T) scores / probabilities in global memory, fp32 math.
+
+// att[b,h,i,j] = q_i·k_j / sqrt(HS), -inf where masked. One thread per score.
+template <class floatX>
+__global__ void naive_scores_kernel(float* att, const floatX* qkv, int B, int T, int C, int NH, bool causal,
+                                    const int* valid_len) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T * T) return;
+    int j = idx % T, i = (idx / T) % T, h = (idx / ((size_t)T * T)) % NH, b = idx / ((size_t)NH * T * T);
+    int HS = C / NH, valid = attn_valid_length(valid_len, b, T);
+    const floatX* q = qkv + ((size_t)b * T + i) * 3 * C + h * HS;
+    const floatX* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * HS;
+    float dot = 0.f;
+    for (int d = 0; d < HS; d++) dot += to_float(q[d]) * to_float(k[d]);
+    bool keep = i < valid && j < valid && (!causal || j <= i);
+    att[idx] = keep ? dot * rsqrtf((float)HS) : -INFINITY;
+}
+
+// Softmax of each row of att in place, and its logsumexp (if lse is not null); rows with every
+// score masked (padded queries) become zeros with lse 0. One warp per row.
+__global__ void naive_softmax_kernel(float* att, float* lse, int rows, int T) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    float* a = att + (size_t)row * T;
+    float m = -INFINITY;
+    for (int j = lane; j < T; j += 32) m = fmaxf(m, a[j]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float sum = 0.f;
+    for (int j = lane; j < T; j += 32) sum += m == -INFINITY ? 0.f : expf(a[j] - m);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    for (int j = lane; j < T; j += 32) a[j] = m == -INFINITY ? 0.f : expf(a[j] - m) / sum;
+    if (lse && lane == 0) lse[row] = m == -INFINITY ? 0.f : m + logf(sum);
+}
+
+// out[b,i,h,:] = sum_j P[b,h,i,j] v_j. One thread per output element.
+template <class floatX>
+__global__ void naive_pv_kernel(floatX* out, const float* att, const floatX* qkv, int B, int T, int C, int NH) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * C) return;
+    int c = idx % C, i = (idx / C) % T, b = idx / ((size_t)C * T), HS = C / NH, h = c / HS;
+    const float* p = att + (((size_t)b * NH + h) * T + i) * T;
+    const floatX* v = qkv + (size_t)b * T * 3 * C + 2 * C + c;
+    float o = 0.f;
+    for (int j = 0; j < T; j++) o += p[j] * to_float(v[(size_t)j * 3 * C]);
+    out[idx] = from_float<floatX>(o);
+}
+
+// dP[b,h,i,j] = dO_i·v_j. One thread per element.
+template <class floatX>
+__global__ void naive_dp_kernel(float* dp, const floatX* dout, const floatX* qkv, int B, int T, int C, int NH) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T * T) return;
+    int j = idx % T, i = (idx / T) % T, h = (idx / ((size_t)T * T)) % NH, b = idx / ((size_t)NH * T * T);
+    int HS = C / NH;
+    const floatX* g = dout + ((size_t)b * T + i) * C + h * HS;
+    const floatX* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * HS;
+    float dot = 0.f;
+    for (int d = 0; d < HS; d++) dot += to_float(g[d]) * to_float(v[d]);
+    dp[idx] = dot;
+}
+
+// dS = P ∘ (dP - rowsum(P ∘ dP)) in place of dP, times the score scale. One warp per row.
+__global__ void naive_ds_kernel(float* dp, const float* att, int rows, int T, float scale) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    float* g = dp + (size_t)row * T;
+    const float* p = att + (size_t)row * T;
+    float D = 0.f;
+    for (int j = lane; j < T; j += 32) D += p[j] * g[j];
+    for (int o = 16; o > 0; o >>= 1) D += __shfl_xor_sync(0xffffffffu, D, o);
+    for (int j = lane; j < T; j += 32) g[j] = p[j] * (g[j] - D) * scale;
+}
+
+// dq_t = sum_u dS[t,u] k_u, dk_t = sum_u dS[u,t] q_u, dv_t = sum_u P[u,t] dO_u. One thread per
+// element of dqkv.
+template <class floatX>
+__global__ void naive_grad_kernel(floatX* dqkv, const float* ds, const float* att, const floatX* qkv,
+                                  const floatX* dout, int B, int T, int C, int NH) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * 3 * C) return;
+    int col = idx % (3 * C), t = (idx / (3 * C)) % T, b = idx / ((size_t)3 * C * T);
+    int part = col / C, c = col % C, HS = C / NH, h = c / HS;
+    const float* S = (part == 2 ? att : ds) + ((size_t)b * NH + h) * T * T;
+    const floatX* base = qkv + (size_t)b * T * 3 * C;
+    float acc = 0.f;
+    for (int u = 0; u < T; u++) {
+        if (part == 0) acc += S[(size_t)t * T + u] * to_float(base[(size_t)u * 3 * C + C + c]);
+        if (part == 1) acc += S[(size_t)u * T + t] * to_float(base[(size_t)u * 3 * C + c]);
+        if (part == 2) acc += S[(size_t)u * T + t] * to_float(dout[((size_t)b * T + u) * C + c]);
+    }
+    dqkv[idx] = from_float<floatX>(acc);
+}
+
+// Scratch of variant 1: two (B,NH,T,T) fp32 buffers.
+size_t attention1_scratch_bytes(int B, int T, int NH) { return 2 * (size_t)B * NH * T * T * sizeof(float); }
+
+template <class floatX>
+void attention_forward1(floatX* out, float* lse, const floatX* qkv, void* scratch, int B, int T, int C, int NH,
+                        bool causal, const int* valid_len, cudaStream_t stream) {
+    float* att = static_cast<float*>(scratch);
+    size_t n_att = (size_t)B * NH * T * T;
+    cudaCheck(launch_kernel(naive_scores_kernel<floatX>, dim3(CEIL_DIV(n_att, 256)), dim3(256), 0, stream, att, qkv, B,
+                            T, C, NH, causal, valid_len));
+    cudaCheck(launch_kernel(naive_softmax_kernel, dim3(CEIL_DIV(B * NH * T, 8)), dim3(256), 0, stream, att, lse,
+                            B * NH * T, T));
+    cudaCheck(launch_kernel(naive_pv_kernel<floatX>, dim3(CEIL_DIV((size_t)B * T * C, 256)), dim3(256), 0, stream, out,
+                            (const float*)att, qkv, B, T, C, NH));
+}
+
+// Recomputes P with the forward (into the first scratch buffer) and derives the gradients.
+template <class floatX>
+void attention_backward1(floatX* dqkv, const floatX* dout, const floatX* qkv, void* scratch, int B, int T, int C,
+                         int NH, bool causal, const int* valid_len, cudaStream_t stream) {
+    float* att = static_cast<float*>(scratch);
+    float* dp = att + (size_t)B * NH * T * T;
+    size_t n_att = (size_t)B * NH * T * T;
+    cudaCheck(launch_kernel(naive_scores_kernel<floatX>, dim3(CEIL_DIV(n_att, 256)), dim3(256), 0, stream, att, qkv, B,
+                            T, C, NH, causal, valid_len));
+    cudaCheck(launch_kernel(naive_softmax_kernel, dim3(CEIL_DIV(B * NH * T, 8)), dim3(256), 0, stream, att,
+                            (float*)nullptr, B * NH * T, T));
+    cudaCheck(launch_kernel(naive_dp_kernel<floatX>, dim3(CEIL_DIV(n_att, 256)), dim3(256), 0, stream, dp, dout, qkv, B,
+                            T, C, NH));
+    cudaCheck(launch_kernel(naive_ds_kernel, dim3(CEIL_DIV(B * NH * T, 8)), dim3(256), 0, stream, dp, (const float*)att,
+                            B * NH * T, T, 1.f / std::sqrt((float)(C / NH))));
+    cudaCheck(launch_kernel(naive_grad_kernel<floatX>, dim3(CEIL_DIV((size_t)B * T * 3 * C, 256)), dim3(256), 0, stream,
+                            dqkv, (const float*)dp, (const float*)att, qkv, dout, B, T, C, NH));
+}
+
+// ----------------------------------------------------------------------------
+// Device buffers and helpers
+
+template <class T>
+struct Buffer {
+    T* ptr = nullptr;
+    size_t n = 0;
+    explicit Buffer(size_t count) : n(count) {
+        cudaCheck(cudaMalloc(&ptr, std::max<size_t>(count, 1) * sizeof(T)));
+        cudaCheck(cudaMemset(ptr, 0xff, count * sizeof(T)));  // NaN: unwritten elements show
+    }
+    ~Buffer() { cudaCheck(cudaFree(ptr)); }
+    void upload(const std::vector<T>& h) {
+        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    std::vector<double> host() const {
+        std::vector<T> h(n);
+        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+        std::vector<double> d(n);
+        for (size_t i = 0; i < n; i++) d[i] = to_float(h[i]);
+        return d;
+    }
+};
+
+template <class T> const char* dtype_name();
+template <> const char* dtype_name<float>() { return "fp32"; }
+template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
+
+// Average time of one call of `run` over `reps` calls after a warm-up, in ms.
+float time_ms(const std::function<void()>& run, int reps) {
+    run();
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    cudaCheck(cudaEventRecord(start));
+    for (int i = 0; i < reps; i++) run();
+    cudaCheck(cudaEventRecord(stop));
+    cudaCheck(cudaEventSynchronize(stop));
+    float ms = 0;
+    cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    return ms / reps;
+}
+
+// ----------------------------------------------------------------------------
+// Validation
+
+// Every variant against the double reference. Tolerances: |out - ref| <= k eps (|ref| + max|ref|):
+// fp32 sums of T terms of HS-long products, k = 2 (T + HS) + 16 (the derivation, and a sharper
+// per-element budget, are in test/test_attention.cu); bf16 adds the rounding of P, dS and the
+// outputs: k = 8 (the max|ref| term absorbs cancellation in dq and dk).
+template <class floatX>
+void validate(const Shape& s, uint64_t seed) {
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    const bool bf16 = std::is_same<floatX, __nv_bfloat16>::value;
+    std::vector<float> qkv((size_t)B * T * 3 * C), dout((size_t)B * T * C);
+    th::fill_uniform(qkv.data(), qkv.size(), seed, -2.f, 2.f);
+    th::fill_uniform(dout.data(), dout.size(), seed + 1, -1.f, 1.f);
+    std::vector<floatX> qkv_x(qkv.size()), dout_x(dout.size());
+    for (size_t i = 0; i < qkv.size(); i++) qkv[i] = to_float(qkv_x[i] = from_float<floatX>(qkv[i]));
+    for (size_t i = 0; i < dout.size(); i++) dout[i] = to_float(dout_x[i] = from_float<floatX>(dout[i]));
+    std::vector<double> out_ref, lse_ref, dqkv_ref;
+    attention_cpu(out_ref, lse_ref, dqkv_ref, qkv, dout, s);
+
+    double k = bf16 ? 8 : 2 * (T + s.HS()) + 16, eps = bf16 ? th::EPS_BF16 : th::EPS_FP32;
+    auto check = [&](const char* variant, const char* what, const std::vector<double>& ref,
+                     const std::vector<double>& got) {
+        double scale = 0;
+        for (double r : ref) scale = std::max(scale, std::fabs(r));
+        char name[256];
+        snprintf(name, sizeof(name), "%s %s B=%d T=%d C=%d NH=%d %s%s: %s", variant, dtype_name<floatX>(), B, T, C, NH,
+                 s.causal ? "causal" : "full", s.valid.empty() ? "" : " padded", what);
+        th::check_close(name, ref.data(), got.data(), ref.size(), th::tol(eps, k, k * eps * scale));
+    };
+
+    Buffer<floatX> d_qkv(qkv.size()), d_dout(dout.size()), out(dout.size()), dqkv(qkv.size());
+    Buffer<float> lse((size_t)B * NH * T);
+    Buffer<int> valid(s.valid.size());
+    d_qkv.upload(qkv_x);
+    d_dout.upload(dout_x);
+    if (!s.valid.empty()) valid.upload(s.valid);
+    const int* vl = s.valid.empty() ? nullptr : valid.ptr;
+    for (int variant = 1; variant <= 2; variant++) {
+        const char* label = variant == 1 ? "variant 1 (naive)" : "flash (llmc)";
+        if (variant == 1) {
+            Buffer<char> scratch(attention1_scratch_bytes(B, T, NH));
+            attention_forward1(out.ptr, lse.ptr, d_qkv.ptr, scratch.ptr, B, T, C, NH, s.causal, vl, 0);
+            attention_backward1(dqkv.ptr, d_dout.ptr, d_qkv.ptr, scratch.ptr, B, T, C, NH, s.causal, vl, 0);
+        } else {
+            Buffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH));
+            attention_forward(out.ptr, lse.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0);
+            attention_backward(dqkv.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
+                               vl, 0);
+        }
+        check(label, "out", out_ref, out.host());
+        check(label, "lse", lse_ref, lse.host());
+        check(label, "dqkv", dqkv_ref, dqkv.host());
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Benchmark
+
+// FLOPs of the forward: Q K^T and P V, 2·T·T·HS each per head, halved under a causal mask. The
+// backward is counted as 2.5x the forward (5 products instead of 2), FlashAttention's convention,
+// although this backward does 7 (see llmc/attention.cuh); variant 1 is charged the same FLOPs.
+template <class floatX>
+void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
+    const int C = NH * HS;
+    const Precision prec = std::is_same<floatX, float>::value ? Precision::FP32 : Precision::BF16;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    const double peak = peak_tflops(prop.name, prec, false);
+    const double fwd_flops = 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
+    printf("%s B=%d T=%d NH=%d HS=%d %s:\n", dtype_name<floatX>(), B, T, NH, HS, causal ? "causal" : "full");
+    std::vector<float> qkv_h((size_t)B * T * 3 * C), dout_h((size_t)B * T * C);
+    th::fill_uniform(qkv_h.data(), qkv_h.size(), 7);
+    th::fill_uniform(dout_h.data(), dout_h.size(), 8);
+    std::vector<floatX> qkv_x(qkv_h.size()), dout_x(dout_h.size());
+    for (size_t i = 0; i < qkv_h.size(); i++) qkv_x[i] = from_float<floatX>(qkv_h[i]);
+    for (size_t i = 0; i < dout_h.size(); i++) dout_x[i] = from_float<floatX>(dout_h[i]);
+    Buffer<floatX> qkv(qkv_h.size()), dout(dout_h.size()), out(dout_h.size()), dqkv(qkv_h.size());
+    Buffer<float> lse((size_t)B * NH * T);
+    Buffer<char> scratch1(attention1_scratch_bytes(B, T, NH)), scratch(attention_backward_scratch_bytes(B, T, C, NH));
+    qkv.upload(qkv_x);
+    dout.upload(dout_x);
+    auto line = [&](const char* name, float ms, double flops) {
+        double tflops = flops / (ms * 1e-3) / 1e12;
+        if (peak > 0)
+            printf("  %-42s %9.3f ms  %7.1f TFLOP/s  %5.1f%% of %s peak %.0f\n", name, ms, tflops, 100 * tflops / peak,
+                   prop.name, peak);
+        else
+            printf("  %-42s %9.3f ms  %9.5f TFLOP/s  (CPU-backend figures, no GPU peak)\n", name, ms, tflops);
+    };
+    auto fwd1 = [&] { attention_forward1(out.ptr, lse.ptr, qkv.ptr, scratch1.ptr, B, T, C, NH, causal, nullptr, 0); };
+    auto fwd = [&] { attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
+    auto bwd1 = [&] {
+        attention_backward1(dqkv.ptr, dout.ptr, qkv.ptr, scratch1.ptr, B, T, C, NH, causal, nullptr, 0);
+    };
+    auto bwd = [&] {
+        attention_backward(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal, nullptr, 0);
+    };
+    line("forward variant 1 (naive, scores in DRAM)", time_ms(fwd1, reps), fwd_flops);
+    line("forward (llmc, flash)", time_ms(fwd, reps), fwd_flops);
+    line("backward variant 1 (naive, scores in DRAM)", time_ms(bwd1, reps), 2.5 * fwd_flops);
+    line("backward (llmc, flash)", time_ms(bwd, reps), 2.5 * fwd_flops);
+}
+
+int main() {
+    // Validation: T not a multiple of the 64-row tile, every head size, causal and padded.
+    const std::vector<Shape> shapes = {
+        {2, 100, 64, 4, true, {}},         // HS = 16
+        {2, 77, 96, 3, false, {77, 30}},   // HS = 32, padded
+        {1, 130, 128, 2, true, {}},        // HS = 64
+        {2, 65, 256, 2, false, {1, 65}},   // HS = 128, padded
+    };
+    uint64_t seed = 1;
+    for (const Shape& s : shapes) {
+        validate<float>(s, seed);
+        validate<__nv_bfloat16>(s, seed);
+        seed += 2;
+    }
+
+    // Benchmark: GPT-2 124M's attention (B=8, T=1024, NH=12, HS=64) on a GPU; a small slice on the
+    // CPU backend.
+#if defined(SIMT_CPU)
+    printf("benchmark (CPU backend: times are for the simulator, not for any GPU)\n");
+    benchmark<__nv_bfloat16>(1, 128, 2, 64, true, 1);
+    benchmark<float>(1, 128, 2, 64, true, 1);
+#else
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("benchmark on %s\n", prop.name);
+    benchmark<__nv_bfloat16>(8, 1024, 12, 64, true, 20);
+    benchmark<__nv_bfloat16>(8, 1024, 12, 64, false, 20);
+    benchmark<float>(8, 1024, 12, 64, true, 5);
+#endif
+    return th::finish();
+}

@@ -1,0 +1,709 @@
+// llmc/attention.cuh — multi-head self-attention as flash attention, forward and backward, causal or padded (BERT).
+//
+// The T×T score matrix never lives in global memory.
+//
+// Layout (GPT-2's, as llm.c): each token's row of qkv (B,T,3C) holds [q (C) | k (C) | v (C)]; head h
+// uses columns h*HS .. h*HS+HS-1 of each part (HS = C/NH), and of out (B,T,C). Scores are scaled by
+// 1/sqrt(HS). Head sizes 16, 32, 64, 128 (a template parameter, dispatched at run time).
+//
+// Algorithm (FlashAttention-2). A block owns 64 rows (queries, or keys in the dK/dV kernel) of one
+// (batch, head), 16 per warp, keeps them in shared memory and streams 64-row tiles of the other
+// operand through shared memory. The forward keeps a running row max m and row sum l (online
+// softmax), rescales the accumulated output when m grows, and saves lse = m + log(l) per query
+// row, from which the backward recomputes P = exp(S - lse) tile by tile.
+//
+// Masks. causal: key j > query i gets zero weight; tiles entirely above the diagonal are never
+// visited. valid_len (B ints, device memory, or nullptr = all T valid): keys j >= valid_len[b] get
+// zero weight; query rows i >= valid_len[b] produce out = 0 and lse = 0 and pass no gradient (their
+// dq, dk, dv rows are 0); tiles entirely in padding are not computed. Values above T count as T.
+//
+// Precision. floatX = float: plain fp32 FMAs on CUDA cores, so the fp32 path is an exact reference
+// (no tensor cores, no tf32). floatX = __nv_bfloat16 (and later __half): tensor cores through WMMA
+// (m16n16k16, fp32 accumulate); P and dS are rounded to floatX before their products, as
+// FlashAttention does; softmax statistics and all accumulations stay fp32.
+//
+// Determinism. No atomics: the backward runs one kernel over key tiles for dK, dV and one over
+// query tiles for dQ (FlashAttention-2 accumulates dQ with fp32 atomics instead, which makes the
+// result depend on the order blocks finish). The cost: both kernels recompute S = QK^T, and each
+// computes dP = dO V^T, so the backward does 7 tile products per (query tile, key tile) instead of
+// 5 — about 40% more tensor-core work than FlashAttention-2's backward — and reads Q, K, V, dO twice.
+//
+// Why WMMA costs a shared-memory round trip. WMMA hides which lane holds which accumulator element,
+// so row-wise work (softmax max/sum, masks, rescaling) cannot be done on fragments: each warp stores
+// its 16×64 score tile to shared memory and reads it back in a known lane layout. The rescale of the
+// output accumulator (another round trip) is skipped whenever no row max of the warp changed, which
+// after the first tiles is the common case. On an H100, mma.sync/ldmatrix with known layouts and
+// cp.async/TMA double buffering would remove these round trips (PTX, which this project keeps out
+// of kernels); this file is the portable, tested baseline for them.
+#pragma once
+#include "cuda_common.h"
+#include "precision.cuh"
+
+#include <mma.h>
+
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+// Shapes and shared-memory layout of the attention kernels for storage type floatX and head size HS.
+// The warp lane layout used for every row-wise step (both math paths agree on it): lane = 8*rg + cg
+// holds rows rg + 4*i (i < 4) of its warp's 16 rows and columns cg + 8*j (j < 8) of a 64-column
+// tile; the 8 lanes sharing a row are consecutive, so a row reduction is 3 xor-shuffles.
+template <class floatX, int HS>
+struct AttnTile {
+    static_assert(HS == 16 || HS == 32 || HS == 64 || HS == 128, "head sizes 16, 32, 64, 128");
+    static constexpr int kWarps = 4;
+    static constexpr int kThreads = 32 * kWarps;
+    static constexpr int kRows = 16 * kWarps;  // rows a block owns (queries; keys in dK/dV)
+    static constexpr int kCols = 64;           // rows of the streamed operand per tile
+    // Row strides in shared memory. kLd adds 16 bytes to a row, so that the 8 rows the lanes of one
+    // 128-bit access phase read (fp32 scores) fall in distinct banks, and WMMA rows are skewed; kLdP
+    // and kLdX add 8 elements, so that the 4 rows the 4 row groups access at once start in distinct
+    // banks. All keep WMMA's 16-byte multiple for ldm.
+    static constexpr int kLd = HS + 16 / (int)sizeof(floatX);  // (64, HS) operand tiles
+    static constexpr int kLdP = kCols + 8;                     // a warp's (16, 64) P or dS tile
+    static constexpr int kLdX = (HS > kCols ? HS : kCols) + 8; // a warp's fp32 scratch (16, max(64,HS))
+    static constexpr float kScale = HS == 16 ? 0.25f : HS == 32 ? 0.17677669529663688f
+                                  : HS == 64 ? 0.125f : 0.088388347648318440f;  // 1/sqrt(HS)
+    static constexpr float kScaleLog2 = kScale * 1.4426950408889634f;  // scores in log2 units: exp2
+    static constexpr size_t kTileBytes = (size_t)kRows * kLd * sizeof(floatX);
+    static constexpr size_t kWarpPBytes = (size_t)16 * kLdP * sizeof(floatX);
+    static constexpr size_t kWarpScratchBytes = (size_t)16 * kLdX * sizeof(float);
+    static constexpr size_t kWarpBytes = kWarpPBytes + kWarpScratchBytes;
+    static constexpr size_t kAlign = 128;  // slack for aligning the dynamic shared memory (attn_smem_base)
+    // Forward: Q, K, V tiles + per warp P and scratch. Backward: Q, dO, K, V tiles + per warp P/dS and
+    // scratch + lse and D of the current query tile (dK/dV kernel).
+    static constexpr size_t kForwardSmem = kAlign + 3 * kTileBytes + kWarps * kWarpBytes;
+    static constexpr size_t kBackwardSmem = kAlign + 4 * kTileBytes + kWarps * kWarpBytes + 2 * kCols * sizeof(float);
+};
+
+// The dynamic shared memory, rounded up to 128 bytes: WMMA needs 32-byte aligned pointers, and
+// dynamic_shared<T>() promises only 16 (the launch asks for kAlign extra bytes). The offset is added
+// to the shared pointer itself, so the compiler still knows it addresses shared memory.
+__device__ inline unsigned char* attn_smem_base() {
+    unsigned char* base = dynamic_shared<unsigned char>();
+    return base + ((128 - reinterpret_cast<uintptr_t>(base) % 128) % 128);
+}
+
+// Number of valid (unpadded) tokens of sequence b.
+__device__ inline int attn_valid_length(const int* valid_len, int b, int T) {
+    if (!valid_len) return T;
+    int v = valid_len[b];
+    return v < 0 ? 0 : (v > T ? T : v);
+}
+
+// Copies rows [0, n) of a (64, HS) tile from global memory (row stride `stride` elements) to shared
+// memory (row stride kLd) with 128-bit loads, and zero-fills rows [n, 64): rows past the end or in
+// padding are multiplied by zero probabilities, so they must be finite (0 * NaN is NaN).
+template <class floatX, int HS>
+__device__ void attn_load_tile(floatX* dst, const floatX* src, size_t stride, int n) {
+    using Tile = AttnTile<floatX, HS>;
+    constexpr int V = Packed128<floatX>::size, kPackets = HS / V;
+    for (int idx = threadIdx.x; idx < Tile::kRows * kPackets; idx += blockDim.x) {
+        int r = idx / kPackets, c = (idx % kPackets) * V;
+        Packed128<floatX> v = r < n ? load128(src + r * stride + c) : Packed128<floatX>::zeros();
+        store128(dst + r * Tile::kLd + c, v);
+    }
+}
+
+// Writes zeros to `rows` rows of HS elements (row stride `stride`): the outputs of a block that lies
+// entirely in padding.
+template <class floatX, int HS>
+__device__ void attn_zero_rows(floatX* dst, size_t stride, int rows) {
+    constexpr int V = Packed128<floatX>::size, kPackets = HS / V;
+    for (int idx = threadIdx.x; idx < rows * kPackets; idx += blockDim.x)
+        store128(dst + (idx / kPackets) * stride + (idx % kPackets) * V, Packed128<floatX>::zeros());
+}
+
+// Writes a warp's 16 rows of fp32 results from its scratch (row stride kLdX) to global memory as
+// floatX with 128-bit stores, the lane's row i multiplied by factor[i]. row0 is the global index of
+// the warp's first row; rows >= valid are written as zeros, rows >= end not at all.
+template <class floatX, int HS>
+__device__ void attn_store_rows(floatX* dst, size_t stride, const float* scratch, int row0, int valid, int end,
+                                const float (&factor)[4]) {
+    using Tile = AttnTile<floatX, HS>;
+    constexpr int V = Packed128<floatX>::size;
+    int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+    for (int i = 0; i < 4; i++) {
+        int r = rg + 4 * i, row = row0 + r;
+        if (row >= end) continue;
+        for (int c = cg * V; c < HS; c += 8 * V) {
+            Packed128<floatX> out;
+            for (int e = 0; e < V; e++)
+                out[e] = from_float<floatX>(row < valid ? scratch[r * Tile::kLdX + c + e] * factor[i] : 0.f);
+            store128(dst + (size_t)r * stride + c, out);
+        }
+    }
+}
+
+// The fp32 path: tile products as plain FMAs, accumulators in registers in the warp lane layout.
+template <int HS>
+struct AttnSimtMath {
+    using Tile = AttnTile<float, HS>;
+    // A (16, HS) accumulator: this lane's rows rg + 4*i, columns cg + 8*c.
+    struct Acc {
+        float v[4][HS / 8];
+    };
+
+    __device__ static void zero(Acc& acc) {
+        for (int i = 0; i < 4; i++)
+            for (int c = 0; c < HS / 8; c++) acc.v[i][c] = 0.f;
+    }
+
+    // Computes the warp's (16, 64) tile of A B^T, for the warp's 16 rows of A and the 64 rows of B
+    // (both with row stride kLd), and calls visit(i, j, value) for this lane's elements (row rg + 4i,
+    // column cg + 8j). 128-bit shared loads along HS: the 8 lanes of a row group read one row of A (a
+    // broadcast) and 8 rows of B, which the kLd padding puts in distinct banks.
+    template <class Visit>
+    __device__ static void scores(const float* A, const float* B, float* /*scratch*/, Visit visit) {
+        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+        float s[4][8];
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 8; j++) s[i][j] = 0.f;
+        for (int d = 0; d < HS; d += 4) {
+            float4 a[4];
+            for (int i = 0; i < 4; i++) a[i] = *reinterpret_cast<const float4*>(A + (rg + 4 * i) * Tile::kLd + d);
+            for (int j = 0; j < 8; j++) {
+                float4 b = *reinterpret_cast<const float4*>(B + (cg + 8 * j) * Tile::kLd + d);
+                for (int i = 0; i < 4; i++)
+                    s[i][j] += a[i].x * b.x + a[i].y * b.y + a[i].z * b.z + a[i].w * b.w;
+            }
+        }
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 8; j++) visit(i, j, s[i][j]);
+    }
+
+    // acc += X Y, X the warp's (16, 64) tile (row stride kLdP), Y a (64, HS) tile (row stride kLd).
+    // Per k, the 4 row groups read 4 values of X (kLdP puts them in distinct banks) and all read the
+    // same 8 consecutive values of a row of Y.
+    __device__ static void accumulate(Acc& acc, const float* X, const float* Y) {
+        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+        for (int k = 0; k < Tile::kCols; k++) {
+            float x[4];
+            for (int i = 0; i < 4; i++) x[i] = X[(rg + 4 * i) * Tile::kLdP + k];
+            const float* y = Y + k * Tile::kLd + cg;
+            for (int c = 0; c < HS / 8; c++) {
+                float yc = y[8 * c];
+                for (int i = 0; i < 4; i++) acc.v[i][c] += x[i] * yc;
+            }
+        }
+    }
+
+    // Multiplies the lane's accumulator row i by f[i] (the rows are in registers: no round trip).
+    __device__ static void scale_rows(Acc& acc, const float (&f)[4], float* /*scratch*/) {
+        for (int i = 0; i < 4; i++)
+            for (int c = 0; c < HS / 8; c++) acc.v[i][c] *= f[i];
+    }
+
+    // Writes the accumulator to the warp's (16, HS) fp32 scratch (row stride kLdX).
+    __device__ static void store(const Acc& acc, float* scratch) {
+        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+        for (int i = 0; i < 4; i++)
+            for (int c = 0; c < HS / 8; c++) scratch[(rg + 4 * i) * Tile::kLdX + cg + 8 * c] = acc.v[i][c];
+    }
+};
+
+// The 16-bit path: tile products on tensor cores (WMMA m16n16k16, fp32 accumulate); accumulators in
+// fragments, whose element-to-lane mapping is opaque, so row-wise steps go through the scratch.
+template <class floatX, int HS>
+struct AttnWmmaMath {
+    using Tile = AttnTile<floatX, HS>;
+    using FragA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, floatX, nvcuda::wmma::row_major>;
+    using FragB = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::row_major>;
+    // B^T read from a row-major B: a col_major matrix_b fragment.
+    using FragBt = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::col_major>;
+    using FragC = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+    // A (16, HS) accumulator: one 16×16 fragment per 16 columns.
+    struct Acc {
+        FragC f[HS / 16];
+    };
+
+    __device__ static void zero(Acc& acc) {
+        for (int n = 0; n < HS / 16; n++) nvcuda::wmma::fill_fragment(acc.f[n], 0.f);
+    }
+
+    // Computes the warp's (16, 64) tile of A B^T and calls visit(i, j, value) for this lane's elements
+    // (see AttnSimtMath::scores), through the warp's scratch. Visiting element by element lets the
+    // compiler load each value from the scratch where it is used: the backward kernels hold two
+    // (16, HS) accumulators and a score tile, and at HS = 128 one more tile in registers would spill.
+    // For the same reason the A fragments are kept in registers across the 4 column blocks only up
+    // to HS = 64, and reloaded from shared memory for each block at HS = 128.
+    template <class Visit>
+    __device__ static void scores(const floatX* A, const floatX* B, float* scratch, Visit visit) {
+        constexpr bool kKeepA = HS <= 64;
+        FragA a[kKeepA ? HS / 16 : 1];
+        if (kKeepA)
+            for (int k = 0; k < HS / 16; k++) nvcuda::wmma::load_matrix_sync(a[k], A + 16 * k, Tile::kLd);
+        for (int n = 0; n < Tile::kCols / 16; n++) {
+            FragC c;
+            nvcuda::wmma::fill_fragment(c, 0.f);
+            for (int k = 0; k < HS / 16; k++) {
+                if (!kKeepA) nvcuda::wmma::load_matrix_sync(a[0], A + 16 * k, Tile::kLd);
+                FragBt b;
+                nvcuda::wmma::load_matrix_sync(b, B + 16 * n * Tile::kLd + 16 * k, Tile::kLd);
+                nvcuda::wmma::mma_sync(c, a[kKeepA ? k : 0], b, c);
+            }
+            nvcuda::wmma::store_matrix_sync(scratch + 16 * n, c, Tile::kLdX, nvcuda::wmma::mem_row_major);
+        }
+        __syncwarp();
+        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 8; j++) visit(i, j, scratch[(rg + 4 * i) * Tile::kLdX + cg + 8 * j]);
+        __syncwarp();  // everyone has read the scratch before it is written again
+    }
+
+    // acc += X Y, X the warp's (16, 64) tile (row stride kLdP), Y a (64, HS) tile (row stride kLd).
+    __device__ static void accumulate(Acc& acc, const floatX* X, const floatX* Y) {
+        for (int k = 0; k < Tile::kCols / 16; k++) {
+            FragA x;
+            nvcuda::wmma::load_matrix_sync(x, X + 16 * k, Tile::kLdP);
+            for (int n = 0; n < HS / 16; n++) {
+                FragB y;
+                nvcuda::wmma::load_matrix_sync(y, Y + 16 * k * Tile::kLd + 16 * n, Tile::kLd);
+                nvcuda::wmma::mma_sync(acc.f[n], x, y, acc.f[n]);
+            }
+        }
+    }
+
+    // Multiplies accumulator row rg + 4*i by f[i] through the scratch; skipped (exactly: the factors
+    // are all 1) when no lane of the warp has a factor other than 1.
+    __device__ static void scale_rows(Acc& acc, const float (&f)[4], float* scratch) {
+        bool needed = f[0] != 1.f || f[1] != 1.f || f[2] != 1.f || f[3] != 1.f;
+        if (!__any_sync(0xffffffffu, needed)) return;
+        store(acc, scratch);
+        __syncwarp();
+        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+        for (int i = 0; i < 4; i++)
+            for (int c = cg; c < HS; c += 8) scratch[(rg + 4 * i) * Tile::kLdX + c] *= f[i];
+        __syncwarp();
+        for (int n = 0; n < HS / 16; n++)
+            nvcuda::wmma::load_matrix_sync(acc.f[n], scratch + 16 * n, Tile::kLdX, nvcuda::wmma::mem_row_major);
+    }
+
+    // Writes the accumulator to the warp's (16, HS) fp32 scratch (row stride kLdX).
+    __device__ static void store(const Acc& acc, float* scratch) {
+        for (int n = 0; n < HS / 16; n++)
+            nvcuda::wmma::store_matrix_sync(scratch + 16 * n, acc.f[n], Tile::kLdX, nvcuda::wmma::mem_row_major);
+    }
+};
+
+// The math path of a storage type: fp32 on CUDA cores, 16-bit types on tensor cores.
+template <class floatX, int HS>
+using AttnMath = std::conditional_t<std::is_same<floatX, float>::value, AttnSimtMath<HS>, AttnWmmaMath<floatX, HS>>;
+
+// Sum over the 8 lanes of a row group (lanes 8*rg .. 8*rg+7); every lane gets the same bits.
+__device__ inline float attn_row_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    x += __shfl_xor_sync(0xffffffffu, x, 4);
+    return x;
+}
+// Max over the 8 lanes of a row group.
+__device__ inline float attn_row_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+    return x;
+}
+
+// One online-softmax step on a warp's (16, 64) tile of scores s (log2 units, -inf where masked):
+// raises the running row max m, writes P = exp2(s - m) rounded to floatX into the warp's P tile,
+// rescales this lane's partial row sums l by alpha = exp2(m_old - m_new) and adds its share of the
+// rounded P (so that l normalizes exactly the weights the PV product uses); returns alpha, the factor
+// for the output accumulator. A row with every score masked so far keeps m = -inf and P = 0.
+template <class floatX, int HS>
+__device__ void attn_online_softmax(const float (&s)[4][8], float (&m)[4], float (&l)[4], float (&alpha)[4],
+                                    floatX* P) {
+    int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+    for (int i = 0; i < 4; i++) {
+        float tile_max = s[i][0];
+        for (int j = 1; j < 8; j++) tile_max = fmaxf(tile_max, s[i][j]);
+        float m_new = fmaxf(m[i], attn_row_max(tile_max));
+        float m_ref = m_new == -INFINITY ? 0.f : m_new;  // avoids (-inf) - (-inf)
+        alpha[i] = exp2f(m[i] - m_ref);
+        m[i] = m_new;
+        float sum = 0.f;
+        for (int j = 0; j < 8; j++) {
+            floatX p = from_float<floatX>(exp2f(s[i][j] - m_ref));
+            P[(rg + 4 * i) * AttnTile<floatX, HS>::kLdP + cg + 8 * j] = p;
+            sum += to_float(p);
+        }
+        l[i] = l[i] * alpha[i] + sum;
+    }
+}
+
+// Forward. Grid (ceil(T/64), NH, B), 128 threads; block x owns query rows q0 .. q0+63 of head
+// blockIdx.y of sequence blockIdx.z and streams the key/value tiles its rows can see.
+template <class floatX, int HS>
+__global__ void __launch_bounds__(128, 1)
+    attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
+                             const int* valid_len) {
+    using Tile = AttnTile<floatX, HS>;
+    using Math = AttnMath<floatX, HS>;
+    const int b = blockIdx.z, h = blockIdx.y;
+    // Last query blocks first: under a causal mask they have the most key tiles, and starting the
+    // longest blocks first shortens the tail of the grid.
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * Tile::kRows;
+    const int valid = attn_valid_length(valid_len, b, T);
+    const int rows = min(Tile::kRows, T - q0);
+    const size_t stride = 3 * (size_t)C;
+    const floatX* q = qkv + ((size_t)b * T + q0) * stride + h * HS;  // (B,T,3C) at (b, q0, q part)
+    const floatX* k = qkv + (size_t)b * T * stride + C + h * HS;     // (B,T,3C) at (b, 0, k part)
+    const floatX* v = k + C;
+    floatX* o = out + ((size_t)b * T + q0) * C + h * HS;              // (B,T,C) at (b, q0)
+    float* lse_q = lse + ((size_t)b * NH + h) * T + q0;               // (B,NH,T) at (b, h, q0)
+    if (q0 >= valid) {  // every query row is padding: zeros, no compute
+        attn_zero_rows<floatX, HS>(o, C, rows);
+        for (int r = threadIdx.x; r < rows; r += blockDim.x) lse_q[r] = 0.f;
+        return;
+    }
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+    unsigned char* smem = attn_smem_base();
+    floatX* Qs = reinterpret_cast<floatX*>(smem);  // (64, HS) each
+    floatX* Ks = Qs + Tile::kRows * Tile::kLd;
+    floatX* Vs = Ks + Tile::kRows * Tile::kLd;
+    unsigned char* warp_mem = smem + 3 * Tile::kTileBytes + warp * Tile::kWarpBytes;
+    floatX* P = reinterpret_cast<floatX*>(warp_mem);                         // (16, 64)
+    float* scratch = reinterpret_cast<float*>(warp_mem + Tile::kWarpPBytes);  // (16, max(64, HS))
+
+    attn_load_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0));
+    const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;  // keys any row of the block sees
+    const int row0 = q0 + 16 * warp;  // this warp's first query row
+    const bool active = row0 < valid;  // warp-uniform: a warp entirely in padding skips the math
+    typename Math::Acc acc;
+    Math::zero(acc);
+    float m[4], l[4];
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+    }
+
+    for (int k0 = 0; k0 < kend; k0 += Tile::kCols) {
+        __syncthreads();  // every warp is done with the previous K, V tiles
+        attn_load_tile<floatX, HS>(Ks, k + k0 * stride, stride, min(Tile::kCols, kend - k0));
+        attn_load_tile<floatX, HS>(Vs, v + k0 * stride, stride, min(Tile::kCols, kend - k0));
+        __syncthreads();
+        if (!active) continue;
+        float s[4][8];  // scaled scores in log2 units, -inf where masked
+        Math::scores(Qs + 16 * warp * Tile::kLd, Ks, scratch, [&](int i, int j, float dot) {
+            int qi = row0 + rg + 4 * i, kj = k0 + cg + 8 * j;
+            bool keep = kj < valid && (!causal || kj <= qi);
+            s[i][j] = keep ? dot * Tile::kScaleLog2 : -INFINITY;
+        });
+        float alpha[4];
+        attn_online_softmax<floatX, HS>(s, m, l, alpha, P);
+        Math::scale_rows(acc, alpha, scratch);
+        __syncwarp();  // the P tile is complete
+        Math::accumulate(acc, P, Vs);
+    }
+
+    // out = acc / l; lse = (m + log2 l) * ln 2 (m is in log2 units).
+    float inv_l[4];
+    for (int i = 0; i < 4; i++) {
+        l[i] = attn_row_sum(l[i]);
+        inv_l[i] = l[i] > 0.f ? 1.f / l[i] : 0.f;
+    }
+    __syncwarp();
+    Math::store(acc, scratch);
+    __syncwarp();
+    attn_store_rows<floatX, HS>(o + 16 * warp * C, C, scratch, row0, valid, T, inv_l);
+    if (cg == 0)
+        for (int i = 0; i < 4; i++) {
+            int qi = row0 + rg + 4 * i;
+            if (qi < T) lse_q[qi - q0] = qi < valid ? (m[i] + log2f(l[i])) * 0.69314718055994531f : 0.f;
+        }
+}
+
+// Backward, step 1: D = rowsum(dO ∘ O) per (b, h, t) in fp32, (B,NH,T); 0 for padded rows. One
+// thread per row of one head; it reads 2·B·T·C elements, small next to the attention kernels.
+template <class floatX, int HS>
+__global__ void attention_backward_preprocess_kernel(float* D, const floatX* dout, const floatX* out, int B, int T,
+                                                     int C, int NH, const int* valid_len) {
+    constexpr int V = Packed128<floatX>::size;
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;  // (b, t, h), h fastest: neighbours read one row
+    if (idx >= B * T * NH) return;
+    int h = idx % NH, t = (idx / NH) % T, b = idx / (NH * T);
+    float d = 0.f;
+    if (t < attn_valid_length(valid_len, b, T)) {
+        size_t offset = ((size_t)b * T + t) * C + h * HS;
+        for (int c = 0; c < HS; c += V) {
+            Packed128<floatX> g = load128cs(dout + offset + c), y = load128cs(out + offset + c);
+            for (int e = 0; e < V; e++) d += to_float(g[e]) * to_float(y[e]);
+        }
+    }
+    D[((size_t)b * NH + h) * T + t] = d;
+}
+
+// Backward, step 2: dK and dV. Grid (ceil(T/64), NH, B), 128 threads; block x owns key rows
+// k0 .. k0+63 and streams the query tiles that see them (causal: from k0 on), recomputing
+// P^T = exp(K Q^T * scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T ∘ (dP^T - D), dK += dS^T Q.
+template <class floatX, int HS>
+__global__ void __launch_bounds__(128, 1)
+    attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                   const float* D, int T, int C, int NH, bool causal, const int* valid_len) {
+    using Tile = AttnTile<floatX, HS>;
+    using Math = AttnMath<floatX, HS>;
+    const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * Tile::kRows;  // under a causal mask the
+    const int valid = attn_valid_length(valid_len, b, T);                    // first blocks are longest
+    const int rows = min(Tile::kRows, T - k0);
+    const size_t stride = 3 * (size_t)C;
+    const floatX* q = qkv + (size_t)b * T * stride + h * HS;          // (B,T,3C) at (b, 0, q part)
+    const floatX* k = qkv + ((size_t)b * T + k0) * stride + C + h * HS;  // at (b, k0, k part)
+    const floatX* do_ = dout + (size_t)b * T * C + h * HS;            // (B,T,C) at (b, 0)
+    floatX* dk = dqkv + ((size_t)b * T + k0) * stride + C + h * HS;
+    floatX* dv = dk + C;
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T;  // (B,NH,T) at (b, h, 0)
+    const float* D_bh = D + ((size_t)b * NH + h) * T;
+    if (k0 >= valid) {  // every key row is padding: zero gradients, no compute
+        attn_zero_rows<floatX, HS>(dk, stride, rows);
+        attn_zero_rows<floatX, HS>(dv, stride, rows);
+        return;
+    }
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+    unsigned char* smem = attn_smem_base();
+    floatX* Ks = reinterpret_cast<floatX*>(smem);  // (64, HS) each
+    floatX* Vs = Ks + Tile::kRows * Tile::kLd;
+    floatX* Qs = Vs + Tile::kRows * Tile::kLd;
+    floatX* dOs = Qs + Tile::kRows * Tile::kLd;
+    unsigned char* warp_mem = smem + 4 * Tile::kTileBytes + warp * Tile::kWarpBytes;
+    floatX* X = reinterpret_cast<floatX*>(warp_mem);                          // (16, 64): P^T, then dS^T
+    float* scratch = reinterpret_cast<float*>(warp_mem + Tile::kWarpPBytes);  // (16, max(64, HS))
+    float* lse2_s = reinterpret_cast<float*>(smem + 4 * Tile::kTileBytes + Tile::kWarps * Tile::kWarpBytes);
+    float* D_s = lse2_s + Tile::kCols;  // lse (in log2 units) and D of the current query tile
+
+    attn_load_tile<floatX, HS>(Ks, k, stride, min(rows, valid - k0));
+    attn_load_tile<floatX, HS>(Vs, k + C, stride, min(rows, valid - k0));
+    const int key0 = k0 + 16 * warp;  // this warp's first key row
+    const bool active = key0 < valid;
+    typename Math::Acc dk_acc, dv_acc;
+    Math::zero(dk_acc);
+    Math::zero(dv_acc);
+
+    for (int q0 = causal ? k0 : 0; q0 < valid; q0 += Tile::kCols) {
+        const int nq = min(Tile::kCols, valid - q0);
+        __syncthreads();  // every warp is done with the previous Q, dO tiles
+        attn_load_tile<floatX, HS>(Qs, q + q0 * stride, stride, nq);
+        attn_load_tile<floatX, HS>(dOs, do_ + q0 * (size_t)C, C, nq);
+        for (int r = threadIdx.x; r < Tile::kCols; r += blockDim.x) {
+            lse2_s[r] = r < nq ? lse_bh[q0 + r] * 1.4426950408889634f : 0.f;
+            D_s[r] = r < nq ? D_bh[q0 + r] : 0.f;
+        }
+        __syncthreads();
+        if (!active) continue;
+        float p[4][8];  // P^T: rows keys key0 + rg + 4i, columns queries q0 + cg + 8j
+        Math::scores(Ks + 16 * warp * Tile::kLd, Qs, scratch, [&](int i, int j, float dot) {
+            int kj = key0 + rg + 4 * i, qc = cg + 8 * j, qi = q0 + qc;
+            bool keep = qi < valid && kj < valid && (!causal || kj <= qi);
+            p[i][j] = keep ? exp2f(dot * Tile::kScaleLog2 - lse2_s[qc]) : 0.f;
+            X[(rg + 4 * i) * Tile::kLdP + qc] = from_float<floatX>(p[i][j]);
+        });
+        __syncwarp();
+        Math::accumulate(dv_acc, X, dOs);
+        __syncwarp();  // every lane's reads of P^T are done before dS^T overwrites it
+        Math::scores(Vs + 16 * warp * Tile::kLd, dOs, scratch, [&](int i, int j, float dp) {  // dP^T
+            int qc = cg + 8 * j;
+            X[(rg + 4 * i) * Tile::kLdP + qc] = from_float<floatX>(p[i][j] * (dp - D_s[qc]));
+        });
+        __syncwarp();
+        Math::accumulate(dk_acc, X, Qs);
+    }
+
+    // dV = sum P^T dO; dK = scale * sum dS^T Q (dS is the gradient of the scaled scores).
+    const float one[4] = {1.f, 1.f, 1.f, 1.f};
+    const float scale[4] = {Tile::kScale, Tile::kScale, Tile::kScale, Tile::kScale};
+    __syncwarp();
+    Math::store(dv_acc, scratch);
+    __syncwarp();
+    attn_store_rows<floatX, HS>(dv + 16 * warp * stride, stride, scratch, key0, valid, T, one);
+    __syncwarp();
+    Math::store(dk_acc, scratch);
+    __syncwarp();
+    attn_store_rows<floatX, HS>(dk + 16 * warp * stride, stride, scratch, key0, valid, T, scale);
+}
+
+// Backward, step 3: dQ. Grid (ceil(T/64), NH, B), 128 threads; block x owns query rows q0 .. q0+63
+// and streams the key tiles they see, recomputing P = exp(Q K^T * scale - lse), dP = dO V^T,
+// dS = P ∘ (dP - D), dQ += dS K.
+template <class floatX, int HS>
+__global__ void __launch_bounds__(128, 1)
+    attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                 const float* D, int T, int C, int NH, bool causal, const int* valid_len) {
+    using Tile = AttnTile<floatX, HS>;
+    using Math = AttnMath<floatX, HS>;
+    const int b = blockIdx.z, h = blockIdx.y;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * Tile::kRows;  // longest blocks first, as in the forward
+    const int valid = attn_valid_length(valid_len, b, T);
+    const int rows = min(Tile::kRows, T - q0);
+    const size_t stride = 3 * (size_t)C;
+    const floatX* q = qkv + ((size_t)b * T + q0) * stride + h * HS;  // (B,T,3C) at (b, q0, q part)
+    const floatX* k = qkv + (size_t)b * T * stride + C + h * HS;     // at (b, 0, k part)
+    const floatX* v = k + C;
+    const floatX* do_ = dout + ((size_t)b * T + q0) * C + h * HS;    // (B,T,C) at (b, q0)
+    floatX* dq = dqkv + ((size_t)b * T + q0) * stride + h * HS;
+    if (q0 >= valid) {
+        attn_zero_rows<floatX, HS>(dq, stride, rows);
+        return;
+    }
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+    unsigned char* smem = attn_smem_base();
+    floatX* Qs = reinterpret_cast<floatX*>(smem);  // (64, HS) each
+    floatX* dOs = Qs + Tile::kRows * Tile::kLd;
+    floatX* Ks = dOs + Tile::kRows * Tile::kLd;
+    floatX* Vs = Ks + Tile::kRows * Tile::kLd;
+    unsigned char* warp_mem = smem + 4 * Tile::kTileBytes + warp * Tile::kWarpBytes;
+    floatX* dS = reinterpret_cast<floatX*>(warp_mem);                         // (16, 64)
+    float* scratch = reinterpret_cast<float*>(warp_mem + Tile::kWarpPBytes);  // (16, max(64, HS))
+
+    attn_load_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0));
+    attn_load_tile<floatX, HS>(dOs, do_, C, min(rows, valid - q0));
+    const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;
+    const int row0 = q0 + 16 * warp;
+    const bool active = row0 < valid;
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T;  // (B,NH,T) at (b, h, 0)
+    const float* D_bh = D + ((size_t)b * NH + h) * T;
+    float lse2[4], Drow[4];  // of this lane's rows
+    for (int i = 0; i < 4; i++) {
+        int qi = row0 + rg + 4 * i;
+        lse2[i] = qi < valid ? lse_bh[qi] * 1.4426950408889634f : 0.f;
+        Drow[i] = qi < valid ? D_bh[qi] : 0.f;
+    }
+    typename Math::Acc dq_acc;
+    Math::zero(dq_acc);
+
+    for (int k0 = 0; k0 < kend; k0 += Tile::kCols) {
+        __syncthreads();  // every warp is done with the previous K, V tiles
+        attn_load_tile<floatX, HS>(Ks, k + k0 * stride, stride, min(Tile::kCols, kend - k0));
+        attn_load_tile<floatX, HS>(Vs, v + k0 * stride, stride, min(Tile::kCols, kend - k0));
+        __syncthreads();
+        if (!active) continue;
+        float p[4][8];  // rows: queries row0 + rg + 4i; columns: keys k0 + cg + 8j
+        Math::scores(Qs + 16 * warp * Tile::kLd, Ks, scratch, [&](int i, int j, float dot) {
+            int qi = row0 + rg + 4 * i, kj = k0 + cg + 8 * j;
+            bool keep = qi < valid && kj < valid && (!causal || kj <= qi);
+            p[i][j] = keep ? exp2f(dot * Tile::kScaleLog2 - lse2[i]) : 0.f;
+        });
+        Math::scores(dOs + 16 * warp * Tile::kLd, Vs, scratch, [&](int i, int j, float dp) {
+            dS[(rg + 4 * i) * Tile::kLdP + cg + 8 * j] = from_float<floatX>(p[i][j] * (dp - Drow[i]));
+        });
+        __syncwarp();
+        Math::accumulate(dq_acc, dS, Ks);
+    }
+
+    const float scale[4] = {Tile::kScale, Tile::kScale, Tile::kScale, Tile::kScale};
+    __syncwarp();
+    Math::store(dq_acc, scratch);
+    __syncwarp();
+    attn_store_rows<floatX, HS>(dq + 16 * warp * stride, stride, scratch, row0, valid, T, scale);
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+// Checks the shapes and alignments every attention launcher needs and returns the head size; on a
+// violation prints which constraint failed and exits.
+inline int attention_check_shape(const char* who, int B, int T, int C, int NH,
+                                 std::initializer_list<const void*> buffers) {
+    const char* problem = nullptr;
+    if (B < 1 || T < 1 || C < 1 || NH < 1) problem = "B, T, C and NH must be >= 1";
+    else if (C % NH != 0) problem = "C must be a multiple of NH";
+    else if (B > 65535 || NH > 65535) problem = "B and NH must be <= 65535 (grid y/z limits)";
+    else if (C / NH != 16 && C / NH != 32 && C / NH != 64 && C / NH != 128)
+        problem = "head size HS = C/NH must be 16, 32, 64 or 128";
+    for (const void* p : buffers)
+        if (!problem && reinterpret_cast<uintptr_t>(p) % 16 != 0)
+            problem = "qkv, out, dout and dqkv must be 16-byte aligned (128-bit loads)";
+    if (problem) {
+        fprintf(stderr, "%s: unsupported shape B=%d T=%d C=%d NH=%d: %s\n", who, B, T, C, NH, problem);
+        exit(EXIT_FAILURE);
+    }
+    return C / NH;
+}
+
+template <class floatX, int HS>
+void attention_forward_hs(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
+                          const int* valid_len, cudaStream_t stream) {
+    using Tile = AttnTile<floatX, HS>;
+    auto kernel = attention_forward_kernel<floatX, HS>;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kForwardSmem));
+    dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
+    cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), Tile::kForwardSmem, stream, out, lse, qkv, T, C, NH,
+                            causal, valid_len));
+}
+
+// out (B,T,C) = softmax(Q K^T / sqrt(HS) + mask) V per head, and lse (B,NH,T) = the logsumexp of each
+// query row's scaled scores (saved for the backward). qkv (B,T,3C). valid_len: (B) device ints or nullptr.
+template <class floatX>
+void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
+                       const int* valid_len, cudaStream_t stream) {
+    int HS = attention_check_shape("attention_forward", B, T, C, NH, {out, qkv});
+    switch (HS) {
+        case 16: attention_forward_hs<floatX, 16>(out, lse, qkv, B, T, C, NH, causal, valid_len, stream); break;
+        case 32: attention_forward_hs<floatX, 32>(out, lse, qkv, B, T, C, NH, causal, valid_len, stream); break;
+        case 64: attention_forward_hs<floatX, 64>(out, lse, qkv, B, T, C, NH, causal, valid_len, stream); break;
+        default: attention_forward_hs<floatX, 128>(out, lse, qkv, B, T, C, NH, causal, valid_len, stream); break;
+    }
+}
+
+// Bytes of device scratch attention_backward needs: D = rowsum(dO ∘ O), fp32 (B,NH,T).
+inline size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
+    (void)C;
+    return (size_t)B * NH * T * sizeof(float);
+}
+
+template <class floatX, int HS>
+void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                           float* D, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                           cudaStream_t stream) {
+    using Tile = AttnTile<floatX, HS>;
+    const int block = 256;
+    cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, HS>, dim3(CEIL_DIV(B * T * NH, block)),
+                            dim3(block), 0, stream, D, dout, out, B, T, C, NH, valid_len));
+    dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
+    auto dkdv = attention_backward_dkdv_kernel<floatX, HS>;
+    cudaCheck(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kBackwardSmem));
+    cudaCheck(launch_kernel(dkdv, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse,
+                            (const float*)D, T, C, NH, causal, valid_len));
+    auto dq = attention_backward_dq_kernel<floatX, HS>;
+    cudaCheck(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kBackwardSmem));
+    cudaCheck(launch_kernel(dq, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse,
+                            (const float*)D, T, C, NH, causal, valid_len));
+}
+
+// dqkv (B,T,3C, overwritten) = the gradient of the loss with respect to qkv, given dout (B,T,C) and the
+// forward's qkv, out and lse; scratch: attention_backward_scratch_bytes(...) bytes of device memory.
+template <class floatX>
+void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                        void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                        cudaStream_t stream) {
+    int HS = attention_check_shape("attention_backward", B, T, C, NH, {dqkv, dout, qkv, out});
+    if (B * (long long)T * NH > 0x7fffffffLL) {
+        fprintf(stderr, "attention_backward: B*T*NH = %lld exceeds 2^31-1\n", B * (long long)T * NH);
+        exit(EXIT_FAILURE);
+    }
+    if (!scratch) {
+        fprintf(stderr, "attention_backward: scratch is null (needs attention_backward_scratch_bytes(B, T, C, NH))\n");
+        exit(EXIT_FAILURE);
+    }
+    float* D = static_cast<float*>(scratch);
+    switch (HS) {
+        case 16:
+            attention_backward_hs<floatX, 16>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, stream);
+            break;
+        case 32:
+            attention_backward_hs<floatX, 32>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, stream);
+            break;
+        case 64:
+            attention_backward_hs<floatX, 64>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, stream);
+            break;
+        default:
+            attention_backward_hs<floatX, 128>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, stream);
+            break;
+    }
+}

@@ -1,0 +1,419 @@
+// test/test_attention.cu — flash attention (llmc/attention.cuh), forward and backward, for fp32 and
+// bf16, causal or not, with and without padding (valid_len), against a naive CPU reference in double:
+// softmax(Q K^T / sqrt(HS) + mask) V and its analytic gradient.
+//
+// Tolerances, from a first-order rounding-error analysis (|fl(sum x) - sum x| <= n eps sum|x|). Each
+// output element is compared with a budget k*eps*mag, where mag is the same formula as the output
+// with every term replaced by its absolute value (so cancellation cannot make the budget vanish):
+//   out_i:  mag = sum_j p_ij |v_j|
+//   dv_j:   mag = sum_i p_ij |dO_i|
+//   dq_i:   mag = scale sum_j p_ij A_ij |k_j|,  dk_j: mag = scale sum_i p_ij A_ij |q_i|,
+//           A_ij = sum_d |dO_id| (|v_jd| + mag_out_id)   (>= |dP_ij| + |D_i|, with the error of O in D)
+//   lse_i:  mag = 1 + |lse_i| + amax
+// fp32: every length-n fp32 sum contributes n eps: the sums over T keys (and T/64 rescalings) in the
+//   numerator and denominator of out; the HS-long score dot products, whose absolute error becomes
+//   relative error of p through exp; exp2, the scaling and the division a few more. So
+//   k_fwd = 2 (T + T/64 + HS) + 16, and for the backward, whose P comes from the forward's lse, whose
+//   D uses the forward's O, and which sums T terms of HS-long products, k_bwd = 2 k_fwd + T + HS + 4.
+//   (The worst case, with every rounding error aligned, multiplies the HS term by the largest
+//   |scaled score| sum, amax = max_ij scale sum_d |q_id k_jd|, about 8 here; random rounding errors
+//   grow like sqrt(HS), which the factor 2 covers. Observed errors use a few % of this budget.)
+// bf16: inputs are bf16 values, and the reference is computed from those same values, so only the
+//   kernel's roundings count: P and dS rounded to bf16 before their products, the row sum of the
+//   rounded P, the bf16 outputs; at most about 3 half-ulps lie on any path to an output, so k = 4.
+//   And, as FlashAttention tests itself: the kernel's max error must be at most 2x the max error of a
+//   naive bf16 attention (fp32 math; Q, K, V, dO, P, dS and the outputs rounded to bf16), plus an
+//   fp32-rounding allowance 2 (HS + T) eps_fp32 max(mag) for cases where the naive error is exactly
+//   0 (a single visible key) while the kernel's summation order leaves fp32 noise.
+// Padded rows (t >= valid_len) must be exactly zero in out, lse and dqkv; buffers start as NaN so an
+// element the kernels forget to write fails. Every case runs under th::run_orders (bit-identical
+// results under forward, reverse and random thread orders).
+#include "../llmc/attention.cuh"
+#include "harness.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+// ----------------------------------------------------------------------------
+// Test cases and host data
+
+struct Case {
+    int B, T, NH, HS;
+    bool causal;
+    std::vector<int> valid;  // per sequence; empty: valid_len = nullptr
+    int C() const { return NH * HS; }
+    int valid_of(int b) const { return valid.empty() ? T : std::min(std::max(valid[b], 0), T); }
+    std::string name(const char* dtype) const {
+        char buf[160];
+        std::string v;
+        for (size_t b = 0; b < valid.size(); b++) v += (b ? "," : "") + std::to_string(valid[b]);
+        snprintf(buf, sizeof(buf), "%s B=%d T=%d NH=%d HS=%d %s valid_len=%s", dtype, B, T, NH, HS,
+                 causal ? "causal" : "full", valid.empty() ? "null" : ("{" + v + "}").c_str());
+        return buf;
+    }
+};
+
+inline float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+template <class floatX> float round_to(float x);
+template <> float round_to<float>(float x) { return x; }
+template <> float round_to<__nv_bfloat16>(float x) { return bf16_round(x); }
+
+// Results of one implementation, all as float/double on the host: out (B,T,C), lse (B,NH,T), dqkv (B,T,3C).
+struct Results {
+    std::vector<double> out, lse, dqkv;
+};
+
+// The exact reference in double, plus the magnitudes of the tolerance model.
+struct Reference {
+    Results r;
+    std::vector<double> mag_out, mag_lse, mag_dqkv;
+    double amax = 0;
+};
+
+Reference reference(const Case& cs, const std::vector<float>& qkv, const std::vector<float>& dout) {
+    const int B = cs.B, T = cs.T, NH = cs.NH, HS = cs.HS, C = cs.C();
+    const double scale = 1.0 / std::sqrt((double)HS);
+    Reference ref;
+    ref.r.out.assign((size_t)B * T * C, 0);
+    ref.r.lse.assign((size_t)B * NH * T, 0);
+    ref.r.dqkv.assign((size_t)B * T * 3 * C, 0);
+    ref.mag_out = ref.r.out;
+    ref.mag_dqkv = ref.r.dqkv;
+    ref.mag_lse.assign(ref.r.lse.size(), 0);
+    std::vector<double> s(T), a(T), p(T);
+    for (int b = 0; b < B; b++) {
+        int valid = cs.valid_of(b);
+        for (int h = 0; h < NH; h++) {
+            auto q = [&](int t, int d) { return (double)qkv[((size_t)b * T + t) * 3 * C + h * HS + d]; };
+            auto k = [&](int t, int d) { return (double)qkv[((size_t)b * T + t) * 3 * C + C + h * HS + d]; };
+            auto v = [&](int t, int d) { return (double)qkv[((size_t)b * T + t) * 3 * C + 2 * C + h * HS + d]; };
+            auto g = [&](int t, int d) { return (double)dout[((size_t)b * T + t) * C + h * HS + d]; };
+            auto at = [&](std::vector<double>& x, int t, int part, int d) -> double& {
+                return x[((size_t)b * T + t) * 3 * C + part * C + h * HS + d];
+            };
+            for (int i = 0; i < valid; i++) {
+                int nk = cs.causal ? i + 1 : valid;  // keys 0 .. nk-1 are visible
+                double m = -INFINITY;
+                for (int j = 0; j < nk; j++) {
+                    double dot = 0, adot = 0;
+                    for (int d = 0; d < HS; d++) dot += q(i, d) * k(j, d), adot += std::fabs(q(i, d) * k(j, d));
+                    s[j] = dot * scale;
+                    a[j] = adot * scale;
+                    m = std::max(m, s[j]);
+                    ref.amax = std::max(ref.amax, a[j]);
+                }
+                double sum = 0;
+                for (int j = 0; j < nk; j++) sum += p[j] = std::exp(s[j] - m);
+                for (int j = 0; j < nk; j++) p[j] /= sum;
+                size_t lse_i = ((size_t)b * NH + h) * T + i;
+                ref.r.lse[lse_i] = m + std::log(sum);
+                ref.mag_lse[lse_i] = 1 + std::fabs(ref.r.lse[lse_i]);  // + amax, added below
+                std::vector<double> o(HS, 0), mo(HS, 0);
+                for (int j = 0; j < nk; j++)
+                    for (int d = 0; d < HS; d++) o[d] += p[j] * v(j, d), mo[d] += p[j] * std::fabs(v(j, d));
+                double D = 0;
+                for (int d = 0; d < HS; d++) {
+                    ref.r.out[((size_t)b * T + i) * C + h * HS + d] = o[d];
+                    ref.mag_out[((size_t)b * T + i) * C + h * HS + d] = mo[d];
+                    D += g(i, d) * o[d];
+                }
+                for (int j = 0; j < nk; j++) {
+                    double dp = 0, A = 0;
+                    for (int d = 0; d < HS; d++) {
+                        dp += g(i, d) * v(j, d);
+                        A += std::fabs(g(i, d)) * (std::fabs(v(j, d)) + mo[d]);
+                    }
+                    double ds = p[j] * (dp - D);
+                    for (int d = 0; d < HS; d++) {
+                        at(ref.r.dqkv, i, 0, d) += scale * ds * k(j, d);
+                        at(ref.r.dqkv, j, 1, d) += scale * ds * q(i, d);
+                        at(ref.r.dqkv, j, 2, d) += p[j] * g(i, d);
+                        at(ref.mag_dqkv, i, 0, d) += scale * p[j] * A * std::fabs(k(j, d));
+                        at(ref.mag_dqkv, j, 1, d) += scale * p[j] * A * std::fabs(q(i, d));
+                        at(ref.mag_dqkv, j, 2, d) += p[j] * std::fabs(g(i, d));
+                    }
+                }
+            }
+        }
+    }
+    for (double& x : ref.mag_lse)
+        if (x > 0) x += ref.amax;
+    return ref;
+}
+
+// A naive bf16 attention: the textbook algorithm in fp32 with the operands of every product (Q, K,
+// V, dO are bf16 already; P and dS) and every output rounded to bf16: the error any bf16 attention
+// makes, against which the kernel is judged.
+Results naive_bf16(const Case& cs, const std::vector<float>& qkv, const std::vector<float>& dout) {
+    const int B = cs.B, T = cs.T, NH = cs.NH, HS = cs.HS, C = cs.C();
+    const float scale = 1.f / std::sqrt((float)HS);
+    Results r;
+    r.out.assign((size_t)B * T * C, 0);
+    r.dqkv.assign((size_t)B * T * 3 * C, 0);
+    std::vector<float> P((size_t)T * T), dS((size_t)T * T), acc(HS);
+    for (int b = 0; b < B; b++) {
+        int valid = cs.valid_of(b);
+        for (int h = 0; h < NH; h++) {
+            auto x = [&](int t, int part, int d) { return qkv[((size_t)b * T + t) * 3 * C + part * C + h * HS + d]; };
+            auto g = [&](int t, int d) { return dout[((size_t)b * T + t) * C + h * HS + d]; };
+            auto nk = [&](int i) { return cs.causal ? i + 1 : valid; };
+            std::fill(P.begin(), P.end(), 0.f);
+            std::fill(dS.begin(), dS.end(), 0.f);
+            for (int i = 0; i < valid; i++) {
+                float m = -INFINITY, sum = 0;
+                std::vector<float> s(nk(i)), p(nk(i));
+                for (int j = 0; j < nk(i); j++) {
+                    float dot = 0;
+                    for (int d = 0; d < HS; d++) dot += x(i, 0, d) * x(j, 1, d);
+                    s[j] = dot * scale;
+                    m = std::max(m, s[j]);
+                }
+                for (int j = 0; j < nk(i); j++) sum += p[j] = std::exp(s[j] - m);
+                for (int j = 0; j < nk(i); j++) P[(size_t)i * T + j] = bf16_round(p[j] /= sum);
+                for (int d = 0; d < HS; d++) {
+                    float o = 0;
+                    for (int j = 0; j < nk(i); j++) o += P[(size_t)i * T + j] * x(j, 2, d);
+                    r.out[((size_t)b * T + i) * C + h * HS + d] = bf16_round(o);
+                }
+                // softmax backward: dS = P (dP - rowsum(P dP)), dP = dO V^T
+                std::vector<float> dp(nk(i));
+                float Dsum = 0;
+                for (int j = 0; j < nk(i); j++) {
+                    dp[j] = 0;
+                    for (int d = 0; d < HS; d++) dp[j] += g(i, d) * x(j, 2, d);
+                    Dsum += p[j] * dp[j];
+                }
+                for (int j = 0; j < nk(i); j++) dS[(size_t)i * T + j] = bf16_round(p[j] * (dp[j] - Dsum));
+            }
+            for (int t = 0; t < valid; t++) {
+                for (int part = 0; part < 3; part++) {
+                    std::fill(acc.begin(), acc.end(), 0.f);
+                    for (int u = 0; u < valid; u++)
+                        for (int d = 0; d < HS; d++) {
+                            if (part == 0) acc[d] += dS[(size_t)t * T + u] * x(u, 1, d);  // dQ = dS K
+                            if (part == 1) acc[d] += dS[(size_t)u * T + t] * x(u, 0, d);  // dK = dS^T Q
+                            if (part == 2) acc[d] += P[(size_t)u * T + t] * g(u, d);      // dV = P^T dO
+                        }
+                    for (int d = 0; d < HS; d++)
+                        r.dqkv[((size_t)b * T + t) * 3 * C + part * C + h * HS + d] =
+                            bf16_round(part == 2 ? acc[d] : acc[d] * scale);
+                }
+            }
+        }
+    }
+    return r;
+}
+
+// ----------------------------------------------------------------------------
+// Running the kernels
+
+template <class floatX>
+std::vector<floatX> to_device_type(const std::vector<float>& x) {
+    std::vector<floatX> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = from_float<floatX>(x[i]);
+    return y;
+}
+
+// Runs forward then backward; returns the raw bytes of out, lse and dqkv back to back (so that
+// run_orders can compare them bit for bit).
+template <class floatX>
+std::vector<unsigned char> run_kernels(const Case& cs, const std::vector<float>& qkv_h,
+                                       const std::vector<float>& dout_h) {
+    const int B = cs.B, T = cs.T, NH = cs.NH, C = cs.C();
+    size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_lse = (size_t)B * NH * T;
+    floatX *qkv, *out, *dout, *dqkv;
+    float* lse;
+    int* valid = nullptr;
+    void* scratch;
+    cudaCheck(cudaMalloc(&qkv, n_qkv * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&dqkv, n_qkv * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&out, n_out * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&dout, n_out * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&lse, n_lse * sizeof(float)));
+    cudaCheck(cudaMalloc(&scratch, attention_backward_scratch_bytes(B, T, C, NH)));
+    auto qkv_x = to_device_type<floatX>(qkv_h), dout_x = to_device_type<floatX>(dout_h);
+    cudaCheck(cudaMemcpy(qkv, qkv_x.data(), n_qkv * sizeof(floatX), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dout, dout_x.data(), n_out * sizeof(floatX), cudaMemcpyHostToDevice));
+    if (!cs.valid.empty()) {
+        cudaCheck(cudaMalloc(&valid, B * sizeof(int)));
+        cudaCheck(cudaMemcpy(valid, cs.valid.data(), B * sizeof(int), cudaMemcpyHostToDevice));
+    }
+    // NaN everywhere: an element the kernels do not write shows up.
+    cudaCheck(cudaMemset(out, 0xff, n_out * sizeof(floatX)));
+    cudaCheck(cudaMemset(lse, 0xff, n_lse * sizeof(float)));
+    cudaCheck(cudaMemset(dqkv, 0xff, n_qkv * sizeof(floatX)));
+    cudaCheck(cudaMemset(scratch, 0xff, attention_backward_scratch_bytes(B, T, C, NH)));
+    attention_forward(out, lse, qkv, B, T, C, NH, cs.causal, valid, 0);
+    attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, cs.causal, valid, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    size_t bytes_out = n_out * sizeof(floatX), bytes_lse = n_lse * sizeof(float), bytes_dqkv = n_qkv * sizeof(floatX);
+    std::vector<unsigned char> all(bytes_out + bytes_lse + bytes_dqkv);
+    cudaCheck(cudaMemcpy(all.data(), out, bytes_out, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(all.data() + bytes_out, lse, bytes_lse, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(all.data() + bytes_out + bytes_lse, dqkv, bytes_dqkv, cudaMemcpyDeviceToHost));
+    for (void* p : {(void*)qkv, (void*)dqkv, (void*)out, (void*)dout, (void*)lse, scratch, (void*)valid})
+        cudaCheck(cudaFree(p));
+    return all;
+}
+
+template <class floatX>
+Results unpack(const Case& cs, const std::vector<unsigned char>& all) {
+    size_t n_out = (size_t)cs.B * cs.T * cs.C(), n_lse = (size_t)cs.B * cs.NH * cs.T, n_qkv = 3 * n_out;
+    Results r;
+    const floatX* out = reinterpret_cast<const floatX*>(all.data());
+    const float* lse = reinterpret_cast<const float*>(all.data() + n_out * sizeof(floatX));
+    const floatX* dqkv = reinterpret_cast<const floatX*>(all.data() + n_out * sizeof(floatX) + n_lse * sizeof(float));
+    for (size_t i = 0; i < n_out; i++) r.out.push_back(to_float(out[i]));
+    for (size_t i = 0; i < n_lse; i++) r.lse.push_back(lse[i]);
+    for (size_t i = 0; i < n_qkv; i++) r.dqkv.push_back(to_float(dqkv[i]));
+    return r;
+}
+
+// ----------------------------------------------------------------------------
+// Checks
+
+// The elements of one tensor that belong to one of q/k/v (part 0/1/2) of dqkv, or all of it (part -1).
+std::vector<double> part_of(const std::vector<double>& x, int C, int part) {
+    if (part < 0) return x;
+    std::vector<double> y;
+    for (size_t i = 0; i < x.size(); i++)
+        if ((int)(i % (3 * C)) / C == part) y.push_back(x[i]);
+    return y;
+}
+
+// |out - ref| <= k * eps * mag element-wise; reports the max error and the largest share of a budget used.
+bool check_mag(const std::string& name, const std::vector<double>& ref, const std::vector<double>& mag,
+               const std::vector<double>& out, double k, double eps) {
+    double max_err = 0, worst = 0;
+    size_t bad = 0, worst_i = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        double err = std::fabs(out[i] - ref[i]), budget = k * eps * mag[i];
+        double share = budget > 0 ? err / budget : (err > 0 ? INFINITY : 0);
+        if (!(err <= budget)) bad++, share = std::isnan(err) ? INFINITY : share;
+        if (err > max_err || std::isnan(err)) max_err = err;
+        if (share > worst) worst = share, worst_i = i;
+    }
+    return th::report(bad == 0, name.c_str(),
+                      "k=%.0f max_err=%.3g budget_used=%.1f%% (n=%zu, bad=%zu, worst at %zu: out=%.9g ref=%.9g)", k,
+                      max_err, worst * 100, ref.size(), bad, worst_i, ref.empty() ? 0 : out[worst_i],
+                      ref.empty() ? 0 : ref[worst_i]);
+}
+
+double max_abs_err(const std::vector<double>& a, const std::vector<double>& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size(); i++) m = std::max(m, std::isnan(a[i] - b[i]) ? INFINITY : std::fabs(a[i] - b[i]));
+    return m;
+}
+
+// Rows t >= valid_len[b] of out, lse and dqkv are exactly zero.
+bool check_padding_zero(const std::string& name, const Case& cs, const Results& r) {
+    size_t nonzero = 0, checked = 0;
+    for (int b = 0; b < cs.B; b++)
+        for (int t = cs.valid_of(b); t < cs.T; t++) {
+            for (int c = 0; c < cs.C(); c++, checked++) nonzero += r.out[((size_t)b * cs.T + t) * cs.C() + c] != 0;
+            for (int c = 0; c < 3 * cs.C(); c++, checked++)
+                nonzero += r.dqkv[((size_t)b * cs.T + t) * 3 * cs.C() + c] != 0;
+            for (int h = 0; h < cs.NH; h++, checked++) nonzero += r.lse[((size_t)b * cs.NH + h) * cs.T + t] != 0;
+        }
+    return th::report(nonzero == 0, name.c_str(), "%zu of %zu padded-row elements are not exactly 0", nonzero, checked);
+}
+
+template <class floatX>
+void test_case(const Case& cs, uint64_t seed) {
+    const bool bf16 = std::is_same<floatX, __nv_bfloat16>::value;
+    const std::string name = cs.name(bf16 ? "bf16" : "fp32");
+    const int C = cs.C();
+    std::vector<float> qkv((size_t)cs.B * cs.T * 3 * C), dout((size_t)cs.B * cs.T * C);
+    // Q and K in [-2, 2) make the scores spread (std ~1.3), so the running max moves and rows are peaked.
+    th::fill_uniform(qkv.data(), qkv.size(), seed, -1.f, 1.f);
+    for (size_t i = 0; i < qkv.size(); i++)
+        if ((i % (3 * C)) < (size_t)(2 * C)) qkv[i] *= 2.f;
+    th::fill_uniform(dout.data(), dout.size(), seed + 1, -1.f, 1.f);
+    for (auto* x : {&qkv, &dout})
+        for (float& e : *x) e = round_to<floatX>(e);  // the reference sees exactly the kernel's inputs
+
+    auto raw = th::run_orders((name + " thread orders").c_str(), [&] { return run_kernels<floatX>(cs, qkv, dout); });
+    Results got = unpack<floatX>(cs, raw);
+    Reference ref = reference(cs, qkv, dout);
+
+    double k_fwd, k_bwd, eps;
+    if (bf16) {
+        k_fwd = k_bwd = 4;
+        eps = th::EPS_BF16;
+    } else {
+        k_fwd = 2 * (cs.T + cs.T / 64 + cs.HS) + 16;
+        k_bwd = 2 * k_fwd + cs.T + cs.HS + 4;
+        eps = th::EPS_FP32;
+    }
+    const char* parts[3] = {"dq", "dk", "dv"};
+    check_mag(name + " out", ref.r.out, ref.mag_out, got.out, k_fwd, eps);
+    check_mag(name + " lse", ref.r.lse, ref.mag_lse, got.lse, k_fwd, eps);
+    for (int part = 0; part < 3; part++)
+        check_mag(name + " " + parts[part], part_of(ref.r.dqkv, C, part), part_of(ref.mag_dqkv, C, part),
+                  part_of(got.dqkv, C, part), k_bwd, eps);
+    if (bf16) {
+        Results naive = naive_bf16(cs, qkv, dout);
+        auto compare = [&](const char* what, const std::vector<double>& r, const std::vector<double>& mag,
+                           const std::vector<double>& kernel, const std::vector<double>& nv) {
+            double e_kernel = max_abs_err(kernel, r), e_naive = max_abs_err(nv, r);
+            double slack = 2.0 * (cs.HS + cs.T) * th::EPS_FP32 * *std::max_element(mag.begin(), mag.end());
+            th::report(e_kernel <= 2 * e_naive + slack, (name + " " + what + " vs naive bf16").c_str(),
+                       "max_err kernel=%.3g naive=%.3g (limit 2x naive + %.2g)", e_kernel, e_naive, slack);
+        };
+        compare("out", ref.r.out, ref.mag_out, got.out, naive.out);
+        for (int part = 0; part < 3; part++)
+            compare(parts[part], part_of(ref.r.dqkv, C, part), part_of(ref.mag_dqkv, C, part),
+                    part_of(got.dqkv, C, part), part_of(naive.dqkv, C, part));
+    }
+    if (!cs.valid.empty()) check_padding_zero(name + " padded rows zero", cs, got);
+}
+
+// An unsupported head size must stop the program with a message naming the constraint.
+void test_bad_head_size(const char* self) {
+    std::string cmd = std::string(self) + " --bad-head-size 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[1024];
+    size_t got;
+    while (p && (got = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
+    int status = p ? pclose(p) : -1;
+    bool ok = status != 0 && out.find("head size HS = C/NH must be 16, 32, 64 or 128") != std::string::npos;
+    th::report(ok, "unsupported head size (HS=48) exits with a message", "%s", out.substr(0, out.find('\n')).c_str());
+}
+
+int main(int argc, char** argv) {
+    if (argc == 2 && std::string(argv[1]) == "--bad-head-size") {
+        float* x;
+        cudaCheck(cudaMalloc(&x, 1024 * sizeof(float)));
+        attention_forward(x, x, x, 1, 2, 96, 2, false, nullptr, 0);  // HS = 48
+        return 0;
+    }
+    // GPT-2-like shapes scaled down; T not a multiple of the 64-row tile; valid lengths T, 1 and
+    // values that are not multiples of a tile (and 0, a sequence that is all padding).
+    const std::vector<Case> cases = {
+        {2, 17, 2, 16, false, {}},
+        {2, 17, 2, 16, true, {}},
+        {2, 17, 2, 32, false, {40, 16}},  // a valid length above T counts as T
+        {2, 1, 3, 32, false, {}},
+        {2, 1, 3, 32, true, {1, 1}},
+        {2, 100, 3, 32, true, {}},
+        {2, 100, 3, 32, false, {100, 37}},
+        {3, 64, 4, 16, false, {64, 1, 33}},
+        {3, 64, 2, 16, true, {0, 64, 50}},
+        {2, 128, 2, 64, true, {}},
+        {3, 130, 2, 64, false, {130, 1, 77}},
+        {2, 100, 2, 64, true, {65, 100}},
+        {2, 70, 2, 128, true, {70, 9}},
+        {2, 200, 2, 32, true, {200, 131}},  // 4 key tiles: the running max moves across several
+    };
+    uint64_t seed = 1;
+    for (const Case& cs : cases) {
+        test_case<float>(cs, seed);
+        test_case<__nv_bfloat16>(cs, seed);
+        seed += 2;
+    }
+    test_bad_head_size(argv[0]);
+    return th::finish();
+}

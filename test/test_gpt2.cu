@@ -1,0 +1,210 @@
+// test/test_gpt2.cu — the whole GPT-2 model against Hugging Face transformers' GPT2LMHeadModel (the
+// oracle; test/oracle_gpt2.py wrote the fixtures): logits, loss, every parameter's gradient, the
+// losses of 10 AdamW steps, in fp32 and bf16; plus gradient accumulation and determinism.
+#define TESTING
+#include "../train_gpt2.cu"
+#include "harness.h"
+
+#include <fstream>
+#include <sstream>
+
+static const char* kParamNames[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+static const char* kFixtures = "test/fixtures/";
+
+// The oracle's batch, logits, loss and gradients (llm.c debug-state format, magic 20240327).
+struct DebugState {
+    int B, T;
+    std::vector<int> x, y;
+    std::vector<float> logits;  // (B,T,V)
+    float loss;
+    std::vector<float> grads;   // all parameters, llm.c order
+};
+
+DebugState load_debug_state(const std::string& path, size_t num_params, int V) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) data_error("cannot open %s (run: python3 test/oracle_gpt2.py)", path.c_str());
+    int32_t h[256];
+    if (fread(h, 4, 256, f) != 256 || h[0] != 20240327 || h[1] != 2) data_error("%s: not a debug state v2", path.c_str());
+    DebugState s;
+    s.B = h[2];
+    s.T = h[3];
+    size_t BT = (size_t)s.B * s.T;
+    s.x.resize(BT);
+    s.y.resize(BT);
+    s.logits.resize(BT * V);
+    s.grads.resize(num_params);
+    bool ok = fread(s.x.data(), 4, BT, f) == BT && fread(s.y.data(), 4, BT, f) == BT &&
+              fread(s.logits.data(), 4, BT * V, f) == BT * V && fread(&s.loss, 4, 1, f) == 1 &&
+              fread(s.grads.data(), 4, num_params, f) == num_params;
+    fclose(f);
+    if (!ok) data_error("%s: truncated", path.c_str());
+    return s;
+}
+
+std::vector<float> load_step_losses(const std::string& path) {
+    std::ifstream in(path);
+    std::vector<float> losses;
+    std::string line;
+    while (std::getline(in, line))
+        if (!line.empty() && line[0] != '#') losses.push_back(std::stof(line));
+    if (losses.empty()) data_error("%s: no losses (run: python3 test/oracle_gpt2.py)", path.c_str());
+    return losses;
+}
+
+template <class T>
+std::vector<T> download(const T* d, size_t n) {
+    std::vector<T> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// Runs forward (no grad) and compares the logits and loss, then forward+backward and compares every
+// gradient tensor, then 10 AdamW steps and compares the losses, for storage type floatX.
+template <class floatX>
+void check_against_oracle(const char* tname, double logit_atol, double loss_atol, double grad_k, double step_atol) {
+    GPT2Config config;
+    std::vector<float> init = load_checkpoint(std::string(kFixtures) + "gpt2_tiny_model.bin", &config);
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    size_t n = param_sizes(config, sizes);
+    DebugState s = load_debug_state(std::string(kFixtures) + "gpt2_tiny_debug.bin", n, config.vocab_size);
+    int V = config.vocab_size, Vp = config.padded_vocab_size;
+    size_t BT = (size_t)s.B * s.T;
+
+    GPT2<floatX> model;
+    model.build(config, init);
+    model.allocate_activations(s.B, s.T);
+    model.set_batch(s.x.data(), s.y.data());
+    model.forward(false, 0.f);
+    auto logits_p = download(model.acts.logits, BT * Vp);
+    std::vector<float> logits(BT * V);
+    for (size_t r = 0; r < BT; r++)
+        for (int v = 0; v < V; v++) logits[r * V + v] = to_float(logits_p[r * Vp + v]);
+    char name[128];
+    snprintf(name, sizeof(name), "gpt2<%s> logits vs transformers", tname);
+    th::check_close(name, s.logits.data(), logits.data(), logits.size(), th::Tol{logit_atol, 0});
+    float loss = model.mean_loss();
+    snprintf(name, sizeof(name), "gpt2<%s> loss vs transformers", tname);
+    th::check_close(name, &s.loss, &loss, 1, th::Tol{loss_atol, 0});
+
+    cudaCheck(cudaMemset(model.grads_memory, 0, n * sizeof(floatX)));
+    model.forward(true, 1.f / BT);
+    model.backward();
+    auto grads = download(model.grads_memory, n);
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        // A gradient entry is a sum over the B*T tokens of products through the network; both
+        // sides round differently. Budget: atol = grad_k * eps * max|g| of the tensor (the
+        // tensor's scale), rtol = grad_k * eps.
+        double max_ref = 0;
+        for (size_t k = 0; k < sizes[i]; k++) max_ref = std::max(max_ref, (double)std::fabs(s.grads[offset + k]));
+        double eps = dtype_eps<floatX>();
+        snprintf(name, sizeof(name), "gpt2<%s> grad %s vs transformers", tname, kParamNames[i]);
+        th::check_close(name, s.grads.data() + offset, grads.data() + offset, sizes[i],
+                        th::Tol{grad_k * eps * max_ref, grad_k * eps});
+        offset += sizes[i];
+    }
+
+    // 10 AdamW steps on the same batch, settings as in the fixture header.
+    std::vector<float> expected = load_step_losses(std::string(kFixtures) + "gpt2_tiny_steps.txt");
+    GPT2<floatX> fresh;
+    fresh.build(config, init);
+    fresh.allocate_activations(s.B, s.T);
+    fresh.set_batch(s.x.data(), s.y.data());
+    std::vector<float> got;
+    for (size_t step = 0; step < expected.size(); step++) {
+        cudaCheck(cudaMemset(fresh.grads_memory, 0, n * sizeof(floatX)));
+        fresh.forward(true, 1.f / BT);
+        fresh.backward();
+        got.push_back(fresh.mean_loss());
+        fresh.update(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, (int)step + 1);
+    }
+    snprintf(name, sizeof(name), "gpt2<%s> losses of 10 AdamW steps vs torch.optim.AdamW", tname);
+    th::check_close(name, expected.data(), got.data(), got.size(), th::Tol{step_atol, 0});
+    model.free_all();
+    fresh.free_all();
+}
+
+// k micro-batches of B/k sequences accumulate the same gradient as one batch of B (fp32).
+void check_gradient_accumulation() {
+    GPT2Config config;
+    std::vector<float> init = load_checkpoint(std::string(kFixtures) + "gpt2_tiny_model.bin", &config);
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    size_t n = param_sizes(config, sizes);
+    DebugState s = load_debug_state(std::string(kFixtures) + "gpt2_tiny_debug.bin", n, config.vocab_size);
+    int B = s.B, T = s.T;
+    GPT2<float> whole, parts;
+    whole.build(config, init);
+    whole.allocate_activations(B, T);
+    whole.set_batch(s.x.data(), s.y.data());
+    cudaCheck(cudaMemset(whole.grads_memory, 0, n * sizeof(float)));
+    whole.forward(true, 1.f / (B * T));
+    whole.backward();
+    auto g_whole = download(whole.grads_memory, n);
+
+    int k = 2, b = B / k;
+    parts.build(config, init);
+    parts.allocate_activations(b, T);
+    cudaCheck(cudaMemset(parts.grads_memory, 0, n * sizeof(float)));
+    for (int i = 0; i < k; i++) {
+        parts.set_batch(s.x.data() + (size_t)i * b * T, s.y.data() + (size_t)i * b * T);
+        parts.forward(true, 1.f / (B * T));
+        parts.backward();
+    }
+    auto g_parts = download(parts.grads_memory, n);
+    // Same arithmetic except the order of the cross-token sums: a few fp32 roundings per entry
+    // relative to the tensor's scale.
+    double max_ref = 0;
+    for (float g : g_whole) max_ref = std::max(max_ref, (double)std::fabs(g));
+    th::check_close("gradient accumulation: 2 micro-batches of 2 == 1 batch of 4 (fp32)", g_whole.data(),
+                    g_parts.data(), n, th::Tol{64 * th::EPS_FP32 * max_ref, 64 * th::EPS_FP32});
+    whole.free_all();
+    parts.free_all();
+}
+
+// Two runs from the same initialization and data give bit-identical losses.
+void check_determinism() {
+    GPT2Config config;
+    std::vector<float> init = load_checkpoint(std::string(kFixtures) + "gpt2_tiny_model.bin", &config);
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    size_t n = param_sizes(config, sizes);
+    DebugState s = load_debug_state(std::string(kFixtures) + "gpt2_tiny_debug.bin", n, config.vocab_size);
+    auto run = [&] {
+        GPT2<__nv_bfloat16> m;
+        m.build(config, init);
+        m.allocate_activations(s.B, s.T);
+        m.set_batch(s.x.data(), s.y.data());
+        std::vector<float> losses;
+        for (int step = 0; step < 3; step++) {
+            cudaCheck(cudaMemset(m.grads_memory, 0, n * sizeof(__nv_bfloat16)));
+            m.forward(true, 1.f / (s.B * s.T));
+            m.backward();
+            losses.push_back(m.mean_loss());
+            m.update(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, step + 1);
+        }
+        m.free_all();
+        return losses;
+    };
+    auto a = run(), b = run();
+    th::check_bitwise("determinism: two bf16 runs give bit-identical losses", a.data(), b.data(), a.size() * 4);
+}
+
+int main() {
+    matmul_init();
+    // fp32: the issue's bounds — logits within 1e-4, loss within 1e-5 of transformers. Gradients:
+    // both sides sum the same products in different orders; k = 16 fp32 roundings of the tensor's
+    // scale. 10 AdamW steps: differences of a few ulp in the gradients, carried through the steps,
+    // keep the losses within 1e-5.
+    check_against_oracle<float>("fp32", 1e-4, 1e-5, 16, 1e-5);
+    // bf16: parameters and every activation are rounded to bf16 (eps 2^-7): each rounding adds at
+    // most eps/2 relative error, and a few of them (embedding, layernorm outputs, attention and MLP
+    // outputs, residual stream) stand between the tokens and the logits, which are of size ~1:
+    // logits within 2*eps; the loss, a mean over 256 tokens, within eps/2; each gradient within
+    // k = 2 bf16 roundings of its tensor's scale; the 10-step losses within eps/2.
+    check_against_oracle<__nv_bfloat16>("bf16", 2 * th::EPS_BF16, 0.5 * th::EPS_BF16, 2, 0.5 * th::EPS_BF16);
+    check_gradient_accumulation();
+    check_determinism();
+    matmul_destroy();
+    return th::finish();
+}

@@ -1,0 +1,697 @@
+// train_gpt2.cu — GPT-2 training: the model, its whole forward and backward pass, the optimizer step
+// and the training loop, in one file. Kernels live in llmc/; this file is the model-level tier.
+//
+// Chapters: configuration · parameters · activations · the model (init, load, forward, backward,
+// update) · training loop · main.
+//
+// Precision is a run-time choice (--precision fp32|bf16): every model-level function is a template
+// on the storage type floatX of parameters and activations, and main() dispatches once. In bf16
+// the optimizer keeps fp32 master weights and fp32 moments; all accumulation is fp32.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "llmc/adamw.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/cli.h"
+#include "llmc/cuda_common.h"
+#include "llmc/dataloader.h"
+#include "llmc/encoder.cuh"
+#include "llmc/fused_classifier.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/global_norm.cuh"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/mfu.h"
+#include "llmc/precision.cuh"
+#include "llmc/schedulers.h"
+
+// ----------------------------------------------------------------------------
+// Configuration
+
+struct GPT2Config {
+    int max_seq_len = 1024;        // maxT: positions the model has embeddings for
+    int vocab_size = 50257;        // V: real tokens
+    int padded_vocab_size = 50304; // Vp: V rounded up to a multiple of 128 (aligned matmuls)
+    int num_layers = 12;           // L
+    int num_heads = 12;            // NH
+    int channels = 768;            // C
+};
+
+constexpr int GPT2_CHECKPOINT_MAGIC = 20240326;
+
+// V rounded up to a multiple of 128, as llm.c pads (50257 -> 50304).
+inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
+
+// The GPT-2 family by depth: d12 = 124M, d24 = 350M, d36 = 774M, d48 = 1.5B (channels = 64 * depth
+// as llm.c's "dNN" shorthand, heads of size 64).
+inline bool config_from_depth(const std::string& spec, GPT2Config* c) {
+    if (spec.size() < 2 || spec[0] != 'd') return false;
+    char* end;
+    long depth = strtol(spec.c_str() + 1, &end, 10);
+    if (*end || depth <= 0 || depth > 128) return false;
+    c->num_layers = (int)depth;
+    switch (depth) {
+        case 12: c->channels = 768; c->num_heads = 12; break;
+        case 24: c->channels = 1024; c->num_heads = 16; break;
+        case 36: c->channels = 1280; c->num_heads = 20; break;
+        case 48: c->channels = 1600; c->num_heads = 25; break;
+        default: c->channels = (int)depth * 64; c->num_heads = (int)depth; break;
+    }
+    return true;
+}
+
+// ----------------------------------------------------------------------------
+// Parameters: 16 tensors in one allocation, in llm.c's checkpoint order.
+
+constexpr int NUM_PARAMETER_TENSORS = 16;
+enum ParamIndex { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
+// Element counts of the 16 tensors; returns the total.
+inline size_t param_sizes(const GPT2Config& c, size_t sizes[NUM_PARAMETER_TENSORS]) {
+    size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
+    sizes[WTE] = Vp * C;             // (Vp, C)
+    sizes[WPE] = maxT * C;           // (maxT, C)
+    sizes[LN1W] = L * C;             // (L, C)
+    sizes[LN1B] = L * C;
+    sizes[QKVW] = L * 3 * C * C;     // (L, 3C, C)
+    sizes[QKVB] = L * 3 * C;         // (L, 3C)
+    sizes[ATTPROJW] = L * C * C;     // (L, C, C)
+    sizes[ATTPROJB] = L * C;
+    sizes[LN2W] = L * C;
+    sizes[LN2B] = L * C;
+    sizes[FCW] = L * 4 * C * C;      // (L, 4C, C)
+    sizes[FCB] = L * 4 * C;
+    sizes[FCPROJW] = L * C * 4 * C;  // (L, C, 4C)
+    sizes[FCPROJB] = L * C;
+    sizes[LNFW] = C;
+    sizes[LNFB] = C;
+    size_t total = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) total += sizes[i];
+    return total;
+}
+
+// Weight decay applies to the matrices (embeddings and linear weights), not to biases and
+// layernorm parameters, as in GPT-2 / llm.c.
+inline bool param_decays(int i) {
+    return i == WTE || i == WPE || i == QKVW || i == ATTPROJW || i == FCW || i == FCPROJW;
+}
+
+// Pointers to the 16 tensors inside one buffer.
+template <class floatX>
+struct ParameterTensors {
+    floatX* t[NUM_PARAMETER_TENSORS];
+    void point_into(floatX* base, const size_t sizes[NUM_PARAMETER_TENSORS]) {
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            t[i] = base;
+            base += sizes[i];
+        }
+    }
+    floatX* layer(int i, int l, size_t per_layer) const { return t[i] + (size_t)l * per_layer; }
+};
+
+// ----------------------------------------------------------------------------
+// Activations: everything the backward pass reads, sized for micro-batch (B, T), one allocation.
+
+template <class floatX>
+struct Activations {
+    floatX* encoded;    // (B,T,C)
+    floatX* ln1;        // (L,B,T,C)
+    float* ln1_mean;    // (L,B,T)
+    float* ln1_rstd;    // (L,B,T)
+    floatX* qkv;        // (L,B,T,3C)
+    floatX* atty;       // (L,B,T,C)
+    float* att_lse;     // (L,B,NH,T) logsumexp per query row, for the attention backward
+    floatX* residual2;  // (L,B,T,C)
+    floatX* ln2;        // (L,B,T,C)
+    float* ln2_mean;    // (L,B,T)
+    float* ln2_rstd;    // (L,B,T)
+    floatX* fch;        // (L,B,T,4C) pre-GELU
+    floatX* fch_gelu;   // (L,B,T,4C)
+    floatX* residual3;  // (L,B,T,C)
+    floatX* lnf;        // (B,T,C)
+    float* lnf_mean;    // (B,T)
+    float* lnf_rstd;    // (B,T)
+    floatX* logits;     // (B,T,Vp); the classifier turns it into dlogits in place
+    float* losses;      // (B,T)
+    // Backward-pass buffers, reused by every layer:
+    floatX* dresidual;  // (B,T,C) gradient of the residual stream
+    floatX* dbtc;       // (B,T,C)
+    floatX* dbt4c;      // (B,T,4C) (also holds dqkv (B,T,3C))
+    floatX* btc;        // (B,T,C) forward scratch (projection outputs before the residual add)
+    void* scratch;      // kernel scratch (layernorm/matmul/attention backward)
+    int* inputs;        // (B,T)
+    int* targets;       // (B,T)
+};
+
+// ----------------------------------------------------------------------------
+// The model
+
+template <class floatX>
+struct GPT2 {
+    GPT2Config config;
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    size_t num_parameters = 0;
+    ParameterTensors<floatX> params, grads;
+    floatX* params_memory = nullptr;  // (num_parameters) in the compute precision
+    floatX* grads_memory = nullptr;
+    float* master = nullptr;          // fp32 master weights, when floatX is not float
+    float* m = nullptr;               // AdamW first moment (fp32)
+    float* v = nullptr;               // AdamW second moment (fp32)
+    ParamTensor* tensor_table = nullptr;  // device: offset/size/decay of each tensor for AdamW
+    void* norm_scratch = nullptr;
+    float* norm_out = nullptr;        // device scalar: squared global gradient norm
+    float* clip_scale = nullptr;      // device scalar: torch's clip factor, read by AdamW
+    float* norm_host = nullptr;       // pinned copy of *norm_out, read after the step's one sync
+    Activations<floatX> acts{};
+    void* acts_memory = nullptr;
+    size_t acts_bytes = 0;
+    int B = 0, T = 0;
+    EncoderBackwardPlan encoder_plan;
+    cudaStream_t stream = 0;
+
+    // Allocates parameters, gradients and optimizer state for config and fills params_memory
+    // from the fp32 host values (which must hold num_parameters floats).
+    void build(const GPT2Config& c, const std::vector<float>& host_params) {
+        config = c;
+        num_parameters = param_sizes(c, sizes);
+        cudaCheck(cudaMalloc(&params_memory, num_parameters * sizeof(floatX)));
+        cudaCheck(cudaMalloc(&grads_memory, num_parameters * sizeof(floatX)));
+        cudaCheck(cudaMalloc(&m, num_parameters * sizeof(float)));
+        cudaCheck(cudaMalloc(&v, num_parameters * sizeof(float)));
+        cudaCheck(cudaMemset(m, 0, num_parameters * sizeof(float)));
+        cudaCheck(cudaMemset(v, 0, num_parameters * sizeof(float)));
+        params.point_into(params_memory, sizes);
+        grads.point_into(grads_memory, sizes);
+        float* staging;
+        cudaCheck(cudaMalloc(&staging, num_parameters * sizeof(float)));
+        cudaCheck(cudaMemcpy(staging, host_params.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+        if (std::is_same<floatX, float>::value) {
+            cudaCheck(cudaMemcpy(params_memory, staging, num_parameters * sizeof(float), cudaMemcpyDeviceToDevice));
+            cudaCheck(cudaFree(staging));
+        } else {
+            master = staging;  // the fp32 values become the master weights
+            cast(params_memory, (const float*)master, num_parameters, stream);
+        }
+        std::vector<ParamTensor> table(NUM_PARAMETER_TENSORS);
+        size_t offset = 0;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            table[i] = ParamTensor{offset, sizes[i], param_decays(i) ? 1 : 0};
+            offset += sizes[i];
+        }
+        cudaCheck(cudaMalloc(&tensor_table, sizeof(ParamTensor) * NUM_PARAMETER_TENSORS));
+        cudaCheck(cudaMemcpy(tensor_table, table.data(), sizeof(ParamTensor) * NUM_PARAMETER_TENSORS,
+                             cudaMemcpyHostToDevice));
+        cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_bytes(num_parameters)));
+        cudaCheck(cudaMalloc(&norm_out, sizeof(float)));
+        cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
+        cudaCheck(cudaMallocHost(&norm_host, sizeof(float)));
+    }
+
+    // Sizes and allocates the activations for micro-batch (B, T), once.
+    void allocate_activations(int B_, int T_) {
+        B = B_;
+        T = T_;
+        size_t L = config.num_layers, C = config.channels, NH = config.num_heads, Vp = config.padded_vocab_size;
+        size_t BT = (size_t)B * T;
+        size_t scratch = std::max({layernorm_backward_scratch_bytes((int)BT, (int)C),
+                                   matmul_backward_scratch_bytes((int)BT, (int)(4 * C)),
+                                   matmul_backward_scratch_bytes((int)BT, (int)Vp),
+                                   attention_backward_scratch_bytes(B, T, (int)C, (int)NH)});
+        // Every region starts 256-byte aligned (cuBLASLt and 128-bit loads want aligned rows).
+        struct Region { void** ptr; size_t bytes; };
+        std::vector<Region> regions = {
+            {(void**)&acts.encoded, BT * C * sizeof(floatX)},
+            {(void**)&acts.ln1, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.ln1_mean, L * BT * sizeof(float)},
+            {(void**)&acts.ln1_rstd, L * BT * sizeof(float)},
+            {(void**)&acts.qkv, L * BT * 3 * C * sizeof(floatX)},
+            {(void**)&acts.atty, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.att_lse, L * B * NH * T * sizeof(float)},
+            {(void**)&acts.residual2, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.ln2, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.ln2_mean, L * BT * sizeof(float)},
+            {(void**)&acts.ln2_rstd, L * BT * sizeof(float)},
+            {(void**)&acts.fch, L * BT * 4 * C * sizeof(floatX)},
+            {(void**)&acts.fch_gelu, L * BT * 4 * C * sizeof(floatX)},
+            {(void**)&acts.residual3, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.lnf, BT * C * sizeof(floatX)},
+            {(void**)&acts.lnf_mean, BT * sizeof(float)},
+            {(void**)&acts.lnf_rstd, BT * sizeof(float)},
+            {(void**)&acts.logits, BT * Vp * sizeof(floatX)},
+            {(void**)&acts.losses, BT * sizeof(float)},
+            {(void**)&acts.dresidual, BT * C * sizeof(floatX)},
+            {(void**)&acts.dbtc, BT * C * sizeof(floatX)},
+            {(void**)&acts.dbt4c, BT * 4 * C * sizeof(floatX)},
+            {(void**)&acts.btc, BT * C * sizeof(floatX)},
+            {(void**)&acts.scratch, scratch},
+            {(void**)&acts.inputs, BT * sizeof(int)},
+            {(void**)&acts.targets, BT * sizeof(int)},
+        };
+        acts_bytes = 0;
+        for (auto& r : regions) acts_bytes += (r.bytes + 255) / 256 * 256;
+        cudaCheck(cudaMalloc(&acts_memory, acts_bytes));
+        char* p = static_cast<char*>(acts_memory);
+        for (auto& r : regions) {
+            *r.ptr = p;
+            p += (r.bytes + 255) / 256 * 256;
+        }
+    }
+
+    // Forward pass on the micro-batch in acts.inputs/acts.targets: leaves per-token losses in
+    // acts.losses and, if with_grad, the logits' gradient (scaled by dloss) in acts.logits.
+    // Returns nothing: the caller reads the losses when it needs them (one sync per step).
+    void forward(bool with_grad, float dloss) {
+        const GPT2Config& c = config;
+        int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
+        int BT = B * T;
+        size_t btc = (size_t)BT * C;
+        Activations<floatX>& a = acts;
+        const float eps = 1e-5f;
+        encoder_forward(a.encoded, a.inputs, params.t[WTE], params.t[WPE], (const int*)nullptr, (const floatX*)nullptr,
+                        B, T, C, stream);
+        layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, params.t[LN1W], params.t[LN1B], BT, C, eps, stream);
+        for (int l = 0; l < L; l++) {
+            floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
+            floatX* ln1 = a.ln1 + l * btc;
+            floatX* qkv = a.qkv + l * 3 * btc;
+            floatX* atty = a.atty + l * btc;
+            float* lse = a.att_lse + (size_t)l * B * NH * T;
+            floatX* residual2 = a.residual2 + l * btc;
+            floatX* ln2 = a.ln2 + l * btc;
+            floatX* fch = a.fch + l * 4 * btc;
+            floatX* fch_gelu = a.fch_gelu + l * 4 * btc;
+            floatX* residual3 = a.residual3 + l * btc;
+            // attention block: qkv = ln1 · qkvwᵀ + qkvb; causal self-attention; projection
+            matmul_forward(qkv, (floatX*)nullptr, ln1, params.layer(QKVW, l, 3 * C * C), params.layer(QKVB, l, 3 * C),
+                           BT, C, 3 * C, GeluKind::Tanh, stream);
+            attention_forward(atty, lse, qkv, B, T, C, NH, true, (const int*)nullptr, stream);
+            matmul_forward(a.btc, (floatX*)nullptr, atty, params.layer(ATTPROJW, l, C * C),
+                           params.layer(ATTPROJB, l, C), BT, C, C, GeluKind::Tanh, stream);
+            fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + (size_t)l * BT, a.ln2_rstd + (size_t)l * BT,
+                                             residual, a.btc, params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT,
+                                             C, eps, stream);
+            // MLP block: GELU(ln2 · fcwᵀ + fcb) · fcprojwᵀ + fcprojb
+            matmul_forward(fch_gelu, fch, ln2, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), BT, C,
+                           4 * C, GeluKind::Tanh, stream);
+            matmul_forward(a.btc, (floatX*)nullptr, fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
+                           params.layer(FCPROJB, l, C), BT, 4 * C, C, GeluKind::Tanh, stream);
+            // The next layer's ln1 (or the final layernorm) is fused with this residual add.
+            bool last = l == L - 1;
+            fused_residual_layernorm_forward(
+                residual3, last ? a.lnf : a.ln1 + (l + 1) * btc, last ? a.lnf_mean : a.ln1_mean + (size_t)(l + 1) * BT,
+                last ? a.lnf_rstd : a.ln1_rstd + (size_t)(l + 1) * BT, residual2, a.btc,
+                last ? params.t[LNFW] : params.layer(LN1W, l + 1, C), last ? params.t[LNFB] : params.layer(LN1B, l + 1, C),
+                BT, C, eps, stream);
+        }
+        // LM head tied to the token embedding: logits (B,T,Vp) = lnf · wteᵀ
+        matmul_forward(a.logits, (floatX*)nullptr, a.lnf, params.t[WTE], (const floatX*)nullptr, BT, C, Vp,
+                       GeluKind::Tanh, stream);
+        fused_classifier(a.logits, a.losses, a.targets, BT, V, Vp, dloss, -1, with_grad, stream);
+    }
+
+    // Backward pass after forward(true, ...): accumulates every parameter's gradient into grads
+    // (callers zero grads_memory at the start of a step; micro-batches add up).
+    void backward() {
+        const GPT2Config& c = config;
+        int L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+        int BT = B * T;
+        size_t btc = (size_t)BT * C;
+        Activations<floatX>& a = acts;
+        cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(floatX), stream));
+        // LM head and final layernorm
+        matmul_backward(a.dbtc, grads.t[WTE], (floatX*)nullptr, a.scratch, a.logits, a.lnf, params.t[WTE],
+                        (const floatX*)nullptr, BT, C, Vp, GeluKind::Tanh, stream);
+        layernorm_backward(a.dresidual, grads.t[LNFW], grads.t[LNFB], a.scratch, a.dbtc, a.residual3 + (L - 1) * btc,
+                           params.t[LNFW], a.lnf_mean, a.lnf_rstd, BT, C, stream);
+        for (int l = L - 1; l >= 0; l--) {
+            floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
+            floatX* ln1 = a.ln1 + l * btc;
+            floatX* qkv = a.qkv + l * 3 * btc;
+            floatX* atty = a.atty + l * btc;
+            float* lse = a.att_lse + (size_t)l * B * NH * T;
+            floatX* residual2 = a.residual2 + l * btc;
+            floatX* ln2 = a.ln2 + l * btc;
+            floatX* fch = a.fch + l * 4 * btc;
+            floatX* fch_gelu = a.fch_gelu + l * 4 * btc;
+            // MLP block: dresidual is the gradient of the block's output
+            matmul_backward(a.dbt4c, grads.layer(FCPROJW, l, 4 * C * C), grads.layer(FCPROJB, l, C), a.scratch,
+                            a.dresidual, fch_gelu, params.layer(FCPROJW, l, 4 * C * C), fch, BT, 4 * C, C,
+                            GeluKind::Tanh, stream);
+            matmul_backward(a.dbtc, grads.layer(FCW, l, 4 * C * C), grads.layer(FCB, l, 4 * C), a.scratch, a.dbt4c,
+                            ln2, params.layer(FCW, l, 4 * C * C), (const floatX*)nullptr, BT, C, 4 * C,
+                            GeluKind::Tanh, stream);
+            layernorm_backward(a.dresidual, grads.layer(LN2W, l, C), grads.layer(LN2B, l, C), a.scratch, a.dbtc,
+                               residual2, params.layer(LN2W, l, C), a.ln2_mean + (size_t)l * BT,
+                               a.ln2_rstd + (size_t)l * BT, BT, C, stream);
+            // attention block
+            matmul_backward(a.dbtc, grads.layer(ATTPROJW, l, C * C), grads.layer(ATTPROJB, l, C), a.scratch,
+                            a.dresidual, atty, params.layer(ATTPROJW, l, C * C), (const floatX*)nullptr, BT, C, C,
+                            GeluKind::Tanh, stream);
+            attention_backward(a.dbt4c, a.dbtc, qkv, atty, lse, a.scratch, B, T, C, NH, true, (const int*)nullptr,
+                               stream);
+            matmul_backward(a.dbtc, grads.layer(QKVW, l, 3 * C * C), grads.layer(QKVB, l, 3 * C), a.scratch, a.dbt4c,
+                            ln1, params.layer(QKVW, l, 3 * C * C), (const floatX*)nullptr, BT, C, 3 * C,
+                            GeluKind::Tanh, stream);
+            layernorm_backward(a.dresidual, grads.layer(LN1W, l, C), grads.layer(LN1B, l, C), a.scratch, a.dbtc,
+                               residual, params.layer(LN1W, l, C), a.ln1_mean + (size_t)l * BT,
+                               a.ln1_rstd + (size_t)l * BT, BT, C, stream);
+        }
+        encoder_backward(grads.t[WTE], grads.t[WPE], (floatX*)nullptr, encoder_plan, a.dresidual, a.inputs,
+                         (const int*)nullptr, B, T, C, stream);
+    }
+
+    // One optimizer step: the global gradient norm, torch's clip factor (max_norm 0: no clipping)
+    // and AdamW over all parameters, without a host sync — the norm reaches the host through
+    // norm_host, valid after the stream's next synchronization (see last_grad_norm()).
+    void update(float lr, float beta1, float beta2, float eps, float weight_decay, float max_norm, int step) {
+        global_norm_squared(norm_out, norm_scratch, (const floatX*)grads_memory, num_parameters, stream);
+        cudaCheck(cudaMemcpyAsync(norm_host, norm_out, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        if (max_norm > 0) grad_clip_scale(clip_scale, norm_out, max_norm, stream);
+        adamw_update(params_memory, master, (const floatX*)grads_memory, m, v, tensor_table, NUM_PARAMETER_TENSORS,
+                     num_parameters, lr, beta1, beta2, eps, weight_decay, 1.f, step, stream,
+                     max_norm > 0 ? (const float*)clip_scale : nullptr);
+    }
+
+    // The gradient norm of the last update() (after the stream has been synchronized).
+    float last_grad_norm() const { return std::sqrt(*norm_host); }
+
+    // Starts copying the per-token losses of the last forward pass to host (pinned, B*T floats).
+    void fetch_losses(float* host) {
+        cudaCheck(cudaMemcpyAsync(host, acts.losses, (size_t)B * T * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    }
+
+    // Mean of the per-token losses of the last forward pass (syncs with the device).
+    float mean_loss() {
+        std::vector<float> losses((size_t)B * T);
+        cudaCheck(cudaMemcpyAsync(losses.data(), acts.losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        double s = 0;
+        for (float x : losses) s += x;
+        return (float)(s / losses.size());
+    }
+
+    // Copies a micro-batch's token ids (host, B*T each) to the device; for training, also plans
+    // the embedding backward pass (which groups positions by token id on the host).
+    void set_batch(const int* inputs, const int* targets, bool for_training = true) {
+        cudaCheck(cudaMemcpyAsync(acts.inputs, inputs, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(acts.targets, targets, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice, stream));
+        if (for_training)
+            encoder_backward_plan(&encoder_plan, inputs, (const int*)nullptr, B, T, config.channels,
+                                  config.vocab_size, 0, stream);
+    }
+
+    void free_all() {
+        for (void* p : {(void*)params_memory, (void*)grads_memory, (void*)master, (void*)m, (void*)v,
+                        (void*)tensor_table, norm_scratch, (void*)norm_out, (void*)clip_scale, acts_memory})
+            if (p) cudaCheck(cudaFree(p));
+        cudaCheck(cudaFreeHost(norm_host));
+        encoder_backward_plan_free(&encoder_plan);
+    }
+};
+
+// ----------------------------------------------------------------------------
+// Initial weights: from a llm.c checkpoint, or random as GPT-2 initializes
+
+// A portable normal generator (the same numbers on every platform, unlike std::normal_distribution).
+struct NormalRNG {
+    uint64_t state;
+    explicit NormalRNG(uint64_t seed) : state(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+    uint64_t next() {  // splitmix64
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }  // (0,1)
+    float normal(float std) { return (float)(std * std::sqrt(-2.0 * std::log(uniform())) * std::cos(2 * M_PI * uniform())); }
+};
+
+// GPT-2 initialization: weights N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)),
+// biases 0, layernorm weight 1 and bias 0; padded vocabulary rows stay 0.
+std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    size_t n = param_sizes(c, sizes);
+    std::vector<float> p(n, 0.f);
+    NormalRNG rng(seed);
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        float* t = p.data() + offset;
+        if (i == LN1W || i == LN2W || i == LNFW) {
+            for (size_t k = 0; k < sizes[i]; k++) t[k] = 1.f;
+        } else if (param_decays(i)) {
+            float std = (i == ATTPROJW || i == FCPROJW) ? 0.02f / std::sqrt(2.f * c.num_layers) : 0.02f;
+            size_t count = i == WTE ? (size_t)c.vocab_size * c.channels : sizes[i];
+            for (size_t k = 0; k < count; k++) t[k] = rng.normal(std);
+        }
+        offset += sizes[i];
+    }
+    return p;
+}
+
+// Reads a llm.c model checkpoint (magic 20240326; version 3 = fp32, 5 = bf16) into fp32 values.
+std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) data_error("cannot open model checkpoint %s: %s", path.c_str(), strerror(errno));
+    int32_t h[256];
+    if (fread(h, sizeof(int32_t), 256, f) != 256) data_error("%s: too short for a model checkpoint header", path.c_str());
+    if (h[0] != GPT2_CHECKPOINT_MAGIC)
+        data_error("%s: bad magic %d (a llm.c GPT-2 checkpoint starts with %d)", path.c_str(), h[0], GPT2_CHECKPOINT_MAGIC);
+    if (h[1] != 3 && h[1] != 5)
+        data_error("%s: unsupported checkpoint version %d (3 = fp32, 5 = bf16)", path.c_str(), h[1]);
+    c->max_seq_len = h[2];
+    c->vocab_size = h[3];
+    c->num_layers = h[4];
+    c->num_heads = h[5];
+    c->channels = h[6];
+    c->padded_vocab_size = h[7];
+    if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 || c->num_heads <= 0 || c->channels <= 0 ||
+        c->padded_vocab_size < c->vocab_size || c->channels % c->num_heads != 0 || c->max_seq_len > 1 << 20 ||
+        c->channels > 1 << 16 || c->num_layers > 1024 || c->padded_vocab_size > 1 << 24)
+        data_error("%s: implausible model shape in header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path.c_str(),
+                   c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    size_t n = param_sizes(*c, sizes);
+    size_t elem = h[1] == 3 ? 4 : 2;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    if (size < 0 || (size_t)size != 1024 + n * elem)
+        data_error("%s: file is %ld bytes, the header's model needs %zu", path.c_str(), size, 1024 + n * elem);
+    fseek(f, 1024, SEEK_SET);
+    std::vector<float> p(n);
+    if (h[1] == 3) {
+        if (fread(p.data(), 4, n, f) != n) data_error("%s: read failed", path.c_str());
+    } else {
+        std::vector<uint16_t> bits(n);
+        if (fread(bits.data(), 2, n, f) != n) data_error("%s: read failed", path.c_str());
+        for (size_t i = 0; i < n; i++) {
+            uint32_t w = (uint32_t)bits[i] << 16;
+            memcpy(&p[i], &w, 4);
+        }
+    }
+    fclose(f);
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// Training
+
+struct TrainOptions {
+    std::string train_pattern, val_pattern;
+    int B = 4, T = 1024;
+    long long total_batch_tokens = -1;
+    float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f, weight_decay = 0.f, grad_clip = 1.f;
+    LRScheduler schedule;
+    int max_steps = -1;
+    int val_every = 20, val_steps = 20;
+    bool shuffle = false, overfit_batch = false;
+    uint64_t seed = 42;
+    Precision precision = Precision::FP32;
+    bool tf32 = false;
+};
+
+// Runs the training loop for storage type floatX.
+template <class floatX>
+int train(const TrainOptions& o, const GPT2Config& config, const std::vector<float>& init) {
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    matmul_init(o.tf32);
+    GPT2<floatX> model;
+    model.build(config, init);
+    model.allocate_activations(o.B, o.T);
+    const GPT2Config& c = model.config;
+
+    long long tokens_per_micro = (long long)o.B * o.T;
+    long long total = o.total_batch_tokens > 0 ? o.total_batch_tokens : tokens_per_micro;
+    if (total % tokens_per_micro != 0) {
+        fprintf(stderr, "error: --total-batch-size %lld is not a multiple of B*T = %lld\n", total, tokens_per_micro);
+        return 2;
+    }
+    int accum = (int)(total / tokens_per_micro);
+
+    DataLoader train_loader(o.train_pattern, o.B, o.T, 0, 1, o.shuffle, o.seed, c.vocab_size);
+    std::unique_ptr<DataLoader> val_loader;
+    if (!o.val_pattern.empty()) val_loader.reset(new DataLoader(o.val_pattern, o.B, o.T, 0, 1, false, 0, c.vocab_size));
+    int steps = o.max_steps > 0 ? o.max_steps : (int)std::max<size_t>(1, train_loader.batches_per_epoch() / accum);
+    LRScheduler sched = o.schedule;
+    sched.total = steps;
+
+    double bytes_per_param = sizeof(floatX) * 2 + 8 + (std::is_same<floatX, float>::value ? 0 : 4);
+    printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", c.num_layers, c.channels,
+           c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6);
+    printf("precision: %s%s | device: %s\n", precision_name(o.precision), o.tf32 ? " (tf32 matmuls)" : "", prop.name);
+    printf("memory: parameters+grads+optimizer %.1f MiB (%.0f B/param), activations %.1f MiB\n",
+           model.num_parameters * bytes_per_param / 1048576.0, bytes_per_param, model.acts_bytes / 1048576.0);
+    printf("batch: B=%d T=%d, %d micro-step%s -> %lld tokens per step; %d steps; lr %s max %.2e warmup %d\n", o.B,
+           o.T, accum, accum > 1 ? "s" : "", total, steps, lr_schedule_name(sched.kind), sched.max_lr, sched.warmup);
+
+    float peak = peak_tflops(prop.name, o.precision, o.tf32);
+    double flops_per_token = 6.0 * model.num_parameters + 6.0 * c.num_layers * c.channels * o.T;
+    cudaEvent_t t0, t1;
+    cudaCheck(cudaEventCreate(&t0));
+    cudaCheck(cudaEventCreate(&t1));
+    float* step_losses;  // (accum, B*T) pinned: every micro-step's losses, summed after the step
+    cudaCheck(cudaMallocHost(&step_losses, (size_t)accum * tokens_per_micro * sizeof(float)));
+    for (int step = 0; step < steps; step++) {
+        if (val_loader && o.val_every > 0 && (step % o.val_every == 0)) {
+            val_loader->reset();
+            double sum = 0;
+            int n = 0;
+            for (int k = 0; k < o.val_steps; k++, n++) {
+                model.set_batch(val_loader->inputs(), val_loader->targets(), false);
+                model.forward(false, 0.f);
+                sum += model.mean_loss();
+                val_loader->next_batch();
+            }
+            printf("step %d | val loss %.6f\n", step, sum / n);
+        }
+        cudaCheck(cudaEventRecord(t0, model.stream));
+        cudaCheck(cudaMemsetAsync(model.grads_memory, 0, model.num_parameters * sizeof(floatX), model.stream));
+        for (int micro = 0; micro < accum; micro++) {
+            model.set_batch(train_loader.inputs(), train_loader.targets());
+            model.forward(true, 1.f / (float)(tokens_per_micro * accum));
+            model.backward();
+            model.fetch_losses(step_losses + (size_t)micro * tokens_per_micro);
+            // The batch buffers must not change while their copy to the device may be in flight.
+            cudaCheck(cudaStreamSynchronize(model.stream));
+            if (!o.overfit_batch) train_loader.next_batch();
+        }
+        float lr = sched.lr(step);
+        model.update(lr, o.beta1, o.beta2, o.adam_eps, o.weight_decay, o.grad_clip, step + 1);
+        cudaCheck(cudaEventRecord(t1, model.stream));
+        cudaCheck(cudaEventSynchronize(t1));
+        double loss = 0;
+        for (size_t i = 0; i < (size_t)accum * tokens_per_micro; i++) loss += step_losses[i];
+        loss /= (double)accum * tokens_per_micro;
+        float norm = model.last_grad_norm();
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, t0, t1));
+        double tok_s = total / (ms / 1000.0);
+        char mfu[48];
+        if (peak > 0) snprintf(mfu, sizeof(mfu), "MFU %.1f%%", 100.0 * flops_per_token * tok_s / (peak * 1e12));
+        else snprintf(mfu, sizeof(mfu), "MFU n/a (unknown GPU)");
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s\n", step + 1, steps, loss,
+               norm, lr, ms, tok_s, mfu);
+        fflush(stdout);
+    }
+    cudaCheck(cudaEventDestroy(t0));
+    cudaCheck(cudaEventDestroy(t1));
+    cudaCheck(cudaFreeHost(step_losses));
+    model.free_all();
+    matmul_destroy();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// main (left out when test/test_gpt2.cu includes this file to test the model)
+
+#ifndef TESTING
+int main(int argc, char** argv) {
+    Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards (GPU, or the CPU backend when built with CPU=1).");
+    cli.add("train-data", 'i', "GLOB", "dev/data/tinyshakespeare/tiny_shakespeare_train.bin", "training token shards");
+    cli.add("val-data", 'j', "GLOB", "dev/data/tinyshakespeare/tiny_shakespeare_val.bin", "validation token shards ('' for none)");
+    cli.add("init", 'e', "FILE|dN", "d12", "llm.c checkpoint to start from, or dN for a random GPT-2 of depth N");
+    cli.add("layers", 0, "INT", "", "random init: number of layers (overrides --init's depth)");
+    cli.add("channels", 0, "INT", "", "random init: channels C");
+    cli.add("heads", 0, "INT", "", "random init: attention heads (C must divide by it)");
+    cli.add("max-seq-len", 0, "INT", "1024", "random init: positions maxT");
+    cli.add("vocab-size", 0, "INT", "50257", "random init: vocabulary size V (padded to a multiple of 128)");
+    cli.add("batch-size", 'b', "INT", "4", "micro-batch size B");
+    cli.add("seq-len", 't', "INT", "1024", "sequence length T");
+    cli.add("total-batch-size", 'd', "TOKENS", "-1", "tokens per optimizer step (gradient accumulation); -1: B*T");
+    cli.add("lr", 'l', "FLOAT", "3e-4", "peak learning rate");
+    cli.add("lr-schedule", 'k', "NAME", "cosine", "cosine | linear | constant | wsd");
+    cli.add("warmup", 'u', "STEPS", "0", "linear warmup steps");
+    cli.add("final-lr-frac", 'q', "FLOAT", "1.0", "final learning rate as a fraction of the peak");
+    cli.add("weight-decay", 'c', "FLOAT", "0.0", "AdamW weight decay (matrices only)");
+    cli.add("beta1", 0, "FLOAT", "0.9", "AdamW beta1");
+    cli.add("beta2", 0, "FLOAT", "0.95", "AdamW beta2");
+    cli.add("adam-eps", 0, "FLOAT", "1e-8", "AdamW epsilon");
+    cli.add("grad-clip", 0, "FLOAT", "1.0", "clip the global gradient norm to this (0: off)");
+    cli.add("max-steps", 'x', "INT", "-1", "optimizer steps; -1: one epoch of the training data");
+    cli.add("val-every", 'v', "STEPS", "20", "evaluate the validation loss every this many steps (0: never)");
+    cli.add("val-steps", 'm', "INT", "20", "validation batches per evaluation");
+    cli.add("precision", 'f', "NAME", "fp32", "fp32 | tf32 | bf16 (fp16 and fp8: see issue tracker)");
+    cli.add("seed", 0, "INT", "42", "seed for initialization and shuffling");
+    cli.add_flag("shuffle", 0, "shuffle the order of batches and shards every epoch (seeded)");
+    cli.add_flag("overfit-batch", 'a', "train on the first batch only (debugging)");
+    cli.parse(argc, argv);
+
+    TrainOptions o;
+    o.train_pattern = cli.str("train-data");
+    o.val_pattern = cli.str("val-data");
+    o.B = (int)cli.integer("batch-size", 1, 1 << 16);
+    o.T = (int)cli.integer("seq-len", 1, 1 << 20);
+    o.total_batch_tokens = cli.integer("total-batch-size", -1, 1ll << 40);
+    o.lr = (float)cli.number("lr", 0, 10);
+    o.schedule.max_lr = o.lr;
+    if (!parse_lr_schedule(cli.str("lr-schedule").c_str(), &o.schedule.kind))
+        cli.fail("option --lr-schedule: '%s' is not one of cosine, linear, constant, wsd", cli.str("lr-schedule").c_str());
+    o.schedule.warmup = (int)cli.integer("warmup", 0, 1 << 30);
+    o.schedule.final_fraction = (float)cli.number("final-lr-frac", 0, 1);
+    o.weight_decay = (float)cli.number("weight-decay", 0, 10);
+    o.beta1 = (float)cli.number("beta1", 0, 1);
+    o.beta2 = (float)cli.number("beta2", 0, 1);
+    o.adam_eps = (float)cli.number("adam-eps", 0, 1);
+    o.grad_clip = (float)cli.number("grad-clip", 0, 1e9);
+    o.max_steps = (int)cli.integer("max-steps", -1, 1 << 30);
+    o.val_every = (int)cli.integer("val-every", 0, 1 << 30);
+    o.val_steps = (int)cli.integer("val-steps", 1, 1 << 30);
+    o.seed = (uint64_t)cli.integer("seed", 0);
+    o.shuffle = cli.flag("shuffle");
+    o.overfit_batch = cli.flag("overfit-batch");
+    std::string prec = cli.str("precision");
+    if (prec == "fp32") o.precision = Precision::FP32;
+    else if (prec == "tf32") { o.precision = Precision::FP32; o.tf32 = true; }
+    else if (prec == "bf16") o.precision = Precision::BF16;
+    else cli.fail("option --precision: '%s' is not one of fp32, tf32, bf16", prec.c_str());
+
+    GPT2Config config;
+    std::vector<float> init;
+    std::string spec = cli.str("init");
+    if (config_from_depth(spec, &config)) {
+        if (cli.given("layers")) config.num_layers = (int)cli.integer("layers", 1, 1024);
+        if (cli.given("channels")) config.channels = (int)cli.integer("channels", 1, 1 << 16);
+        if (cli.given("heads")) config.num_heads = (int)cli.integer("heads", 1, 1024);
+        config.max_seq_len = (int)cli.integer("max-seq-len", 1, 1 << 20);
+        config.vocab_size = (int)cli.integer("vocab-size", 1, 1 << 24);
+        config.padded_vocab_size = pad_vocab(config.vocab_size);
+        if (config.channels % config.num_heads != 0)
+            cli.fail("option --heads: %d does not divide channels %d", config.num_heads, config.channels);
+        init = random_init(config, o.seed);
+    } else {
+        init = load_checkpoint(spec, &config);
+    }
+    if (o.T > config.max_seq_len)
+        cli.fail("option --seq-len: %d is longer than the model's %d positions", o.T, config.max_seq_len);
+
+    return o.precision == Precision::BF16 ? train<__nv_bfloat16>(o, config, init) : train<float>(o, config, init);
+}
+#endif  // TESTING
