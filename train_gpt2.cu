@@ -572,6 +572,7 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
             }
             printf("step %d | val loss %.6f\n", step, sum / n);
         }
+        long long launches0 = kernel_launch_count(), matmuls0 = matmul_context().calls;
         cudaCheck(cudaEventRecord(t0, model.stream));
         cudaCheck(cudaMemsetAsync(model.grads_memory, 0, model.num_parameters * sizeof(floatX), model.stream));
         for (int micro = 0; micro < accum; micro++) {
@@ -599,6 +600,9 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         else snprintf(mfu, sizeof(mfu), "MFU n/a (unknown GPU)");
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s\n", step + 1, steps, loss,
                norm, lr, ms, tok_s, mfu);
+        if (step == 0 && launches0 >= 0)
+            printf("launches per step: %lld kernels + %lld cuBLASLt matmuls (counted by the CPU backend)\n",
+                   kernel_launch_count() - launches0, matmul_context().calls - matmuls0);
         fflush(stdout);
     }
     cudaCheck(cudaEventDestroy(t0));

@@ -47,3 +47,13 @@ __device__ inline T* dynamic_shared() {
     return reinterpret_cast<T*>(dynamic_smem_);
 #endif
 }
+
+// Kernel launches since start-up, counted by the CPU backend (a GPU build has no counter: -1).
+// The trainers report launches per step with it.
+inline long long kernel_launch_count() {
+#if defined(SIMT_CPU)
+    return (long long)simt::launch_count();
+#else
+    return -1;
+#endif
+}

@@ -69,6 +69,7 @@ struct MatmulContext {
     void* workspace = nullptr;
     size_t workspace_size = 0;
     bool tf32 = false;  // fp32 storage with TF32 tensor-core compute (--precision tf32)
+    long long calls = 0;  // cublasLtMatmul calls so far (each is at least one GPU kernel)
     // (m, n, k, transa, transb, epilogue, dtype, compute) -> the heuristic's algorithm, or
     // nullopt-like "unsupported" (then the caller falls back to an unfused path).
     std::map<std::tuple<int, int, int, int, int, int, int, int>, std::pair<bool, cublasLtMatmulAlgo_t>> algos;
@@ -152,9 +153,11 @@ bool cublaslt_matmul(T* d, const T* a, const T* b, int m, int n, int k, bool tra
         it = ctx.algos.emplace(key, std::make_pair(ok, ok ? result.algo : cublasLtMatmulAlgo_t{})).first;
     }
     bool supported = it->second.first;
-    if (supported)
+    if (supported) {
         cublasCheck(cublasLtMatmul(ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &it->second.second,
                                    ctx.workspace, ctx.workspace_size, stream));
+        ctx.calls++;
+    }
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld));
