@@ -81,7 +81,7 @@ help:
 	@echo "make test           build and run the whole CPU-backend suite + nvcc compile checks for CUDA_ARCHS"
 	@echo "make test-asan      the CPU suite under AddressSanitizer + UBSan"
 	@echo "make test-nvcc      only the nvcc compile checks (CUDA_ARCHS='$(CUDA_ARCHS)')"
-	@echo "make bench          CPU-backend cost per kernel vs plain C++ (scripts/bench_simt)"
+	@echo "make bench          CPU-backend cost per kernel vs plain C++, then training throughput (scripts/bench_gpt2.sh)"
 	@echo "variables: GPU=1 CPU=1 CUDA_ARCHS='80 90' SIMT_THREADS=n (workers) SIMT_ORDER=forward|reverse|random[:seed]"
 
 # ----------------------------------------------------------------------------
@@ -161,6 +161,7 @@ test-nvcc:
 
 bench: $(BUILD)/cpu/bench_simt
 	$(BUILD)/cpu/bench_simt
+	scripts/bench_gpt2.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -600,6 +600,12 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         else snprintf(mfu, sizeof(mfu), "MFU n/a (unknown GPU)");
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s\n", step + 1, steps, loss,
                norm, lr, ms, tok_s, mfu);
+        if (step == 0) {
+            size_t free_b, total_b;
+            cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+            printf("device memory in use after the first step: %.1f MiB of %.1f MiB\n", (total_b - free_b) / 1048576.0,
+                   total_b / 1048576.0);
+        }
         if (step == 0 && launches0 >= 0)
             printf("launches per step: %lld kernels + %lld cuBLASLt matmuls (counted by the CPU backend)\n",
                    kernel_launch_count() - launches0, matmul_context().calls - matmuls0);
