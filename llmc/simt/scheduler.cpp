@@ -57,6 +57,7 @@ struct Fiber;
 // One CUDA thread of the running block: who it is and what it waits at.
 struct Thread {
     State state = State::Exited;
+    int index = 0;   // linear index in the block (lane = index % 32)
     uint3 tid{};
     Fiber* fiber = nullptr;  // the fiber running it; null until it starts and after it exits
     // What it waits at (valid in AtBarrier / AtWarp).
@@ -295,9 +296,9 @@ Fiber* take_fiber(Worker* w) {
 }
 
 // Makes t the running thread (built-ins and bookkeeping), without switching stacks.
-void make_current(Worker* w, Thread* t) {
+inline __attribute__((always_inline)) void make_current(Worker* w, Thread* t) {
     w->current = t;
-    w->current_index = (int)(t - w->threads.data());
+    w->current_index = t->index;
     threadIdx = t->tid;
 }
 
@@ -326,7 +327,7 @@ void make_order(Worker* w, int* order, int n);
 // The next runnable lane of the running warp in this phase's order. At the end of the order the
 // phase starts over (a collective completed by its last lane makes the others runnable again), so
 // null means no lane of the warp can run: all wait at a barrier, have exited, or are stuck.
-Thread* next_in_phase(Worker* w) {
+inline __attribute__((always_inline)) Thread* next_in_phase(Worker* w) {
     int n = w->warp_lanes;
     for (int round = 0; round < 2; round++) {
         while (w->phase_pos < n) {
@@ -343,7 +344,7 @@ Thread* next_in_phase(Worker* w) {
 
 // Leaves fiber `from` for thread t (starting it on a free fiber if it has none), or for the
 // scheduler when t is null.
-void run_next(Worker* w, Fiber* from, Thread* t) {
+inline __attribute__((always_inline)) void run_next(Worker* w, Fiber* from, Thread* t) {
     if (!t) {
         w->current = nullptr;
         switch_fiber(w, from, &w->sched);
@@ -400,64 +401,62 @@ void fiber_main(fc::transfer_t r) {
 // ----------------------------------------------------------------------------
 // Resolving warp collectives and barriers
 
-// Completes the collective that the lanes of `mask` in warp `base` all wait at.
+// Completes the collective that the lanes of `mask` in warp `base` all wait at: every lane gets
+// its result and becomes runnable.
 void complete_warp(Worker* w, int base, int nlanes, unsigned mask) {
-    Thread* lanes[32];
-    for (int j = 0; j < 32; j++) lanes[j] = j < nlanes ? &w->threads[base + j] : nullptr;
-    const Thread& first = *lanes[__builtin_ctz(mask)];
-    int op = first.op;
-    uint64_t ballot = 0, reduce = 0;
-    if (op == (int)WarpOp::Ballot || op == (int)WarpOp::Any || op == (int)WarpOp::All) {
-        for (int j = 0; j < 32; j++)
-            if ((mask >> j & 1) && lanes[j]->value) ballot |= 1ull << j;
-    } else if (op == (int)WarpOp::ReduceAdd || op == (int)WarpOp::ReduceMin ||
-               op == (int)WarpOp::ReduceMax) {
-        bool firstv = true;
-        for (int j = 0; j < 32; j++) {
-            if (!(mask >> j & 1)) continue;
-            uint32_t v = (uint32_t)lanes[j]->value;
-            if (firstv) { reduce = v; firstv = false; continue; }
-            if (op == (int)WarpOp::ReduceAdd) reduce = (uint32_t)(reduce + v);
-            if (op == (int)WarpOp::ReduceMin) reduce = std::min<uint64_t>(reduce, v);
-            if (op == (int)WarpOp::ReduceMax) reduce = std::max<uint64_t>(reduce, v);
-        }
-    }
-    for (int l = 0; l < 32; l++) {
-        if (!(mask >> l & 1)) continue;
-        Thread& t = *lanes[l];
-        int seg = (l / t.width) * t.width;
-        int src = l;
-        switch ((WarpOp)op) {
-            case WarpOp::ShflIdx: src = seg + ((t.arg % t.width) + t.width) % t.width; break;
-            case WarpOp::ShflUp: src = (l - seg) >= t.arg ? l - t.arg : l; break;
-            case WarpOp::ShflDown: src = (l - seg) + t.arg < t.width ? l + t.arg : l; break;
-            case WarpOp::ShflXor: src = (l ^ t.arg) < seg + t.width ? (l ^ t.arg) : l; break;
-            default: break;
-        }
-        switch ((WarpOp)op) {
-            case WarpOp::ShflIdx: case WarpOp::ShflUp: case WarpOp::ShflDown: case WarpOp::ShflXor:
-                // Reading a lane outside the mask is undefined in CUDA: return a poison value
-                // (all ones: NaN as a float) so that a result that matters shows up wrong.
-                t.result = (src >= 0 && src < 32 && (mask >> src & 1)) ? lanes[src]->value : ~0ull;
-                break;
-            case WarpOp::Ballot: t.result = ballot; break;
-            case WarpOp::Any: t.result = ballot != 0; break;
-            case WarpOp::All: t.result = ballot == mask; break;
-            case WarpOp::ReduceAdd: case WarpOp::ReduceMin: case WarpOp::ReduceMax: t.result = reduce; break;
-            case WarpOp::MatchAny: {
-                unsigned m = 0;
-                for (int j = 0; j < 32; j++)
-                    if ((mask >> j & 1) && lanes[j]->value == t.value) m |= 1u << j;
-                t.result = m;
-                break;
+    Thread* lanes = &w->threads[base];  // lanes[j], j < nlanes (every lane in mask is < nlanes)
+    const Thread& first = lanes[__builtin_ctz(mask)];
+    WarpOp op = (WarpOp)first.op;
+    switch (op) {
+        case WarpOp::Sync:
+            break;
+        case WarpOp::ShflIdx: case WarpOp::ShflUp: case WarpOp::ShflDown: case WarpOp::ShflXor: {
+            // The source lane of each lane within its width-sized segment; reading a lane outside
+            // the mask is undefined in CUDA: it returns a poison value (all ones: NaN as a float)
+            // so that a result that matters shows up wrong.
+            for (unsigned m = mask; m; m &= m - 1) {
+                int l = __builtin_ctz(m);
+                Thread& t = lanes[l];
+                int width = t.width, seg = l & ~(width - 1), src = l;
+                if (op == WarpOp::ShflIdx) src = seg + (t.arg & (width - 1));
+                else if (op == WarpOp::ShflUp) src = (l - seg) >= t.arg ? l - t.arg : l;
+                else if (op == WarpOp::ShflDown) src = (l - seg) + t.arg < width ? l + t.arg : l;
+                else src = (l ^ t.arg) < seg + width ? (l ^ t.arg) : l;
+                t.result = (src >= 0 && src < 32 && (mask >> src & 1)) ? lanes[src].value : ~0ull;
             }
-            case WarpOp::Sync: t.result = 0; break;
+            break;
         }
+        case WarpOp::Ballot: case WarpOp::Any: case WarpOp::All: {
+            uint64_t ballot = 0;
+            for (unsigned m = mask; m; m &= m - 1)
+                if (lanes[__builtin_ctz(m)].value) ballot |= 1ull << __builtin_ctz(m);
+            uint64_t r = op == WarpOp::Ballot ? ballot : op == WarpOp::Any ? ballot != 0 : ballot == mask;
+            for (unsigned m = mask; m; m &= m - 1) lanes[__builtin_ctz(m)].result = r;
+            break;
+        }
+        case WarpOp::ReduceAdd: case WarpOp::ReduceMin: case WarpOp::ReduceMax: {
+            uint32_t r = (uint32_t)first.value;
+            for (unsigned m = mask & (mask - 1); m; m &= m - 1) {
+                uint32_t v = (uint32_t)lanes[__builtin_ctz(m)].value;
+                r = op == WarpOp::ReduceAdd ? r + v : op == WarpOp::ReduceMin ? std::min(r, v) : std::max(r, v);
+            }
+            for (unsigned m = mask; m; m &= m - 1) lanes[__builtin_ctz(m)].result = r;
+            break;
+        }
+        case WarpOp::MatchAny:
+            for (unsigned m = mask; m; m &= m - 1) {
+                Thread& t = lanes[__builtin_ctz(m)];
+                unsigned same = 0;
+                for (unsigned k = mask; k; k &= k - 1)
+                    if (lanes[__builtin_ctz(k)].value == t.value) same |= 1u << __builtin_ctz(k);
+                t.result = same;
+            }
+            break;
     }
-    for (int l = 0; l < 32; l++)
-        if (mask >> l & 1) lanes[l]->state = State::Runnable;
+    for (unsigned m = mask; m; m &= m - 1) lanes[__builtin_ctz(m)].state = State::Runnable;
     w->n_at_warp -= __builtin_popcount(mask);
     w->warp_waiting[base / 32] &= ~mask;
+    (void)nlanes;
 }
 
 // Completes every collective of the running warp whose lanes have all arrived; faults on one that
@@ -644,6 +643,7 @@ void work_on(Job* job) {
         unsigned x = i % cfg.blockDim.x, y = (i / cfg.blockDim.x) % cfg.blockDim.y,
                  z = i / (cfg.blockDim.x * cfg.blockDim.y);
         w->threads[i].tid = uint3{x, y, z};
+        w->threads[i].index = i;
     }
     w->dyn_smem_size = cfg.dynamicSmemBytes;
     // Exactly sized (ASan flags accesses past the requested size), 128-byte aligned like a GPU's
