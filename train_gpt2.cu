@@ -597,7 +597,7 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         double tok_s = total / (ms / 1000.0);
         char mfu[48];
         if (peak > 0) snprintf(mfu, sizeof(mfu), "MFU %.1f%%", 100.0 * flops_per_token * tok_s / (peak * 1e12));
-        else snprintf(mfu, sizeof(mfu), "MFU n/a (unknown GPU)");
+        else snprintf(mfu, sizeof(mfu), on_cpu_backend() ? "MFU n/a (CPU backend)" : "MFU n/a (unknown GPU)");
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s\n", step + 1, steps, loss,
                norm, lr, ms, tok_s, mfu);
         if (step == 0) {
@@ -625,18 +625,20 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
 #ifndef TESTING
 int main(int argc, char** argv) {
     Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards (GPU, or the CPU backend when built with CPU=1).");
-    cli.add("train-data", 'i', "GLOB", "dev/data/tinyshakespeare/tiny_shakespeare_train.bin", "training token shards");
-    cli.add("val-data", 'j', "GLOB", "dev/data/tinyshakespeare/tiny_shakespeare_val.bin", "validation token shards ('' for none)");
-    cli.add("init", 'e', "FILE|dN", "d12", "llm.c checkpoint to start from, or dN for a random GPT-2 of depth N");
+    cli.add("train-data", 'i', "GLOB", "dev/data/shakespeare/shakespeare_train.bin", "training token shards");
+    cli.add("val-data", 'j', "GLOB", "dev/data/shakespeare/shakespeare_val.bin", "validation token shards ('' for none)");
+    cli.add("init", 'e', "FILE|dN", "auto",
+            "llm.c checkpoint to start from, or dN for a random GPT-2 of depth N (auto: d12 on a GPU, "
+            "tiny on the CPU backend: 4 layers, 128 channels, 4 heads, 128 positions)");
     cli.add("layers", 0, "INT", "", "random init: number of layers (overrides --init's depth)");
     cli.add("channels", 0, "INT", "", "random init: channels C");
     cli.add("heads", 0, "INT", "", "random init: attention heads (C must divide by it)");
-    cli.add("max-seq-len", 0, "INT", "1024", "random init: positions maxT");
+    cli.add("max-seq-len", 0, "INT", "1024", "random init: positions maxT (the tiny CPU model: 128)");
     cli.add("vocab-size", 0, "INT", "50257", "random init: vocabulary size V (padded to a multiple of 128)");
     cli.add("batch-size", 'b', "INT", "4", "micro-batch size B");
-    cli.add("seq-len", 't', "INT", "1024", "sequence length T");
+    cli.add("seq-len", 't', "INT", "auto", "sequence length T (auto: 1024 on a GPU, 128 on the CPU backend)");
     cli.add("total-batch-size", 'd', "TOKENS", "-1", "tokens per optimizer step (gradient accumulation); -1: B*T");
-    cli.add("lr", 'l', "FLOAT", "3e-4", "peak learning rate");
+    cli.add("lr", 'l', "FLOAT", "auto", "peak learning rate (auto: 3e-4 on a GPU, 1e-3 for the CPU backend's tiny model)");
     cli.add("lr-schedule", 'k', "NAME", "cosine", "cosine | linear | constant | wsd");
     cli.add("warmup", 'u', "STEPS", "0", "linear warmup steps");
     cli.add("final-lr-frac", 'q', "FLOAT", "1.0", "final learning rate as a fraction of the peak");
@@ -645,14 +647,23 @@ int main(int argc, char** argv) {
     cli.add("beta2", 0, "FLOAT", "0.95", "AdamW beta2");
     cli.add("adam-eps", 0, "FLOAT", "1e-8", "AdamW epsilon");
     cli.add("grad-clip", 0, "FLOAT", "1.0", "clip the global gradient norm to this (0: off)");
-    cli.add("max-steps", 'x', "INT", "-1", "optimizer steps; -1: one epoch of the training data");
-    cli.add("val-every", 'v', "STEPS", "20", "evaluate the validation loss every this many steps (0: never)");
-    cli.add("val-steps", 'm', "INT", "20", "validation batches per evaluation");
+    cli.add("max-steps", 'x', "INT", "auto", "optimizer steps; -1: one epoch of the training data (auto: -1 on a GPU, 150 on the CPU backend)");
+    cli.add("val-every", 'v', "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: 20 on a GPU, 25 on the CPU backend)");
+    cli.add("val-steps", 'm', "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU backend)");
     cli.add("precision", 'f', "NAME", "fp32", "fp32 | tf32 | bf16 (fp16 and fp8: see issue tracker)");
     cli.add("seed", 0, "INT", "42", "seed for initialization and shuffling");
     cli.add_flag("shuffle", 0, "shuffle the order of batches and shards every epoch (seeded)");
     cli.add_flag("overfit-batch", 'a', "train on the first batch only (debugging)");
     cli.parse(argc, argv);
+    // Machine-dependent defaults: a GPU trains GPT-2 124M; the CPU backend a model small enough
+    // that the first run finishes in a few minutes.
+    bool cpu = on_cpu_backend();
+    cli.resolve_auto("init", cpu ? "tiny" : "d12");
+    cli.resolve_auto("seq-len", cpu ? "128" : "1024");
+    cli.resolve_auto("lr", cpu ? "1e-3" : "3e-4");
+    cli.resolve_auto("max-steps", cpu ? "150" : "-1");
+    cli.resolve_auto("val-every", cpu ? "25" : "20");
+    cli.resolve_auto("val-steps", cpu ? "10" : "20");
 
     TrainOptions o;
     o.train_pattern = cli.str("train-data");
@@ -686,11 +697,17 @@ int main(int argc, char** argv) {
     GPT2Config config;
     std::vector<float> init;
     std::string spec = cli.str("init");
-    if (config_from_depth(spec, &config)) {
+    bool tiny = spec == "tiny";
+    if (tiny) {
+        config_from_depth("d4", &config);
+        config.channels = 128;
+        config.num_heads = 4;
+    }
+    if (tiny || config_from_depth(spec, &config)) {
         if (cli.given("layers")) config.num_layers = (int)cli.integer("layers", 1, 1024);
         if (cli.given("channels")) config.channels = (int)cli.integer("channels", 1, 1 << 16);
         if (cli.given("heads")) config.num_heads = (int)cli.integer("heads", 1, 1024);
-        config.max_seq_len = (int)cli.integer("max-seq-len", 1, 1 << 20);
+        config.max_seq_len = tiny && !cli.given("max-seq-len") ? 128 : (int)cli.integer("max-seq-len", 1, 1 << 20);
         config.vocab_size = (int)cli.integer("vocab-size", 1, 1 << 24);
         config.padded_vocab_size = pad_vocab(config.vocab_size);
         if (config.channels % config.num_heads != 0)

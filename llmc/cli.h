@@ -75,6 +75,12 @@ class Cli {
         }
     }
 
+    // Replaces the value "auto" (a default that depends on the machine) with a concrete one.
+    void resolve_auto(const char* long_name, const std::string& value) {
+        CliOption& o = const_cast<CliOption&>(get(long_name));
+        if (o.value == "auto") o.value = value;
+    }
+
     const std::string& str(const char* long_name) const { return get(long_name).value; }
     bool given(const char* long_name) const { return get(long_name).given; }
     bool flag(const char* long_name) const { return get(long_name).value == "1"; }

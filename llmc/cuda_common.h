@@ -57,3 +57,12 @@ inline long long kernel_launch_count() {
     return -1;
 #endif
 }
+
+// True when this build runs on the CPU backend rather than a GPU (programs pick smaller defaults).
+constexpr bool on_cpu_backend() {
+#if defined(SIMT_CPU)
+    return true;
+#else
+    return false;
+#endif
+}

@@ -56,19 +56,28 @@ fi
 
 if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
     echo "== nvcc compile checks (sm_${CUDA_ARCHS// /, sm_})"
+    # One nvcc per (file, arch), run in parallel; results are printed in a fixed order.
+    results=$(mktemp -d)
+    for f in $CU_SOURCES; do for a in $CUDA_ARCHS; do echo "$f $a"; done; done |
+        xargs -P "$(nproc)" -L 1 sh -c '
+            out="$0.$1"; out="'"$results"'/$(echo "$out" | tr / _)"
+            if "'"$NVCC"'" '"$NVCC_CHECK_FLAGS"' -gencode "arch=compute_$1,code=sm_$1" -c "$0" -o /dev/null > "$out.log" 2>&1
+            then echo ok > "$out.status"; else echo fail > "$out.status"; fi'
     for f in $CU_SOURCES; do
         for a in $CUDA_ARCHS; do
-            if msg=$("$NVCC" $NVCC_CHECK_FLAGS -gencode "arch=compute_$a,code=sm_$a" -c "$f" -o /dev/null 2>&1); then
+            key="$results/$(echo "$f.$a" | tr / _)"
+            if [[ $(cat "$key.status" 2>/dev/null) == ok ]]; then
                 echo "PASS nvcc sm_$a $f"
                 passed=$((passed + 1))
             else
                 echo "FAIL nvcc sm_$a $f"
-                echo "$msg" | head -20
+                head -20 "$key.log" 2>/dev/null
                 failed=$((failed + 1))
                 failed_names+=("nvcc sm_$a $f")
             fi
         done
     done
+    rm -rf "$results"
 fi
 
 echo
