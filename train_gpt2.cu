@@ -559,19 +559,22 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
     cudaCheck(cudaEventCreate(&t1));
     float* step_losses;  // (accum, B*T) pinned: every micro-step's losses, summed after the step
     cudaCheck(cudaMallocHost(&step_losses, (size_t)accum * tokens_per_micro * sizeof(float)));
-    for (int step = 0; step < steps; step++) {
-        if (val_loader && o.val_every > 0 && (step % o.val_every == 0)) {
-            val_loader->reset();
-            double sum = 0;
-            int n = 0;
-            for (int k = 0; k < o.val_steps; k++, n++) {
-                model.set_batch(val_loader->inputs(), val_loader->targets(), false);
-                model.forward(false, 0.f);
-                sum += model.mean_loss();
-                val_loader->next_batch();
-            }
-            printf("step %d | val loss %.6f\n", step, sum / n);
+    // Mean validation loss over val_steps batches from the start of the validation data.
+    auto evaluate = [&](int step) {
+        val_loader->reset();
+        double sum = 0;
+        for (int k = 0; k < o.val_steps; k++) {
+            model.set_batch(val_loader->inputs(), val_loader->targets(), false);
+            model.forward(false, 0.f);
+            sum += model.mean_loss();
+            val_loader->next_batch();
         }
+        printf("step %d | val loss %.6f\n", step, sum / o.val_steps);
+        fflush(stdout);
+    };
+    bool validate = val_loader && o.val_every > 0;
+    for (int step = 0; step < steps; step++) {
+        if (validate && step % o.val_every == 0) evaluate(step);
         long long launches0 = kernel_launch_count(), matmuls0 = matmul_context().calls;
         cudaCheck(cudaEventRecord(t0, model.stream));
         cudaCheck(cudaMemsetAsync(model.grads_memory, 0, model.num_parameters * sizeof(floatX), model.stream));
@@ -611,6 +614,7 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
                    kernel_launch_count() - launches0, matmul_context().calls - matmuls0);
         fflush(stdout);
     }
+    if (validate) evaluate(steps);
     cudaCheck(cudaEventDestroy(t0));
     cudaCheck(cudaEventDestroy(t1));
     cudaCheck(cudaFreeHost(step_losses));
