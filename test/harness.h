@@ -1,14 +1,22 @@
 // test/harness.h — the test harness every test shares: dtype-derived tolerances, one line per
-// test, a final "N passed, N failed" and a non-zero exit code when anything failed.
+// test, a final "N passed, N failed" and a non-zero exit code when anything failed; device
+// buffers, storage-type inputs and child processes for the tests.
 #pragma once
+#include "../llmc/precision.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace th {
@@ -64,26 +72,40 @@ inline double to_double(double x) { return x; }
 inline double to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
 inline double to_double(__half x) { return __half2float(x); }
 
-// Compares out against ref element-wise under tol; reports max abs error and the largest share of
-// the per-element budget used (a pass uses at most 100%). T needs a to_double overload (float,
-// double, __nv_bfloat16 and __half are provided above).
-template <class T, class R>
-bool check_close(const char* name, const R* ref, const T* out, size_t n, Tol t) {
+// Compares out(i) against ref(i) for i < n, each under its own budget(i) (all three return
+// doubles); reports the max abs error and the largest share of an element's budget used (a pass
+// uses at most 100%).
+template <class Out, class Ref, class Budget>
+bool check_each(const char* name, size_t n, Out out, Ref ref, Budget budget) {
     double max_err = 0, worst_share = 0;
     size_t worst_i = 0, bad = 0;
     for (size_t i = 0; i < n; i++) {
-        double r = to_double(ref[i]), o = to_double(out[i]);
-        double err = std::fabs(o - r);
-        double budget = t.atol + t.rtol * std::fabs(r);
-        double share = budget > 0 ? err / budget : (err > 0 ? INFINITY : 0);
-        if (!(err <= budget)) bad++;  // NaN fails too
+        double err = std::fabs(out(i) - ref(i)), b = budget(i);
+        double share = b > 0 ? err / b : (err > 0 ? INFINITY : 0);
+        if (!(err <= b)) bad++;  // NaN fails too
         if (std::isnan(err)) share = INFINITY;
         if (err > max_err || std::isnan(err)) max_err = err;
         if (share > worst_share) { worst_share = share; worst_i = i; }
     }
     return report(bad == 0, name, "max_err=%.3g budget_used=%.0f%% (n=%zu, bad=%zu, worst at %zu: out=%.9g ref=%.9g)",
-                  max_err, worst_share * 100, n, bad, worst_i, to_double(out[worst_i]),
-                  to_double(ref[worst_i]));
+                  max_err, worst_share * 100, n, bad, worst_i, n ? out(worst_i) : 0, n ? ref(worst_i) : 0);
+}
+
+// Compares out against ref element-wise under tol. T and R need a to_double overload (float,
+// double, __nv_bfloat16 and __half are provided above).
+template <class T, class R>
+bool check_close(const char* name, const R* ref, const T* out, size_t n, Tol t) {
+    return check_each(name, n, [&](size_t i) { return to_double(out[i]); }, [&](size_t i) { return to_double(ref[i]); },
+                      [&](size_t i) { return t.atol + t.rtol * std::fabs(to_double(ref[i])); });
+}
+
+// Compares out against ref element-wise, each element under its own budget: for errors that
+// depend on more than |ref| (the sum of |terms| of a dot product, the conditioning of a function).
+template <class T>
+bool check_budget(const char* name, const std::vector<double>& ref, const std::vector<T>& out,
+                  const std::vector<double>& budget) {
+    return check_each(name, ref.size(), [&](size_t i) { return to_double(out[i]); }, [&](size_t i) { return ref[i]; },
+                      [&](size_t i) { return budget[i]; });
 }
 
 // Bitwise equality of two buffers (used for determinism and schedule-order checks).
@@ -97,6 +119,9 @@ inline bool check_bitwise(const char* name, const void* a, const void* b, size_t
     return report(false, name, "first differing byte at %zu of %zu", first, bytes);
 }
 
+// ----------------------------------------------------------------------------
+// Inputs in a storage type
+
 // Deterministic pseudo-random fill in [lo, hi), so tests need no global RNG state.
 inline void fill_uniform(float* x, size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -104,6 +129,136 @@ inline void fill_uniform(float* x, size_t n, uint64_t seed, float lo = -1.f, flo
         s ^= s << 13; s ^= s >> 7; s ^= s << 17;
         x[i] = lo + (hi - lo) * (float)((s >> 40) * (1.0 / (1ull << 24)));
     }
+}
+
+// Each value of f rounded to the storage type T (nearest even, as the kernels round).
+template <class T>
+std::vector<T> round_to(const std::vector<float>& f) {
+    std::vector<T> t(f.size());
+    for (size_t i = 0; i < f.size(); i++) t[i] = from_float<T>(f[i]);
+    return t;
+}
+
+// n values uniform in [lo, hi), rounded to the storage type T, so that a reference computed
+// from them sees exactly what the kernel sees.
+template <class T>
+std::vector<T> random_tensor(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+    std::vector<float> f(n);
+    fill_uniform(f.data(), n, seed, lo, hi);
+    return round_to<T>(f);
+}
+
+// The values of a storage-type vector as doubles, for references and comparisons.
+template <class T>
+std::vector<double> widen(const std::vector<T>& t) {
+    std::vector<double> d(t.size());
+    for (size_t i = 0; i < t.size(); i++) d[i] = to_double(t[i]);
+    return d;
+}
+
+// The storage type's name in test names.
+template <class T> const char* dtype_name();
+template <> inline const char* dtype_name<float>() { return "fp32"; }
+template <> inline const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
+
+// ----------------------------------------------------------------------------
+// Device memory
+
+// n elements of T copied from device memory to a host vector.
+template <class T>
+std::vector<T> to_host(const T* d, size_t n) {
+    std::vector<T> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// What a new DeviceBuffer holds: whatever the allocator left, zero bytes, or all-ones bytes
+// (NaN in fp32 and bf16, so that an element a kernel fails to write shows in the comparison).
+enum class Fill { None, Zero, NaN };
+
+// A device allocation of exactly n elements of T, freed on scope exit. Exact, so that the CPU
+// backend's AddressSanitizer build catches any access past n.
+template <class T>
+struct DeviceBuffer {
+    T* ptr = nullptr;
+    size_t n = 0;
+
+    explicit DeviceBuffer(size_t count, Fill fill = Fill::None) : n(count) {
+        cudaCheck(cudaMalloc(&ptr, n * sizeof(T)));
+        if (fill != Fill::None) cudaCheck(cudaMemset(ptr, fill == Fill::Zero ? 0 : 0xff, n * sizeof(T)));
+    }
+    // A device copy of h.
+    explicit DeviceBuffer(const std::vector<T>& h) : DeviceBuffer(h.size()) { upload(h); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    ~DeviceBuffer() { cudaCheck(cudaFree(ptr)); }
+
+    // Overwrites the n elements with h's first n.
+    void upload(const std::vector<T>& h) {
+        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    // The n elements, copied to the host.
+    std::vector<T> host() const { return to_host(ptr, n); }
+};
+
+// A device copy of h at element `offset` of an exactly sized, zeroed allocation of offset +
+// h.size() elements: offset > 0 gives a view that 128-bit accesses cannot use (the scalar path).
+template <class T>
+struct DeviceView {
+    DeviceBuffer<T> base;
+    T* ptr;
+    size_t n;
+
+    DeviceView(const std::vector<T>& h, size_t offset)
+        : base(offset + h.size(), Fill::Zero), ptr(base.ptr + offset), n(h.size()) {
+        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    // The view's n elements, copied to the host.
+    std::vector<T> host() const { return to_host(ptr, n); }
+};
+
+// ----------------------------------------------------------------------------
+// Child processes: a test of an error path runs it in a child, which must stop with a message.
+
+// What a child process left: its raw wait status (decode with WIFEXITED/WEXITSTATUS) and output.
+struct ChildOutput {
+    int status;
+    std::string text;
+};
+
+// Runs a shell command; returns its status and stdout (append 2>&1 to capture stderr too).
+inline ChildOutput run_command(const std::string& cmd) {
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t got;
+    while (p && (got = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
+    return {p ? pclose(p) : -1, out};
+}
+
+// Runs body() in a forked child (which exits 0 if body returns); returns its status and stderr.
+template <class F>
+ChildOutput run_in_child(F body) {
+    int fds[2];
+    if (pipe(fds) != 0) return {-1, "pipe failed"};
+    fflush(stdout);  // or the child's exit would print what the parent buffered a second time
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        body();
+        _exit(0);
+    }
+    close(fds[1]);
+    std::string err;
+    char buf[1024];
+    ssize_t got;
+    while ((got = read(fds[0], buf, sizeof(buf))) > 0) err.append(buf, got);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return {status, err};
 }
 
 }  // namespace th
@@ -139,5 +294,45 @@ auto run_orders(const char* name, F run) -> decltype(run()) {
 namespace th {
 template <class F>
 auto run_orders(const char*, F run) -> decltype(run()) { return run(); }
+}  // namespace th
+#endif
+
+// ----------------------------------------------------------------------------
+// Faults (CPU backend only): what CUDA leaves undefined (a GPU may hang or misbehave) the backend
+// reports, stopping the program with exit status 3 and a message on stderr.
+#if defined(SIMT_CPU)
+namespace th {
+// Whether fault tests can run: fork() keeps only the calling thread, so a child would lose the
+// worker pool that SIMT_THREADS > 1 starts. Prints a SKIP line when they cannot.
+inline bool can_run_fault_tests() {
+    const char* threads = getenv("SIMT_THREADS");
+    if (threads && atoi(threads) > 1) {
+        printf("SKIP fault tests (need SIMT_THREADS=1)\n");
+        return false;
+    }
+    return true;
+}
+
+// Runs launch() and a device sync in a child process; passes when the child stops with the fault
+// status and its stderr contains `expect`. The reported stderr hides what changes between runs:
+// which thread faults first (it depends on the schedule order) and addresses.
+template <class F>
+void expect_fault(const char* name, const char* expect, F launch) {
+    ChildOutput child = run_in_child([&] {
+        launch();
+        cudaDeviceSynchronize();
+    });
+    std::string& err = child.text;
+    bool ok = WIFEXITED(child.status) && WEXITSTATUS(child.status) == 3 && err.find(expect) != std::string::npos;
+    while (!err.empty() && err.back() == '\n') err.pop_back();
+    size_t th_at = err.find(", thread (");
+    if (th_at != std::string::npos) err.erase(th_at, err.find("): ", th_at) + 1 - th_at);
+    for (size_t at = err.find("0x"); at != std::string::npos; at = err.find("0x", at + 2)) {
+        size_t end = at + 2;
+        while (end < err.size() && isxdigit((unsigned char)err[end])) end++;
+        err.replace(at + 2, end - at - 2, "...");
+    }
+    report(ok, name, "exit=%d stderr: %s", WIFEXITED(child.status) ? WEXITSTATUS(child.status) : -1, err.c_str());
+}
 }  // namespace th
 #endif

@@ -20,21 +20,6 @@
 // ----------------------------------------------------------------------------
 // Helpers
 
-// An exactly sized device buffer (so ASan catches any access past N).
-template <class T>
-struct DeviceBuffer {
-    T* ptr = nullptr;
-    size_t n = 0;
-    explicit DeviceBuffer(size_t count) : n(count) { cudaCheck(cudaMalloc(&ptr, count * sizeof(T))); }
-    ~DeviceBuffer() { cudaCheck(cudaFree(ptr)); }
-    void upload(const std::vector<T>& h) { cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice)); }
-    std::vector<T> download() const {
-        std::vector<T> h(n);
-        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-        return h;
-    }
-};
-
 // Rounds x to bf16 (nearest even) by bit manipulation: independent of cuda_bf16.h, for the cast test.
 static uint16_t bf16_bits_rne(float x) {
     uint32_t u;
@@ -158,10 +143,10 @@ static void test_adamw(const Case& c) {
     char name[160];
     snprintf(name, sizeof(name), "adamw %s %s: thread orders", c.name, lowp ? "bf16" : "fp32");
     std::vector<float> out = th::run_orders(name, [&]() {
-        DeviceBuffer<T> d_params(N), d_grads(N);
-        DeviceBuffer<float> d_m(N), d_v(N), d_scale(1);
-        DeviceBuffer<ParamTensor> d_tensors(num_tensors);
-        DeviceBuffer<float>* d_master = lowp ? new DeviceBuffer<float>(N) : nullptr;
+        th::DeviceBuffer<T> d_params(N), d_grads(N);
+        th::DeviceBuffer<float> d_m(N), d_v(N), d_scale(1);
+        th::DeviceBuffer<ParamTensor> d_tensors(num_tensors);
+        th::DeviceBuffer<float>* d_master = lowp ? new th::DeviceBuffer<float>(N) : nullptr;
         d_params.upload(p0_T);
         d_m.upload(m0);
         d_v.upload(v0);
@@ -179,9 +164,9 @@ static void test_adamw(const Case& c) {
         }
         cudaCheck(cudaDeviceSynchronize());
         std::vector<float> result;
-        for (T x : d_params.download()) result.push_back(to_float(x));
-        std::vector<float> master = d_master ? d_master->download() : std::vector<float>(N, 0.f);
-        std::vector<float> m = d_m.download(), v = d_v.download();
+        for (T x : d_params.host()) result.push_back(to_float(x));
+        std::vector<float> master = d_master ? d_master->host() : std::vector<float>(N, 0.f);
+        std::vector<float> m = d_m.host(), v = d_v.host();
         result.insert(result.end(), master.begin(), master.end());
         result.insert(result.end(), m.begin(), m.end());
         result.insert(result.end(), v.begin(), v.end());
@@ -247,12 +232,12 @@ static void test_cast() {
     const size_t N = x.size();
 
     std::vector<uint16_t> bits = th::run_orders("cast float->bf16: thread orders", [&]() {
-        DeviceBuffer<float> d_in(N);
-        DeviceBuffer<__nv_bfloat16> d_out(N);
+        th::DeviceBuffer<float> d_in(N);
+        th::DeviceBuffer<__nv_bfloat16> d_out(N);
         d_in.upload(x);
         cast(d_out.ptr, d_in.ptr, N, 0);
         std::vector<uint16_t> b;
-        for (__nv_bfloat16 y : d_out.download()) b.push_back(__nv_bfloat16_raw(y).x);
+        for (__nv_bfloat16 y : d_out.host()) b.push_back(__nv_bfloat16_raw(y).x);
         return b;
     });
     size_t bad = 0, first_bad = N;
@@ -270,20 +255,20 @@ static void test_cast() {
     std::vector<float> want(all.size());
     for (size_t i = 0; i < all.size(); i++) want[i] = bf16_bits_to_float(all[i]);
     std::vector<float> got = th::run_orders("cast bf16->float: thread orders", [&]() {
-        DeviceBuffer<__nv_bfloat16> d_in(all.size());
-        DeviceBuffer<float> d_out(all.size());
+        th::DeviceBuffer<__nv_bfloat16> d_in(all.size());
+        th::DeviceBuffer<float> d_out(all.size());
         std::vector<__nv_bfloat16> h;
         for (uint16_t b : all) h.push_back(__nv_bfloat16(__nv_bfloat16_raw{b}));
         d_in.upload(h);
         cast(d_out.ptr, d_in.ptr, all.size(), 0);
-        return d_out.download();
+        return d_out.host();
     });
     th::check_bitwise("cast bf16->float: exact for all 65536 bit patterns", want.data(), got.data(), want.size() * 4);
 
-    DeviceBuffer<float> d_a(1), d_b(1);
+    th::DeviceBuffer<float> d_a(1), d_b(1);
     d_a.upload({0.3f});
     cast(d_b.ptr, d_a.ptr, 1, 0);
-    std::vector<float> one = d_b.download();
+    std::vector<float> one = d_b.host();
     th::report(one[0] == 0.3f, "cast float->float N=1: copy", "got %.9g", one[0]);
 }
 

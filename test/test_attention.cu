@@ -209,13 +209,6 @@ Results naive_bf16(const Case& cs, const std::vector<float>& qkv, const std::vec
 // ----------------------------------------------------------------------------
 // Running the kernels
 
-template <class floatX>
-std::vector<floatX> to_device_type(const std::vector<float>& x) {
-    std::vector<floatX> y(x.size());
-    for (size_t i = 0; i < x.size(); i++) y[i] = from_float<floatX>(x[i]);
-    return y;
-}
-
 // Runs forward then backward; returns the raw bytes of out, lse and dqkv back to back (so that
 // run_orders can compare them bit for bit).
 template <class floatX>
@@ -223,38 +216,21 @@ std::vector<unsigned char> run_kernels(const Case& cs, const std::vector<float>&
                                        const std::vector<float>& dout_h) {
     const int B = cs.B, T = cs.T, NH = cs.NH, C = cs.C();
     size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_lse = (size_t)B * NH * T;
-    floatX *qkv, *out, *dout, *dqkv;
-    float* lse;
-    int* valid = nullptr;
-    void* scratch;
-    cudaCheck(cudaMalloc(&qkv, n_qkv * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&dqkv, n_qkv * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&out, n_out * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&dout, n_out * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&lse, n_lse * sizeof(float)));
-    cudaCheck(cudaMalloc(&scratch, attention_backward_scratch_bytes(B, T, C, NH)));
-    auto qkv_x = to_device_type<floatX>(qkv_h), dout_x = to_device_type<floatX>(dout_h);
-    cudaCheck(cudaMemcpy(qkv, qkv_x.data(), n_qkv * sizeof(floatX), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dout, dout_x.data(), n_out * sizeof(floatX), cudaMemcpyHostToDevice));
-    if (!cs.valid.empty()) {
-        cudaCheck(cudaMalloc(&valid, B * sizeof(int)));
-        cudaCheck(cudaMemcpy(valid, cs.valid.data(), B * sizeof(int), cudaMemcpyHostToDevice));
-    }
+    th::DeviceBuffer<floatX> qkv(th::round_to<floatX>(qkv_h)), dout(th::round_to<floatX>(dout_h));
+    th::DeviceBuffer<int> valid(cs.valid);
     // NaN everywhere: an element the kernels do not write shows up.
-    cudaCheck(cudaMemset(out, 0xff, n_out * sizeof(floatX)));
-    cudaCheck(cudaMemset(lse, 0xff, n_lse * sizeof(float)));
-    cudaCheck(cudaMemset(dqkv, 0xff, n_qkv * sizeof(floatX)));
-    cudaCheck(cudaMemset(scratch, 0xff, attention_backward_scratch_bytes(B, T, C, NH)));
-    attention_forward(out, lse, qkv, B, T, C, NH, cs.causal, valid, 0);
-    attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, cs.causal, valid, 0);
+    th::DeviceBuffer<floatX> out(n_out, th::Fill::NaN), dqkv(n_qkv, th::Fill::NaN);
+    th::DeviceBuffer<float> lse(n_lse, th::Fill::NaN);
+    th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
+    const int* valid_len = cs.valid.empty() ? nullptr : valid.ptr;
+    attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, cs.causal, valid_len, 0);
+    attention_backward(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, cs.causal, valid_len, 0);
     cudaCheck(cudaDeviceSynchronize());
     size_t bytes_out = n_out * sizeof(floatX), bytes_lse = n_lse * sizeof(float), bytes_dqkv = n_qkv * sizeof(floatX);
     std::vector<unsigned char> all(bytes_out + bytes_lse + bytes_dqkv);
-    cudaCheck(cudaMemcpy(all.data(), out, bytes_out, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(all.data() + bytes_out, lse, bytes_lse, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(all.data() + bytes_out + bytes_lse, dqkv, bytes_dqkv, cudaMemcpyDeviceToHost));
-    for (void* p : {(void*)qkv, (void*)dqkv, (void*)out, (void*)dout, (void*)lse, scratch, (void*)valid})
-        cudaCheck(cudaFree(p));
+    cudaCheck(cudaMemcpy(all.data(), out.ptr, bytes_out, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(all.data() + bytes_out, lse.ptr, bytes_lse, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(all.data() + bytes_out + bytes_lse, dqkv.ptr, bytes_dqkv, cudaMemcpyDeviceToHost));
     return all;
 }
 
@@ -283,22 +259,12 @@ std::vector<double> part_of(const std::vector<double>& x, int C, int part) {
     return y;
 }
 
-// |out - ref| <= k * eps * mag element-wise; reports the max error and the largest share of a budget used.
+// |out - ref| <= k * eps * mag element-wise.
 bool check_mag(const std::string& name, const std::vector<double>& ref, const std::vector<double>& mag,
                const std::vector<double>& out, double k, double eps) {
-    double max_err = 0, worst = 0;
-    size_t bad = 0, worst_i = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        double err = std::fabs(out[i] - ref[i]), budget = k * eps * mag[i];
-        double share = budget > 0 ? err / budget : (err > 0 ? INFINITY : 0);
-        if (!(err <= budget)) bad++, share = std::isnan(err) ? INFINITY : share;
-        if (err > max_err || std::isnan(err)) max_err = err;
-        if (share > worst) worst = share, worst_i = i;
-    }
-    return th::report(bad == 0, name.c_str(),
-                      "k=%.0f max_err=%.3g budget_used=%.1f%% (n=%zu, bad=%zu, worst at %zu: out=%.9g ref=%.9g)", k,
-                      max_err, worst * 100, ref.size(), bad, worst_i, ref.empty() ? 0 : out[worst_i],
-                      ref.empty() ? 0 : ref[worst_i]);
+    std::vector<double> budget(mag.size());
+    for (size_t i = 0; i < mag.size(); i++) budget[i] = k * eps * mag[i];
+    return th::check_budget(name.c_str(), ref, out, budget);
 }
 
 double max_abs_err(const std::vector<double>& a, const std::vector<double>& b) {
@@ -372,14 +338,9 @@ void test_case(const Case& cs, uint64_t seed) {
 
 // An unsupported head size must stop the program with a message naming the constraint.
 void test_bad_head_size(const char* self) {
-    std::string cmd = std::string(self) + " --bad-head-size 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[1024];
-    size_t got;
-    while (p && (got = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
-    int status = p ? pclose(p) : -1;
-    bool ok = status != 0 && out.find("head size HS = C/NH must be 16, 32, 64 or 128") != std::string::npos;
+    th::ChildOutput child = th::run_command(std::string(self) + " --bad-head-size 2>&1");
+    const std::string& out = child.text;
+    bool ok = child.status != 0 && out.find("head size HS = C/NH must be 16, 32, 64 or 128") != std::string::npos;
     th::report(ok, "unsupported head size (HS=48) exits with a message", "%s", out.substr(0, out.find('\n')).c_str());
 }
 

@@ -18,53 +18,21 @@
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 
-#include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <vector>
-
-#ifdef SIMT_CPU
-#include <sys/wait.h>
-#include <unistd.h>
-#endif
 
 #include "harness.h"
 
 namespace cg = cooperative_groups;
 
-#define CUDA_CHECK(call)                                                                           \
-    do {                                                                                           \
-        cudaError_t err_ = (call);                                                                 \
-        if (err_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(err_), __FILE__,    \
-                    __LINE__, #call);                                                              \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 // ----------------------------------------------------------------------------
 // Host helpers
 
-template <class T> T* dalloc(size_t n) {
-    T* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
-    CUDA_CHECK(cudaMemset(p, 0, n * sizeof(T)));
-    return p;
-}
-template <class T> void to_dev(T* d, const std::vector<T>& h) {
-    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
-template <class T> std::vector<T> to_host(const T* d, size_t n) {
-    std::vector<T> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
 static void launch_sync() {
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaDeviceSynchronize());
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaDeviceSynchronize());
 }
 
 // Digest of every output buffer, printed at the end to compare runs under different orders.
@@ -129,11 +97,11 @@ __global__ void block_kernel(int* out, int* swapped) {
 static void test_block() {
     const dim3 grid(2, 3, 1), blk(16, 4, 2);
     const int nb = 6, nt = 128;
-    int *d_out = dalloc<int>((size_t)nb * nt * kBlockFields), *d_sw = dalloc<int>((size_t)nb * nt);
+    th::DeviceBuffer<int> d_out((size_t)nb * nt * kBlockFields, th::Fill::Zero), d_sw((size_t)nb * nt, th::Fill::Zero);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = blk;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, block_kernel, d_out, d_sw));
+    cudaCheck(cudaLaunchKernelEx(&cfg, block_kernel, d_out.ptr, d_sw.ptr));
     launch_sync();
     std::vector<int> ref((size_t)nb * nt * kBlockFields), ref_sw((size_t)nb * nt);
     for (int bz = 0; bz < 1; bz++)
@@ -151,11 +119,9 @@ static void test_block() {
                 }
             }
     check_equal("block: thread_rank/size/num_threads/group_index/thread_index/group_dim/dim_threads, 16x4x2 block, 2x3 grid",
-                ref, to_host(d_out, ref.size()));
+                ref, d_out.host());
     check_equal("block: sync()/cg::sync/thread_group::sync guard shared memory (rank reversal twice)", ref_sw,
-                to_host(d_sw, ref_sw.size()));
-    cudaFree(d_out);
-    cudaFree(d_sw);
+                d_sw.host());
 }
 
 // ----------------------------------------------------------------------------
@@ -192,11 +158,11 @@ template <unsigned N>
 static void test_tile_props() {
     const dim3 blk(8, 12);  // 96 threads: three warps, linear rank = x + 8y
     const int nt = 96;
-    int* d = dalloc<int>((size_t)nt * kTileFields);
+    th::DeviceBuffer<int> d((size_t)nt * kTileFields, th::Fill::Zero);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1);
     cfg.blockDim = blk;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, tile_props_kernel<N>, d));
+    cudaCheck(cudaLaunchKernelEx(&cfg, tile_props_kernel<N>, d.ptr));
     launch_sync();
     std::vector<int> ref((size_t)nt * kTileFields);
     for (int r = 0; r < nt; r++) {
@@ -209,8 +175,7 @@ static void test_tile_props() {
     char name[160];
     snprintf(name, sizeof(name), "tile<%u>: thread_rank/size/meta_group_rank/meta_group_size (8x12 block), tiled_partition<%u> of it%s",
              N, N / 2 ? N / 2 : 1, N == 1 ? " (this_thread)" : "");
-    check_equal(name, ref, to_host(d, ref.size()));
-    cudaFree(d);
+    check_equal(name, ref, d.host());
 }
 
 // ----------------------------------------------------------------------------
@@ -258,12 +223,11 @@ template <unsigned N>
 static void test_tile_collectives() {
     const int nb = 2, nt = 64, n = nb * nt;
     std::vector<int> in = random_ints(n, -1000, 1000);
-    int *d_in = dalloc<int>(n), *d_out = dalloc<int>((size_t)n * kShflFields);
-    to_dev(d_in, in);
+    th::DeviceBuffer<int> d_in(in), d_out((size_t)n * kShflFields, th::Fill::Zero);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(nb);
     cfg.blockDim = dim3(nt);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, tile_collectives_kernel<N>, (const int*)d_in, d_out));
+    cudaCheck(cudaLaunchKernelEx(&cfg, tile_collectives_kernel<N>, (const int*)d_in.ptr, d_out.ptr));
     launch_sync();
     std::vector<int> ref((size_t)n * kShflFields);
     unsigned full = N == 32 ? 0xffffffffu : (1u << N) - 1;
@@ -301,9 +265,7 @@ static void test_tile_collectives() {
     }
     char name[160];
     snprintf(name, sizeof(name), "tile<%u>: shfl/shfl_down/shfl_up/shfl_xor (int, float, 16-byte struct), any/all/ballot, match_any/match_all", N);
-    check_equal(name, ref, to_host(d_out, ref.size()));
-    cudaFree(d_in);
-    cudaFree(d_out);
+    check_equal(name, ref, d_out.host());
 }
 
 // ----------------------------------------------------------------------------
@@ -387,12 +349,11 @@ template <unsigned N, class T, class Op>
 static void test_reduce(const char* op_name, bool order_free) {
     const int nb = 2, nt = 128, n = nb * nt;
     std::vector<T> in = reduce_inputs<T>(n);
-    T *d_in = dalloc<T>(n), *d_out = dalloc<T>(n);
-    to_dev(d_in, in);
+    th::DeviceBuffer<T> d_in(in), d_out(n, th::Fill::Zero);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(nb);
     cfg.blockDim = dim3(nt);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, reduce_kernel<N, T, Op>, (const T*)d_in, d_out));
+    cudaCheck(cudaLaunchKernelEx(&cfg, reduce_kernel<N, T, Op>, (const T*)d_in.ptr, d_out.ptr));
     launch_sync();
     std::vector<T> ref = butterfly(in, N, Op());
     if (order_free) {  // integer operators: the butterfly must equal a plain left fold
@@ -408,9 +369,7 @@ static void test_reduce(const char* op_name, bool order_free) {
     }
     char name[128];
     snprintf(name, sizeof(name), "reduce tile<%u> %s", N, op_name);
-    check_equal(name, ref, to_host(d_out, (size_t)n));
-    cudaFree(d_in);
-    cudaFree(d_out);
+    check_equal(name, ref, d_out.host());
 }
 
 template <unsigned N>
@@ -461,12 +420,11 @@ static void test_block_sum() {
     const int rows = 5, C = 1000, threads = 192;  // 6 warps
     std::vector<float> x((size_t)rows * C);
     th::fill_uniform(x.data(), x.size(), ++g_seed);
-    float *d_x = dalloc<float>(x.size()), *d_out = dalloc<float>(2 * rows);
-    to_dev(d_x, x);
+    th::DeviceBuffer<float> d_x(x), d_out(2 * rows, th::Fill::Zero);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(rows);
     cfg.blockDim = dim3(threads);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, row_sum_kernel, (const float*)d_x, d_out, C));
+    cudaCheck(cudaLaunchKernelEx(&cfg, row_sum_kernel, (const float*)d_x.ptr, d_out.ptr, C));
     launch_sync();
     // Reference in the kernel's exact order: strided thread sums, warp butterfly, warp-of-partials butterfly.
     std::vector<float> ref(2 * rows);
@@ -482,7 +440,7 @@ static void test_block_sum() {
             for (int k = 0; k < threads / 32; k++) p[k] = w[k * 32];
             ref[2 * r + twice] = butterfly(p, 32, cg::plus<float>())[0];
         }
-    std::vector<float> out = to_host(d_out, 2 * rows);
+    std::vector<float> out = d_out.host();
     check_equal("block sum (llm.c style: tile<32> reduce + shared partials + block.sync), 6 warps, bitwise", ref, out);
     // And it is a sum: compare with a double-precision sum within fp32 accumulation error.
     std::vector<double> exact(2 * rows);
@@ -496,8 +454,6 @@ static void test_block_sum() {
     const int depth = (C + threads - 1) / threads + 5 + 5;
     th::check_close("block sum vs double-precision sum", exact.data(), out.data(), out.size(),
                     th::tol(th::EPS_FP32, 0, depth * th::EPS_FP32 * 2.0 * C));
-    cudaFree(d_x);
-    cudaFree(d_out);
 }
 
 // ----------------------------------------------------------------------------
@@ -522,11 +478,11 @@ __global__ void dynamic_tile_kernel(int* out) {
 
 static void test_dynamic_tiles() {
     const int nt = 40;
-    int* d = dalloc<int>(nt * 6);
+    th::DeviceBuffer<int> d(nt * 6, th::Fill::Zero);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1);
     cfg.blockDim = dim3(nt);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, dynamic_tile_kernel, d));
+    cudaCheck(cudaLaunchKernelEx(&cfg, dynamic_tile_kernel, d.ptr));
     launch_sync();
     std::vector<int> ref(nt * 6);
     for (int r = 0; r < nt; r++) {
@@ -534,8 +490,7 @@ static void test_dynamic_tiles() {
         o[0] = r % 16, o[1] = r < 32 ? 16 : 8, o[2] = r % 32, o[3] = r < 32 ? 32 : 8, o[4] = r % 4, o[5] = 4 + (r % 32) * 100;
     }
     check_equal("tiled_partition(group, n) at run time: thread_group ranks/sizes/sync, partial last tile (40 threads)", ref,
-                to_host(d, ref.size()));
-    cudaFree(d);
+                d.host());
 }
 
 // ----------------------------------------------------------------------------
@@ -548,48 +503,14 @@ __global__ void partial_warp_kernel(int* out) {
     out[threadIdx.x] = warp.shfl((int)threadIdx.x, 0);
 }
 
-template <class F>
-static void expect_fault(const char* name, const char* expect, F launch) {
-    int fds[2];
-    if (pipe(fds) != 0) { th::report(false, name, "pipe failed"); return; }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        launch();
-        cudaDeviceSynchronize();
-        _exit(0);
-    }
-    close(fds[1]);
-    std::string err;
-    char buf[512];
-    ssize_t got;
-    while ((got = read(fds[0], buf, sizeof(buf))) > 0) err.append(buf, got);
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 3 && err.find(expect) != std::string::npos;
-    while (!err.empty() && err.back() == '\n') err.pop_back();
-    size_t th_at = err.find(", thread (");  // which thread faults first depends on the schedule order
-    if (th_at != std::string::npos) err.erase(th_at, err.find("): ", th_at) + 1 - th_at);
-    th::report(ok, name, "exit=%d stderr: %s", WIFEXITED(status) ? WEXITSTATUS(status) : -1, err.c_str());
-}
-
 static void test_faults() {
-    const char* threads = getenv("SIMT_THREADS");
-    if (threads && atoi(threads) > 1) {  // fork() keeps only the calling thread of a worker pool
-        printf("SKIP fault tests (need SIMT_THREADS=1)\n");
-        return;
-    }
-    int* d = dalloc<int>(48);
+    if (!th::can_run_fault_tests()) return;
+    th::DeviceBuffer<int> d(48, th::Fill::Zero);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1);
     cfg.blockDim = dim3(48);
-    expect_fault("fault: tile<32> over a partial warp (48-thread block)", "which does not exist",
-                 [&] { cudaLaunchKernelEx(&cfg, partial_warp_kernel, d); });
-    cudaFree(d);
+    th::expect_fault("fault: tile<32> over a partial warp (48-thread block)", "which does not exist",
+                     [&] { cudaLaunchKernelEx(&cfg, partial_warp_kernel, d.ptr); });
 }
 #endif
 

@@ -42,16 +42,6 @@
 #define CPU_BACKEND 1
 #endif
 
-#define CHECK_CUDA(call)                                                                       \
-    do {                                                                                       \
-        cudaError_t err_ = (call);                                                             \
-        if (err_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,               \
-                    cudaGetErrorString(err_));                                                 \
-            exit(2);                                                                           \
-        }                                                                                      \
-    } while (0)
-
 #define CHECK_LT(call)                                                                         \
     do {                                                                                       \
         cublasStatus_t st_ = (call);                                                           \
@@ -159,14 +149,14 @@ HostMat make_mat(cudaDataType type, int64_t rows, int64_t cols, int64_t ld, int6
 // Allocates device memory of exactly the host buffer's size and copies it there.
 void* upload(const std::vector<uint8_t>& h) {
     void* d = nullptr;
-    CHECK_CUDA(cudaMalloc(&d, h.size()));
-    CHECK_CUDA(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&d, h.size()));
+    cudaCheck(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice));
     return d;
 }
 
 std::vector<uint8_t> download(const void* d, size_t bytes) {
     std::vector<uint8_t> h(bytes);
-    CHECK_CUDA(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
     return h;
 }
 
@@ -376,12 +366,12 @@ void run_case(cublasLtHandle_t lt, const Case& c, cublasStatus_t expect = CUBLAS
     int found = 0;
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, desc, lA, lB, lC, lD, pref, 1, &heur, &found);
     void* dWork = nullptr;
-    if (found > 0 && heur.workspaceSize > 0) CHECK_CUDA(cudaMalloc(&dWork, heur.workspaceSize));
+    if (found > 0 && heur.workspaceSize > 0) cudaCheck(cudaMalloc(&dWork, heur.workspaceSize));
     auto t0 = std::chrono::steady_clock::now();
     cublasStatus_t ms = cublasLtMatmul(lt, desc, &alpha, dA, lA, dB, lB, &beta, dC, lC, dD, lD,
                                        found > 0 ? &heur.algo : nullptr, dWork,
                                        found > 0 ? heur.workspaceSize : 0, 0);
-    CHECK_CUDA(cudaDeviceSynchronize());
+    cudaCheck(cudaDeviceSynchronize());
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (expect != CUBLAS_STATUS_SUCCESS || any_failure) {
@@ -477,8 +467,8 @@ void run_case(cublasLtHandle_t lt, const Case& c, cublasStatus_t expect = CUBLAS
     cublasLtMatrixLayoutDestroy(lC), cublasLtMatrixLayoutDestroy(lD);
     cublasLtMatmulDescDestroy(desc);
     for (void* p : {dA, dB, dC, dBias, dAux, (void*)dScales, (void*)dAmax, dWork})
-        if (p) CHECK_CUDA(cudaFree(p));
-    if (!c.in_place) CHECK_CUDA(cudaFree(dD));
+        if (p) cudaCheck(cudaFree(p));
+    if (!c.in_place) cudaCheck(cudaFree(dD));
 }
 
 // ----------------------------------------------------------------------------
@@ -717,7 +707,7 @@ float matmul_1x1(cublasLtHandle_t lt, cublasComputeType_t compute, float a, floa
     memcpy(&result, out.data(), 4);
     CHECK_LT(cublasLtMatrixLayoutDestroy(l));
     CHECK_LT(cublasLtMatmulDescDestroy(desc));
-    CHECK_CUDA(cudaFree(d));
+    cudaCheck(cudaFree(d));
     return result;
 }
 
@@ -775,7 +765,7 @@ void test_fp8_saturation(cublasLtHandle_t lt) {
     CHECK_LT(cublasLtMatrixLayoutDestroy(l8));
     CHECK_LT(cublasLtMatrixLayoutDestroy(l16));
     CHECK_LT(cublasLtMatmulDescDestroy(desc));
-    for (void* p : {dA, dC, dD, (void*)dScale}) CHECK_CUDA(cudaFree(p));
+    for (void* p : {dA, dC, dD, (void*)dScale}) cudaCheck(cudaFree(p));
 }
 
 int main() {

@@ -5,9 +5,6 @@
 #include "../llmc/dataloader.h"
 #include "harness.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <set>
 #include <string>
 #include <vector>
@@ -39,24 +36,9 @@ std::vector<uint16_t> counting_tokens(size_t n, int vocab) {
 // Runs `body` in a child process and checks that it exits non-zero with `expect` on stderr.
 template <class F>
 void expect_error(const char* name, const std::string& expect, F body) {
-    int pipefd[2];
-    if (pipe(pipefd) != 0) { th::report(false, name, "pipe failed"); return; }
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(pipefd[1], 2);
-        close(pipefd[0]);
-        body();
-        _exit(0);  // reached only if no error was raised
-    }
-    close(pipefd[1]);
-    std::string err;
-    char buf[1024];
-    ssize_t got;
-    while ((got = read(pipefd[0], buf, sizeof(buf))) > 0) err.append(buf, got);
-    close(pipefd[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    th::ChildOutput child = th::run_in_child(body);
+    std::string& err = child.text;
+    int code = WIFEXITED(child.status) ? WEXITSTATUS(child.status) : -1;
     bool one_line = std::count(err.begin(), err.end(), '\n') == 1;
     bool ok = code != 0 && err.find(expect) != std::string::npos && one_line;
     if (!err.empty() && err.back() == '\n') err.pop_back();

@@ -12,46 +12,6 @@
 // ----------------------------------------------------------------------------
 // Helpers
 
-// A device buffer of n elements, filled from and read back to host vectors.
-template <class X>
-struct DeviceBuffer {
-    X* ptr = nullptr;
-    size_t n = 0;
-    explicit DeviceBuffer(size_t count) : n(count) { cudaCheck(cudaMalloc(&ptr, count * sizeof(X))); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    ~DeviceBuffer() { cudaCheck(cudaFree(ptr)); }
-    void upload(const std::vector<X>& h) {
-        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(X), cudaMemcpyHostToDevice));
-    }
-    std::vector<X> host() const {
-        std::vector<X> h(n);
-        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(X), cudaMemcpyDeviceToHost));
-        return h;
-    }
-};
-
-// n values uniform in [lo, hi), rounded to the storage type.
-template <class floatX>
-std::vector<floatX> random_values(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
-    std::vector<float> f(n);
-    th::fill_uniform(f.data(), n, seed, lo, hi);
-    std::vector<floatX> out(n);
-    for (size_t i = 0; i < n; i++) out[i] = from_float<floatX>(f[i]);
-    return out;
-}
-
-// The values of a storage-type vector as doubles.
-template <class floatX>
-std::vector<double> to_doubles(const std::vector<floatX>& x) {
-    std::vector<double> d(x.size());
-    for (size_t i = 0; i < x.size(); i++) d[i] = to_float(x[i]);
-    return d;
-}
-
-// The dtype's name in test names.
-template <class floatX>
-const char* dtype_name() { return sizeof(floatX) == 4 ? "fp32" : "bf16"; }
-
 // Token ids in [0, V): `hot` of every 10 positions (on average) take token `hot_id`, so that its
 // group spans several 32-position segments; V-1 and 0 occur; the rest is uniform.
 std::vector<int> make_tokens(int n, int V, int hot_id, int hot, uint64_t seed) {
@@ -84,26 +44,21 @@ const char* describe(const Shape& s, char* buf, size_t len) {
 template <class floatX>
 void test_forward(const Shape& s, uint64_t seed) {
     int BT = s.B * s.T;
-    std::vector<floatX> wte = random_values<floatX>((size_t)s.Vp * s.C, seed);
-    std::vector<floatX> wpe = random_values<floatX>((size_t)s.maxT * s.C, seed + 1);
-    std::vector<floatX> wtt = random_values<floatX>((size_t)std::max(s.n_types, 1) * s.C, seed + 2);
+    std::vector<floatX> wte = th::random_tensor<floatX>((size_t)s.Vp * s.C, seed);
+    std::vector<floatX> wpe = th::random_tensor<floatX>((size_t)s.maxT * s.C, seed + 1);
+    std::vector<floatX> wtt = th::random_tensor<floatX>((size_t)std::max(s.n_types, 1) * s.C, seed + 2);
     std::vector<int> inp = make_tokens(BT, s.V, 3, s.hot, seed + 3);
     std::vector<int> types(BT);
     for (int i = 0; i < BT; i++) types[i] = s.n_types ? (i * 7 + i / s.T) % s.n_types : 0;
 
-    DeviceBuffer<floatX> d_out((size_t)BT * s.C), d_wte(wte.size()), d_wpe(wpe.size()), d_wtt(wtt.size());
-    DeviceBuffer<int> d_inp(BT), d_types(BT);
-    d_wte.upload(wte);
-    d_wpe.upload(wpe);
-    d_wtt.upload(wtt);
-    d_inp.upload(inp);
-    d_types.upload(types);
+    th::DeviceBuffer<floatX> d_out((size_t)BT * s.C), d_wte(wte), d_wpe(wpe), d_wtt(wtt);
+    th::DeviceBuffer<int> d_inp(inp), d_types(types);
     const int* types_ptr = s.n_types ? d_types.ptr : nullptr;
     const floatX* wtt_ptr = s.n_types ? d_wtt.ptr : nullptr;
 
     char shape[96], name[256];
     describe(s, shape, sizeof(shape));
-    snprintf(name, sizeof(name), "encoder_forward %s %s: thread orders", dtype_name<floatX>(), shape);
+    snprintf(name, sizeof(name), "encoder_forward %s %s: thread orders", th::dtype_name<floatX>(), shape);
     auto out = th::run_orders(name, [&] {
         encoder_forward(d_out.ptr, d_inp.ptr, d_wte.ptr, d_wpe.ptr, types_ptr, wtt_ptr, s.B, s.T, s.C, 0);
         return d_out.host();
@@ -119,8 +74,8 @@ void test_forward(const Shape& s, uint64_t seed) {
     // Two fp32 additions of terms in [-1, 1): error <= u*|a+b| + u*|ref| <= eps + eps/2*|ref| (u = eps/2):
     // atol = EPS_FP32, k = 1. bf16: one more rounding of the result, <= half a bf16 ulp: k = 1 of EPS_BF16.
     th::Tol tol = sizeof(floatX) == 4 ? th::tol(th::EPS_FP32, 1, th::EPS_FP32) : th::tol(th::EPS_BF16, 1, th::EPS_FP32);
-    snprintf(name, sizeof(name), "encoder_forward %s %s: out vs double reference", dtype_name<floatX>(), shape);
-    th::check_close(name, ref.data(), to_doubles(out).data(), ref.size(), tol);
+    snprintf(name, sizeof(name), "encoder_forward %s %s: out vs double reference", th::dtype_name<floatX>(), shape);
+    th::check_close(name, ref.data(), th::widen(out).data(), ref.size(), tol);
 }
 
 // ----------------------------------------------------------------------------
@@ -134,21 +89,10 @@ template <class floatX>
 bool check_gradient(const char* name, const std::vector<double>& ref, const std::vector<double>& abs_sum,
                     const std::vector<int>& n_terms, const std::vector<floatX>& out) {
     double out_eps = sizeof(floatX) == 4 ? 0.0 : th::EPS_BF16;
-    double max_err = 0, worst = 0;
-    size_t bad = 0, worst_i = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        double o = to_float(out[i]);
-        double err = std::fabs(o - ref[i]);
-        double budget = (n_terms[i] + 1) * th::EPS_FP32 * abs_sum[i] + out_eps * std::fabs(ref[i]);
-        if (!(err <= budget)) bad++;
-        double share = budget > 0 ? err / budget : (err > 0 ? INFINITY : 0);
-        if (std::isnan(err)) share = INFINITY;
-        if (err > max_err) max_err = err;
-        if (share > worst) { worst = share; worst_i = i; }
-    }
-    return th::report(bad == 0, name,
-                      "max_err=%.3g budget_used=%.0f%% (n=%zu, bad=%zu, worst at %zu: out=%.9g ref=%.9g)", max_err,
-                      worst * 100, ref.size(), bad, worst_i, (double)to_float(out[worst_i]), ref[worst_i]);
+    std::vector<double> budget(ref.size());
+    for (size_t i = 0; i < ref.size(); i++)
+        budget[i] = (n_terms[i] + 1) * th::EPS_FP32 * abs_sum[i] + out_eps * std::fabs(ref[i]);
+    return th::check_budget(name, ref, out, budget);
 }
 
 // encoder_backward (+= into random initial gradients) against the double reference, under
@@ -157,27 +101,24 @@ template <class floatX>
 void test_backward(const Shape& s, EncoderBackwardPlan& plan, uint64_t seed) {
     int BT = s.B * s.T, C = s.C;
     int types_rows = std::max(s.n_types, 1);
-    std::vector<floatX> dout = random_values<floatX>((size_t)BT * C, seed);
-    std::vector<floatX> dwte0 = random_values<floatX>((size_t)s.Vp * C, seed + 1, -0.5f, 0.5f);
-    std::vector<floatX> dwpe0 = random_values<floatX>((size_t)s.maxT * C, seed + 2, -0.5f, 0.5f);
-    std::vector<floatX> dwtt0 = random_values<floatX>((size_t)types_rows * C, seed + 3, -0.5f, 0.5f);
+    std::vector<floatX> dout = th::random_tensor<floatX>((size_t)BT * C, seed);
+    std::vector<floatX> dwte0 = th::random_tensor<floatX>((size_t)s.Vp * C, seed + 1, -0.5f, 0.5f);
+    std::vector<floatX> dwpe0 = th::random_tensor<floatX>((size_t)s.maxT * C, seed + 2, -0.5f, 0.5f);
+    std::vector<floatX> dwtt0 = th::random_tensor<floatX>((size_t)types_rows * C, seed + 3, -0.5f, 0.5f);
     std::vector<int> inp = make_tokens(BT, s.V, 7, s.hot, seed + 4);
     std::vector<int> types(BT);
     for (int i = 0; i < BT; i++) types[i] = s.n_types ? (i % s.T >= s.T / 3 ? 1 : 0) % s.n_types : 0;
     if (s.n_types > 2) types[BT / 2] = s.n_types - 1;
 
-    DeviceBuffer<floatX> d_dout(dout.size()), d_dwte(dwte0.size()), d_dwpe(dwpe0.size()), d_dwtt(dwtt0.size());
-    DeviceBuffer<int> d_inp(BT), d_types(BT);
-    d_dout.upload(dout);
-    d_inp.upload(inp);
-    d_types.upload(types);
+    th::DeviceBuffer<floatX> d_dout(dout), d_dwte(dwte0.size()), d_dwpe(dwpe0.size()), d_dwtt(dwtt0.size());
+    th::DeviceBuffer<int> d_inp(inp), d_types(types);
     bool has_types = s.n_types > 0;
     encoder_backward_plan(&plan, inp.data(), has_types ? types.data() : nullptr, s.B, s.T, C, s.V, s.n_types, 0);
 
     char shape[96], name[256];
     describe(s, shape, sizeof(shape));
     snprintf(name, sizeof(name), "encoder_backward %s %s: thread orders (segments: %zu, multi-segment groups: %zu)",
-             dtype_name<floatX>(), shape, plan.segments.size(), plan.groups.size());
+             th::dtype_name<floatX>(), shape, plan.segments.size(), plan.groups.size());
     auto grads = th::run_orders(name, [&] {
         d_dwte.upload(dwte0);
         d_dwpe.upload(dwpe0);
@@ -194,7 +135,7 @@ void test_backward(const Shape& s, EncoderBackwardPlan& plan, uint64_t seed) {
     std::vector<floatX> init = dwte0;
     init.insert(init.end(), dwpe0.begin(), dwpe0.end());
     init.insert(init.end(), dwtt0.begin(), dwtt0.end());
-    std::vector<double> ref = to_doubles(init), abs_sum(ref.size());
+    std::vector<double> ref = th::widen(init), abs_sum(ref.size());
     std::vector<int> n_terms(ref.size(), 0);
     for (size_t i = 0; i < ref.size(); i++) abs_sum[i] = std::fabs(ref[i]);
     size_t pe_base = dwte0.size(), tt_base = pe_base + dwpe0.size();
@@ -208,7 +149,7 @@ void test_backward(const Shape& s, EncoderBackwardPlan& plan, uint64_t seed) {
                 n_terms[rows[r] + c]++;
             }
     }
-    snprintf(name, sizeof(name), "encoder_backward %s %s: dwte, dwpe%s vs double reference", dtype_name<floatX>(),
+    snprintf(name, sizeof(name), "encoder_backward %s %s: dwte, dwpe%s vs double reference", th::dtype_name<floatX>(),
              shape, has_types ? ", dwtt" : "");
     check_gradient(name, ref, abs_sum, n_terms, grads);
 }
@@ -231,17 +172,12 @@ int run_bad_ids(const std::string& which) {
 
 // Runs this binary with --bad-ids `which` and checks that it fails with the expected message.
 void expect_rejected(const char* self, const char* which, const char* must_contain) {
-    std::string cmd = std::string(self) + " --bad-ids " + which + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[1024];
-    size_t got;
-    while (p && (got = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
-    int status = p ? pclose(p) : -1;
-    bool ok = status != 0 && out.find(must_contain) != std::string::npos;
+    th::ChildOutput child = th::run_command(std::string(self) + " --bad-ids " + which + " 2>&1");
+    std::string& out = child.text;
+    bool ok = child.status != 0 && out.find(must_contain) != std::string::npos;
     std::string name = std::string("encoder_backward_plan rejects a bad id: ") + which;
     if (!out.empty() && out.back() == '\n') out.pop_back();
-    th::report(ok, name.c_str(), "status %d | %s", status, out.substr(0, 200).c_str());
+    th::report(ok, name.c_str(), "status %d | %s", child.status, out.substr(0, 200).c_str());
 }
 
 // ----------------------------------------------------------------------------

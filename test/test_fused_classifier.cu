@@ -12,28 +12,6 @@
 // ----------------------------------------------------------------------------
 // Helpers
 
-// A device buffer of n elements, filled from and read back to host vectors.
-template <class X>
-struct DeviceBuffer {
-    X* ptr = nullptr;
-    size_t n = 0;
-    explicit DeviceBuffer(size_t count) : n(count) { cudaCheck(cudaMalloc(&ptr, count * sizeof(X))); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    ~DeviceBuffer() { cudaCheck(cudaFree(ptr)); }
-    void upload(const std::vector<X>& h) {
-        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(X), cudaMemcpyHostToDevice));
-    }
-    std::vector<X> host() const {
-        std::vector<X> h(n);
-        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(X), cudaMemcpyDeviceToHost));
-        return h;
-    }
-};
-
-// The dtype's name in test names.
-template <class T>
-const char* dtype_name() { return sizeof(T) == 4 ? "fp32" : "bf16"; }
-
 // One case: the shape, the logits' spread and offset, which rows are ignored or out of range.
 struct Case {
     const char* what;
@@ -105,13 +83,12 @@ void run_case(const Case& c, uint64_t seed) {
     float dloss = 1.f / std::max(counted, 1);
     Reference ref = reference(x, targets, c.N, c.V, c.Vp, dloss, c.ignore_index);
 
-    DeviceBuffer<T> d_logits(n);
-    DeviceBuffer<float> d_losses(c.N);
-    DeviceBuffer<int> d_targets(c.N);
-    d_targets.upload(targets);
+    th::DeviceBuffer<T> d_logits(n);
+    th::DeviceBuffer<float> d_losses(c.N);
+    th::DeviceBuffer<int> d_targets(targets);
     std::vector<float> losses;
     char name[256];
-    snprintf(name, sizeof(name), "fused_classifier %s %s (N=%d V=%d Vp=%d): thread orders", dtype_name<T>(), c.what,
+    snprintf(name, sizeof(name), "fused_classifier %s %s (N=%d V=%d Vp=%d): thread orders", th::dtype_name<T>(), c.what,
              c.N, c.V, c.Vp);
     std::vector<T> out = th::run_orders(name, [&] {
         d_logits.upload(logits);
@@ -145,16 +122,16 @@ void run_case(const Case& c, uint64_t seed) {
         ref_loss.push_back(ref.loss[r]);
         got_loss.push_back(losses[r]);
     }
-    snprintf(name, sizeof(name), "fused_classifier %s %s: losses vs double reference", dtype_name<T>(), c.what);
+    snprintf(name, sizeof(name), "fused_classifier %s %s: losses vs double reference", th::dtype_name<T>(), c.what);
     th::check_close(name, ref_loss.data(), got_loss.data(), ref_loss.size(), loss_tol);
     if (c.bad_row >= 0) {
-        snprintf(name, sizeof(name), "fused_classifier %s %s: out-of-range target gives loss NaN", dtype_name<T>(),
+        snprintf(name, sizeof(name), "fused_classifier %s %s: out-of-range target gives loss NaN", th::dtype_name<T>(),
                  c.what);
         th::report(nan_ok, name, "row %d, target %d, loss %g", c.bad_row, c.V, (double)losses[c.bad_row]);
     }
 
     if (!c.write_dlogits) {
-        snprintf(name, sizeof(name), "fused_classifier %s %s: logits untouched without write_dlogits", dtype_name<T>(),
+        snprintf(name, sizeof(name), "fused_classifier %s %s: logits untouched without write_dlogits", th::dtype_name<T>(),
                  c.what);
         th::check_bitwise(name, logits.data(), out.data(), n * sizeof(T));
         return;
@@ -174,10 +151,10 @@ void run_case(const Case& c, uint64_t seed) {
         bool counted_row = targets[r] != c.ignore_index && targets[r] >= 0 && targets[r] < c.V;
         if ((col >= c.V || !counted_row) && to_float(out[i]) != 0.f) nonzero_outside++;
     }
-    snprintf(name, sizeof(name), "fused_classifier %s %s: dlogits vs double reference", dtype_name<T>(), c.what);
+    snprintf(name, sizeof(name), "fused_classifier %s %s: dlogits vs double reference", th::dtype_name<T>(), c.what);
     th::check_close(name, ref.dlogits.data(), got.data(), n, tol);
     snprintf(name, sizeof(name), "fused_classifier %s %s: padding columns and ignored rows are exactly 0",
-             dtype_name<T>(), c.what);
+             th::dtype_name<T>(), c.what);
     th::report(nonzero_outside == 0, name, "%zu nonzero", nonzero_outside);
 }
 

@@ -49,60 +49,16 @@ double fp32_error_ulps(double x, GeluKind kind) {
 // ----------------------------------------------------------------------------
 // Helpers
 
-double to_double(float x) { return x; }
-double to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
-
 // Values in [lo, hi) rounded to T, with a few chosen values first (zero, the tails, the zero of
 // GELU' near -0.75), so the reference sees exactly what the kernel sees.
 template <class T>
 std::vector<T> random_tensor(size_t n, uint64_t seed, float lo, float hi, bool specials) {
-    std::vector<float> f(n);
-    th::fill_uniform(f.data(), n, seed, lo, hi);
+    std::vector<T> t = th::random_tensor<T>(n, seed, lo, hi);
     const float chosen[] = {0.f, -8.f, 8.f, -0.7518f, -3.f, 3.f, -1e-3f, 1e-3f, -5.5f};
-    for (size_t i = 0; specials && i < n && i < sizeof(chosen) / sizeof(chosen[0]); i++) f[i] = chosen[i];
-    std::vector<T> t(n);
-    for (size_t i = 0; i < n; i++) t[i] = from_float<T>(f[i]);
+    for (size_t i = 0; specials && i < n && i < sizeof(chosen) / sizeof(chosen[0]); i++)
+        t[i] = from_float<T>(chosen[i]);
     return t;
 }
-
-// Copies host data into a fresh exactly-sized device allocation of `offset + h.size()` elements
-// at element `offset` (offset > 0 makes a misaligned view); returns the allocation.
-template <class T>
-T* to_device(const std::vector<T>& h, size_t offset) {
-    T* d;
-    cudaCheck(cudaMalloc(&d, (offset + h.size()) * sizeof(T)));
-    cudaCheck(cudaMemset(d, 0, (offset + h.size()) * sizeof(T)));
-    cudaCheck(cudaMemcpy(d + offset, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <class T>
-std::vector<T> to_host(const T* d, size_t n) {
-    std::vector<T> h(n);
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
-
-// Reports whether |out - ref| <= budget element-wise, with the max error and the worst share of
-// an element's budget used (a pass uses at most 100%).
-template <class T>
-bool check_budget(const char* name, const std::vector<double>& ref, const std::vector<T>& out,
-                  const std::vector<double>& budget) {
-    size_t bad = 0, worst = 0;
-    double max_err = 0, worst_share = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        double err = std::fabs(to_double(out[i]) - ref[i]);
-        double share = budget[i] > 0 ? err / budget[i] : (err > 0 ? INFINITY : 0);
-        if (!(err <= budget[i])) bad++, share = std::isnan(err) ? INFINITY : share;
-        if (err > max_err || std::isnan(err)) max_err = err;
-        if (share > worst_share) worst_share = share, worst = i;
-    }
-    return th::report(bad == 0, name, "max_err=%.3g budget_used=%.0f%% (n=%zu, bad=%zu, worst at %zu: out=%.9g ref=%.9g)",
-                      max_err, worst_share * 100, ref.size(), bad, worst, to_double(out[worst]), ref[worst]);
-}
-
-template <class T> const char* dtype_name();
-template <> const char* dtype_name<float>() { return "fp32"; }
-template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
 
 // ----------------------------------------------------------------------------
 // Tests
@@ -111,31 +67,22 @@ template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
 // its allocation (offset 1 defeats 128-bit access: the scalar path).
 template <class T>
 void test_gelu(GeluKind kind, size_t N, size_t offset, uint64_t seed) {
-    const char* kname = kind == GeluKind::Tanh ? "tanh" : "erf";
+    const char* kname = kind == GeluKind::Tanh ? "tanh" : "erf", *tname = th::dtype_name<T>();
     auto x = random_tensor<T>(N, seed, -6.f, 6.f, true);
     auto dout = random_tensor<T>(N, seed + 1, -1.f, 1.f, false);
     char name[160];
 
-    snprintf(name, sizeof(name), "gelu_forward %s %s N=%zu offset=%zu: thread orders", kname, dtype_name<T>(), N, offset);
+    snprintf(name, sizeof(name), "gelu_forward %s %s N=%zu offset=%zu: thread orders", kname, tname, N, offset);
     auto out = th::run_orders(name, [&] {
-        T* d_inp = to_device(x, offset);
-        T* d_out = to_device(std::vector<T>(N), offset);
-        gelu_forward(d_out + offset, (const T*)d_inp + offset, N, kind, 0);
-        auto h = to_host(d_out + offset, N);
-        cudaCheck(cudaFree(d_inp));
-        cudaCheck(cudaFree(d_out));
-        return h;
+        th::DeviceView<T> d_inp(x, offset), d_out(std::vector<T>(N), offset);
+        gelu_forward(d_out.ptr, (const T*)d_inp.ptr, N, kind, 0);
+        return d_out.host();
     });
-    snprintf(name, sizeof(name), "gelu_backward_inplace %s %s N=%zu offset=%zu: thread orders", kname, dtype_name<T>(),
-             N, offset);
+    snprintf(name, sizeof(name), "gelu_backward_inplace %s %s N=%zu offset=%zu: thread orders", kname, tname, N, offset);
     auto dinp = th::run_orders(name, [&] {
-        T* d_inp = to_device(x, offset);
-        T* d_grad = to_device(dout, offset);
-        gelu_backward_inplace(d_grad + offset, (const T*)d_inp + offset, N, kind, 0);
-        auto h = to_host(d_grad + offset, N);
-        cudaCheck(cudaFree(d_inp));
-        cudaCheck(cudaFree(d_grad));
-        return h;
+        th::DeviceView<T> d_inp(x, offset), d_grad(dout, offset);
+        gelu_backward_inplace(d_grad.ptr, (const T*)d_inp.ptr, N, kind, 0);
+        return d_grad.host();
     });
 
     // Budgets: the fp32 computation's error (fp32_error_ulps), plus for bf16 the one rounding of
@@ -145,7 +92,7 @@ void test_gelu(GeluKind kind, size_t N, size_t offset, uint64_t seed) {
     double rounding = sizeof(T) == 4 ? 0 : dtype_eps<T>();
     std::vector<double> ref(N), ref_grad(N), budget(N), budget_grad(N);
     for (size_t i = 0; i < N; i++) {
-        double xi = to_double(x[i]), dyi = to_double(dout[i]), ulps = fp32_error_ulps(xi, kind);
+        double xi = th::to_double(x[i]), dyi = th::to_double(dout[i]), ulps = fp32_error_ulps(xi, kind);
         Terms f = gelu_ref(xi, kind), g = gelu_grad_ref(xi, kind);
         ref[i] = f.t1 + f.t2;
         budget[i] = FLT_MIN + th::EPS_FP32 * ulps * (std::fabs(f.t1) + std::fabs(f.t2)) + rounding * std::fabs(ref[i]);
@@ -153,28 +100,24 @@ void test_gelu(GeluKind kind, size_t N, size_t offset, uint64_t seed) {
         budget_grad[i] = FLT_MIN + th::EPS_FP32 * ulps * std::fabs(dyi) * (std::fabs(g.t1) + std::fabs(g.t2)) +
                          rounding * std::fabs(ref_grad[i]);
     }
-    snprintf(name, sizeof(name), "gelu_forward %s %s N=%zu offset=%zu vs double", kname, dtype_name<T>(), N, offset);
-    check_budget(name, ref, out, budget);
-    snprintf(name, sizeof(name), "gelu_backward_inplace %s %s N=%zu offset=%zu vs double", kname, dtype_name<T>(), N,
-             offset);
-    check_budget(name, ref_grad, dinp, budget_grad);
+    snprintf(name, sizeof(name), "gelu_forward %s %s N=%zu offset=%zu vs double", kname, tname, N, offset);
+    th::check_budget(name, ref, out, budget);
+    snprintf(name, sizeof(name), "gelu_backward_inplace %s %s N=%zu offset=%zu vs double", kname, tname, N, offset);
+    th::check_budget(name, ref_grad, dinp, budget_grad);
 }
 
 // In place (out == inp) gives the out-of-place bits.
 template <class T>
 void test_gelu_inplace(GeluKind kind, size_t N) {
     auto x = random_tensor<T>(N, 77, -6.f, 6.f, true);
-    T* d_a = to_device(x, 0);
-    T* d_b = to_device(std::vector<T>(N), 0);
-    gelu_forward(d_b, (const T*)d_a, N, kind, 0);
-    gelu_forward(d_a, (const T*)d_a, N, kind, 0);
-    auto a = to_host(d_a, N), b = to_host(d_b, N);
+    th::DeviceBuffer<T> d_a(x), d_b(N, th::Fill::Zero);
+    gelu_forward(d_b.ptr, (const T*)d_a.ptr, N, kind, 0);
+    gelu_forward(d_a.ptr, (const T*)d_a.ptr, N, kind, 0);
+    auto a = d_a.host(), b = d_b.host();
     char name[128];
     snprintf(name, sizeof(name), "gelu_forward %s %s N=%zu in place == out of place",
-             kind == GeluKind::Tanh ? "tanh" : "erf", dtype_name<T>(), N);
+             kind == GeluKind::Tanh ? "tanh" : "erf", th::dtype_name<T>(), N);
     th::check_bitwise(name, a.data(), b.data(), N * sizeof(T));
-    cudaCheck(cudaFree(d_a));
-    cudaCheck(cudaFree(d_b));
 }
 
 // The reference's stable forms (sigmoid, erfc) against the textbook formulas, where the latter

@@ -13,34 +13,19 @@
 // ----------------------------------------------------------------------------
 // Helpers
 
-// An exactly sized device buffer (so ASan catches any access past N).
-template <class T>
-struct DeviceBuffer {
-    T* ptr = nullptr;
-    size_t n = 0;
-    explicit DeviceBuffer(size_t count) : n(count) { cudaCheck(cudaMalloc(&ptr, count * sizeof(T))); }
-    ~DeviceBuffer() { cudaCheck(cudaFree(ptr)); }
-    void upload(const std::vector<T>& h) { cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice)); }
-    std::vector<T> download() const {
-        std::vector<T> h(n);
-        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-        return h;
-    }
-};
-
 // Runs global_norm_squared on host values x (converted to T) with exactly sized scratch, returns *out.
 template <class T>
 static float device_norm_squared(const std::vector<float>& x) {
     const size_t N = x.size();
     std::vector<T> xt(N);
     for (size_t i = 0; i < N; i++) xt[i] = from_float<T>(x[i]);
-    DeviceBuffer<T> d_x(N > 0 ? N : 1);
-    DeviceBuffer<float> d_out(1);
-    DeviceBuffer<unsigned char> d_scratch(global_norm_scratch_bytes(N));
+    th::DeviceBuffer<T> d_x(N > 0 ? N : 1);
+    th::DeviceBuffer<float> d_out(1);
+    th::DeviceBuffer<unsigned char> d_scratch(global_norm_scratch_bytes(N));
     if (N > 0) d_x.upload(xt);
     global_norm_squared(d_out.ptr, d_scratch.ptr, d_x.ptr, N, 0);
     cudaCheck(cudaDeviceSynchronize());
-    return d_out.download()[0];
+    return d_out.host()[0];
 }
 
 // Rounding budget of the kernel's fp32 sum for N values of T: every term is >= 0, so the relative
@@ -122,14 +107,14 @@ static void test_clip_scale() {
     const size_t n = sizeof(norms2) / sizeof(norms2[0]);
     for (float max_norm : max_norms) {
         std::vector<float> want(n), got(n);
-        DeviceBuffer<float> d_n2(1), d_scale(1);
+        th::DeviceBuffer<float> d_n2(1), d_scale(1);
         for (size_t i = 0; i < n; i++) {
             float norm = std::sqrt(norms2[i]);
             float coef = (1.0f / (norm + 1e-6f)) * max_norm;
             want[i] = coef > 1.0f ? 1.0f : coef;
             d_n2.upload({norms2[i]});
             grad_clip_scale(d_scale.ptr, d_n2.ptr, max_norm, 0);
-            got[i] = d_scale.download()[0];
+            got[i] = d_scale.host()[0];
         }
         size_t bad = 0;
         for (size_t i = 0; i < n; i++)

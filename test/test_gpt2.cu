@@ -53,13 +53,6 @@ std::vector<float> load_step_losses(const std::string& path) {
     return losses;
 }
 
-template <class T>
-std::vector<T> download(const T* d, size_t n) {
-    std::vector<T> h(n);
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
-
 // Runs forward (no grad) and compares the logits and loss, then forward+backward and compares every
 // gradient tensor, then 10 AdamW steps and compares the losses, for storage type floatX.
 template <class floatX>
@@ -77,7 +70,7 @@ void check_against_oracle(const char* tname, double logit_atol, double loss_atol
     model.allocate_activations(s.B, s.T);
     model.set_batch(s.x.data(), s.y.data());
     model.forward(false, 0.f);
-    auto logits_p = download(model.acts.logits, BT * Vp);
+    auto logits_p = th::to_host(model.acts.logits, BT * Vp);
     std::vector<float> logits(BT * V);
     for (size_t r = 0; r < BT; r++)
         for (int v = 0; v < V; v++) logits[r * V + v] = to_float(logits_p[r * Vp + v]);
@@ -91,7 +84,7 @@ void check_against_oracle(const char* tname, double logit_atol, double loss_atol
     cudaCheck(cudaMemset(model.grads_memory, 0, n * sizeof(floatX)));
     model.forward(true, 1.f / BT);
     model.backward();
-    auto grads = download(model.grads_memory, n);
+    auto grads = th::to_host(model.grads_memory, n);
     size_t offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         // A gradient entry is a sum over the B*T tokens of products through the network; both
@@ -141,7 +134,7 @@ void check_gradient_accumulation() {
     cudaCheck(cudaMemset(whole.grads_memory, 0, n * sizeof(float)));
     whole.forward(true, 1.f / (B * T));
     whole.backward();
-    auto g_whole = download(whole.grads_memory, n);
+    auto g_whole = th::to_host(whole.grads_memory, n);
 
     int k = 2, b = B / k;
     parts.build(config, init);
@@ -152,7 +145,7 @@ void check_gradient_accumulation() {
         parts.forward(true, 1.f / (B * T));
         parts.backward();
     }
-    auto g_parts = download(parts.grads_memory, n);
+    auto g_parts = th::to_host(parts.grads_memory, n);
     // Same arithmetic except the order of the cross-token sums: a few fp32 roundings per entry
     // relative to the tensor's scale.
     double max_ref = 0;

@@ -12,13 +12,6 @@
 // ----------------------------------------------------------------------------
 // Helpers
 
-double to_double(float x) { return x; }
-double to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <class T> const char* dtype_name();
-template <> const char* dtype_name<float>() { return "fp32"; }
-template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
-
 // The unit roundoff of the final rounding to T, on top of the fp32 computation: 0 for fp32 (the
 // fp32 budget already counts it), eps_bf16 for bf16 (k = 1: one rounding is at most eps/2 of the
 // value, the other half covers an fp32 result that straddles a rounding boundary the exact one
@@ -26,25 +19,6 @@ template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
 template <class T>
 double final_rounding() { return sizeof(T) == 4 ? 0.0 : dtype_eps<T>(); }
 
-template <class T>
-std::vector<T> round_to(const std::vector<float>& f) {
-    std::vector<T> t(f.size());
-    for (size_t i = 0; i < f.size(); i++) t[i] = from_float<T>(f[i]);
-    return t;
-}
-template <class T>
-std::vector<double> widen(const std::vector<T>& t) {
-    std::vector<double> d(t.size());
-    for (size_t i = 0; i < t.size(); i++) d[i] = to_double(t[i]);
-    return d;
-}
-// Values in [lo, hi) rounded to T, so the reference sees exactly what the kernel sees.
-template <class T>
-std::vector<T> random_tensor(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
-    std::vector<float> f(n);
-    th::fill_uniform(f.data(), n, seed, lo, hi);
-    return round_to<T>(f);
-}
 // Rows of C values with a per-row offset and spread cycling through: centered, shifted, a large
 // mean against a small spread (a one-pass E[x^2] - E[x]^2 variance would lose every digit), and a
 // variance below eps = 1e-5 (so eps visibly matters).
@@ -55,48 +29,7 @@ std::vector<T> layernorm_input(int N, int C, uint64_t seed) {
     th::fill_uniform(f.data(), f.size(), seed);
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) f[(size_t)n * C + c] = offsets[n % 4] + spreads[n % 4] * f[(size_t)n * C + c];
-    return round_to<T>(f);
-}
-
-// A device copy of h in an exactly sized allocation of offset + h.size() elements, starting at
-// element `offset` (offset > 0: a misaligned view). Freed by the caller through .base.
-template <class T>
-struct DeviceView {
-    T* base = nullptr;
-    T* ptr = nullptr;
-    size_t n = 0;
-    DeviceView(const std::vector<T>& h, size_t offset = 0) : n(h.size()) {
-        cudaCheck(cudaMalloc(&base, (offset + n) * sizeof(T)));
-        cudaCheck(cudaMemset(base, 0, offset * sizeof(T)));
-        ptr = base + offset;
-        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-    }
-    ~DeviceView() { cudaCheck(cudaFree(base)); }
-    DeviceView(const DeviceView&) = delete;
-    DeviceView& operator=(const DeviceView&) = delete;
-    std::vector<T> host() const {
-        std::vector<T> h(n);
-        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-        return h;
-    }
-};
-
-// Reports whether |out - ref| <= budget element-wise, with the max error and the worst share of
-// an element's budget used (a pass uses at most 100%).
-template <class T>
-bool check_budget(const char* name, const std::vector<double>& ref, const std::vector<T>& out,
-                  const std::vector<double>& budget) {
-    size_t bad = 0, worst = 0;
-    double max_err = 0, worst_share = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        double err = std::fabs(to_double(out[i]) - ref[i]);
-        double share = budget[i] > 0 ? err / budget[i] : (err > 0 ? INFINITY : 0);
-        if (!(err <= budget[i])) bad++, share = std::isnan(err) ? INFINITY : share;
-        if (err > max_err || std::isnan(err)) max_err = err;
-        if (share > worst_share) worst_share = share, worst = i;
-    }
-    return th::report(bad == 0, name, "max_err=%.3g budget_used=%.0f%% (n=%zu, bad=%zu, worst at %zu: out=%.9g ref=%.9g)",
-                      max_err, worst_share * 100, ref.size(), bad, worst, to_double(out[worst]), ref[worst]);
+    return th::round_to<T>(f);
 }
 
 // Concatenates vectors of T as floats (exact for fp32 and bf16), for run_orders' bitwise compare.
@@ -258,18 +191,18 @@ template <class T>
 void test_forward(int N, int C, float eps, size_t offset, uint64_t seed) {
     size_t NC = (size_t)N * C;
     auto inp1 = layernorm_input<T>(N, C, seed);
-    auto inp2 = random_tensor<T>(NC, seed + 1, -0.05f, 0.05f);  // a residual branch's small update
-    auto w = random_tensor<T>(C, seed + 2), b = random_tensor<T>(C, seed + 3);
+    auto inp2 = th::random_tensor<T>(NC, seed + 1, -0.05f, 0.05f);  // a residual branch's small update
+    auto w = th::random_tensor<T>(C, seed + 2), b = th::random_tensor<T>(C, seed + 3);
     char name[200], shape[96];
-    snprintf(shape, sizeof(shape), "%s N=%d C=%d eps=%g%s", dtype_name<T>(), N, C, eps, offset ? " misaligned" : "");
+    snprintf(shape, sizeof(shape), "%s N=%d C=%d eps=%g%s", th::dtype_name<T>(), N, C, eps, offset ? " misaligned" : "");
 
     // layernorm_forward
     snprintf(name, sizeof(name), "layernorm_forward %s: thread orders", shape);
     std::vector<T> out;
     std::vector<float> mean, rstd;
     auto all = th::run_orders(name, [&] {
-        DeviceView<T> d_inp(inp1, offset), d_w(w, offset), d_b(b, offset), d_out(std::vector<T>(NC), offset);
-        DeviceView<float> d_mean{std::vector<float>(N)}, d_rstd{std::vector<float>(N)};
+        th::DeviceView<T> d_inp(inp1, offset), d_w(w, offset), d_b(b, offset), d_out(std::vector<T>(NC), offset);
+        th::DeviceBuffer<float> d_mean(N, th::Fill::Zero), d_rstd(N, th::Fill::Zero);
         layernorm_forward(d_out.ptr, d_mean.ptr, d_rstd.ptr, (const T*)d_inp.ptr, (const T*)d_w.ptr, (const T*)d_b.ptr,
                           N, C, eps, 0);
         out = d_out.host(), mean = d_mean.host(), rstd = d_rstd.host();
@@ -278,17 +211,17 @@ void test_forward(int N, int C, float eps, size_t offset, uint64_t seed) {
         r.insert(r.end(), rstd.begin(), rstd.end());
         return r;
     });
-    auto ref = layernorm_reference<T>(widen(inp1), widen(w), widen(b), N, C, eps);
+    auto ref = layernorm_reference<T>(th::widen(inp1), th::widen(w), th::widen(b), N, C, eps);
     snprintf(name, sizeof(name), "layernorm_forward %s: out vs double", shape);
-    check_budget(name, ref.out, out, ref.out_budget);
+    th::check_budget(name, ref.out, out, ref.out_budget);
     snprintf(name, sizeof(name), "layernorm_forward %s: mean vs double", shape);
-    check_budget(name, ref.mean, mean, ref.mean_budget);
+    th::check_budget(name, ref.mean, mean, ref.mean_budget);
     snprintf(name, sizeof(name), "layernorm_forward %s: rstd vs double", shape);
-    check_budget(name, ref.rstd, rstd, ref.rstd_budget);
+    th::check_budget(name, ref.rstd, rstd, ref.rstd_budget);
 
     // Inference: null mean/rstd leave out unchanged.
     {
-        DeviceView<T> d_inp(inp1, offset), d_w(w, offset), d_b(b, offset), d_out(std::vector<T>(NC), offset);
+        th::DeviceView<T> d_inp(inp1, offset), d_w(w, offset), d_b(b, offset), d_out(std::vector<T>(NC), offset);
         layernorm_forward(d_out.ptr, nullptr, nullptr, (const T*)d_inp.ptr, (const T*)d_w.ptr, (const T*)d_b.ptr, N, C,
                           eps, 0);
         auto out_nostats = d_out.host();
@@ -303,9 +236,9 @@ void test_forward(int N, int C, float eps, size_t offset, uint64_t seed) {
     std::vector<T> residual, fused_out;
     std::vector<float> fused_mean, fused_rstd;
     th::run_orders(name, [&] {
-        DeviceView<T> d_in1(inp1, offset), d_in2(inp2, offset), d_w(w, offset), d_b(b, offset),
+        th::DeviceView<T> d_in1(inp1, offset), d_in2(inp2, offset), d_w(w, offset), d_b(b, offset),
             d_res(std::vector<T>(NC), offset), d_out(std::vector<T>(NC), offset);
-        DeviceView<float> d_mean{std::vector<float>(N)}, d_rstd{std::vector<float>(N)};
+        th::DeviceBuffer<float> d_mean(N, th::Fill::Zero), d_rstd(N, th::Fill::Zero);
         fused_residual_layernorm_forward(d_res.ptr, d_out.ptr, d_mean.ptr, d_rstd.ptr, (const T*)d_in1.ptr,
                                          (const T*)d_in2.ptr, (const T*)d_w.ptr, (const T*)d_b.ptr, N, C, eps, 0);
         residual = d_res.host(), fused_out = d_out.host(), fused_mean = d_mean.host(), fused_rstd = d_rstd.host();
@@ -318,14 +251,14 @@ void test_forward(int N, int C, float eps, size_t offset, uint64_t seed) {
     for (size_t i = 0; i < NC; i++) residual_ref[i] = from_float<T>(to_float(inp1[i]) + to_float(inp2[i]));
     snprintf(name, sizeof(name), "fused_residual_layernorm_forward %s: residual == round(inp1 + inp2)", shape);
     th::check_bitwise(name, residual.data(), residual_ref.data(), NC * sizeof(T));
-    auto fref = layernorm_reference<T>(widen(residual_ref), widen(w), widen(b), N, C, eps);
+    auto fref = layernorm_reference<T>(th::widen(residual_ref), th::widen(w), th::widen(b), N, C, eps);
     snprintf(name, sizeof(name), "fused_residual_layernorm_forward %s: out vs double", shape);
-    check_budget(name, fref.out, fused_out, fref.out_budget);
+    th::check_budget(name, fref.out, fused_out, fref.out_budget);
     snprintf(name, sizeof(name), "fused_residual_layernorm_forward %s: rstd vs double", shape);
-    check_budget(name, fref.rstd, fused_rstd, fref.rstd_budget);
+    th::check_budget(name, fref.rstd, fused_rstd, fref.rstd_budget);
     {
-        DeviceView<T> d_res(residual_ref, offset), d_w(w, offset), d_b(b, offset), d_out(std::vector<T>(NC), offset);
-        DeviceView<float> d_mean{std::vector<float>(N)}, d_rstd{std::vector<float>(N)};
+        th::DeviceView<T> d_res(residual_ref, offset), d_w(w, offset), d_b(b, offset), d_out(std::vector<T>(NC), offset);
+        th::DeviceBuffer<float> d_mean(N, th::Fill::Zero), d_rstd(N, th::Fill::Zero);
         layernorm_forward(d_out.ptr, d_mean.ptr, d_rstd.ptr, (const T*)d_res.ptr, (const T*)d_w.ptr, (const T*)d_b.ptr,
                           N, C, eps, 0);
         auto split = d_out.host();
@@ -340,18 +273,18 @@ void test_forward(int N, int C, float eps, size_t offset, uint64_t seed) {
 // round(inp1 + inp2), one rounding of an fp32 sum, as the host computes it.
 template <class T>
 void test_residual(size_t N, size_t offset, uint64_t seed) {
-    auto a = random_tensor<T>(N, seed, -4.f, 4.f), b = random_tensor<T>(N, seed + 1, -0.1f, 0.1f);
+    auto a = th::random_tensor<T>(N, seed, -4.f, 4.f), b = th::random_tensor<T>(N, seed + 1, -0.1f, 0.1f);
     char name[160];
-    snprintf(name, sizeof(name), "residual_forward %s N=%zu%s: thread orders", dtype_name<T>(), N,
+    snprintf(name, sizeof(name), "residual_forward %s N=%zu%s: thread orders", th::dtype_name<T>(), N,
              offset ? " misaligned" : "");
     auto out = th::run_orders(name, [&] {
-        DeviceView<T> d_a(a, offset), d_b(b, offset), d_out(std::vector<T>(N), offset);
+        th::DeviceView<T> d_a(a, offset), d_b(b, offset), d_out(std::vector<T>(N), offset);
         residual_forward(d_out.ptr, (const T*)d_a.ptr, (const T*)d_b.ptr, N, 0);
         return d_out.host();
     });
     std::vector<T> ref(N);
     for (size_t i = 0; i < N; i++) ref[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
-    snprintf(name, sizeof(name), "residual_forward %s N=%zu%s == round(inp1 + inp2)", dtype_name<T>(), N,
+    snprintf(name, sizeof(name), "residual_forward %s N=%zu%s == round(inp1 + inp2)", th::dtype_name<T>(), N,
              offset ? " misaligned" : "");
     th::check_bitwise(name, out.data(), ref.data(), N * sizeof(T));
 }
@@ -362,19 +295,19 @@ template <class T>
 void test_backward(int N, int C, size_t offset, uint64_t seed, bool orders = true) {
     size_t NC = (size_t)N * C;
     auto inp = layernorm_input<T>(N, C, seed);
-    auto dout = random_tensor<T>(NC, seed + 1), w = random_tensor<T>(C, seed + 2);
-    auto dinp0 = random_tensor<T>(NC, seed + 3), dw0 = random_tensor<T>(C, seed + 4), db0 = random_tensor<T>(C, seed + 5);
-    auto fwd = layernorm_reference<T>(widen(inp), widen(w), std::vector<double>(C, 0), N, C, 1e-5);
+    auto dout = th::random_tensor<T>(NC, seed + 1), w = th::random_tensor<T>(C, seed + 2);
+    auto dinp0 = th::random_tensor<T>(NC, seed + 3), dw0 = th::random_tensor<T>(C, seed + 4), db0 = th::random_tensor<T>(C, seed + 5);
+    auto fwd = layernorm_reference<T>(th::widen(inp), th::widen(w), std::vector<double>(C, 0), N, C, 1e-5);
     std::vector<float> mean(N), rstd(N);
     for (int n = 0; n < N; n++) mean[n] = (float)fwd.mean[n], rstd[n] = (float)fwd.rstd[n];
     char name[200], shape[96];
-    snprintf(shape, sizeof(shape), "%s N=%d C=%d%s", dtype_name<T>(), N, C, offset ? " misaligned" : "");
+    snprintf(shape, sizeof(shape), "%s N=%d C=%d%s", th::dtype_name<T>(), N, C, offset ? " misaligned" : "");
 
     std::vector<T> dinp, dw, db;
     auto run = [&] {
-        DeviceView<T> d_dinp(dinp0, offset), d_dw(dw0, offset), d_db(db0, offset), d_dout(dout, offset),
+        th::DeviceView<T> d_dinp(dinp0, offset), d_dw(dw0, offset), d_db(db0, offset), d_dout(dout, offset),
             d_inp(inp, offset), d_w(w, offset);
-        DeviceView<float> d_mean(mean), d_rstd(rstd);
+        th::DeviceBuffer<float> d_mean(mean), d_rstd(rstd);
         void* scratch;
         size_t scratch_bytes = layernorm_backward_scratch_bytes(N, C);
         cudaCheck(cudaMalloc(&scratch, scratch_bytes));
@@ -389,14 +322,14 @@ void test_backward(int N, int C, size_t offset, uint64_t seed, bool orders = tru
     else run();
 
     std::vector<double> mean_d(mean.begin(), mean.end()), rstd_d(rstd.begin(), rstd.end());
-    auto ref = layernorm_backward_reference<T>(widen(dout), widen(inp), widen(w), mean_d, rstd_d, widen(dinp0),
-                                               widen(dw0), widen(db0), N, C, param_sum_depth(N));
+    auto ref = layernorm_backward_reference<T>(th::widen(dout), th::widen(inp), th::widen(w), mean_d, rstd_d, th::widen(dinp0),
+                                               th::widen(dw0), th::widen(db0), N, C, param_sum_depth(N));
     snprintf(name, sizeof(name), "layernorm_backward %s: dinp (+=) vs double", shape);
-    check_budget(name, ref.dinp, dinp, ref.dinp_budget);
+    th::check_budget(name, ref.dinp, dinp, ref.dinp_budget);
     snprintf(name, sizeof(name), "layernorm_backward %s: dweight (+=) vs double", shape);
-    check_budget(name, ref.dweight, dw, ref.dweight_budget);
+    th::check_budget(name, ref.dweight, dw, ref.dweight_budget);
     snprintf(name, sizeof(name), "layernorm_backward %s: dbias (+=) vs double", shape);
-    check_budget(name, ref.dbias, db, ref.dbias_budget);
+    th::check_budget(name, ref.dbias, db, ref.dbias_budget);
 }
 
 int main() {

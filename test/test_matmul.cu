@@ -6,29 +6,6 @@
 #include <cmath>
 #include <vector>
 
-// Values in [-1, 1) rounded to T (so the reference sees exactly what the kernel sees).
-template <class T>
-std::vector<T> random_tensor(size_t n, uint64_t seed) {
-    std::vector<float> f(n);
-    th::fill_uniform(f.data(), n, seed);
-    std::vector<T> t(n);
-    for (size_t i = 0; i < n; i++) t[i] = from_float<T>(f[i]);
-    return t;
-}
-template <class T>
-T* to_device(const std::vector<T>& h) {
-    T* d;
-    cudaCheck(cudaMalloc(&d, h.size() * sizeof(T)));
-    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <class T>
-std::vector<T> to_host(const T* d, size_t n) {
-    std::vector<T> h(n);
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
-
 double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
 double gelu_tanh_grad(double x) {
     double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = std::tanh(u);
@@ -40,11 +17,11 @@ double gelu_erf_grad(double x) { return 0.5 * (1 + std::erf(x / std::sqrt(2.0)))
 // One forward + backward check at (N, C, OC) for storage type T, with or without bias and GELU.
 template <class T>
 void check_linear(const char* tname, int N, int C, int OC, bool use_bias, bool use_gelu, GeluKind kind) {
-    auto inp = random_tensor<T>((size_t)N * C, 1), w = random_tensor<T>((size_t)OC * C, 2),
-         b = random_tensor<T>(OC, 3), dout = random_tensor<T>((size_t)N * OC, 4),
-         dw0 = random_tensor<T>((size_t)OC * C, 5), db0 = random_tensor<T>(OC, 6);
+    auto inp = th::random_tensor<T>((size_t)N * C, 1), w = th::random_tensor<T>((size_t)OC * C, 2),
+         b = th::random_tensor<T>(OC, 3), dout = th::random_tensor<T>((size_t)N * OC, 4),
+         dw0 = th::random_tensor<T>((size_t)OC * C, 5), db0 = th::random_tensor<T>(OC, 6);
     // pre_gelu of the layer *below* (for the backward's fused dGELU): the gradient w.r.t. inp.
-    auto pre_below = random_tensor<T>((size_t)N * C, 7);
+    auto pre_below = th::random_tensor<T>((size_t)N * C, 7);
     auto f = [](T x) { return (double)to_float(x); };
     double (*g)(double) = kind == GeluKind::Tanh ? gelu_tanh : gelu_erf;
     double (*gd)(double) = kind == GeluKind::Tanh ? gelu_tanh_grad : gelu_erf_grad;
@@ -89,18 +66,14 @@ void check_linear(const char* tname, int N, int C, int OC, bool use_bias, bool u
         }
     }
 
-    T *d_inp = to_device(inp), *d_w = to_device(w), *d_b = to_device(b), *d_dout = to_device(dout),
-      *d_dw = to_device(dw0), *d_db = to_device(db0), *d_pre_below = to_device(pre_below);
-    T *d_out, *d_pre, *d_dinp;
-    cudaCheck(cudaMalloc(&d_out, (size_t)N * OC * sizeof(T)));
-    cudaCheck(cudaMalloc(&d_pre, (size_t)N * OC * sizeof(T)));
-    cudaCheck(cudaMalloc(&d_dinp, (size_t)N * C * sizeof(T)));
-    void* scratch;
-    cudaCheck(cudaMalloc(&scratch, matmul_backward_scratch_bytes(N, OC)));
+    th::DeviceBuffer<T> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_dw(dw0), d_db(db0), d_pre_below(pre_below);
+    th::DeviceBuffer<T> d_out((size_t)N * OC), d_pre((size_t)N * OC), d_dinp((size_t)N * C);
+    th::DeviceBuffer<char> scratch(matmul_backward_scratch_bytes(N, OC));
 
-    matmul_forward(d_out, use_gelu ? d_pre : (T*)nullptr, d_inp, d_w, use_bias ? d_b : (T*)nullptr, N, C, OC, kind, 0);
-    matmul_backward(d_dinp, d_dw, use_bias ? d_db : (T*)nullptr, scratch, d_dout, d_inp, d_w,
-                    use_gelu ? d_pre_below : (T*)nullptr, N, C, OC, kind, 0);
+    matmul_forward(d_out.ptr, use_gelu ? d_pre.ptr : nullptr, d_inp.ptr, d_w.ptr, use_bias ? d_b.ptr : nullptr, N, C,
+                   OC, kind, 0);
+    matmul_backward(d_dinp.ptr, d_dw.ptr, use_bias ? d_db.ptr : nullptr, scratch.ptr, d_dout.ptr, d_inp.ptr, d_w.ptr,
+                    use_gelu ? d_pre_below.ptr : nullptr, N, C, OC, kind, 0);
     cudaCheck(cudaDeviceSynchronize());
 
     // Tolerances. A K-term fp32 dot product errs by at most K*2^-24 * sum|a*b| in any summation
@@ -112,52 +85,43 @@ void check_linear(const char* tname, int N, int C, int OC, bool use_bias, bool u
     char name[160];
     const char* epi = use_gelu ? (kind == GeluKind::Tanh ? "+gelu_tanh" : "+gelu_erf") : "";
     snprintf(name, sizeof(name), "matmul_forward<%s> N=%d C=%d OC=%d%s%s", tname, N, C, OC, use_bias ? "+bias" : "", epi);
-    th::check_close(name, out_ref.data(), to_host(d_out, out_ref.size()).data(), out_ref.size(),
+    th::check_close(name, out_ref.data(), d_out.host().data(), out_ref.size(),
                     th::Tol{2 * (C + 4) * u * max_fwd_mag, r});
     if (use_gelu) {
         snprintf(name, sizeof(name), "matmul_forward<%s> pre-GELU aux N=%d C=%d OC=%d", tname, N, C, OC);
-        th::check_close(name, pre_ref.data(), to_host(d_pre, pre_ref.size()).data(), pre_ref.size(),
+        th::check_close(name, pre_ref.data(), d_pre.host().data(), pre_ref.size(),
                         th::Tol{(C + 4) * u * max_fwd_mag, 0.5 * eps_t});
     }
     snprintf(name, sizeof(name), "matmul_backward<%s> dinp%s N=%d C=%d OC=%d", tname, use_gelu ? " (with dGELU)" : "", N, C, OC);
-    th::check_close(name, dinp_ref.data(), to_host(d_dinp, dinp_ref.size()).data(), dinp_ref.size(),
+    th::check_close(name, dinp_ref.data(), d_dinp.host().data(), dinp_ref.size(),
                     th::Tol{2 * (OC + 4) * u * max_dinp_mag, r});
     snprintf(name, sizeof(name), "matmul_backward<%s> dweight += N=%d C=%d OC=%d", tname, N, C, OC);
-    th::check_close(name, dw_ref.data(), to_host(d_dw, dw_ref.size()).data(), dw_ref.size(),
+    th::check_close(name, dw_ref.data(), d_dw.host().data(), dw_ref.size(),
                     th::Tol{(N + 4) * u * max_dw_mag, 0.5 * eps_t});
     if (use_bias) {
         // Column sums: N+1 terms of magnitude <= 1 summed in fp32, one rounding to T.
         snprintf(name, sizeof(name), "matmul_backward<%s> dbias += N=%d OC=%d", tname, N, OC);
-        th::check_close(name, db_ref.data(), to_host(d_db, db_ref.size()).data(), db_ref.size(),
+        th::check_close(name, db_ref.data(), d_db.host().data(), db_ref.size(),
                         th::Tol{(N + 2) * u * (N + 1), 0.5 * eps_t});
     }
-    for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_dout, (void*)d_dw, (void*)d_db, (void*)d_pre_below,
-                    (void*)d_out, (void*)d_pre, (void*)d_dinp, scratch})
-        cudaCheck(cudaFree(p));
 }
 
 // The bias-gradient kernels are ours (not cuBLASLt's): bit-identical under every thread order.
 void check_bias_backward_orders() {
     int N = 300, OC = 70;
-    auto dout = random_tensor<float>((size_t)N * OC, 9);
-    float* d_dout = to_device(dout);
-    void* scratch;
-    cudaCheck(cudaMalloc(&scratch, matmul_backward_scratch_bytes(N, OC)));
+    auto dout = th::random_tensor<float>((size_t)N * OC, 9);
+    th::DeviceBuffer<float> d_dout(dout);
+    th::DeviceBuffer<char> scratch(matmul_backward_scratch_bytes(N, OC));
     auto run = [&] {
-        std::vector<float> zeros(OC, 0.f);
-        float* d_db = to_device(zeros);
+        th::DeviceBuffer<float> d_db(OC, th::Fill::Zero);
         int slices = CEIL_DIV(N, 256);
         cudaCheck(launch_kernel(bias_backward_partial_kernel<float>, dim3(CEIL_DIV(OC, 32), slices), dim3(32, 8), 0, 0,
-                                (float*)scratch, (const float*)d_dout, N, OC, 256));
-        cudaCheck(launch_kernel(bias_backward_final_kernel<float>, dim3(1), dim3(256), 0, 0, d_db,
-                                (const float*)scratch, slices, OC));
-        auto h = to_host(d_db, OC);
-        cudaCheck(cudaFree(d_db));
-        return h;
+                                (float*)scratch.ptr, (const float*)d_dout.ptr, N, OC, 256));
+        cudaCheck(launch_kernel(bias_backward_final_kernel<float>, dim3(1), dim3(256), 0, 0, d_db.ptr,
+                                (const float*)scratch.ptr, slices, OC));
+        return d_db.host();
     };
     th::run_orders("bias_backward kernels N=300 OC=70", run);
-    cudaCheck(cudaFree(d_dout));
-    cudaCheck(cudaFree(scratch));
 }
 
 int main() {

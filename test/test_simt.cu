@@ -10,31 +10,6 @@
 
 #include <string>
 #include <vector>
-#if defined(SIMT_CPU)
-#include <sys/wait.h>
-#endif
-
-// ----------------------------------------------------------------------------
-// Helpers
-
-template <class T>
-struct DeviceBuffer {
-    T* ptr = nullptr;
-    size_t n = 0;
-    explicit DeviceBuffer(size_t count) : n(count) {
-        cudaCheck(cudaMalloc(&ptr, count * sizeof(T)));
-        cudaCheck(cudaMemset(ptr, 0, count * sizeof(T)));
-    }
-    ~DeviceBuffer() { cudaCheck(cudaFree(ptr)); }
-    std::vector<T> host() const {
-        std::vector<T> h(n);
-        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-        return h;
-    }
-    void upload(const std::vector<T>& h) {
-        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-    }
-};
 
 // ----------------------------------------------------------------------------
 // Kernels under test
@@ -178,7 +153,7 @@ __global__ void intrinsics_kernel(const float4* in, float4* out, float* f, unsig
 void test_builtins() {
     dim3 grid(3, 2, 2), block(5, 4, 3);
     int nblocks = 12, nthreads = 60;
-    DeviceBuffer<uint4> out(nblocks * nthreads);
+    th::DeviceBuffer<uint4> out(nblocks * nthreads);
     cudaCheck(launch_kernel(builtins_kernel, grid, block, 0, 0, out.ptr));
     auto h = out.host();
     size_t bad = 0;
@@ -198,7 +173,7 @@ void test_syncthreads() {
     std::vector<float> in(n);
     th::fill_uniform(in.data(), n, 1);
     auto run = [&] {
-        DeviceBuffer<float> din(n), dout(n);
+        th::DeviceBuffer<float> din(n), dout(n);
         din.upload(in);
         cudaCheck(launch_kernel(reverse_kernel<false>, dim3(CEIL_DIV(n, 256)), dim3(256), 0, 0,
                                 (const float*)din.ptr, dout.ptr, n));
@@ -214,7 +189,7 @@ void test_syncthreads() {
 }
 
 void test_barrier_forms() {
-    DeviceBuffer<int> out(4);
+    th::DeviceBuffer<int> out(4);
     int active = 100;  // threads 100..127 return before the first barrier
     cudaCheck(launch_kernel(barrier_forms_kernel, dim3(1), dim3(128), 0, 0, out.ptr, active));
     auto h = out.host();
@@ -229,7 +204,7 @@ void test_shuffles() {
     int bad = 0, cases = 0;
     for (int width : {32, 16, 8, 4, 2}) {
         for (int arg : {0, 1, 3, width - 1, width + 1}) {
-            DeviceBuffer<int> out(4 * n);
+            th::DeviceBuffer<int> out(4 * n);
             cudaCheck(launch_kernel(shuffle_kernel, dim3(2), dim3(n), 0, 0, out.ptr, width, arg));
             auto h = out.host();
             for (int t = 0; t < n; t++) {
@@ -250,7 +225,7 @@ void test_shuffles() {
 
 void test_votes() {
     int n = 64;
-    DeviceBuffer<unsigned> out(n * 8);
+    th::DeviceBuffer<unsigned> out(n * 8);
     cudaCheck(launch_kernel(vote_kernel, dim3(1), dim3(n), 0, 0, out.ptr));
     auto h = out.host();
     int bad = 0;
@@ -277,7 +252,7 @@ void test_row_sum() {
     std::vector<float> x(rows * cols);
     th::fill_uniform(x.data(), x.size(), 2);
     auto run = [&] {
-        DeviceBuffer<float> dx(x.size()), dout(rows);
+        th::DeviceBuffer<float> dx(x.size()), dout(rows);
         dx.upload(x);
         cudaCheck(launch_kernel(row_sum_kernel, dim3(rows), dim3(128), 0, 0, (const float*)dx.ptr, dout.ptr, cols));
         return dout.host();
@@ -297,7 +272,7 @@ void test_parallel_workers() {
     std::vector<float> x(rows * cols);
     th::fill_uniform(x.data(), x.size(), 3);
     auto run = [&] {
-        DeviceBuffer<float> dx(x.size()), dout(rows);
+        th::DeviceBuffer<float> dx(x.size()), dout(rows);
         dx.upload(x);
         cudaCheck(launch_kernel(row_sum_kernel, dim3(rows), dim3(256), 0, 0, (const float*)dx.ptr, dout.ptr, cols));
         return dout.host();
@@ -314,10 +289,10 @@ void test_parallel_workers() {
 
 void test_atomics() {
     int blocks = 9, threads = 96, n = blocks * threads;
-    DeviceBuffer<int> ints(6);
-    DeviceBuffer<unsigned> uints(1);
-    DeviceBuffer<float> floats(1);
-    DeviceBuffer<unsigned long long> ulls(1);
+    th::DeviceBuffer<int> ints(6);
+    th::DeviceBuffer<unsigned> uints(1, th::Fill::Zero);
+    th::DeviceBuffer<float> floats(1, th::Fill::Zero);
+    th::DeviceBuffer<unsigned long long> ulls(1, th::Fill::Zero);
     ints.upload({0, -1, 0, 0, 0, 0});
     cudaCheck(launch_kernel(atomics_kernel, dim3(blocks), dim3(threads), 0, 0, ints.ptr, uints.ptr, floats.ptr, ulls.ptr));
     auto i = ints.host();
@@ -335,7 +310,7 @@ void test_dynamic_smem() {
     int n = 15000;  // 60 000 bytes: above the 48 KiB default
     std::vector<float> in(n);
     th::fill_uniform(in.data(), n, 4);
-    DeviceBuffer<float> din(n), dout(n);
+    th::DeviceBuffer<float> din(n), dout(n);
     din.upload(in);
     size_t smem = n * sizeof(float);
     cudaError_t refused = launch_kernel(dynamic_smem_kernel, dim3(1), dim3(256), smem, 0, (const float*)din.ptr, dout.ptr, n);
@@ -353,8 +328,8 @@ void test_intrinsics() {
     int n = 32;
     std::vector<float> in(4 * n);
     th::fill_uniform(in.data(), in.size(), 5);
-    DeviceBuffer<float> din(4 * n), dout(4 * n), f(10);
-    DeviceBuffer<unsigned> u(5);
+    th::DeviceBuffer<float> din(4 * n), dout(4 * n), f(10);
+    th::DeviceBuffer<unsigned> u(5);
     din.upload(in);
     f.upload({0.7f, 0, 0, 0, 0, 0, 0, 0, 0, 0});
     cudaCheck(launch_kernel(intrinsics_kernel, dim3(1), dim3(n), 0, 0, (const float4*)din.ptr, (float4*)dout.ptr, f.ptr, u.ptr));
@@ -429,7 +404,7 @@ void test_runtime() {
     cudaCheck(cudaFreeHost(pinned));
 
     // Errors: a bad launch configuration is refused, reported once, then cleared.
-    DeviceBuffer<int> out(4);
+    th::DeviceBuffer<int> out(4);
     cudaError_t e = launch_kernel(barrier_forms_kernel, dim3(1), dim3(2048), 0, 0, out.ptr, 1);
     cudaError_t after = cudaGetLastError();
     th::report(e == cudaErrorInvalidConfiguration && after == cudaSuccess &&
@@ -504,7 +479,7 @@ int run_plant(const std::string& name) {
         std::vector<float> in(n);
         th::fill_uniform(in.data(), n, 6);
         auto run = [&] {
-            DeviceBuffer<float> din(n), dout(n);
+            th::DeviceBuffer<float> din(n), dout(n);
             din.upload(in);
             cudaCheck(launch_kernel(reverse_kernel<true>, dim3(2), dim3(256), 0, 0, (const float*)din.ptr, dout.ptr, n));
             return dout.host();
@@ -518,14 +493,9 @@ int run_plant(const std::string& name) {
 
 // Runs `binary --plant name` with a time limit and checks its exit status and stderr.
 void expect_caught(const char* binary, const char* name, std::vector<std::string> must_contain) {
-    std::string cmd = std::string("timeout 60 ") + binary + " --plant " + name + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t got;
-    while (p && (got = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
-    int status = p ? pclose(p) : -1;
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    th::ChildOutput child = th::run_command(std::string("timeout 60 ") + binary + " --plant " + name + " 2>&1");
+    const std::string& out = child.text;
+    int code = WIFEXITED(child.status) ? WEXITSTATUS(child.status) : -1;
     bool ok = code != 0 && code != 124;  // 124: timeout killed it (a hang)
     std::string missing;
     for (auto& s : must_contain)

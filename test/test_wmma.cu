@@ -24,35 +24,17 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <type_traits>
 #include <vector>
-
-#ifdef SIMT_CPU
-#include <sys/wait.h>
-#include <unistd.h>
-#endif
 
 #include "harness.h"
 
 using namespace nvcuda;
 using tf32 = wmma::precision::tf32;
-
-#define CUDA_CHECK(call)                                                                           \
-    do {                                                                                           \
-        cudaError_t err_ = (call);                                                                 \
-        if (err_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(err_), __FILE__,    \
-                    __LINE__, #call);                                                              \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 // ----------------------------------------------------------------------------
 // Fragment sizes: the per-lane element counts must be CUDA's (the same asserts hold under nvcc)
@@ -117,29 +99,6 @@ template <class L> const char* layout_name() { return std::is_same<L, wmma::row_
 
 // ----------------------------------------------------------------------------
 // Host helpers
-
-template <class T> T* dalloc(size_t n) {
-    T* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
-    return p;
-}
-template <class T> void to_dev(T* d, const std::vector<T>& h) {
-    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
-template <class T> std::vector<T> to_host(const T* d, size_t n) {
-    std::vector<T> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
-
-// Random values exactly representable in S, in [-1, 1).
-template <class S> std::vector<S> random_values(size_t n, uint64_t seed) {
-    std::vector<float> f(n);
-    th::fill_uniform(f.data(), n, seed);
-    std::vector<S> s(n);
-    for (size_t i = 0; i < n; i++) s[i] = from_f<S>(f[i]);
-    return s;
-}
 
 // Lays a logical rows×cols matrix (row by row in `logical`) out in memory with leading dim ld.
 template <class S> void scatter(std::vector<S>& mem, size_t off, const std::vector<S>& logical, int rows, int cols,
@@ -211,14 +170,13 @@ static void test_float_to_tf32() {
     for (int i = 0; i < nc; i++) h[i] = bits_f(cases[i][0]);
     h[nc] = bits_f(0x7fc00123u);
     th::fill_uniform(h.data() + nc + 1, nr, 7, -1000.f, 1000.f);
-    float *din = dalloc<float>(n), *dout = dalloc<float>(n);
-    to_dev(din, h);
+    th::DeviceBuffer<float> din(h), dout(n);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((n + 127) / 128);
     cfg.blockDim = dim3(128);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, tf32_kernel, (const float*)din, dout, n));
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> out = to_host(dout, n);
+    cudaCheck(cudaLaunchKernelEx(&cfg, tf32_kernel, (const float*)din.ptr, dout.ptr, n));
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> out = dout.host();
     digest(out.data(), n * sizeof(float));
     int bad = 0, first_bad = -1;
     for (int i = 0; i < nc; i++)
@@ -230,8 +188,6 @@ static void test_float_to_tf32() {
     snprintf(detail, sizeof(detail), "%d hand-checked cases (%d wrong, first %d), NaN %s, %d random vs frexp reference (%d wrong)",
              nc, bad, first_bad, nan_ok ? "stays NaN" : "LOST", nr, bad_rand);
     th::report(bad == 0 && nan_ok && bad_rand == 0, "float_to_tf32", "%s", detail);
-    cudaFree(din);
-    cudaFree(dout);
 }
 
 // ----------------------------------------------------------------------------
@@ -268,8 +224,8 @@ static void test_tile() {
     const int ldc = (M > N ? M : N) + 16 / (int)sizeof(TC), ldd = (M > N ? M : N) + 16 / (int)sizeof(TD);
     const size_t c_stride = (size_t)ldc * (M > N ? M : N), d_stride = (size_t)ldd * (M > N ? M : N);
     uint64_t seed = ++g_seed;
-    std::vector<S> a_log = random_values<S>((size_t)M * K, seed * 3), b_log = random_values<S>((size_t)K * N, seed * 3 + 1);
-    std::vector<TC> c_log = random_values<TC>((size_t)M * N, seed * 3 + 2);
+    std::vector<S> a_log = th::random_tensor<S>((size_t)M * K, seed * 3), b_log = th::random_tensor<S>((size_t)K * N, seed * 3 + 1);
+    std::vector<TC> c_log = th::random_tensor<TC>((size_t)M * N, seed * 3 + 2);
     std::vector<S> a_mem((size_t)lda * (a_row ? M : K)), b_mem((size_t)ldb * (b_row ? K : N));
     scatter(a_mem, 0, a_log, M, K, a_row, lda);
     scatter(b_mem, 0, b_log, K, N, b_row, ldb);
@@ -292,22 +248,18 @@ static void test_tile() {
             if (sum_abs > max_sum_abs) max_sum_abs = sum_abs;
         }
 
-    S *dA = dalloc<S>(a_mem.size()), *dB = dalloc<S>(b_mem.size());
-    TC* dC = dalloc<TC>(c_mem.size());
-    TD* dD = dalloc<TD>(4 * d_stride);
-    to_dev(dA, a_mem);
-    to_dev(dB, b_mem);
-    to_dev(dC, c_mem);
-    CUDA_CHECK(cudaMemset(dD, 0, 4 * d_stride * sizeof(TD)));
+    th::DeviceBuffer<S> dA(a_mem), dB(b_mem);
+    th::DeviceBuffer<TC> dC(c_mem);
+    th::DeviceBuffer<TD> dD(4 * d_stride, th::Fill::Zero);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1);
     cfg.blockDim = dim3(128);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, tile_kernel<M, N, K, T, LA, LB, TC, TD>, (const S*)dA, (unsigned)lda,
-                                  (const S*)dB, (unsigned)ldb, (const TC*)dC, (unsigned)ldc, c_stride, dD,
-                                  (unsigned)ldd, d_stride));
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<TD> d_mem = to_host(dD, 4 * d_stride);
+    cudaCheck(cudaLaunchKernelEx(&cfg, tile_kernel<M, N, K, T, LA, LB, TC, TD>, (const S*)dA.ptr, (unsigned)lda,
+                                 (const S*)dB.ptr, (unsigned)ldb, (const TC*)dC.ptr, (unsigned)ldc, c_stride, dD.ptr,
+                                 (unsigned)ldd, d_stride));
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<TD> d_mem = dD.host();
     digest(d_mem.data(), d_mem.size() * sizeof(TD));
     std::vector<float> out;  // the 4 warps' results, one after another
     for (int w = 0; w < 4; w++) {
@@ -321,10 +273,6 @@ static void test_tile() {
              type_name<T>(), layout_name<LA>(), layout_name<LB>(), type_name<TC>(), type_name<TD>());
     th::check_close(name, ref4.data(), out.data(), out.size(),
                     mma_tol(max_sum_abs, K, std::is_same<TD, __half>::value ? 1 : 0));
-    cudaFree(dA);
-    cudaFree(dB);
-    cudaFree(dC);
-    cudaFree(dD);
 }
 
 template <int M, int N, int K, class T, class TC, class TD>
@@ -370,15 +318,13 @@ __global__ void elementwise_kernel(float* D, float* ones) {
 
 template <int M, int N, int K, class T>
 static void test_elementwise() {
-    float *dD = dalloc<float>(M * N), *dO = dalloc<float>(M * N);
-    CUDA_CHECK(cudaMemset(dD, 0, M * N * sizeof(float)));
-    CUDA_CHECK(cudaMemset(dO, 0, M * N * sizeof(float)));
+    th::DeviceBuffer<float> dD(M * N, th::Fill::Zero), dO(M * N, th::Fill::Zero);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1);
     cfg.blockDim = dim3(32);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, elementwise_kernel<M, N, K, T>, dD, dO));
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> d = to_host(dD, M * N), o = to_host(dO, M * N);
+    cudaCheck(cudaLaunchKernelEx(&cfg, elementwise_kernel<M, N, K, T>, dD.ptr, dO.ptr));
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> d = dD.host(), o = dO.host();
     digest(d.data(), d.size() * 4);
     digest(o.data(), o.size() * 4);
     std::vector<float> ref((size_t)2 * M * N);
@@ -387,8 +333,6 @@ static void test_elementwise() {
     char name[128];
     snprintf(name, sizeof(name), "elementwise m%dn%dk%d %s (each element once: D=2K+1, count=1)", M, N, K, type_name<T>());
     th::check_close(name, ref.data(), d.data(), d.size(), th::Tol{0.0, 0.0});  // small integers: exact anywhere
-    cudaFree(dD);
-    cudaFree(dO);
 }
 
 // ----------------------------------------------------------------------------
@@ -413,7 +357,7 @@ template <int M, int N, int K, class T>
 static void test_chain() {
     using S = typename In<T>::S;
     uint64_t seed = ++g_seed;
-    std::vector<S> a = random_values<S>((size_t)3 * M * K, seed * 3), b = random_values<S>((size_t)3 * K * N, seed * 3 + 1);
+    std::vector<S> a = th::random_tensor<S>((size_t)3 * M * K, seed * 3), b = th::random_tensor<S>((size_t)3 * K * N, seed * 3 + 1);
 #ifndef SIMT_CPU
     // The kernel does not call __float_to_tf32. A GPU's handling of unconverted tf32 operands is
     // not documented (it may drop the low bits), so on a GPU feed values that are already tf32.
@@ -436,16 +380,14 @@ static void test_chain() {
             ref[r * N + c] = acc;
             if (sum_abs > max_sum_abs) max_sum_abs = sum_abs;
         }
-    S *dA = dalloc<S>(a.size()), *dB = dalloc<S>(b.size());
-    float* dD = dalloc<float>((size_t)M * N);
-    to_dev(dA, a);
-    to_dev(dB, b);
+    th::DeviceBuffer<S> dA(a), dB(b);
+    th::DeviceBuffer<float> dD((size_t)M * N);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1);
     cfg.blockDim = dim3(32);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, chain_kernel<M, N, K, T>, (const S*)dA, (const S*)dB, dD));
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> out = to_host(dD, (size_t)M * N);
+    cudaCheck(cudaLaunchKernelEx(&cfg, chain_kernel<M, N, K, T>, (const S*)dA.ptr, (const S*)dB.ptr, dD.ptr));
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> out = dD.host();
     digest(out.data(), out.size() * 4);
     char name[128];
     snprintf(name, sizeof(name), "chain of 3 mma_sync m%dn%dk%d %s (no barrier between calls%s)", M, N, K, type_name<T>(),
@@ -455,9 +397,6 @@ static void test_chain() {
              "");
 #endif
     th::check_close(name, ref.data(), out.data(), out.size(), mma_tol(max_sum_abs, 3 * K, 0));
-    cudaFree(dA);
-    cudaFree(dB);
-    cudaFree(dD);
 }
 
 // ----------------------------------------------------------------------------
@@ -516,8 +455,8 @@ static void test_gemm(int M, int N, int K, bool a_row, bool b_row, bool c_row, b
     constexpr int BM = WM * TM, BN = WN * TN;
     const float alpha = 0.75f, beta = -0.5f;
     uint64_t seed = ++g_seed;
-    std::vector<S> a_log = random_values<S>((size_t)M * K, seed * 3), b_log = random_values<S>((size_t)K * N, seed * 3 + 1);
-    std::vector<TACC> c_log = random_values<TACC>((size_t)M * N, seed * 3 + 2);
+    std::vector<S> a_log = th::random_tensor<S>((size_t)M * K, seed * 3), b_log = th::random_tensor<S>((size_t)K * N, seed * 3 + 1);
+    std::vector<TACC> c_log = th::random_tensor<TACC>((size_t)M * N, seed * 3 + 2);
     std::vector<S> a_mem((size_t)M * K), b_mem((size_t)K * N);
     std::vector<TACC> c_mem((size_t)M * N);
     scatter(a_mem, 0, a_log, M, K, a_row, a_row ? K : M);
@@ -545,21 +484,17 @@ static void test_gemm(int M, int N, int K, bool a_row, bool b_row, bool c_row, b
             if (sum_abs > max_sum_abs) max_sum_abs = sum_abs;
         }
 
-    S *dA = dalloc<S>(a_mem.size()), *dB = dalloc<S>(b_mem.size());
-    TACC *dC = dalloc<TACC>(c_mem.size()), *dD = dalloc<TACC>((size_t)M * N);
-    to_dev(dA, a_mem);
-    to_dev(dB, b_mem);
-    to_dev(dC, c_mem);
-    CUDA_CHECK(cudaMemset(dD, 0, (size_t)M * N * sizeof(TACC)));
+    th::DeviceBuffer<S> dA(a_mem), dB(b_mem);
+    th::DeviceBuffer<TACC> dC(c_mem), dD((size_t)M * N, th::Fill::Zero);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(N / BN, M / BM);
     cfg.blockDim = dim3(32 * WM * WN);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_kernel<TM, TN, TK, WM, WN, T, TACC>, (const S*)dA, (int)a_row,
-                                  (const S*)dB, (int)b_row, (const TACC*)dC, (int)c_row, dD, (int)d_row, M, N, K,
-                                  alpha, beta, (int)relu));
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<TACC> d_mem = to_host(dD, (size_t)M * N);
+    cudaCheck(cudaLaunchKernelEx(&cfg, gemm_kernel<TM, TN, TK, WM, WN, T, TACC>, (const S*)dA.ptr, (int)a_row,
+                                 (const S*)dB.ptr, (int)b_row, (const TACC*)dC.ptr, (int)c_row, dD.ptr, (int)d_row, M,
+                                 N, K, alpha, beta, (int)relu));
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<TACC> d_mem = dD.host();
     digest(d_mem.data(), d_mem.size() * sizeof(TACC));
     std::vector<float> out = gather(d_mem, 0, M, N, d_row, d_row ? N : M);
     char name[200];
@@ -568,10 +503,6 @@ static void test_gemm(int M, int N, int K, bool a_row, bool b_row, bool c_row, b
              c_row ? "row" : "col", d_row ? "row" : "col", relu ? " relu" : "");
     int half_roundings = std::is_same<TACC, __half>::value ? K / TK + 1 : 0;
     th::check_close(name, ref.data(), out.data(), out.size(), mma_tol(max_sum_abs, K, half_roundings));
-    cudaFree(dA);
-    cudaFree(dB);
-    cudaFree(dC);
-    cudaFree(dD);
 }
 
 // ----------------------------------------------------------------------------
@@ -598,61 +529,19 @@ __global__ void divergent_mma_kernel(float* D) {
     D[threadIdx.x] = acc.x[0];
 }
 
-// Runs launch() in a child process; passes when the child stops with the backend's fault status
-// and its stderr contains `expect`.
-template <class F>
-static void expect_fault(const char* name, const char* expect, F launch) {
-    int fds[2];
-    if (pipe(fds) != 0) { th::report(false, name, "pipe failed"); return; }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        launch();
-        cudaDeviceSynchronize();
-        _exit(0);
-    }
-    close(fds[1]);
-    std::string err;
-    char buf[512];
-    ssize_t got;
-    while ((got = read(fds[0], buf, sizeof(buf))) > 0) err.append(buf, got);
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 3 && err.find(expect) != std::string::npos;
-    while (!err.empty() && err.back() == '\n') err.pop_back();
-    size_t th_at = err.find(", thread (");  // which lane faults first depends on the schedule order
-    if (th_at != std::string::npos) err.erase(th_at, err.find("): ", th_at) + 1 - th_at);
-    for (size_t at = err.find("0x"); at != std::string::npos; at = err.find("0x", at + 2)) {
-        size_t end = at + 2;  // hide addresses, which change from run to run
-        while (end < err.size() && isxdigit((unsigned char)err[end])) end++;
-        err.replace(at + 2, end - at - 2, "...");
-    }
-    th::report(ok, name, "exit=%d stderr: %s", WIFEXITED(status) ? WEXITSTATUS(status) : -1, err.c_str());
-}
-
 static void test_faults() {
-    const char* threads = getenv("SIMT_THREADS");
-    if (threads && atoi(threads) > 1) {  // fork() keeps only the calling thread of a worker pool
-        printf("SKIP fault tests (need SIMT_THREADS=1)\n");
-        return;
-    }
-    __half* dA = dalloc<__half>(16 * 16 + 8);
-    float* dD = dalloc<float>(16 * 18);
+    if (!th::can_run_fault_tests()) return;
+    th::DeviceBuffer<__half> dA(16 * 16 + 8);
+    th::DeviceBuffer<float> dD(16 * 18);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1);
     cfg.blockDim = dim3(32);
-    expect_fault("fault: misaligned load_matrix_sync", "is not 256-bit (32-byte) aligned",
-                 [&] { cudaLaunchKernelEx(&cfg, misaligned_kernel, (const __half*)dA); });
-    expect_fault("fault: store_matrix_sync ldm not a multiple of 16 bytes", "ldm=18 is not a multiple of 4",
-                 [&] { cudaLaunchKernelEx(&cfg, bad_ldm_kernel, dD); });
-    expect_fault("fault: mma_sync called by half a warp", "which has exited",
-                 [&] { cudaLaunchKernelEx(&cfg, divergent_mma_kernel, dD); });
-    cudaFree(dA);
-    cudaFree(dD);
+    th::expect_fault("fault: misaligned load_matrix_sync", "is not 256-bit (32-byte) aligned",
+                     [&] { cudaLaunchKernelEx(&cfg, misaligned_kernel, (const __half*)dA.ptr); });
+    th::expect_fault("fault: store_matrix_sync ldm not a multiple of 16 bytes", "ldm=18 is not a multiple of 4",
+                     [&] { cudaLaunchKernelEx(&cfg, bad_ldm_kernel, dD.ptr); });
+    th::expect_fault("fault: mma_sync called by half a warp", "which has exited",
+                     [&] { cudaLaunchKernelEx(&cfg, divergent_mma_kernel, dD.ptr); });
 }
 #endif
 

@@ -10,6 +10,7 @@
 // GPU: nvcc -std=c++17 -O3 --use_fast_math -arch=sm_90 dev/cuda/adamw.cu -o adamw && ./adamw
 #include "../../llmc/adamw.cuh"
 #include "../../test/harness.h"
+#include "common.h"
 
 #include <cmath>
 #include <cstring>
@@ -185,20 +186,8 @@ static void validate(Variant k, const Table& table) {
 // ----------------------------------------------------------------------------
 // Benchmark
 
-// Peak DRAM bandwidth in GB/s from the device attributes, 0 when unknown (the CPU backend).
-static double peak_gbps() {
-    int device, clock_khz = 0, bus_bits = 0;
-    cudaCheck(cudaGetDevice(&device));
-    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
-        cudaGetLastError();  // clear it, so the next launch check does not report it
-        return 0;
-    }
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-}
-
 template <class T>
-static void benchmark(Variant k, const Table& table, int reps, double peak) {
+static void benchmark(Variant k, const Table& table, int reps) {
     const bool lowp = !std::is_same<T, float>::value;
     State<T> s(table, lowp);
     cudaCheck(cudaMemset(s.params, 0, s.N * sizeof(T)));
@@ -206,26 +195,13 @@ static void benchmark(Variant k, const Table& table, int reps, double peak) {
     cudaCheck(cudaMemset(s.m, 0, s.N * sizeof(float)));
     cudaCheck(cudaMemset(s.v, 0, s.N * sizeof(float)));
     if (lowp) cudaCheck(cudaMemset(s.master, 0, s.N * sizeof(float)));
-    run_variant(k, s, table, 1e-3f, 1.f, 1);  // warm-up
-    cudaEvent_t t0, t1;
-    cudaCheck(cudaEventCreate(&t0));
-    cudaCheck(cudaEventCreate(&t1));
-    cudaCheck(cudaEventRecord(t0, 0));
-    for (int r = 0; r < reps; r++) run_variant(k, s, table, 1e-3f, 1.f, 2 + r);
-    cudaCheck(cudaEventRecord(t1, 0));
-    cudaCheck(cudaEventSynchronize(t1));
-    float ms;
-    cudaCheck(cudaEventElapsedTime(&ms, t0, t1));
-    ms /= reps;
+    int step = 1;  // every call is the next AdamW step, the warm-up call included
+    float ms = time_ms([&] { run_variant(k, s, table, 1e-3f, 1.f, step++); }, reps);
     // Per element: read weights (fp32 master or T params), grad (T), m, v; write the same plus the T copy.
     double bytes_per = lowp ? (4 + sizeof(T) + 8) + (4 + sizeof(T) + 8) : (4 + sizeof(T) + 8) + (4 + 8);
-    double gbps = bytes_per * s.N / (ms * 1e-3) / 1e9;
-    char pct[32] = "";
-    if (peak > 0) snprintf(pct, sizeof(pct), " (%.0f%% of %.0f GB/s)", 100 * gbps / peak, peak);
-    printf("  %-24s %-12s N=%zu: %9.3f ms  %8.2f GB/s%s\n", variant_name(k), lowp ? "bf16+master" : "fp32", s.N, ms,
-           gbps, pct);
-    cudaCheck(cudaEventDestroy(t0));
-    cudaCheck(cudaEventDestroy(t1));
+    char name[96];
+    snprintf(name, sizeof(name), "%-24s %-12s N=%zu", variant_name(k), lowp ? "bf16+master" : "fp32", s.N);
+    bench_line(name, ms, bytes_per * s.N);
 }
 
 int main() {
@@ -238,16 +214,15 @@ int main() {
 
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    const double peak = peak_gbps();
-    const bool cpu_backend = peak == 0;
+    const bool cpu_backend = peak_gbps() == 0;
     // GPT-2 124M on a GPU; a 1.35M-parameter model on the CPU backend, whose timings measure the
     // backend, not a GPU.
     Table table = cpu_backend ? gpt2_table(4096, 256, 4, 128) : gpt2_table(50304, 1024, 12, 768);
     const int reps = cpu_backend ? 2 : 20;
     printf("benchmark on %s%s:\n", prop.name, cpu_backend ? " (CPU-backend figures, not GPU performance)" : "");
     for (Variant k : {Variant::PerTensor, Variant::Production}) {
-        benchmark<float>(k, table, reps, peak);
-        benchmark<__nv_bfloat16>(k, table, reps, peak);
+        benchmark<float>(k, table, reps);
+        benchmark<__nv_bfloat16>(k, table, reps);
     }
     return th::finish();
 }

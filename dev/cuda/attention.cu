@@ -23,10 +23,10 @@
 #include "../../llmc/attention.cuh"
 #include "../../llmc/mfu.h"
 #include "../../test/harness.h"
+#include "common.h"
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <vector>
 
 // ----------------------------------------------------------------------------
@@ -216,51 +216,6 @@ void attention_backward1(floatX* dqkv, const floatX* dout, const floatX* qkv, vo
 }
 
 // ----------------------------------------------------------------------------
-// Device buffers and helpers
-
-template <class T>
-struct Buffer {
-    T* ptr = nullptr;
-    size_t n = 0;
-    explicit Buffer(size_t count) : n(count) {
-        cudaCheck(cudaMalloc(&ptr, std::max<size_t>(count, 1) * sizeof(T)));
-        cudaCheck(cudaMemset(ptr, 0xff, count * sizeof(T)));  // NaN: unwritten elements show
-    }
-    ~Buffer() { cudaCheck(cudaFree(ptr)); }
-    void upload(const std::vector<T>& h) {
-        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-    }
-    std::vector<double> host() const {
-        std::vector<T> h(n);
-        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-        std::vector<double> d(n);
-        for (size_t i = 0; i < n; i++) d[i] = to_float(h[i]);
-        return d;
-    }
-};
-
-template <class T> const char* dtype_name();
-template <> const char* dtype_name<float>() { return "fp32"; }
-template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
-
-// Average time of one call of `run` over `reps` calls after a warm-up, in ms.
-float time_ms(const std::function<void()>& run, int reps) {
-    run();
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    cudaCheck(cudaEventRecord(start));
-    for (int i = 0; i < reps; i++) run();
-    cudaCheck(cudaEventRecord(stop));
-    cudaCheck(cudaEventSynchronize(stop));
-    float ms = 0;
-    cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    return ms / reps;
-}
-
-// ----------------------------------------------------------------------------
 // Validation
 
 // Every variant against the double reference. Tolerances: |out - ref| <= k eps (|ref| + max|ref|):
@@ -286,33 +241,32 @@ void validate(const Shape& s, uint64_t seed) {
         double scale = 0;
         for (double r : ref) scale = std::max(scale, std::fabs(r));
         char name[256];
-        snprintf(name, sizeof(name), "%s %s B=%d T=%d C=%d NH=%d %s%s: %s", variant, dtype_name<floatX>(), B, T, C, NH,
-                 s.causal ? "causal" : "full", s.valid.empty() ? "" : " padded", what);
+        snprintf(name, sizeof(name), "%s %s B=%d T=%d C=%d NH=%d %s%s: %s", variant, th::dtype_name<floatX>(), B, T, C,
+                 NH, s.causal ? "causal" : "full", s.valid.empty() ? "" : " padded", what);
         th::check_close(name, ref.data(), got.data(), ref.size(), th::tol(eps, k, k * eps * scale));
     };
 
-    Buffer<floatX> d_qkv(qkv.size()), d_dout(dout.size()), out(dout.size()), dqkv(qkv.size());
-    Buffer<float> lse((size_t)B * NH * T);
-    Buffer<int> valid(s.valid.size());
-    d_qkv.upload(qkv_x);
-    d_dout.upload(dout_x);
-    if (!s.valid.empty()) valid.upload(s.valid);
+    // NaN in every output: an element a variant does not write shows.
+    th::DeviceBuffer<floatX> d_qkv(qkv_x), d_dout(dout_x), out(dout.size(), th::Fill::NaN),
+        dqkv(qkv.size(), th::Fill::NaN);
+    th::DeviceBuffer<float> lse((size_t)B * NH * T, th::Fill::NaN);
+    th::DeviceBuffer<int> valid(s.valid);
     const int* vl = s.valid.empty() ? nullptr : valid.ptr;
     for (int variant = 1; variant <= 2; variant++) {
         const char* label = variant == 1 ? "variant 1 (naive)" : "flash (llmc)";
         if (variant == 1) {
-            Buffer<char> scratch(attention1_scratch_bytes(B, T, NH));
+            th::DeviceBuffer<char> scratch(attention1_scratch_bytes(B, T, NH), th::Fill::NaN);
             attention_forward1(out.ptr, lse.ptr, d_qkv.ptr, scratch.ptr, B, T, C, NH, s.causal, vl, 0);
             attention_backward1(dqkv.ptr, d_dout.ptr, d_qkv.ptr, scratch.ptr, B, T, C, NH, s.causal, vl, 0);
         } else {
-            Buffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH));
+            th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
             attention_forward(out.ptr, lse.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0);
             attention_backward(dqkv.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
                                vl, 0);
         }
-        check(label, "out", out_ref, out.host());
-        check(label, "lse", lse_ref, lse.host());
-        check(label, "dqkv", dqkv_ref, dqkv.host());
+        check(label, "out", out_ref, th::widen(out.host()));
+        check(label, "lse", lse_ref, th::widen(lse.host()));
+        check(label, "dqkv", dqkv_ref, th::widen(dqkv.host()));
     }
 }
 
@@ -330,26 +284,15 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     const double peak = peak_tflops(prop.name, prec, false);
     const double fwd_flops = 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
-    printf("%s B=%d T=%d NH=%d HS=%d %s:\n", dtype_name<floatX>(), B, T, NH, HS, causal ? "causal" : "full");
+    printf("%s B=%d T=%d NH=%d HS=%d %s:\n", th::dtype_name<floatX>(), B, T, NH, HS, causal ? "causal" : "full");
     std::vector<float> qkv_h((size_t)B * T * 3 * C), dout_h((size_t)B * T * C);
     th::fill_uniform(qkv_h.data(), qkv_h.size(), 7);
     th::fill_uniform(dout_h.data(), dout_h.size(), 8);
-    std::vector<floatX> qkv_x(qkv_h.size()), dout_x(dout_h.size());
-    for (size_t i = 0; i < qkv_h.size(); i++) qkv_x[i] = from_float<floatX>(qkv_h[i]);
-    for (size_t i = 0; i < dout_h.size(); i++) dout_x[i] = from_float<floatX>(dout_h[i]);
-    Buffer<floatX> qkv(qkv_h.size()), dout(dout_h.size()), out(dout_h.size()), dqkv(qkv_h.size());
-    Buffer<float> lse((size_t)B * NH * T);
-    Buffer<char> scratch1(attention1_scratch_bytes(B, T, NH)), scratch(attention_backward_scratch_bytes(B, T, C, NH));
-    qkv.upload(qkv_x);
-    dout.upload(dout_x);
-    auto line = [&](const char* name, float ms, double flops) {
-        double tflops = flops / (ms * 1e-3) / 1e12;
-        if (peak > 0)
-            printf("  %-42s %9.3f ms  %7.1f TFLOP/s  %5.1f%% of %s peak %.0f\n", name, ms, tflops, 100 * tflops / peak,
-                   prop.name, peak);
-        else
-            printf("  %-42s %9.3f ms  %9.5f TFLOP/s  (CPU-backend figures, no GPU peak)\n", name, ms, tflops);
-    };
+    th::DeviceBuffer<floatX> qkv(th::round_to<floatX>(qkv_h)), dout(th::round_to<floatX>(dout_h)),
+        out(dout_h.size(), th::Fill::NaN), dqkv(qkv_h.size(), th::Fill::NaN);
+    th::DeviceBuffer<float> lse((size_t)B * NH * T, th::Fill::NaN);
+    th::DeviceBuffer<char> scratch1(attention1_scratch_bytes(B, T, NH), th::Fill::NaN),
+        scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
     auto fwd1 = [&] { attention_forward1(out.ptr, lse.ptr, qkv.ptr, scratch1.ptr, B, T, C, NH, causal, nullptr, 0); };
     auto fwd = [&] { attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
     auto bwd1 = [&] {
@@ -358,10 +301,10 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     auto bwd = [&] {
         attention_backward(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal, nullptr, 0);
     };
-    line("forward variant 1 (naive, scores in DRAM)", time_ms(fwd1, reps), fwd_flops);
-    line("forward (llmc, flash)", time_ms(fwd, reps), fwd_flops);
-    line("backward variant 1 (naive, scores in DRAM)", time_ms(bwd1, reps), 2.5 * fwd_flops);
-    line("backward (llmc, flash)", time_ms(bwd, reps), 2.5 * fwd_flops);
+    flops_line("forward variant 1 (naive, scores in DRAM)", time_ms(fwd1, reps), fwd_flops, peak);
+    flops_line("forward (llmc, flash)", time_ms(fwd, reps), fwd_flops, peak);
+    flops_line("backward variant 1 (naive, scores in DRAM)", time_ms(bwd1, reps), 2.5 * fwd_flops, peak);
+    flops_line("backward (llmc, flash)", time_ms(bwd, reps), 2.5 * fwd_flops, peak);
 }
 
 int main() {

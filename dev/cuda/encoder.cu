@@ -23,6 +23,7 @@
 // Exits non-zero when a variant fails validation.
 #include "../../llmc/encoder.cuh"
 #include "../../test/harness.h"
+#include "common.h"
 
 #include <algorithm>
 #include <chrono>
@@ -164,17 +165,10 @@ struct Problem {
 // Uploads n values uniform in [-1, 1), rounded to floatX; returns the rounded values.
 template <class floatX>
 std::vector<double> upload_random(floatX** d, size_t n, uint64_t seed) {
-    std::vector<float> f(n);
-    th::fill_uniform(f.data(), n, seed);
-    std::vector<floatX> x(n);
-    std::vector<double> r(n);
-    for (size_t i = 0; i < n; i++) {
-        x[i] = from_float<floatX>(f[i]);
-        r[i] = to_float(x[i]);
-    }
+    std::vector<floatX> x = th::random_tensor<floatX>(n, seed);
     cudaCheck(cudaMalloc(d, n * sizeof(floatX)));
     cudaCheck(cudaMemcpy(*d, x.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
-    return r;
+    return th::widen(x);
 }
 
 // Tokens with a Zipf-like skew (token k has weight 1/(k+1)), as in text: a few tokens occur
@@ -220,20 +214,6 @@ void free_problem(Problem<floatX>& p) {
     cudaCheck(cudaFree(p.d_types));
 }
 
-// Reads n device values back as doubles.
-template <class floatX>
-std::vector<double> download(const floatX* d, size_t n) {
-    std::vector<floatX> h(n);
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<double> r(n);
-    for (size_t i = 0; i < n; i++) r[i] = to_float(h[i]);
-    return r;
-}
-
-// The dtype's name in check names.
-template <class floatX>
-const char* dtype_name() { return sizeof(floatX) == 4 ? "fp32" : "bf16"; }
-
 // ----------------------------------------------------------------------------
 // Validation
 
@@ -259,9 +239,9 @@ void validate(int B, int T, int C, int V, int Vp, int n_types) {
         cudaCheck(cudaMemset(p.d_out, 0, (size_t)BT * C * sizeof(floatX)));
         if (v == 1) encoder_forward1(p.d_out, p.d_inp, p.d_wte, p.d_wpe, d_types, d_wtt, B, T, C, 0);
         else encoder_forward(p.d_out, p.d_inp, p.d_wte, p.d_wpe, d_types, d_wtt, B, T, C, 0);
-        snprintf(name, sizeof(name), "forward %d %s B=%d T=%d C=%d%s", v, dtype_name<floatX>(), B, T, C,
+        snprintf(name, sizeof(name), "forward %d %s B=%d T=%d C=%d%s", v, th::dtype_name<floatX>(), B, T, C,
                  types ? " +types" : "");
-        th::check_close(name, ref.data(), download(p.d_out, ref.size()).data(), ref.size(), ftol);
+        th::check_close(name, ref.data(), th::to_host(p.d_out, ref.size()).data(), ref.size(), ftol);
     }
 
     // Backward from zeroed gradients: a sum of n terms in fp32 errs by at most n*u*sum|terms|
@@ -289,10 +269,11 @@ void validate(int B, int T, int C, int V, int Vp, int n_types) {
         cudaCheck(cudaMemset(p.d_dwtt, 0, ntt * sizeof(floatX)));
         if (v == 1) encoder_backward1(p.d_dwte, p.d_dwpe, d_dwtt, wte_rows, wpe_rows, wtt_rows, p.d_dout, C, 0);
         else encoder_backward(p.d_dwte, p.d_dwpe, d_dwtt, plan, p.d_dout, p.d_inp, d_types, B, T, C, 0);
-        std::vector<double> got = download(p.d_dwte, nte), pe = download(p.d_dwpe, npe), tt = download(p.d_dwtt, ntt);
+        std::vector<floatX> got = th::to_host(p.d_dwte, nte), pe = th::to_host(p.d_dwpe, npe),
+                            tt = th::to_host(p.d_dwtt, ntt);
         got.insert(got.end(), pe.begin(), pe.end());
         got.insert(got.end(), tt.begin(), tt.end());
-        snprintf(name, sizeof(name), "backward %d %s B=%d T=%d C=%d%s", v, dtype_name<floatX>(), B, T, C,
+        snprintf(name, sizeof(name), "backward %d %s B=%d T=%d C=%d%s", v, th::dtype_name<floatX>(), B, T, C,
                  types ? " +types" : "");
         th::check_close(name, gref.data(), got.data(), gref.size(), btol);
     }
@@ -306,50 +287,13 @@ void validate(int B, int T, int C, int V, int Vp, int n_types) {
 // ----------------------------------------------------------------------------
 // Benchmark
 
-// Peak DRAM bandwidth in GB/s, or 0 on the CPU backend (which reports no memory bus).
-double peak_bandwidth_gbs() {
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    if (prop.memoryBusWidth == 0) return 0;
-    int clock_khz = 0;
-    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0));
-    return 2.0 * clock_khz * 1e3 * (prop.memoryBusWidth / 8) / 1e9;
-}
-
-// Average milliseconds per call of f over `reps` calls, after one warm-up call.
-template <class F>
-float time_ms(F f, int reps) {
-    f();
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    cudaCheck(cudaEventRecord(start, 0));
-    for (int i = 0; i < reps; i++) f();
-    cudaCheck(cudaEventRecord(stop, 0));
-    cudaCheck(cudaEventSynchronize(stop));
-    float ms = 0;
-    cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    return ms / reps;
-}
-
-// Prints one benchmark line: time and bandwidth (and share of the peak on a GPU).
-void report_time(const char* what, float ms, double bytes, double peak) {
-    double gbs = bytes / (ms * 1e-3) / 1e9;
-    if (peak > 0)
-        printf("  %-38s %9.4f ms  %7.1f GB/s  (%4.1f%% of %.0f GB/s peak)\n", what, ms, gbs, 100 * gbs / peak, peak);
-    else printf("  %-38s %9.4f ms  %7.3f GB/s\n", what, ms, gbs);
-}
-
 // GPT-2 124M's step shape (B*T = 8192, C = 768, V = 50257) on a GPU; a smaller batch on the CPU
 // backend. The backward with token types is BERT's (two types). Bytes counted: the compulsory
 // traffic — forward: two or three table rows read and one row written per position; backward:
 // dout read once per table, and every touched gradient row read and written once.
 void benchmark() {
     using floatX = __nv_bfloat16;
-    double peak = peak_bandwidth_gbs();
-    bool gpu = peak > 0;
+    bool gpu = peak_gbps() > 0;
     int B = gpu ? 8 : 1, T = gpu ? 1024 : 256, C = 768, V = 50257, Vp = 50304, reps = gpu ? 20 : 1;
     printf("benchmark, bf16, B=%d T=%d C=%d V=%d%s\n", B, T, C, V,
            gpu ? "" : "  (CPU-backend figures: they measure the simulator, not a GPU)");
@@ -362,12 +306,12 @@ void benchmark() {
         double row = (double)C * sizeof(floatX);
         printf(" %s\n", n_types ? "with token types (BERT)" : "without token types (GPT-2)");
         double fbytes = (double)BT * (tables + 1) * row + BT * sizeof(int) * (tables - 1);
-        report_time("forward 1 (element per thread)", time_ms([&] {
+        bench_line("forward 1 (element per thread)", time_ms([&] {
             encoder_forward1(p.d_out, p.d_inp, p.d_wte, p.d_wpe, d_types, d_wtt, B, T, C, 0);
-        }, reps), fbytes, peak);
-        report_time("forward 2 (llmc, Packed128)", time_ms([&] {
+        }, reps), fbytes);
+        bench_line("forward 2 (llmc, Packed128)", time_ms([&] {
             encoder_forward(p.d_out, p.d_inp, p.d_wte, p.d_wpe, d_types, d_wtt, B, T, C, 0);
-        }, reps), fbytes, peak);
+        }, reps), fbytes);
 
         EncoderBackwardPlan plan;
         auto t0 = std::chrono::steady_clock::now();
@@ -381,13 +325,13 @@ void benchmark() {
         for (int i = 0; i < BT; i++) positions_of_t[i] = i % T;
         RowsDevice wte_rows = build_rows(p.inp.data(), BT, V), wpe_rows = build_rows(positions_of_t.data(), BT, T);
         RowsDevice wtt_rows = build_rows(p.types.data(), BT, std::max(n_types, 1));
-        report_time("backward 1 (thread per row, channel)", time_ms([&] {
+        bench_line("backward 1 (thread per row, channel)", time_ms([&] {
             encoder_backward1(p.d_dwte, p.d_dwpe, d_dwtt, wte_rows, wpe_rows, wtt_rows, p.d_dout, C, 0);
-        }, reps), bbytes, peak);
-        report_time("backward 2 (llmc, segments)", time_ms([&] {
+        }, reps), bbytes);
+        bench_line("backward 2 (llmc, segments)", time_ms([&] {
             encoder_backward(p.d_dwte, p.d_dwpe, d_dwtt, plan, p.d_dout, p.d_inp, d_types, B, T, C, 0);
-        }, reps), bbytes, peak);
-        printf("  %-38s %9.4f ms  (host: %zu segments, %zu multi-segment groups)\n",
+        }, reps), bbytes);
+        printf("  %-*s %9.4f ms  (host: %zu segments, %zu multi-segment groups)\n", kBenchNameWidth,
                "backward plan (host, once per step)", plan_ms, plan.segments.size(), plan.groups.size());
         free_rows(wte_rows);
         free_rows(wpe_rows);

@@ -19,6 +19,7 @@
 // Exits non-zero when a variant fails validation.
 #include "../../llmc/fused_classifier.cuh"
 #include "../../test/harness.h"
+#include "common.h"
 
 #include <algorithm>
 #include <cmath>
@@ -102,10 +103,6 @@ void fused_classifier1(T* logits, float* losses, const int* targets, int N, int 
 // ----------------------------------------------------------------------------
 // Validation
 
-// The dtype's name in check names.
-template <class T>
-const char* dtype_name() { return sizeof(T) == 4 ? "fp32" : "bf16"; }
-
 // Random logits (uniform in [-spread, spread), rounded to T) with zero padding columns, targets
 // with every 5th row ignored; returns the storage-rounded logits as doubles.
 template <class T>
@@ -136,13 +133,9 @@ void validate(int N, int V, int Vp) {
     std::vector<double> ref_d((size_t)N * Vp), ref_l(N);
     fused_classifier_cpu(ref_d.data(), ref_l.data(), x.data(), targets.data(), N, V, Vp, dloss, ignore_index);
 
-    T* d_logits;
-    float* d_losses;
-    int* d_targets;
-    cudaCheck(cudaMalloc(&d_logits, logits.size() * sizeof(T)));
-    cudaCheck(cudaMalloc(&d_losses, N * sizeof(float)));
-    cudaCheck(cudaMalloc(&d_targets, N * sizeof(int)));
-    cudaCheck(cudaMemcpy(d_targets, targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+    th::DeviceBuffer<T> d_logits(logits.size());
+    th::DeviceBuffer<float> d_losses(N);
+    th::DeviceBuffer<int> d_targets(targets);
     // Tolerances as in test/test_fused_classifier.cu: k_sum roundings along the statistics'
     // longest chain; the loss adds roundings at the magnitude of the logits (|x| <= 6, log V);
     // bf16 dlogits add the rounding of the result (k = 1 of EPS_BF16).
@@ -152,45 +145,25 @@ void validate(int N, int V, int Vp) {
     th::Tol dtol{dloss * k * th::EPS_FP32, (sizeof(T) == 4 ? 0 : th::EPS_BF16) + k * th::EPS_FP32};
     char name[160];
     for (int v = 1; v <= 2; v++) {
-        cudaCheck(cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(T), cudaMemcpyHostToDevice));
-        if (v == 1) fused_classifier1(d_logits, d_losses, d_targets, N, V, Vp, dloss, ignore_index, 0);
-        else fused_classifier(d_logits, d_losses, d_targets, N, V, Vp, dloss, ignore_index, true, 0);
-        std::vector<T> out(logits.size());
-        std::vector<float> losses(N);
-        cudaCheck(cudaMemcpy(out.data(), d_logits, out.size() * sizeof(T), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(losses.data(), d_losses, N * sizeof(float), cudaMemcpyDeviceToHost));
-        std::vector<double> got(out.size()), got_l(losses.begin(), losses.end());
-        for (size_t i = 0; i < out.size(); i++) got[i] = to_float(out[i]);
-        snprintf(name, sizeof(name), "variant %d %s N=%d V=%d Vp=%d: losses", v, dtype_name<T>(), N, V, Vp);
-        th::check_close(name, ref_l.data(), got_l.data(), N, loss_tol);
-        snprintf(name, sizeof(name), "variant %d %s N=%d V=%d Vp=%d: dlogits", v, dtype_name<T>(), N, V, Vp);
-        th::check_close(name, ref_d.data(), got.data(), got.size(), dtol);
+        d_logits.upload(logits);
+        if (v == 1) fused_classifier1(d_logits.ptr, d_losses.ptr, d_targets.ptr, N, V, Vp, dloss, ignore_index, 0);
+        else fused_classifier(d_logits.ptr, d_losses.ptr, d_targets.ptr, N, V, Vp, dloss, ignore_index, true, 0);
+        snprintf(name, sizeof(name), "variant %d %s N=%d V=%d Vp=%d: losses", v, th::dtype_name<T>(), N, V, Vp);
+        th::check_close(name, ref_l.data(), d_losses.host().data(), N, loss_tol);
+        snprintf(name, sizeof(name), "variant %d %s N=%d V=%d Vp=%d: dlogits", v, th::dtype_name<T>(), N, V, Vp);
+        th::check_close(name, ref_d.data(), d_logits.host().data(), logits.size(), dtol);
     }
-    cudaCheck(cudaFree(d_logits));
-    cudaCheck(cudaFree(d_losses));
-    cudaCheck(cudaFree(d_targets));
 }
 
 // ----------------------------------------------------------------------------
 // Benchmark
-
-// Peak DRAM bandwidth in GB/s, or 0 on the CPU backend (which reports no memory bus).
-double peak_bandwidth_gbs() {
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    if (prop.memoryBusWidth == 0) return 0;
-    int clock_khz = 0;
-    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0));
-    return 2.0 * clock_khz * 1e3 * (prop.memoryBusWidth / 8) / 1e9;
-}
 
 // GPT-2's step on a GPU (N = B*T = 8192 rows of V = 50257, padded to 50304, bf16); 8 rows on the
 // CPU backend. Bytes counted: the compulsory traffic, one read and one write of the logits.
 // Each timed call starts from the same logits (restored by a device copy outside the timing).
 void benchmark() {
     using T = __nv_bfloat16;
-    double peak = peak_bandwidth_gbs();
-    bool gpu = peak > 0;
+    bool gpu = peak_gbps() > 0;
     int N = gpu ? 8192 : 8, V = 50257, Vp = 50304, reps = gpu ? 10 : 1;
     printf("benchmark, bf16, N=%d V=%d Vp=%d%s\n", N, V, Vp,
            gpu ? "" : "  (CPU-backend figures: they measure the simulator, not a GPU)");
@@ -198,45 +171,30 @@ void benchmark() {
     std::vector<int> targets;
     make_logits(logits, targets, N, V, Vp, 6.f, -100, 5);
     size_t bytes = logits.size() * sizeof(T);
-    T *d_logits, *d_saved;
-    float* d_losses;
-    int* d_targets;
-    cudaCheck(cudaMalloc(&d_logits, bytes));
-    cudaCheck(cudaMalloc(&d_saved, bytes));
-    cudaCheck(cudaMalloc(&d_losses, N * sizeof(float)));
-    cudaCheck(cudaMalloc(&d_targets, N * sizeof(int)));
-    cudaCheck(cudaMemcpy(d_saved, logits.data(), bytes, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_targets, targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+    th::DeviceBuffer<T> d_logits(logits.size()), d_saved(logits);
+    th::DeviceBuffer<float> d_losses(N);
+    th::DeviceBuffer<int> d_targets(targets);
     cudaEvent_t start, stop;
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventCreate(&stop));
     for (int v = 1; v <= 2; v++) {
         float total = 0;
         for (int r = 0; r <= reps; r++) {  // r == 0 warms up
-            cudaCheck(cudaMemcpy(d_logits, d_saved, bytes, cudaMemcpyDeviceToDevice));
+            cudaCheck(cudaMemcpy(d_logits.ptr, d_saved.ptr, bytes, cudaMemcpyDeviceToDevice));
             cudaCheck(cudaEventRecord(start, 0));
-            if (v == 1) fused_classifier1(d_logits, d_losses, d_targets, N, V, Vp, 1.f / N, -100, 0);
-            else fused_classifier(d_logits, d_losses, d_targets, N, V, Vp, 1.f / N, -100, true, 0);
+            if (v == 1) fused_classifier1(d_logits.ptr, d_losses.ptr, d_targets.ptr, N, V, Vp, 1.f / N, -100, 0);
+            else fused_classifier(d_logits.ptr, d_losses.ptr, d_targets.ptr, N, V, Vp, 1.f / N, -100, true, 0);
             cudaCheck(cudaEventRecord(stop, 0));
             cudaCheck(cudaEventSynchronize(stop));
             float ms = 0;
             cudaCheck(cudaEventElapsedTime(&ms, start, stop));
             if (r > 0) total += ms;
         }
-        float ms = total / reps;
-        double gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
-        const char* what = v == 1 ? "variant 1 (three sweeps, elements)" : "variant 2 (llmc, online, Packed128)";
-        if (gpu)
-            printf("  %-36s %9.4f ms  %7.1f GB/s  (%4.1f%% of %.0f GB/s peak)\n", what, ms, gbs, 100 * gbs / peak,
-                   peak);
-        else printf("  %-36s %9.4f ms  %7.3f GB/s\n", what, ms, gbs);
+        bench_line(v == 1 ? "variant 1 (three sweeps, elements)" : "variant 2 (llmc, online, Packed128)", total / reps,
+                   2.0 * bytes);
     }
     cudaCheck(cudaEventDestroy(start));
     cudaCheck(cudaEventDestroy(stop));
-    cudaCheck(cudaFree(d_logits));
-    cudaCheck(cudaFree(d_saved));
-    cudaCheck(cudaFree(d_losses));
-    cudaCheck(cudaFree(d_targets));
 }
 
 int main() {

@@ -12,9 +12,9 @@
 // bandwidth against the device's peak (on the CPU backend the figures say nothing about a GPU).
 #include "../../llmc/gelu.cuh"
 #include "../../test/harness.h"
+#include "common.h"
 
 #include <cmath>
-#include <functional>
 #include <vector>
 
 // ----------------------------------------------------------------------------
@@ -78,86 +78,6 @@ void gelu_backward_inplace1(T* d_in_out, const T* inp, size_t N, GeluKind kind, 
 }
 
 // ----------------------------------------------------------------------------
-// Helpers
-
-template <class T> const char* dtype_name();
-template <> const char* dtype_name<float>() { return "fp32"; }
-template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
-
-// A device buffer, zeroed or holding a copy of host data, freed on scope exit.
-template <class T>
-struct Buffer {
-    T* ptr = nullptr;
-    size_t n;
-    explicit Buffer(size_t count) : n(count) {
-        cudaCheck(cudaMalloc(&ptr, n * sizeof(T)));
-        cudaCheck(cudaMemset(ptr, 0, n * sizeof(T)));
-    }
-    explicit Buffer(const std::vector<T>& h) : n(h.size()) {
-        cudaCheck(cudaMalloc(&ptr, n * sizeof(T)));
-        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-    }
-    ~Buffer() { cudaCheck(cudaFree(ptr)); }
-    Buffer(const Buffer&) = delete;
-    Buffer& operator=(const Buffer&) = delete;
-    std::vector<float> host_floats() const {
-        std::vector<T> h(n);
-        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-        std::vector<float> f(n);
-        for (size_t i = 0; i < n; i++) f[i] = to_float(h[i]);
-        return f;
-    }
-};
-
-template <class T>
-std::vector<T> random_tensor(size_t n, uint64_t seed, float lo, float hi) {
-    std::vector<float> f(n);
-    th::fill_uniform(f.data(), n, seed, lo, hi);
-    std::vector<T> t(n);
-    for (size_t i = 0; i < n; i++) t[i] = from_float<T>(f[i]);
-    return t;
-}
-
-// The device's peak DRAM bandwidth in GB/s; 0 on the CPU backend, which has no such figure.
-double peak_gbps() {
-#if defined(SIMT_CPU)
-    return 0;
-#else
-    int device = 0, clock_khz = 0, bus_bits = 0;
-    cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device));
-    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-#endif
-}
-
-// Average time of one call of `run` over `reps` calls after a warm-up, in ms.
-float time_ms(const std::function<void()>& run, int reps) {
-    run();
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    cudaCheck(cudaEventRecord(start));
-    for (int i = 0; i < reps; i++) run();
-    cudaCheck(cudaEventRecord(stop));
-    cudaCheck(cudaEventSynchronize(stop));
-    float ms = 0;
-    cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    return ms / reps;
-}
-
-// Prints one benchmark line: time, and the bandwidth the necessary bytes imply.
-void bench_line(const char* name, float ms, double bytes) {
-    double gbps = bytes / (ms * 1e-3) / 1e9, peak = peak_gbps();
-    if (peak > 0)
-        printf("  %-46s %9.4f ms  %7.1f GB/s  %5.1f%% of peak %.0f GB/s\n", name, ms, gbps, 100 * gbps / peak, peak);
-    else
-        printf("  %-46s %9.4f ms  %7.3f GB/s  (CPU-backend figures)\n", name, ms, gbps);
-}
-
-// ----------------------------------------------------------------------------
 // Validation
 
 // Both variants, both kinds, against the double reference at N elements (x in [-6, 6), dout in
@@ -166,7 +86,7 @@ void bench_line(const char* name, float ms, double bytes) {
 // rtol = 16 eps_fp32 the fp32 evaluation elsewhere, or eps_bf16 for the one rounding to bf16.
 template <class T>
 void validate(size_t N) {
-    auto x = random_tensor<T>(N, 1, -6.f, 6.f), dout = random_tensor<T>(N, 2, -1.f, 1.f);
+    auto x = th::random_tensor<T>(N, 1, -6.f, 6.f), dout = th::random_tensor<T>(N, 2, -1.f, 1.f);
     th::Tol tol{8 * th::EPS_FP32 * 6, sizeof(T) == 4 ? 16 * th::EPS_FP32 : dtype_eps<T>()};
     char name[160];
     for (GeluKind kind : {GeluKind::Tanh, GeluKind::Erf}) {
@@ -179,7 +99,7 @@ void validate(size_t N) {
         }
         for (int variant = 1; variant <= 2; variant++) {
             const char* vname = variant == 1 ? "variant 1" : "(llmc)";
-            Buffer<T> d_x(x), d_out(N), d_grad(dout);
+            th::DeviceBuffer<T> d_x(x), d_out(N, th::Fill::Zero), d_grad(dout);
             if (variant == 1) {
                 gelu_forward1(d_out.ptr, (const T*)d_x.ptr, N, kind, 0);
                 gelu_backward_inplace1(d_grad.ptr, (const T*)d_x.ptr, N, kind, 0);
@@ -187,10 +107,10 @@ void validate(size_t N) {
                 gelu_forward(d_out.ptr, (const T*)d_x.ptr, N, kind, 0);
                 gelu_backward_inplace(d_grad.ptr, (const T*)d_x.ptr, N, kind, 0);
             }
-            snprintf(name, sizeof(name), "gelu_forward %s %s %s N=%zu", vname, kname, dtype_name<T>(), N);
-            th::check_close(name, ref.data(), d_out.host_floats().data(), N, tol);
-            snprintf(name, sizeof(name), "gelu_backward_inplace %s %s %s N=%zu", vname, kname, dtype_name<T>(), N);
-            th::check_close(name, ref_grad.data(), d_grad.host_floats().data(), N, tol);
+            snprintf(name, sizeof(name), "gelu_forward %s %s %s N=%zu", vname, kname, th::dtype_name<T>(), N);
+            th::check_close(name, ref.data(), d_out.host().data(), N, tol);
+            snprintf(name, sizeof(name), "gelu_backward_inplace %s %s %s N=%zu", vname, kname, th::dtype_name<T>(), N);
+            th::check_close(name, ref_grad.data(), d_grad.host().data(), N, tol);
         }
     }
 }
@@ -201,8 +121,9 @@ void validate(size_t N) {
 template <class T>
 void benchmark(size_t N, int reps) {
     size_t S = sizeof(T);
-    printf("%s, N=%zu:\n", dtype_name<T>(), N);
-    Buffer<T> x(random_tensor<T>(N, 1, -6.f, 6.f)), out(N), grad(random_tensor<T>(N, 2, -1.f, 1.f));
+    printf("%s, N=%zu:\n", th::dtype_name<T>(), N);
+    th::DeviceBuffer<T> x(th::random_tensor<T>(N, 1, -6.f, 6.f)), out(N, th::Fill::Zero),
+        grad(th::random_tensor<T>(N, 2, -1.f, 1.f));
     for (GeluKind kind : {GeluKind::Tanh, GeluKind::Erf}) {
         const char* kname = kind == GeluKind::Tanh ? "tanh" : "erf";
         char name[96];

@@ -11,6 +11,7 @@
 // GPU: nvcc -std=c++17 -O3 --use_fast_math -arch=sm_90 dev/cuda/global_norm.cu -o global_norm && ./global_norm
 #include "../../llmc/global_norm.cuh"
 #include "../../test/harness.h"
+#include "common.h"
 
 #include <cmath>
 #include <vector>
@@ -76,81 +77,38 @@ static double rounding_path(Variant k, size_t N) {
 
 template <class T>
 static void validate(Variant k, size_t N) {
-    std::vector<float> xf(N);
-    th::fill_uniform(xf.data(), N, 17 + N);
-    std::vector<T> x(N);
-    for (size_t i = 0; i < N; i++) x[i] = from_float<T>(xf[i]);
+    std::vector<T> x = th::random_tensor<T>(N, 17 + N);
     double ref = global_norm_squared_cpu(x);
-    T* d_x;
-    float* d_out;
-    void* d_scratch;
-    cudaCheck(cudaMalloc(&d_x, N * sizeof(T)));
-    cudaCheck(cudaMalloc(&d_out, sizeof(float)));
-    cudaCheck(cudaMalloc(&d_scratch, global_norm_scratch_bytes(N)));
-    cudaCheck(cudaMemcpy(d_x, x.data(), N * sizeof(T), cudaMemcpyHostToDevice));
+    th::DeviceBuffer<T> d_x(x);
+    th::DeviceBuffer<float> d_out(1);
+    th::DeviceBuffer<char> d_scratch(global_norm_scratch_bytes(N));
     float got[3];
     for (int r = 0; r < 3; r++) {
-        run_variant(k, d_out, d_scratch, d_x, N);
-        cudaCheck(cudaMemcpy(&got[r], d_out, sizeof(float), cudaMemcpyDeviceToHost));
+        run_variant(k, d_out.ptr, d_scratch.ptr, d_x.ptr, N);
+        got[r] = d_out.host()[0];
     }
     char name[128];
-    const char* tn = std::is_same<T, float>::value ? "fp32" : "bf16";
+    const char* tn = th::dtype_name<T>();
     snprintf(name, sizeof(name), "%s %s N=%zu: vs double", variant_name(k), tn, N);
     th::check_close(name, &ref, &got[0], 1, th::tol(th::EPS_FP32, rounding_path<T>(k, N), 0));
     if (k == Variant::Production) {
         snprintf(name, sizeof(name), "%s %s N=%zu: same bits in 3 runs", variant_name(k), tn, N);
         th::report(memcmp(&got[0], &got[1], 4) == 0 && memcmp(&got[0], &got[2], 4) == 0, name);
     }
-    cudaCheck(cudaFree(d_x));
-    cudaCheck(cudaFree(d_out));
-    cudaCheck(cudaFree(d_scratch));
 }
 
 // ----------------------------------------------------------------------------
 // Benchmark
 
-// Peak DRAM bandwidth in GB/s from the device attributes, 0 when unknown (the CPU backend).
-static double peak_gbps() {
-    int device, clock_khz = 0, bus_bits = 0;
-    cudaCheck(cudaGetDevice(&device));
-    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
-        cudaGetLastError();  // clear it, so the next launch check does not report it
-        return 0;
-    }
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-}
-
 template <class T>
-static void benchmark(Variant k, size_t N, int reps, double peak) {
-    T* d_x;
-    float* d_out;
-    void* d_scratch;
-    cudaCheck(cudaMalloc(&d_x, N * sizeof(T)));
-    cudaCheck(cudaMalloc(&d_out, sizeof(float)));
-    cudaCheck(cudaMalloc(&d_scratch, global_norm_scratch_bytes(N)));
-    cudaCheck(cudaMemset(d_x, 0, N * sizeof(T)));
-    run_variant(k, d_out, d_scratch, d_x, N);  // warm-up
-    cudaEvent_t t0, t1;
-    cudaCheck(cudaEventCreate(&t0));
-    cudaCheck(cudaEventCreate(&t1));
-    cudaCheck(cudaEventRecord(t0, 0));
-    for (int r = 0; r < reps; r++) run_variant(k, d_out, d_scratch, d_x, N);
-    cudaCheck(cudaEventRecord(t1, 0));
-    cudaCheck(cudaEventSynchronize(t1));
-    float ms;
-    cudaCheck(cudaEventElapsedTime(&ms, t0, t1));
-    ms /= reps;
-    double gbps = (double)N * sizeof(T) / (ms * 1e-3) / 1e9;
-    char pct[32] = "";
-    if (peak > 0) snprintf(pct, sizeof(pct), " (%.0f%% of %.0f GB/s)", 100 * gbps / peak, peak);
-    printf("  %-12s %s N=%zu: %9.3f ms  %8.2f GB/s%s\n", variant_name(k), std::is_same<T, float>::value ? "fp32" : "bf16",
-           N, ms, gbps, pct);
-    cudaCheck(cudaEventDestroy(t0));
-    cudaCheck(cudaEventDestroy(t1));
-    cudaCheck(cudaFree(d_x));
-    cudaCheck(cudaFree(d_out));
-    cudaCheck(cudaFree(d_scratch));
+static void benchmark(Variant k, size_t N, int reps) {
+    th::DeviceBuffer<T> d_x(N, th::Fill::Zero);
+    th::DeviceBuffer<float> d_out(1);
+    th::DeviceBuffer<char> d_scratch(global_norm_scratch_bytes(N));
+    float ms = time_ms([&] { run_variant(k, d_out.ptr, d_scratch.ptr, d_x.ptr, N); }, reps);
+    char name[64];
+    snprintf(name, sizeof(name), "%-12s %s N=%zu", variant_name(k), th::dtype_name<T>(), N);
+    bench_line(name, ms, (double)N * sizeof(T));
 }
 
 int main() {
@@ -163,16 +121,15 @@ int main() {
 
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    const double peak = peak_gbps();
-    const bool cpu_backend = peak == 0;
+    const bool cpu_backend = peak_gbps() == 0;
     // GPT-2 124M's gradient buffer on a GPU; 1M values on the CPU backend, whose timings measure the
     // backend, not a GPU.
     const size_t N = cpu_backend ? 1000003 : 124475904;
     const int reps = cpu_backend ? 2 : 20;
     printf("benchmark on %s%s:\n", prop.name, cpu_backend ? " (CPU-backend figures, not GPU performance)" : "");
     for (Variant k : {Variant::Atomic, Variant::Production}) {
-        benchmark<float>(k, N, reps, peak);
-        benchmark<__nv_bfloat16>(k, N, reps, peak);
+        benchmark<float>(k, N, reps);
+        benchmark<__nv_bfloat16>(k, N, reps);
     }
     return th::finish();
 }

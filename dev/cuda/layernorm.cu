@@ -12,9 +12,9 @@
 // bandwidth against the device's peak (on the CPU backend the figures say nothing about a GPU).
 #include "../../llmc/layernorm.cuh"
 #include "../../test/harness.h"
+#include "common.h"
 
 #include <cmath>
-#include <functional>
 #include <vector>
 
 // ----------------------------------------------------------------------------
@@ -161,96 +161,6 @@ void layernorm_backward1(T* dinp, T* dweight, T* dbias, const T* dout, const T* 
 }
 
 // ----------------------------------------------------------------------------
-// Helpers
-
-template <class T> const char* dtype_name();
-template <> const char* dtype_name<float>() { return "fp32"; }
-template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
-
-// A device buffer, zeroed or holding a copy of host data, freed on scope exit.
-template <class T>
-struct Buffer {
-    T* ptr = nullptr;
-    size_t n;
-    explicit Buffer(size_t count) : n(count) {
-        cudaCheck(cudaMalloc(&ptr, n * sizeof(T)));
-        cudaCheck(cudaMemset(ptr, 0, n * sizeof(T)));
-    }
-    explicit Buffer(const std::vector<T>& h) : n(h.size()) {
-        cudaCheck(cudaMalloc(&ptr, n * sizeof(T)));
-        cudaCheck(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-    }
-    ~Buffer() { cudaCheck(cudaFree(ptr)); }
-    Buffer(const Buffer&) = delete;
-    Buffer& operator=(const Buffer&) = delete;
-    std::vector<T> host() const {
-        std::vector<T> h(n);
-        cudaCheck(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-        return h;
-    }
-};
-
-template <class T>
-std::vector<T> random_tensor(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
-    std::vector<float> f(n);
-    th::fill_uniform(f.data(), n, seed, lo, hi);
-    std::vector<T> t(n);
-    for (size_t i = 0; i < n; i++) t[i] = from_float<T>(f[i]);
-    return t;
-}
-template <class T>
-std::vector<double> widen(const std::vector<T>& t) {
-    std::vector<double> d(t.size());
-    for (size_t i = 0; i < t.size(); i++) d[i] = to_float(t[i]);
-    return d;
-}
-template <class T>
-std::vector<float> narrow(const std::vector<T>& t) {
-    std::vector<float> f(t.size());
-    for (size_t i = 0; i < t.size(); i++) f[i] = to_float(t[i]);
-    return f;
-}
-
-// The device's peak DRAM bandwidth in GB/s; 0 on the CPU backend, which has no such figure.
-double peak_gbps() {
-#if defined(SIMT_CPU)
-    return 0;
-#else
-    int device = 0, clock_khz = 0, bus_bits = 0;
-    cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device));
-    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-#endif
-}
-
-// Average time of one call of `run` over `reps` calls after a warm-up, in ms.
-float time_ms(const std::function<void()>& run, int reps) {
-    run();
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    cudaCheck(cudaEventRecord(start));
-    for (int i = 0; i < reps; i++) run();
-    cudaCheck(cudaEventRecord(stop));
-    cudaCheck(cudaEventSynchronize(stop));
-    float ms = 0;
-    cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    return ms / reps;
-}
-
-// Prints one benchmark line: time, and the bandwidth the necessary bytes imply.
-void bench_line(const char* name, float ms, double bytes) {
-    double gbps = bytes / (ms * 1e-3) / 1e9, peak = peak_gbps();
-    if (peak > 0)
-        printf("  %-54s %9.4f ms  %7.1f GB/s  %5.1f%% of peak %.0f GB/s\n", name, ms, gbps, 100 * gbps / peak, peak);
-    else
-        printf("  %-54s %9.4f ms  %7.3f GB/s  (CPU-backend figures)\n", name, ms, gbps);
-}
-
-// ----------------------------------------------------------------------------
 // Validation
 
 // Every variant against the double reference at (N, C). Tolerances: outputs are O(1) and every
@@ -260,9 +170,9 @@ void bench_line(const char* name, float ms, double bytes) {
 template <class T>
 void validate(int N, int C, float eps) {
     size_t NC = (size_t)N * C;
-    auto inp1 = random_tensor<T>(NC, 1, -2.f, 2.f), inp2 = random_tensor<T>(NC, 2, -0.1f, 0.1f);
-    auto w = random_tensor<T>(C, 3), b = random_tensor<T>(C, 4), dout = random_tensor<T>(NC, 5);
-    auto dinp0 = random_tensor<T>(NC, 6), dw0 = random_tensor<T>(C, 7), db0 = random_tensor<T>(C, 8);
+    auto inp1 = th::random_tensor<T>(NC, 1, -2.f, 2.f), inp2 = th::random_tensor<T>(NC, 2, -0.1f, 0.1f);
+    auto w = th::random_tensor<T>(C, 3), b = th::random_tensor<T>(C, 4), dout = th::random_tensor<T>(NC, 5);
+    auto dinp0 = th::random_tensor<T>(NC, 6), dw0 = th::random_tensor<T>(C, 7), db0 = th::random_tensor<T>(C, 8);
     double rtol = sizeof(T) == 4 ? 8 * th::EPS_FP32 : dtype_eps<T>();
     th::Tol row_tol{4 * C * th::EPS_FP32, rtol}, param_tol{4.0 * (N + C) * th::EPS_FP32, rtol};
     char name[160];
@@ -271,10 +181,10 @@ void validate(int N, int C, float eps) {
     std::vector<T> residual(NC);
     for (size_t i = 0; i < NC; i++) residual[i] = from_float<T>(to_float(inp1[i]) + to_float(inp2[i]));
     std::vector<double> out_ref, mean_ref, rstd_ref;
-    layernorm_forward_cpu(out_ref, mean_ref, rstd_ref, widen(residual), widen(w), widen(b), N, C, eps);
-    std::vector<double> dinp_ref = widen(dinp0), dw_ref = widen(dw0), db_ref = widen(db0);
+    layernorm_forward_cpu(out_ref, mean_ref, rstd_ref, th::widen(residual), th::widen(w), th::widen(b), N, C, eps);
+    std::vector<double> dinp_ref = th::widen(dinp0), dw_ref = th::widen(dw0), db_ref = th::widen(db0);
     std::vector<float> mean_f(mean_ref.begin(), mean_ref.end()), rstd_f(rstd_ref.begin(), rstd_ref.end());
-    layernorm_backward_cpu(dinp_ref, dw_ref, db_ref, widen(dout), widen(residual), widen(w),
+    layernorm_backward_cpu(dinp_ref, dw_ref, db_ref, th::widen(dout), th::widen(residual), th::widen(w),
                            std::vector<double>(mean_f.begin(), mean_f.end()),
                            std::vector<double>(rstd_f.begin(), rstd_f.end()), N, C);
 
@@ -282,12 +192,12 @@ void validate(int N, int C, float eps) {
     const std::pair<const char*, Forward> forwards[] = {{"layernorm_forward variant 1", layernorm_forward1<T>},
                                                         {"layernorm_forward (llmc)", layernorm_forward<T>}};
     for (auto& [label, fn] : forwards) {
-        Buffer<T> d_inp(residual), d_w(w), d_b(b), d_out(NC);
-        Buffer<float> d_mean(N), d_rstd(N);
+        th::DeviceBuffer<T> d_inp(residual), d_w(w), d_b(b), d_out(NC, th::Fill::Zero);
+        th::DeviceBuffer<float> d_mean(N, th::Fill::Zero), d_rstd(N, th::Fill::Zero);
         fn(d_out.ptr, d_mean.ptr, d_rstd.ptr, d_inp.ptr, d_w.ptr, d_b.ptr, N, C, eps, 0);
-        snprintf(name, sizeof(name), "%s %s N=%d C=%d: out", label, dtype_name<T>(), N, C);
-        th::check_close(name, out_ref.data(), narrow(d_out.host()).data(), NC, row_tol);
-        snprintf(name, sizeof(name), "%s %s N=%d C=%d: rstd", label, dtype_name<T>(), N, C);
+        snprintf(name, sizeof(name), "%s %s N=%d C=%d: out", label, th::dtype_name<T>(), N, C);
+        th::check_close(name, out_ref.data(), d_out.host().data(), NC, row_tol);
+        snprintf(name, sizeof(name), "%s %s N=%d C=%d: rstd", label, th::dtype_name<T>(), N, C);
         th::check_close(name, rstd_ref.data(), d_rstd.host().data(), N, th::Tol{0, row_tol.atol + rtol});
     }
 
@@ -296,42 +206,43 @@ void validate(int N, int C, float eps) {
         {"fused_residual_layernorm variant 1 (two kernels)", fused_residual_layernorm_forward1<T>},
         {"fused_residual_layernorm_forward (llmc)", fused_residual_layernorm_forward<T>}};
     for (auto& [label, fn] : fused) {
-        Buffer<T> d_in1(inp1), d_in2(inp2), d_w(w), d_b(b), d_res(NC), d_out(NC);
-        Buffer<float> d_mean(N), d_rstd(N);
+        th::DeviceBuffer<T> d_in1(inp1), d_in2(inp2), d_w(w), d_b(b);
+        th::DeviceBuffer<T> d_res(NC, th::Fill::Zero), d_out(NC, th::Fill::Zero);
+        th::DeviceBuffer<float> d_mean(N, th::Fill::Zero), d_rstd(N, th::Fill::Zero);
         fn(d_res.ptr, d_out.ptr, d_mean.ptr, d_rstd.ptr, d_in1.ptr, d_in2.ptr, d_w.ptr, d_b.ptr, N, C, eps, 0);
-        snprintf(name, sizeof(name), "%s %s N=%d C=%d: residual", label, dtype_name<T>(), N, C);
+        snprintf(name, sizeof(name), "%s %s N=%d C=%d: residual", label, th::dtype_name<T>(), N, C);
         th::check_bitwise(name, d_res.host().data(), residual.data(), NC * sizeof(T));
-        snprintf(name, sizeof(name), "%s %s N=%d C=%d: out", label, dtype_name<T>(), N, C);
-        th::check_close(name, out_ref.data(), narrow(d_out.host()).data(), NC, row_tol);
+        snprintf(name, sizeof(name), "%s %s N=%d C=%d: out", label, th::dtype_name<T>(), N, C);
+        th::check_close(name, out_ref.data(), d_out.host().data(), NC, row_tol);
     }
 
     using Residual = void (*)(T*, const T*, const T*, size_t, cudaStream_t);
     const std::pair<const char*, Residual> residuals[] = {{"residual_forward variant 1", residual_forward1<T>},
                                                           {"residual_forward (llmc)", residual_forward<T>}};
     for (auto& [label, fn] : residuals) {
-        Buffer<T> d_in1(inp1), d_in2(inp2), d_out(NC);
+        th::DeviceBuffer<T> d_in1(inp1), d_in2(inp2), d_out(NC, th::Fill::Zero);
         fn(d_out.ptr, d_in1.ptr, d_in2.ptr, NC, 0);
-        snprintf(name, sizeof(name), "%s %s N=%zu", label, dtype_name<T>(), NC);
+        snprintf(name, sizeof(name), "%s %s N=%zu", label, th::dtype_name<T>(), NC);
         th::check_bitwise(name, d_out.host().data(), residual.data(), NC * sizeof(T));
     }
 
     for (int variant = 1; variant <= 2; variant++) {
         const char* label = variant == 1 ? "layernorm_backward variant 1" : "layernorm_backward (llmc)";
-        Buffer<T> d_dinp(dinp0), d_dw(dw0), d_db(db0), d_dout(dout), d_inp(residual), d_w(w);
-        Buffer<float> d_mean(mean_f), d_rstd(rstd_f);
-        Buffer<char> scratch(layernorm_backward_scratch_bytes(N, C));
+        th::DeviceBuffer<T> d_dinp(dinp0), d_dw(dw0), d_db(db0), d_dout(dout), d_inp(residual), d_w(w);
+        th::DeviceBuffer<float> d_mean(mean_f), d_rstd(rstd_f);
+        th::DeviceBuffer<char> scratch(layernorm_backward_scratch_bytes(N, C), th::Fill::Zero);
         if (variant == 1)
             layernorm_backward1(d_dinp.ptr, d_dw.ptr, d_db.ptr, d_dout.ptr, d_inp.ptr, d_w.ptr, d_mean.ptr, d_rstd.ptr,
                                 N, C, 0);
         else
             layernorm_backward(d_dinp.ptr, d_dw.ptr, d_db.ptr, (void*)scratch.ptr, d_dout.ptr, d_inp.ptr, d_w.ptr,
                                d_mean.ptr, d_rstd.ptr, N, C, 0);
-        snprintf(name, sizeof(name), "%s %s N=%d C=%d: dinp", label, dtype_name<T>(), N, C);
-        th::check_close(name, dinp_ref.data(), narrow(d_dinp.host()).data(), NC, row_tol);
-        snprintf(name, sizeof(name), "%s %s N=%d C=%d: dweight", label, dtype_name<T>(), N, C);
-        th::check_close(name, dw_ref.data(), narrow(d_dw.host()).data(), C, param_tol);
-        snprintf(name, sizeof(name), "%s %s N=%d C=%d: dbias", label, dtype_name<T>(), N, C);
-        th::check_close(name, db_ref.data(), narrow(d_db.host()).data(), C, param_tol);
+        snprintf(name, sizeof(name), "%s %s N=%d C=%d: dinp", label, th::dtype_name<T>(), N, C);
+        th::check_close(name, dinp_ref.data(), d_dinp.host().data(), NC, row_tol);
+        snprintf(name, sizeof(name), "%s %s N=%d C=%d: dweight", label, th::dtype_name<T>(), N, C);
+        th::check_close(name, dw_ref.data(), d_dw.host().data(), C, param_tol);
+        snprintf(name, sizeof(name), "%s %s N=%d C=%d: dbias", label, th::dtype_name<T>(), N, C);
+        th::check_close(name, db_ref.data(), d_db.host().data(), C, param_tol);
     }
 }
 
@@ -341,12 +252,13 @@ void validate(int N, int C, float eps) {
 template <class T>
 void benchmark(int N, int C, int reps) {
     size_t NC = (size_t)N * C, S = sizeof(T);
-    printf("%s, N=%d C=%d:\n", dtype_name<T>(), N, C);
-    Buffer<T> a(random_tensor<T>(NC, 1)), b(random_tensor<T>(NC, 2)), out(NC),
-        res(NC), dinp(NC), w(random_tensor<T>(C, 3)), bias(random_tensor<T>(C, 4)),
-        dw(C), db(C);
-    Buffer<float> mean(N), rstd(N);
-    Buffer<char> scratch(layernorm_backward_scratch_bytes(N, C));
+    printf("%s, N=%d C=%d:\n", th::dtype_name<T>(), N, C);
+    th::DeviceBuffer<T> a(th::random_tensor<T>(NC, 1)), b(th::random_tensor<T>(NC, 2)), w(th::random_tensor<T>(C, 3)),
+        bias(th::random_tensor<T>(C, 4));
+    th::DeviceBuffer<T> out(NC, th::Fill::Zero), res(NC, th::Fill::Zero), dinp(NC, th::Fill::Zero),
+        dw(C, th::Fill::Zero), db(C, th::Fill::Zero);
+    th::DeviceBuffer<float> mean(N, th::Fill::Zero), rstd(N, th::Fill::Zero);
+    th::DeviceBuffer<char> scratch(layernorm_backward_scratch_bytes(N, C), th::Fill::Zero);
     double stats = 8.0 * N, params = 2.0 * C * S;
 
     bench_line("layernorm_forward variant 1 (thread per row)",

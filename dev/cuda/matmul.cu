@@ -11,8 +11,8 @@
 #include "../../llmc/matmul.cuh"
 #include "../../llmc/mfu.h"
 #include "../../test/harness.h"
+#include "common.h"
 
-#include <chrono>
 #include <vector>
 
 // variant 1: out[n][o] = gelu(sum_c inp[n][c] * w[o][c] + b[o]), one thread each.
@@ -53,23 +53,9 @@ void run_variant(int variant, T* out, T* pre, const T* inp, const T* w, const T*
 
 template <class T>
 void validate_and_bench(const char* tname, int N, int C, int OC, int reps, Precision prec) {
-    std::vector<float> fi((size_t)N * C), fw((size_t)OC * C), fb(OC);
-    th::fill_uniform(fi.data(), fi.size(), 1);
-    th::fill_uniform(fw.data(), fw.size(), 2, -0.1f, 0.1f);
-    th::fill_uniform(fb.data(), fb.size(), 3);
-    std::vector<T> hi(fi.size()), hw(fw.size()), hb(fb.size());
-    for (size_t i = 0; i < fi.size(); i++) hi[i] = from_float<T>(fi[i]);
-    for (size_t i = 0; i < fw.size(); i++) hw[i] = from_float<T>(fw[i]);
-    for (size_t i = 0; i < fb.size(); i++) hb[i] = from_float<T>(fb[i]);
-    T *inp, *w, *b, *out, *pre;
-    cudaCheck(cudaMalloc(&inp, hi.size() * sizeof(T)));
-    cudaCheck(cudaMalloc(&w, hw.size() * sizeof(T)));
-    cudaCheck(cudaMalloc(&b, hb.size() * sizeof(T)));
-    cudaCheck(cudaMalloc(&out, (size_t)N * OC * sizeof(T)));
-    cudaCheck(cudaMalloc(&pre, (size_t)N * OC * sizeof(T)));
-    cudaCheck(cudaMemcpy(inp, hi.data(), hi.size() * sizeof(T), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(w, hw.data(), hw.size() * sizeof(T), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(b, hb.data(), hb.size() * sizeof(T), cudaMemcpyHostToDevice));
+    std::vector<T> hi = th::random_tensor<T>((size_t)N * C, 1), hb = th::random_tensor<T>(OC, 3),
+                   hw = th::random_tensor<T>((size_t)OC * C, 2, -0.1f, 0.1f);
+    th::DeviceBuffer<T> inp(hi), w(hw), b(hb), out((size_t)N * OC), pre((size_t)N * OC);
 
     // CPU reference in double from the T-rounded inputs, on a sample of rows (all rows if small).
     int rows = std::min(N, 64);
@@ -89,11 +75,13 @@ void validate_and_bench(const char* tname, int N, int C, int OC, int reps, Preci
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     float peak = peak_tflops(prop.name, prec, false);
+    auto run = [&](int variant) {
+        run_variant(variant, out.ptr, pre.ptr, (const T*)inp.ptr, (const T*)w.ptr, (const T*)b.ptr, N, C, OC);
+    };
     for (int variant = 1; variant <= 3; variant++) {
-        run_variant(variant, out, pre, (const T*)inp, (const T*)w, (const T*)b, N, C, OC);
+        run(variant);
         cudaCheck(cudaDeviceSynchronize());
-        std::vector<T> h((size_t)rows * OC);
-        cudaCheck(cudaMemcpy(h.data(), out, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
+        std::vector<T> h = th::to_host(out.ptr, (size_t)rows * OC);
         char name[128];
         snprintf(name, sizeof(name), "matmul %s variant %d (N=%d C=%d OC=%d)", tname, variant, N, C, OC);
         // fp32 dot products of C terms (<= (C+4)*2^-24*sum|ab|), GELU (|gelu'| <= 1.13), output
@@ -103,22 +91,9 @@ void validate_and_bench(const char* tname, int N, int C, int OC, int reps, Preci
         double atol = 2.3 * (C + 4) * std::ldexp(1.0, -24) * max_mag;
         if (variant == 2) atol += 1.13 * 0.5 * dtype_eps<T>() * max_mag;
         th::check_close(name, ref.data(), h.data(), h.size(), th::Tol{atol, 2 * dtype_eps<T>()});
-        double best = 1e30;
-        for (int r = 0; r < reps; r++) {
-            auto t0 = std::chrono::steady_clock::now();
-            run_variant(variant, out, pre, (const T*)inp, (const T*)w, (const T*)b, N, C, OC);
-            cudaCheck(cudaDeviceSynchronize());
-            best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        }
-        double tflops = 2.0 * N * C * OC / best / 1e12;
-        if (peak > 0)
-            printf("  variant %d: %8.3f ms  %7.2f TFLOP/s  (%.0f%% of %s peak %.0f)\n", variant, best * 1e3, tflops,
-                   100 * tflops / peak, prop.name, peak);
-        else
-            printf("  variant %d: %8.3f ms  %7.4f TFLOP/s  (%s: CPU-backend figures, no GPU peak)\n", variant,
-                   best * 1e3, tflops, prop.name);
+        snprintf(name, sizeof(name), "%s variant %d", tname, variant);
+        flops_line(name, time_ms([&] { run(variant); }, reps), 2.0 * N * C * OC, peak);
     }
-    for (void* p : {(void*)inp, (void*)w, (void*)b, (void*)out, (void*)pre}) cudaCheck(cudaFree(p));
 }
 
 int main() {
@@ -126,6 +101,7 @@ int main() {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     bool gpu = peak_tflops(prop.name, Precision::BF16, false) > 0 || strstr(prop.name, "SIMT") == nullptr;
+    printf("benchmark on %s%s\n", prop.name, gpu ? "" : " (CPU-backend figures, not GPU performance)");
     // GPT-2 small's MLP up-projection at B*T = 8192 on a GPU; a small shape on the CPU backend.
     int N = gpu ? 8192 : 256, C = gpu ? 768 : 128, OC = 4 * C;
     validate_and_bench<float>("fp32", N, C, OC, gpu ? 20 : 2, Precision::FP32);
