@@ -150,6 +150,25 @@ struct Activations {
     int* targets;       // (B,T)
 };
 
+// Pointers to layer l's slice of the activations (what its forward writes and backward reads).
+template <class floatX>
+struct LayerActs {
+    floatX* residual;   // (B,T,C) the layer's input: the embeddings or the previous residual3
+    floatX* ln1;        // (B,T,C)
+    float* ln1_mean;    // (B,T)
+    float* ln1_rstd;    // (B,T)
+    floatX* qkv;        // (B,T,3C)
+    floatX* atty;       // (B,T,C)
+    float* lse;         // (B,NH,T)
+    floatX* residual2;  // (B,T,C)
+    floatX* ln2;        // (B,T,C)
+    float* ln2_mean;    // (B,T)
+    float* ln2_rstd;    // (B,T)
+    floatX* fch;        // (B,T,4C)
+    floatX* fch_gelu;   // (B,T,4C)
+    floatX* residual3;  // (B,T,C)
+};
+
 // ----------------------------------------------------------------------------
 // The model
 
@@ -264,6 +283,17 @@ struct GPT2 {
         }
     }
 
+    // Layer l's slice of every per-layer activation.
+    LayerActs<floatX> layer_acts(int l) const {
+        size_t BT = (size_t)B * T, btc = BT * config.channels, bht = (size_t)B * config.num_heads * T;
+        const Activations<floatX>& a = acts;
+        return LayerActs<floatX>{l == 0 ? a.encoded : a.residual3 + (l - 1) * btc,
+                                 a.ln1 + l * btc, a.ln1_mean + l * BT, a.ln1_rstd + l * BT,
+                                 a.qkv + l * 3 * btc, a.atty + l * btc, a.att_lse + l * bht,
+                                 a.residual2 + l * btc, a.ln2 + l * btc, a.ln2_mean + l * BT, a.ln2_rstd + l * BT,
+                                 a.fch + l * 4 * btc, a.fch_gelu + l * 4 * btc, a.residual3 + l * btc};
+    }
+
     // Forward pass on the micro-batch in acts.inputs/acts.targets: leaves per-token losses in
     // acts.losses and, if with_grad, the logits' gradient (scaled by dloss) in acts.logits.
     // Returns nothing: the caller reads the losses when it needs them (one sync per step).
@@ -278,35 +308,26 @@ struct GPT2 {
                         B, T, C, stream);
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, params.t[LN1W], params.t[LN1B], BT, C, eps, stream);
         for (int l = 0; l < L; l++) {
-            floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
-            floatX* ln1 = a.ln1 + l * btc;
-            floatX* qkv = a.qkv + l * 3 * btc;
-            floatX* atty = a.atty + l * btc;
-            float* lse = a.att_lse + (size_t)l * B * NH * T;
-            floatX* residual2 = a.residual2 + l * btc;
-            floatX* ln2 = a.ln2 + l * btc;
-            floatX* fch = a.fch + l * 4 * btc;
-            floatX* fch_gelu = a.fch_gelu + l * 4 * btc;
-            floatX* residual3 = a.residual3 + l * btc;
+            LayerActs<floatX> x = layer_acts(l);
             // attention block: qkv = ln1 · qkvwᵀ + qkvb; causal self-attention; projection
-            matmul_forward(qkv, (floatX*)nullptr, ln1, params.layer(QKVW, l, 3 * C * C), params.layer(QKVB, l, 3 * C),
+            matmul_forward(x.qkv, (floatX*)nullptr, x.ln1, params.layer(QKVW, l, 3 * C * C), params.layer(QKVB, l, 3 * C),
                            BT, C, 3 * C, GeluKind::Tanh, stream);
-            attention_forward(atty, lse, qkv, B, T, C, NH, true, (const int*)nullptr, stream);
-            matmul_forward(a.btc, (floatX*)nullptr, atty, params.layer(ATTPROJW, l, C * C),
+            attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, true, (const int*)nullptr, stream);
+            matmul_forward(a.btc, (floatX*)nullptr, x.atty, params.layer(ATTPROJW, l, C * C),
                            params.layer(ATTPROJB, l, C), BT, C, C, GeluKind::Tanh, stream);
-            fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + (size_t)l * BT, a.ln2_rstd + (size_t)l * BT,
-                                             residual, a.btc, params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT,
+            fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd,
+                                             x.residual, a.btc, params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT,
                                              C, eps, stream);
             // MLP block: GELU(ln2 · fcwᵀ + fcb) · fcprojwᵀ + fcprojb
-            matmul_forward(fch_gelu, fch, ln2, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), BT, C,
+            matmul_forward(x.fch_gelu, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), BT, C,
                            4 * C, GeluKind::Tanh, stream);
-            matmul_forward(a.btc, (floatX*)nullptr, fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
+            matmul_forward(a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
                            params.layer(FCPROJB, l, C), BT, 4 * C, C, GeluKind::Tanh, stream);
             // The next layer's ln1 (or the final layernorm) is fused with this residual add.
             bool last = l == L - 1;
             fused_residual_layernorm_forward(
-                residual3, last ? a.lnf : a.ln1 + (l + 1) * btc, last ? a.lnf_mean : a.ln1_mean + (size_t)(l + 1) * BT,
-                last ? a.lnf_rstd : a.ln1_rstd + (size_t)(l + 1) * BT, residual2, a.btc,
+                x.residual3, last ? a.lnf : a.ln1 + (l + 1) * btc, last ? a.lnf_mean : a.ln1_mean + (size_t)(l + 1) * BT,
+                last ? a.lnf_rstd : a.ln1_rstd + (size_t)(l + 1) * BT, x.residual2, a.btc,
                 last ? params.t[LNFW] : params.layer(LN1W, l + 1, C), last ? params.t[LNFB] : params.layer(LN1B, l + 1, C),
                 BT, C, eps, stream);
         }
@@ -331,37 +352,29 @@ struct GPT2 {
         layernorm_backward(a.dresidual, grads.t[LNFW], grads.t[LNFB], a.scratch, a.dbtc, a.residual3 + (L - 1) * btc,
                            params.t[LNFW], a.lnf_mean, a.lnf_rstd, BT, C, stream);
         for (int l = L - 1; l >= 0; l--) {
-            floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
-            floatX* ln1 = a.ln1 + l * btc;
-            floatX* qkv = a.qkv + l * 3 * btc;
-            floatX* atty = a.atty + l * btc;
-            float* lse = a.att_lse + (size_t)l * B * NH * T;
-            floatX* residual2 = a.residual2 + l * btc;
-            floatX* ln2 = a.ln2 + l * btc;
-            floatX* fch = a.fch + l * 4 * btc;
-            floatX* fch_gelu = a.fch_gelu + l * 4 * btc;
+            LayerActs<floatX> x = layer_acts(l);
             // MLP block: dresidual is the gradient of the block's output
             matmul_backward(a.dbt4c, grads.layer(FCPROJW, l, 4 * C * C), grads.layer(FCPROJB, l, C), a.scratch,
-                            a.dresidual, fch_gelu, params.layer(FCPROJW, l, 4 * C * C), fch, BT, 4 * C, C,
+                            a.dresidual, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C), x.fch, BT, 4 * C, C,
                             GeluKind::Tanh, stream);
             matmul_backward(a.dbtc, grads.layer(FCW, l, 4 * C * C), grads.layer(FCB, l, 4 * C), a.scratch, a.dbt4c,
-                            ln2, params.layer(FCW, l, 4 * C * C), (const floatX*)nullptr, BT, C, 4 * C,
+                            x.ln2, params.layer(FCW, l, 4 * C * C), (const floatX*)nullptr, BT, C, 4 * C,
                             GeluKind::Tanh, stream);
             layernorm_backward(a.dresidual, grads.layer(LN2W, l, C), grads.layer(LN2B, l, C), a.scratch, a.dbtc,
-                               residual2, params.layer(LN2W, l, C), a.ln2_mean + (size_t)l * BT,
-                               a.ln2_rstd + (size_t)l * BT, BT, C, stream);
+                               x.residual2, params.layer(LN2W, l, C), x.ln2_mean,
+                               x.ln2_rstd, BT, C, stream);
             // attention block
             matmul_backward(a.dbtc, grads.layer(ATTPROJW, l, C * C), grads.layer(ATTPROJB, l, C), a.scratch,
-                            a.dresidual, atty, params.layer(ATTPROJW, l, C * C), (const floatX*)nullptr, BT, C, C,
+                            a.dresidual, x.atty, params.layer(ATTPROJW, l, C * C), (const floatX*)nullptr, BT, C, C,
                             GeluKind::Tanh, stream);
-            attention_backward(a.dbt4c, a.dbtc, qkv, atty, lse, a.scratch, B, T, C, NH, true, (const int*)nullptr,
+            attention_backward(a.dbt4c, a.dbtc, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, true, (const int*)nullptr,
                                stream);
             matmul_backward(a.dbtc, grads.layer(QKVW, l, 3 * C * C), grads.layer(QKVB, l, 3 * C), a.scratch, a.dbt4c,
-                            ln1, params.layer(QKVW, l, 3 * C * C), (const floatX*)nullptr, BT, C, 3 * C,
+                            x.ln1, params.layer(QKVW, l, 3 * C * C), (const floatX*)nullptr, BT, C, 3 * C,
                             GeluKind::Tanh, stream);
             layernorm_backward(a.dresidual, grads.layer(LN1W, l, C), grads.layer(LN1B, l, C), a.scratch, a.dbtc,
-                               residual, params.layer(LN1W, l, C), a.ln1_mean + (size_t)l * BT,
-                               a.ln1_rstd + (size_t)l * BT, BT, C, stream);
+                               x.residual, params.layer(LN1W, l, C), x.ln1_mean,
+                               x.ln1_rstd, BT, C, stream);
         }
         encoder_backward(grads.t[WTE], grads.t[WPE], (floatX*)nullptr, encoder_plan, a.dresidual, a.inputs,
                          (const int*)nullptr, B, T, C, stream);

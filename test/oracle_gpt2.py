@@ -27,45 +27,24 @@ B, T = 4, 64
 STEPS, LR, BETAS, EPS, WD, CLIP = 10, 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
 
 
-def llmc_tensors(model):
-    """The 16 parameter tensors in llm.c's order and layout (Conv1D weights transposed to (out, in))."""
-    sd = model.state_dict()
+def llmc_order(get):
+    """The 16 parameter tensors in llm.c's order and layout, get(name) giving each HF tensor (weights
+    or gradients): Conv1D weights transposed to (out, in), wte padded to Vp rows with zeros."""
     h = [f"transformer.h.{i}." for i in range(L)]
     wte = torch.zeros(VP, C)
-    wte[:V] = sd["transformer.wte.weight"]
+    wte[:V] = get("transformer.wte.weight")
     stack = lambda name, transpose: torch.stack(
-        [sd[p + name].t() if transpose else sd[p + name] for p in h])
+        [get(p + name).t() if transpose else get(p + name) for p in h])
     return [
         wte,
-        sd["transformer.wpe.weight"],
+        get("transformer.wpe.weight"),
         stack("ln_1.weight", False), stack("ln_1.bias", False),
         stack("attn.c_attn.weight", True), stack("attn.c_attn.bias", False),
         stack("attn.c_proj.weight", True), stack("attn.c_proj.bias", False),
         stack("ln_2.weight", False), stack("ln_2.bias", False),
         stack("mlp.c_fc.weight", True), stack("mlp.c_fc.bias", False),
         stack("mlp.c_proj.weight", True), stack("mlp.c_proj.bias", False),
-        sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"],
-    ]
-
-
-def llmc_grads(model):
-    """Gradients in the same order and layout (the tied wte/lm_head gradient is already summed)."""
-    named = dict(model.named_parameters())
-    h = [f"transformer.h.{i}." for i in range(L)]
-    wte = torch.zeros(VP, C)
-    wte[:V] = named["transformer.wte.weight"].grad
-    stack = lambda name, transpose: torch.stack(
-        [named[p + name].grad.t() if transpose else named[p + name].grad for p in h])
-    return [
-        wte,
-        named["transformer.wpe.weight"].grad,
-        stack("ln_1.weight", False), stack("ln_1.bias", False),
-        stack("attn.c_attn.weight", True), stack("attn.c_attn.bias", False),
-        stack("attn.c_proj.weight", True), stack("attn.c_proj.bias", False),
-        stack("ln_2.weight", False), stack("ln_2.bias", False),
-        stack("mlp.c_fc.weight", True), stack("mlp.c_fc.bias", False),
-        stack("mlp.c_proj.weight", True), stack("mlp.c_proj.bias", False),
-        named["transformer.ln_f.weight"].grad, named["transformer.ln_f.bias"].grad,
+        get("transformer.ln_f.weight"), get("transformer.ln_f.bias"),
     ]
 
 
@@ -94,7 +73,7 @@ def main():
     with open(os.path.join(OUT, "gpt2_tiny_model.bin"), "wb") as f:
         header = [20240326, 3, MAXT, V, L, NH, C, VP] + [0] * 248
         f.write(struct.pack("<256i", *header))
-        write_floats(f, llmc_tensors(model))
+        write_floats(f, llmc_order(model.state_dict().__getitem__))
 
     logits = model(x).logits  # (B, T, V)
     loss = torch.nn.functional.cross_entropy(logits.view(-1, V), y.view(-1))
@@ -105,7 +84,8 @@ def main():
         f.write(y.to(torch.int32).numpy().tobytes())
         f.write(logits.detach().numpy().astype(np.float32).tobytes())
         f.write(struct.pack("<f", loss.item()))
-        write_floats(f, llmc_grads(model))
+        named = dict(model.named_parameters())  # the tied wte/lm_head gradient is already summed
+        write_floats(f, llmc_order(lambda name: named[name].grad))
 
     # AdamW steps on the same batch: weight decay on the matrices only (as llm.c), clipping at 1.0.
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]

@@ -43,6 +43,22 @@ DebugState load_debug_state(const std::string& path, size_t num_params, int V) {
     return s;
 }
 
+// The oracle's model and batch: the weights, parameter sizes and debug state, loaded once per test.
+struct Fixture {
+    GPT2Config config;
+    std::vector<float> init;
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    size_t n;
+    DebugState s;
+};
+Fixture load_fixture() {
+    Fixture f;
+    f.init = load_checkpoint(std::string(kFixtures) + "gpt2_tiny_model.bin", &f.config);
+    f.n = param_sizes(f.config, f.sizes);
+    f.s = load_debug_state(std::string(kFixtures) + "gpt2_tiny_debug.bin", f.n, f.config.vocab_size);
+    return f;
+}
+
 std::vector<float> load_step_losses(const std::string& path) {
     std::ifstream in(path);
     std::vector<float> losses;
@@ -57,11 +73,12 @@ std::vector<float> load_step_losses(const std::string& path) {
 // gradient tensor, then 10 AdamW steps and compares the losses, for storage type floatX.
 template <class floatX>
 void check_against_oracle(const char* tname, double logit_atol, double loss_atol, double grad_k, double step_atol) {
-    GPT2Config config;
-    std::vector<float> init = load_checkpoint(std::string(kFixtures) + "gpt2_tiny_model.bin", &config);
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    size_t n = param_sizes(config, sizes);
-    DebugState s = load_debug_state(std::string(kFixtures) + "gpt2_tiny_debug.bin", n, config.vocab_size);
+    Fixture f = load_fixture();
+    const GPT2Config& config = f.config;
+    const std::vector<float>& init = f.init;
+    const size_t* sizes = f.sizes;
+    size_t n = f.n;
+    const DebugState& s = f.s;
     int V = config.vocab_size, Vp = config.padded_vocab_size;
     size_t BT = (size_t)s.B * s.T;
 
@@ -121,11 +138,11 @@ void check_against_oracle(const char* tname, double logit_atol, double loss_atol
 
 // k micro-batches of B/k sequences accumulate the same gradient as one batch of B (fp32).
 void check_gradient_accumulation() {
-    GPT2Config config;
-    std::vector<float> init = load_checkpoint(std::string(kFixtures) + "gpt2_tiny_model.bin", &config);
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    size_t n = param_sizes(config, sizes);
-    DebugState s = load_debug_state(std::string(kFixtures) + "gpt2_tiny_debug.bin", n, config.vocab_size);
+    Fixture f = load_fixture();
+    const GPT2Config& config = f.config;
+    const std::vector<float>& init = f.init;
+    size_t n = f.n;
+    const DebugState& s = f.s;
     int B = s.B, T = s.T;
     GPT2<float> whole, parts;
     whole.build(config, init);
@@ -158,11 +175,11 @@ void check_gradient_accumulation() {
 
 // Two runs from the same initialization and data give bit-identical losses.
 void check_determinism() {
-    GPT2Config config;
-    std::vector<float> init = load_checkpoint(std::string(kFixtures) + "gpt2_tiny_model.bin", &config);
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    size_t n = param_sizes(config, sizes);
-    DebugState s = load_debug_state(std::string(kFixtures) + "gpt2_tiny_debug.bin", n, config.vocab_size);
+    Fixture f = load_fixture();
+    const GPT2Config& config = f.config;
+    const std::vector<float>& init = f.init;
+    size_t n = f.n;
+    const DebugState& s = f.s;
     auto run = [&] {
         GPT2<__nv_bfloat16> m;
         m.build(config, init);
