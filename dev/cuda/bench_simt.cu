@@ -129,7 +129,7 @@ int main() {
     row("elementwise, grid-stride (4M)", k2, plain);
 
     // Row reductions: 1024 rows of 4096 (long rows) and 8192 rows of 768 (GPT-2 channel count).
-    for (auto shape : {std::make_pair(1024, 4096), std::make_pair(4096, 768)}) {
+    for (auto shape : {std::make_pair(64, 65536), std::make_pair(1024, 4096), std::make_pair(4096, 768)}) {
         int rows = shape.first, cols = shape.second;
         float* out;
         cudaCheck(cudaMalloc(&out, rows * sizeof(float)));
