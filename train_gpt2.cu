@@ -32,6 +32,7 @@
 #include "llmc/mfu.h"
 #include "llmc/precision.cuh"
 #include "llmc/schedulers.h"
+#include "llmc/tokenizer.h"
 
 // ----------------------------------------------------------------------------
 // Configuration
@@ -283,6 +284,13 @@ struct GPT2 {
         }
     }
 
+    // Releases the activations (to size them anew, e.g. for generation with B=1).
+    void free_activations() {
+        cudaCheck(cudaFree(acts_memory));
+        acts_memory = nullptr;
+        acts = Activations<floatX>{};
+    }
+
     // Layer l's slice of every per-layer activation.
     LayerActs<floatX> layer_acts(int l) const {
         size_t BT = (size_t)B * T, btc = BT * config.channels, bht = (size_t)B * config.num_heads * T;
@@ -516,6 +524,10 @@ std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
 // ----------------------------------------------------------------------------
 // Training
 
+struct TrainOptions;
+template <class floatX>
+void generate(GPT2<floatX>& model, const TrainOptions& o);
+
 struct TrainOptions {
     std::string train_pattern, val_pattern;
     int B = 4, T = 1024;
@@ -528,7 +540,74 @@ struct TrainOptions {
     uint64_t seed = 42;
     Precision precision = Precision::FP32;
     bool tf32 = false;
+    int gen_tokens = 64;
+    float temperature = 1.f;
+    int top_k = 0;
+    std::string tokenizer_path;
 };
+
+// Samples o.gen_tokens tokens from the model, starting from <|endoftext|>, and prints them decoded.
+// There is no KV cache yet: every new token runs the forward pass over the whole (1, T) window
+// (causal attention makes the positions after the current one irrelevant), so generation costs
+// T times a cached decoder's work.
+template <class floatX>
+void generate(GPT2<floatX>& model, const TrainOptions& o) {
+    Tokenizer tok;
+    std::string error;
+    if (!tok.load(o.tokenizer_path, &error)) {
+        printf("sampling skipped: %s\n", error.c_str());
+        return;
+    }
+    const GPT2Config& c = model.config;
+    int T = std::min(c.max_seq_len, std::max(o.T, 2));
+    model.free_activations();
+    model.allocate_activations(1, T);
+    std::vector<int> tokens(T, tok.eot()), targets(T, 0);
+    std::vector<floatX> row(c.padded_vocab_size);
+    std::vector<float> probs(c.vocab_size);
+    uint64_t rng = o.seed * 0x9E3779B97F4A7C15ull + 1;
+    int len = 1;
+    printf("sample (%d tokens, temperature %.2f%s; no KV cache yet: each token recomputes the window):\n---\n",
+           o.gen_tokens, o.temperature, o.top_k > 0 ? (", top-k " + std::to_string(o.top_k)).c_str() : "");
+    for (int i = 0; i < o.gen_tokens; i++) {
+        if (len == T) {  // window full: slide it by one token
+            std::copy(tokens.begin() + 1, tokens.end(), tokens.begin());
+            len--;
+        }
+        model.set_batch(tokens.data(), targets.data(), false);
+        model.forward(false, 0.f);
+        cudaCheck(cudaMemcpy(row.data(), model.acts.logits + (size_t)(len - 1) * c.padded_vocab_size,
+                             row.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+        // softmax(logits / temperature) over the real vocabulary, optionally the top k only
+        float cutoff = -INFINITY;
+        if (o.top_k > 0 && o.top_k < c.vocab_size) {
+            std::vector<float> sorted(c.vocab_size);
+            for (int v = 0; v < c.vocab_size; v++) sorted[v] = to_float(row[v]);
+            std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<float>());
+            cutoff = sorted[o.top_k - 1];
+        }
+        float maxl = -INFINITY;
+        for (int v = 0; v < c.vocab_size; v++) maxl = std::max(maxl, to_float(row[v]));
+        double sum = 0;
+        for (int v = 0; v < c.vocab_size; v++) {
+            float l = to_float(row[v]);
+            probs[v] = l < cutoff ? 0.f : std::exp((l - maxl) / o.temperature);
+            sum += probs[v];
+        }
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        double u = (rng >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+        int next = c.vocab_size - 1;
+        for (int v = 0; v < c.vocab_size; v++) {
+            acc += probs[v];
+            if (u < acc) { next = v; break; }
+        }
+        tokens[len++] = next;
+        const std::string& text = next == tok.eot() ? std::string("\n<|endoftext|>\n") : tok.decode(next);
+        fwrite(text.data(), 1, text.size(), stdout);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+}
 
 // Runs the training loop for storage type floatX.
 template <class floatX>
@@ -628,6 +707,7 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         fflush(stdout);
     }
     if (validate) evaluate(steps);
+    if (o.gen_tokens > 0) generate(model, o);
     cudaCheck(cudaEventDestroy(t0));
     cudaCheck(cudaEventDestroy(t1));
     cudaCheck(cudaFreeHost(step_losses));
@@ -668,7 +748,11 @@ int main(int argc, char** argv) {
     cli.add("val-every", 'v', "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: 20 on a GPU, 25 on the CPU backend)");
     cli.add("val-steps", 'm', "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU backend)");
     cli.add("precision", 'f', "NAME", "fp32", "fp32 | tf32 | bf16 (fp16 and fp8: see issue tracker)");
-    cli.add("seed", 0, "INT", "42", "seed for initialization and shuffling");
+    cli.add("seed", 0, "INT", "42", "seed for initialization, shuffling and sampling");
+    cli.add("gen-tokens", 'g', "INT", "auto", "tokens to sample after training, 0: none (auto: 256 on a GPU, 64 on the CPU backend)");
+    cli.add("temperature", 0, "FLOAT", "1.0", "sampling temperature");
+    cli.add("top-k", 0, "INT", "0", "sample among the k most likely tokens only (0: all)");
+    cli.add("tokenizer", 0, "FILE", "dev/data/shakespeare/gpt2_tokenizer.bin", "llm.c GPT-2 tokenizer file, to print samples");
     cli.add_flag("shuffle", 0, "shuffle the order of batches and shards every epoch (seeded)");
     cli.add_flag("overfit-batch", 'a', "train on the first batch only (debugging)");
     cli.parse(argc, argv);
@@ -681,6 +765,7 @@ int main(int argc, char** argv) {
     cli.resolve_auto("max-steps", cpu ? "150" : "-1");
     cli.resolve_auto("val-every", cpu ? "25" : "20");
     cli.resolve_auto("val-steps", cpu ? "10" : "20");
+    cli.resolve_auto("gen-tokens", cpu ? "64" : "256");
 
     TrainOptions o;
     o.train_pattern = cli.str("train-data");
@@ -705,6 +790,10 @@ int main(int argc, char** argv) {
     o.seed = (uint64_t)cli.integer("seed", 0);
     o.shuffle = cli.flag("shuffle");
     o.overfit_batch = cli.flag("overfit-batch");
+    o.gen_tokens = (int)cli.integer("gen-tokens", 0, 1 << 20);
+    o.temperature = (float)cli.number("temperature", 1e-3, 100);
+    o.top_k = (int)cli.integer("top-k", 0, 1 << 24);
+    o.tokenizer_path = cli.str("tokenizer");
     std::string prec = cli.str("precision");
     if (prec == "fp32") o.precision = Precision::FP32;
     else if (prec == "tf32") { o.precision = Precision::FP32; o.tf32 = true; }
