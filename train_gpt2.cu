@@ -756,6 +756,7 @@ int main(int argc, char** argv) {
     cli.add_flag("shuffle", 0, "shuffle the order of batches and shards every epoch (seeded)");
     cli.add_flag("overfit-batch", 'a', "train on the first batch only (debugging)");
     cli.parse(argc, argv);
+    use_all_cpu_cores();
     // Machine-dependent defaults: a GPU trains GPT-2 124M; the CPU backend a model small enough
     // that the first run finishes in a few minutes.
     bool cpu = on_cpu_backend();

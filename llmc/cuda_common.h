@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <utility>
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
@@ -64,5 +65,13 @@ constexpr bool on_cpu_backend() {
     return true;
 #else
     return false;
+#endif
+}
+
+// On the CPU backend, runs blocks on every core unless SIMT_THREADS chose otherwise (the kernels are
+// deterministic, so the worker count does not change results); nothing to do on a GPU.
+inline void use_all_cpu_cores() {
+#if defined(SIMT_CPU)
+    if (!getenv("SIMT_THREADS")) simt::set_workers((int)std::thread::hardware_concurrency());
 #endif
 }
