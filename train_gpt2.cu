@@ -665,6 +665,7 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         fflush(stdout);
     };
     bool validate = val_loader && o.val_every > 0;
+    double timed_ms = 0;  // sum of step times after the first
     for (int step = 0; step < steps; step++) {
         if (validate && step % o.val_every == 0) evaluate(step);
         long long launches0 = kernel_launch_count(), matmuls0 = matmul_context().calls;
@@ -693,8 +694,16 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         char mfu[48];
         if (peak > 0) snprintf(mfu, sizeof(mfu), "MFU %.1f%%", 100.0 * flops_per_token * tok_s / (peak * 1e12));
         else snprintf(mfu, sizeof(mfu), on_cpu_backend() ? "MFU n/a (CPU backend)" : "MFU n/a (unknown GPU)");
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s\n", step + 1, steps, loss,
-               norm, lr, ms, tok_s, mfu);
+        // ETA from the mean step time so far, leaving out the first step (warm-up: allocations,
+        // cuBLASLt heuristics) once there is another.
+        if (step > 0) timed_ms += ms;
+        double mean_ms = step > 0 ? timed_ms / step : ms;
+        long eta_s = (long)(mean_ms * (steps - step - 1) / 1000.0);
+        char eta[32];
+        if (eta_s >= 3600) snprintf(eta, sizeof(eta), "%ldh%02ldm", eta_s / 3600, eta_s / 60 % 60);
+        else snprintf(eta, sizeof(eta), "%ldm%02lds", eta_s / 60, eta_s % 60);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s | eta %s\n", step + 1, steps,
+               loss, norm, lr, ms, tok_s, mfu, eta);
         if (step == 0) {
             size_t free_b, total_b;
             cudaCheck(cudaMemGetInfo(&free_b, &total_b));
