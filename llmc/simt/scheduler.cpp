@@ -109,9 +109,8 @@ struct Worker {
     int warp_base = 0, warp_lanes = 0;             // the warp being run: first thread, lane count
     int phase_pos = 0;                             // next position in this phase's lane order
     const LaunchBody* body = nullptr;
-    dim3 block;
     int nthreads = 0;
-    int n_exited = 0, n_at_barrier = 0, n_at_warp = 0;
+    int n_exited = 0, n_at_barrier = 0;
     unsigned warp_waiting[32] = {};  // per warp of the block: lanes waiting at a warp collective
     int lane_order[32];          // lane permutation of the current phase (Order::Random)
     std::vector<int> warp_order; // warp permutation of the current barrier interval
@@ -403,8 +402,8 @@ void fiber_main(fc::transfer_t r) {
 
 // Completes the collective that the lanes of `mask` in warp `base` all wait at: every lane gets
 // its result and becomes runnable.
-void complete_warp(Worker* w, int base, int nlanes, unsigned mask) {
-    Thread* lanes = &w->threads[base];  // lanes[j], j < nlanes (every lane in mask is < nlanes)
+void complete_warp(Worker* w, int base, unsigned mask) {
+    Thread* lanes = &w->threads[base];  // every lane named in mask exists (checked before)
     const Thread& first = lanes[__builtin_ctz(mask)];
     WarpOp op = (WarpOp)first.op;
     switch (op) {
@@ -454,9 +453,7 @@ void complete_warp(Worker* w, int base, int nlanes, unsigned mask) {
             break;
     }
     for (unsigned m = mask; m; m &= m - 1) lanes[__builtin_ctz(m)].state = State::Runnable;
-    w->n_at_warp -= __builtin_popcount(mask);
     w->warp_waiting[base / 32] &= ~mask;
-    (void)nlanes;
 }
 
 // Completes every collective of the running warp whose lanes have all arrived; faults on one that
@@ -485,7 +482,7 @@ bool resolve_warp(Worker* w) {
                                " at " + waiting_at(t) + ", lane " + std::to_string(j) + " at " + waiting_at(u));
         }
         if (ready) {
-            complete_warp(w, base, nlanes, t.mask);
+            complete_warp(w, base, t.mask);
             progress = true;
         }
     }
@@ -567,7 +564,7 @@ void run_block(Worker* w, uint3 bid) {
     blockIdx = bid;
     int n = w->nthreads, nwarps = (n + 31) / 32;
     for (int i = 0; i < n; i++) w->threads[i].state = State::Runnable;
-    w->n_exited = w->n_at_barrier = w->n_at_warp = 0;
+    w->n_exited = w->n_at_barrier = 0;
     memset(w->warp_waiting, 0, sizeof(w->warp_waiting));
     // Uninitialised shared memory reads as NaN (all-ones bytes), deterministically.
     if (w->dyn_smem_size) memset(w->dyn_smem, 0xff, w->dyn_smem_size);
@@ -634,7 +631,6 @@ void work_on(Job* job) {
     Worker* w = this_worker();
     const cudaLaunchConfig_t& cfg = *job->cfg;
     w->body = job->body;
-    w->block = cfg.blockDim;
     w->nthreads = (int)(cfg.blockDim.x * cfg.blockDim.y * cfg.blockDim.z);
     blockDim = cfg.blockDim;
     gridDim = cfg.gridDim;
@@ -790,12 +786,11 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
     unsigned lane = (unsigned)w->current_index % 32;
     if (!(mask >> lane & 1) || width <= 0 || width > 32 || (width & (width - 1))) bad_collective(w, t, lane);
     t->state = State::AtWarp;
-    w->n_at_warp++;
     // The last lane of the mask to arrive completes the collective and runs on without a switch.
     int base = w->current_index / 32 * 32;
     unsigned waiting = (w->warp_waiting[base / 32] |= 1u << lane);
     if ((waiting & mask) == mask && collective_consistent(w, base, mask)) {
-        complete_warp(w, base, std::min(32, w->nthreads - base), mask);
+        complete_warp(w, base, mask);
         return t->result;
     }
     block_current(w, t);
