@@ -1,0 +1,241 @@
+// test/test_tokenize_tool.cu — dev/data/tokenize.cpp, the text -> shards tool: run on a small temp
+// folder (with text read in tiny chunks, so separators and characters are cut everywhere), its
+// shards must pass llmc/dataloader.h's checks and load, decode back to the input with <|endoftext|>
+// separators, split val/train where --val-fraction says; it must reproduce the bundled Shakespeare
+// val shard (tiktoken's) from the plays' text; and refuse bad inputs with a clear reason.
+#include "../llmc/cuda_common.h"
+#include "../llmc/dataloader.h"
+#define TOKENIZE_NO_MAIN
+#include "../dev/data/tokenize.cpp"
+#include "harness.h"
+
+#include <unistd.h>
+
+using namespace tokenize_tool;
+
+const char* TOKENIZER_FILE = "dev/data/shakespeare/gpt2_tokenizer.bin";
+
+void write_text(const std::string& path, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    FILE* f = fopen(path.c_str(), "wb");
+    fwrite(text.data(), 1, text.size(), f);
+    fclose(f);
+}
+
+// The tokens of a shard, after llmc/dataloader.h's header and size checks.
+std::vector<int> read_shard(const std::string& path) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) return {};
+    size_t n = read_shard_header(path, f);
+    fseek(f, SHARD_HEADER_INTS * 4, SEEK_SET);
+    std::vector<uint16_t> t(n);
+    size_t got = fread(t.data(), 2, n, f);
+    fclose(f);
+    return std::vector<int>(t.begin(), t.begin() + got);
+}
+
+// The tokens of every shard of a split, in order.
+std::vector<int> read_split(const std::string& prefix, const char* split, size_t* shards) {
+    std::vector<int> all;
+    std::vector<std::string> files = glob_files(prefix + "_" + split + "_*.bin");
+    for (const std::string& f : files) {
+        std::vector<int> t = read_shard(f);
+        all.insert(all.end(), t.begin(), t.end());
+    }
+    *shards = files.size();
+    return all;
+}
+
+// What the tool must produce for texts: each after <|endoftext|>, with literal <|endoftext|> as
+// the token, the rest encoded whole; and into *val how many of those tokens start within the first
+// val_bytes input bytes (the inserted <|endoftext|>s stand for no input).
+std::vector<int> expected_tokens(const Tokenizer& tok, const std::vector<std::string>& texts, size_t val_bytes,
+                                 size_t* val) {
+    std::vector<int> ids;
+    const std::string& sep = tok.decode(tok.eot());
+    size_t consumed = 0;
+    *val = 0;
+    auto add = [&](int id, size_t bytes) {
+        *val += consumed < val_bytes;
+        consumed += bytes;
+        ids.push_back(id);
+    };
+    for (const std::string& t : texts) {
+        add(tok.eot(), 0);
+        size_t from = 0, at;
+        while ((at = t.find(sep, from)) != std::string::npos) {
+            for (int id : tok.encode(std::string_view(t).substr(from, at - from))) add(id, tok.decode(id).size());
+            add(tok.eot(), sep.size());
+            from = at + sep.size();
+        }
+        for (int id : tok.encode(std::string_view(t).substr(from))) add(id, tok.decode(id).size());
+    }
+    return ids;
+}
+
+void expect_error(const char* name, Options o, const std::string& reason) {
+    o.quiet = true;
+    Stats s;
+    std::string error;
+    bool ok = run(o, &s, &error);
+    th::report(!ok && error.find(reason) != std::string::npos, name, "%s", error.c_str());
+}
+
+bool parse(std::vector<const char*> args, Options* o, bool* help, std::string* error) {
+    args.insert(args.begin(), "tokenize");
+    return parse_args((int)args.size(), (char**)args.data(), o, help, error);
+}
+
+int main() {
+    Tokenizer tok;
+    std::string error;
+    if (!tok.load(TOKENIZER_FILE, &error)) {
+        th::report(false, "tokenize: bundled tokenizer loads", "%s", error.c_str());
+        return th::finish();
+    }
+    char tmpl[] = "/tmp/llmc_tokenize_XXXXXX";
+    std::string dir = mkdtemp(tmpl);
+
+    // A folder: its *.txt files in sorted path order (b/ before c.txt), others ignored.
+    std::vector<std::string> texts = {
+        "Hello world.\nA second line,  with  double spaces and 'quotes'.\n",
+        "Ünïcödé — 中文 😀 and\tmore<|endoftext|>after the separator <|endoftext|><|endoftext|>end",
+        "Third file: numbers 1,234.5 and a trailing space ",
+        "caf\xc3 invalid UTF-8 \xff kept as bytes",
+    };
+    write_text(dir + "/in/a.txt", texts[0]);
+    write_text(dir + "/in/b/x.txt", texts[1]);
+    write_text(dir + "/in/c.txt", texts[2]);
+    write_text(dir + "/in/d.txt", texts[3]);
+    write_text(dir + "/in/empty.txt", "");  // still a document: an <|endoftext|> of its own
+    texts.push_back("");
+    write_text(dir + "/in/notes.md", "not a .txt file: skipped");
+    size_t total = 0;
+    for (const std::string& t : texts) total += t.size();
+
+    for (size_t chunk : {(size_t)1, (size_t)5, (size_t)13, (size_t)1 << 20}) {
+        Options o;
+        o.tokenizer = TOKENIZER_FILE;
+        o.out = dir + "/out" + std::to_string(chunk) + "/tiny";
+        o.inputs = {dir + "/in"};
+        o.val_fraction = 0.3;
+        o.shard_tokens = 16;
+        o.eot_between_files = true;
+        o.chunk_bytes = chunk;
+        o.quiet = true;
+        Stats s;
+        bool ok = run(o, &s, &error);
+        size_t nval, ntrain;
+        std::vector<int> val = read_split(o.out, "val", &nval), train = read_split(o.out, "train", &ntrain);
+        std::vector<int> all = val;
+        all.insert(all.end(), train.begin(), train.end());
+        size_t want_val;
+        std::vector<int> want = expected_tokens(tok, texts, (size_t)(0.3 * total + 0.5), &want_val);
+        std::string want_text;
+        for (const std::string& t : texts) want_text += "<|endoftext|>" + t;
+        bool split_ok = val.size() == want_val && s.val_tokens == val.size() && s.train_tokens == train.size();
+        bool sizes_ok = nval == (val.size() + 15) / 16 && ntrain == (train.size() + 15) / 16;
+        char name[128];
+        snprintf(name, sizeof(name), "tokenize: folder -> shards, read in %zu-byte chunks", chunk);
+        th::report(ok && all == want && tok.decode(all) == want_text && split_ok && sizes_ok && s.files == 5, name,
+                   "%zu files, %zu val + %zu train tokens in %zu + %zu shards %s", s.files, val.size(), train.size(), nval,
+                   ntrain, error.c_str());
+    }
+
+    // The shards load through the DataLoader: its first batch is the first train tokens.
+    {
+        std::string prefix = dir + "/out5/tiny";
+        std::vector<int> train = read_shard(prefix + "_train_000000.bin");
+        DataLoader loader(prefix + "_train_*.bin", 1, 8, 0, 1, false, 0, tok.vocab_size());
+        bool same = train.size() >= 9 && loader.num_shards() > 1;
+        for (int i = 0; same && i < 8; i++) same = loader.inputs()[i] == train[i] && loader.targets()[i] == train[i + 1];
+        th::report(same, "tokenize: shards load through llmc/dataloader.h", "%zu train shards", loader.num_shards());
+    }
+
+    // The plays of the bundled val shard, as text files: the tool must give tiktoken's tokens.
+    {
+        std::vector<int> shard = read_shard("dev/data/shakespeare/shakespeare_val.bin");
+        std::vector<std::string> plays;
+        for (int t : shard) {
+            if (t == tok.eot()) plays.emplace_back();
+            else plays.back() += tok.decode(t);
+        }
+        Options o;
+        o.tokenizer = TOKENIZER_FILE;
+        o.out = dir + "/shakespeare/val";
+        o.val_fraction = 0;
+        o.eot_between_files = true;
+        o.chunk_bytes = 4099;
+        o.quiet = true;
+        for (size_t i = 0; i < plays.size(); i++) {
+            o.inputs.push_back(dir + "/plays/" + std::to_string(i) + ".txt");
+            write_text(o.inputs.back(), plays[i]);
+        }
+        Stats s;
+        bool ok = run(o, &s, &error);
+        size_t n;
+        th::report(ok && read_split(o.out, "train", &n) == shard && read_split(o.out, "val", &n).empty(),
+                   "tokenize: Shakespeare plays -> the bundled val shard (tiktoken's tokens)", "%zu plays, %.2f MB, %.1f MB/s %s",
+                   plays.size(), s.bytes / 1e6, s.bytes / 1e6 / s.seconds, error.c_str());
+    }
+
+    // Bad inputs, one clear reason each.
+    Options base;
+    base.tokenizer = TOKENIZER_FILE;
+    base.out = dir + "/err/x";
+    base.inputs = {dir + "/in"};
+    Options o = base;
+    o.inputs = {dir + "/nothing_here"};
+    expect_error("tokenize refuses: missing input", o, "cannot read " + dir + "/nothing_here");
+    write_text(dir + "/blank/e.txt", "");
+    o.inputs = {dir + "/blank"};
+    expect_error("tokenize refuses: input without text", o, "the inputs hold no text");
+    o.inputs = {dir + "/in/b/x.txt/.."};
+    expect_error("tokenize refuses: unreadable input", o, "cannot read");
+    std::filesystem::create_directories(dir + "/nofiles/sub");
+    o.inputs = {dir + "/nofiles"};
+    expect_error("tokenize refuses: folder without *.txt", o, "no input files");
+    o = base;
+    o.out = dir + "/in/a.txt/out";  // a file where a folder should be
+    expect_error("tokenize refuses: output not writable", o, "cannot create the output folder");
+    std::filesystem::create_directories(dir + "/err/x_val_000000.bin");  // a folder where the shard goes
+    expect_error("tokenize refuses: shard not writable", base, "cannot write " + dir + "/err/x_val_000000.bin: Is a directory");
+    o = base;
+    o.tokenizer = dir + "/none.bin";
+    expect_error("tokenize refuses: missing tokenizer", o, "none.bin: No such file");
+    {
+        // 65537 tokens: ids past 65535 do not fit uint16.
+        int32_t header[256] = {TOKENIZER_MAGIC, 2, 65537, 0};
+        std::string body((const char*)header, sizeof(header));
+        for (int i = 0; i < 65537; i++) {
+            std::string t = i < 256 ? std::string(1, (char)i) : "t" + std::to_string(i);
+            body += (char)t.size() + t;
+        }
+        write_text(dir + "/big_vocab.bin", body);
+        o.tokenizer = dir + "/big_vocab.bin";
+        expect_error("tokenize refuses: vocabulary too large for uint16", o, "65537 tokens do not fit the shards' uint16");
+    }
+
+    // Command line.
+    Options p;
+    bool help;
+    bool ok = parse({"--tokenizer", "t.bin", "--out", "o", "--val-fraction", "0.25", "--shard-tokens", "1000",
+                     "--eot-between-files", "a", "b"}, &p, &help, &error);
+    th::report(ok && !help && p.tokenizer == "t.bin" && p.out == "o" && p.val_fraction == 0.25 && p.shard_tokens == 1000 &&
+                   p.eot_between_files && p.inputs == std::vector<std::string>{"a", "b"},
+               "tokenize: command line parsed");
+    Options q[5];
+    bool refused = !parse({"--tokenizer", "t", "--out", "o", "--val-fraction", "1.5", "a"}, &q[0], &help, &error) &&
+                   error.find("--val-fraction must be") != std::string::npos;
+    refused &= !parse({"--tokenizer", "t", "--out", "o", "--shard-tokens", "0", "a"}, &q[1], &help, &error) &&
+               error.find("--shard-tokens must be") != std::string::npos;
+    refused &= !parse({"--tokenizer", "t", "--out", "o", "--bogus", "a"}, &q[2], &help, &error) &&
+               error.find("unknown option --bogus") != std::string::npos;
+    refused &= !parse({"--out", "o", "a"}, &q[3], &help, &error) && error.find("needs --tokenizer") != std::string::npos;
+    refused &= parse({"--help"}, &q[4], &help, &error) && help;
+    th::report(refused, "tokenize: bad command lines refused, --help recognised", "%s", error.c_str());
+
+    std::string cmd = "rm -rf " + dir;
+    if (system(cmd.c_str()) != 0) fprintf(stderr, "could not remove %s\n", dir.c_str());
+    return th::finish();
+}
