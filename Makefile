@@ -82,6 +82,8 @@ help:
 	@echo "make test-asan      the CPU suite under AddressSanitizer + UBSan"
 	@echo "make test-nvcc      only the nvcc compile checks (CUDA_ARCHS='$(CUDA_ARCHS)')"
 	@echo "make bench          CPU-backend cost per kernel vs plain C++, then training throughput (scripts/bench_gpt2.sh)"
+	@echo "make tokenize       build the text -> token shards tool, $(BUILD)/tokenize (dev/data/README.md)"
+	@echo "make fuzz-NAME      build and run the libFuzzer target test/fuzz/fuzz_NAME.cpp for FUZZ_SECONDS (test/fuzz/README.md)"
 	@echo "variables: GPU=1 CPU=1 CUDA_ARCHS='80 90' SIMT_THREADS=n (workers) SIMT_ORDER=forward|reverse|random[:seed]"
 
 # ----------------------------------------------------------------------------
@@ -162,6 +164,33 @@ test-nvcc:
 bench: $(BUILD)/cpu/bench_simt
 	$(BUILD)/cpu/bench_simt
 	scripts/bench_gpt2.sh
+
+# ----------------------------------------------------------------------------
+# Data tools and fuzzing
+
+# Text -> token shards (dev/data/README.md): a plain host program, $(BUILD)/tokenize.
+.PHONY: tokenize
+tokenize: $(BUILD)/tokenize
+$(BUILD)/tokenize: dev/data/tokenize.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 -std=c++17 -Wall -Wextra -MMD -MP $< -o $@
+
+# libFuzzer targets test/fuzz/fuzz_<name>.cpp (test/fuzz/README.md): `make fuzz-<name>` builds one
+# with clang and runs it for FUZZ_SECONDS on its corpus $(BUILD)/fuzz/corpus_<name>, seeded from
+# test/fuzz/seeds_<name>/ (if any) and FUZZ_SEEDS; FUZZ_ARGS go to libFuzzer.
+FUZZ_CXX     ?= clang++
+FUZZ_SECONDS ?= 60
+# Targets are compiled against the CPU backend's headers and linked with its objects (built by g++,
+# not instrumented), so parsers living next to CUDA code (train_gpt2.cu's) can be fuzzed too.
+$(BUILD)/fuzz/fuzz_%: test/fuzz/fuzz_%.cpp $(CPU_SIMT_OBJS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -MMD -MP \
+	  -Illmc/simt/include -Illmc/simt -I$(CUDA_HOME)/include $(BLAS_CFLAGS) -x c++ $< -x none $(CPU_SIMT_OBJS) \
+	  $(CPU_LDLIBS) -o $@
+.PRECIOUS: $(BUILD)/fuzz/fuzz_%
+fuzz-%: $(BUILD)/fuzz/fuzz_%
+	@mkdir -p $(BUILD)/fuzz/corpus_$*
+	$< -max_total_time=$(FUZZ_SECONDS) $(FUZZ_ARGS) $(BUILD)/fuzz/corpus_$* $(wildcard test/fuzz/seeds_$*) $(FUZZ_SEEDS)
 
 clean:
 	rm -rf $(BUILD)

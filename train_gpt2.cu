@@ -18,8 +18,11 @@
 #include <type_traits>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "llmc/adamw.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/checkpoint.h"
 #include "llmc/cli.h"
 #include "llmc/cuda_common.h"
 #include "llmc/dataloader.h"
@@ -28,9 +31,11 @@
 #include "llmc/gelu.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/layernorm.cuh"
+#include "llmc/logger.h"
 #include "llmc/matmul.cuh"
 #include "llmc/mfu.h"
 #include "llmc/precision.cuh"
+#include "llmc/safetensors.h"
 #include "llmc/schedulers.h"
 #include "llmc/tokenizer.h"
 
@@ -429,6 +434,32 @@ struct GPT2 {
                                   config.vocab_size, 0, stream);
     }
 
+    // Host copies of what a checkpoint holds: the parameters in the compute precision (exactly as
+    // stored, so a resumed run continues from the same bits), the AdamW moments and, in low
+    // precision, the fp32 master weights.
+    std::vector<floatX> params_host() const {
+        std::vector<floatX> p(num_parameters);
+        cudaCheck(cudaMemcpy(p.data(), params_memory, num_parameters * sizeof(floatX), cudaMemcpyDeviceToHost));
+        return p;
+    }
+    void optimizer_state_host(TrainState* s) const {
+        s->m.resize(num_parameters);
+        s->v.resize(num_parameters);
+        cudaCheck(cudaMemcpy(s->m.data(), m, num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(s->v.data(), v, num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
+        s->has_master = master != nullptr;
+        s->master.resize(master ? num_parameters : 0);
+        if (master)
+            cudaCheck(cudaMemcpy(s->master.data(), master, num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    // Restores what optimizer_state_host() saved (sizes checked by the caller).
+    void set_optimizer_state(const TrainState& s) {
+        cudaCheck(cudaMemcpy(m, s.m.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(v, s.v.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+        if (master)
+            cudaCheck(cudaMemcpy(master, s.master.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+    }
+
     void free_all() {
         for (void* p : {(void*)params_memory, (void*)grads_memory, (void*)master, (void*)m, (void*)v,
                         (void*)tensor_table, norm_scratch, (void*)norm_out, (void*)clip_scale, acts_memory})
@@ -477,16 +508,26 @@ std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
     return p;
 }
 
-// Reads a llm.c model checkpoint (magic 20240326; version 3 = fp32, 5 = bf16) into fp32 values.
-std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) data_error("cannot open model checkpoint %s: %s", path.c_str(), strerror(errno));
+// Parses a llm.c model checkpoint held in memory (magic 20240326; version 3 = fp32, 5 = bf16):
+// a 256 x int32 header [magic, version, maxT, V, L, NH, C, Vp] then the 16 tensors in order.
+// Fills *c and the parameters as fp32 values; false with a reason naming the problem.
+bool parse_gpt2_checkpoint(const uint8_t* data, size_t size, GPT2Config* c, std::vector<float>* params,
+                           std::string* err) {
     int32_t h[256];
-    if (fread(h, sizeof(int32_t), 256, f) != 256) data_error("%s: too short for a model checkpoint header", path.c_str());
-    if (h[0] != GPT2_CHECKPOINT_MAGIC)
-        data_error("%s: bad magic %d (a llm.c GPT-2 checkpoint starts with %d)", path.c_str(), h[0], GPT2_CHECKPOINT_MAGIC);
-    if (h[1] != 3 && h[1] != 5)
-        data_error("%s: unsupported checkpoint version %d (3 = fp32, 5 = bf16)", path.c_str(), h[1]);
+    if (size < sizeof(h)) {
+        *err = "too short for a model checkpoint header (" + std::to_string(size) + " bytes, need 1024)";
+        return false;
+    }
+    memcpy(h, data, sizeof(h));
+    if (h[0] != GPT2_CHECKPOINT_MAGIC) {
+        *err = "bad magic " + std::to_string(h[0]) + " (a llm.c GPT-2 checkpoint starts with " +
+               std::to_string(GPT2_CHECKPOINT_MAGIC) + ")";
+        return false;
+    }
+    if (h[1] != 3 && h[1] != 5) {
+        *err = "unsupported checkpoint version " + std::to_string(h[1]) + " (3 = fp32, 5 = bf16)";
+        return false;
+    }
     c->max_seq_len = h[2];
     c->vocab_size = h[3];
     c->num_layers = h[4];
@@ -495,38 +536,351 @@ std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
     c->padded_vocab_size = h[7];
     if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 || c->num_heads <= 0 || c->channels <= 0 ||
         c->padded_vocab_size < c->vocab_size || c->channels % c->num_heads != 0 || c->max_seq_len > 1 << 20 ||
-        c->channels > 1 << 16 || c->num_layers > 1024 || c->padded_vocab_size > 1 << 24)
-        data_error("%s: implausible model shape in header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path.c_str(),
-                   c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
+        c->channels > 1 << 16 || c->num_layers > 1024 || c->padded_vocab_size > 1 << 24) {
+        char shape[160];
+        snprintf(shape, sizeof(shape), "implausible model shape in header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)",
+                 c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
+        *err = shape;
+        return false;
+    }
     size_t sizes[NUM_PARAMETER_TENSORS];
     size_t n = param_sizes(*c, sizes);
     size_t elem = h[1] == 3 ? 4 : 2;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    if (size < 0 || (size_t)size != 1024 + n * elem)
-        data_error("%s: file is %ld bytes, the header's model needs %zu", path.c_str(), size, 1024 + n * elem);
-    fseek(f, 1024, SEEK_SET);
-    std::vector<float> p(n);
+    if (size != 1024 + n * elem) {
+        *err = "file is " + std::to_string(size) + " bytes, the header's model needs " + std::to_string(1024 + n * elem);
+        return false;
+    }
+    params->resize(n);
+    const uint8_t* body = data + 1024;
     if (h[1] == 3) {
-        if (fread(p.data(), 4, n, f) != n) data_error("%s: read failed", path.c_str());
+        memcpy(params->data(), body, n * 4);
     } else {
-        std::vector<uint16_t> bits(n);
-        if (fread(bits.data(), 2, n, f) != n) data_error("%s: read failed", path.c_str());
-        for (size_t i = 0; i < n; i++) {
-            uint32_t w = (uint32_t)bits[i] << 16;
-            memcpy(&p[i], &w, 4);
+        for (size_t i = 0; i < n; i++) {  // bf16 -> fp32 is exact: the bits become the high half
+            uint32_t w = (uint32_t)(body[2 * i] | body[2 * i + 1] << 8) << 16;
+            memcpy(&(*params)[i], &w, 4);
         }
     }
-    fclose(f);
+    return true;
+}
+
+// Reads a llm.c model checkpoint file into fp32 values (exits with one line if it is unusable).
+std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
+    std::vector<uint8_t> bytes;
+    std::vector<float> p;
+    std::string err;
+    if (!read_whole_file(path, &bytes, &err)) data_error("cannot read model checkpoint: %s", err.c_str());
+    if (!parse_gpt2_checkpoint(bytes.data(), bytes.size(), c, &p, &err)) data_error("%s: %s", path.c_str(), err.c_str());
     return p;
+}
+
+// Writes the model as a llm.c checkpoint (atomically): version 3 with fp32 parameters, 5 with bf16,
+// header and tensor order exactly as llm.c writes them, so llm.c and this trainer read each other's.
+template <class floatX>
+bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::string* err) {
+    static_assert(sizeof(floatX) == 4 || sizeof(floatX) == 2, "llm.c checkpoints hold fp32 or bf16");
+    const GPT2Config& c = model.config;
+    int32_t h[256] = {GPT2_CHECKPOINT_MAGIC, sizeof(floatX) == 4 ? 3 : 5, c.max_seq_len, c.vocab_size,
+                      c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+    std::vector<floatX> p = model.params_host();
+    return write_file_atomic(path, {{h, sizeof(h)}, {p.data(), p.size() * sizeof(floatX)}}, err);
+}
+
+// ----------------------------------------------------------------------------
+// Hugging Face GPT-2: transformers' safetensors checkpoints in and out
+//
+// GPT2LMHeadModel names its tensors transformer.wte.weight, transformer.h.{l}.attn.c_attn.weight,
+// ...; GPT2Model (and the original hub "gpt2" checkpoint) the same without "transformer.". Its
+// linear layers are Conv1D modules whose weight is stored (in, out), the transpose of our (out, in).
+// The LM head is tied to wte (save_pretrained leaves lm_head.weight out). Our GPT-2 is exactly that
+// architecture with tanh GELU, layernorm epsilon 1e-5, attention scaled by 1/sqrt(head size), an MLP
+// of 4C and a tied head: a config.json asking for anything else is refused by name.
+
+// One layer's tensors: which of our parameters, its transformers name after "h.{l}.", and whether it
+// is a Conv1D weight (stored transposed).
+struct HFLayerTensor {
+    int param;
+    const char* suffix;
+    bool conv1d;
+};
+static const HFLayerTensor kHFLayerTensors[] = {
+    {LN1W, "ln_1.weight", false},        {LN1B, "ln_1.bias", false},
+    {QKVW, "attn.c_attn.weight", true},  {QKVB, "attn.c_attn.bias", false},
+    {ATTPROJW, "attn.c_proj.weight", true}, {ATTPROJB, "attn.c_proj.bias", false},
+    {LN2W, "ln_2.weight", false},        {LN2B, "ln_2.bias", false},
+    {FCW, "mlp.c_fc.weight", true},      {FCB, "mlp.c_fc.bias", false},
+    {FCPROJW, "mlp.c_proj.weight", true}, {FCPROJB, "mlp.c_proj.bias", false},
+};
+
+// The shape transformers gives one layer's slice of parameter `param`: Conv1D weights (in, out).
+inline std::vector<size_t> hf_layer_shape(int param, size_t C) {
+    switch (param) {
+        case QKVW: return {C, 3 * C};
+        case QKVB: return {3 * C};
+        case ATTPROJW: return {C, C};
+        case FCW: return {C, 4 * C};
+        case FCB: return {4 * C};
+        case FCPROJW: return {4 * C, C};
+        default: return {C};  // layernorm weights and biases, attention and MLP output biases
+    }
+}
+
+// Copies a (rows, cols) row-major matrix into dst as its (cols, rows) transpose.
+inline void transpose_into(float* dst, const float* src, size_t rows, size_t cols) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t k = 0; k < cols; k++) dst[k * rows + r] = src[r * cols + k];
+}
+
+// Reads config.json (transformers' GPT2Config) into *c, refusing what our GPT-2 cannot represent;
+// keys it leaves out take GPT2Config's defaults, as transformers does.
+void read_hf_gpt2_config(const std::string& path, GPT2Config* c) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
+    std::string text;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, got);
+    fclose(f);
+    json::Value root;
+    std::string err;
+    if (!json::parse(text.data(), text.size(), &root, &err)) data_error("%s: %s", path.c_str(), err.c_str());
+    if (root.type != json::Value::Object) data_error("%s: not a JSON object", path.c_str());
+    auto integer = [&](const char* key, int dflt) {
+        const json::Value* v = root.get(key);
+        if (!v) return dflt;
+        if (!v->is_int || v->integer <= 0 || v->integer > (1 << 30))
+            data_error("%s: \"%s\" must be a positive integer", path.c_str(), key);
+        return (int)v->integer;
+    };
+    auto flag = [&](const char* key, bool dflt) {
+        const json::Value* v = root.get(key);
+        if (!v) return dflt;
+        if (v->type != json::Value::Bool) data_error("%s: \"%s\" must be true or false", path.c_str(), key);
+        return v->boolean;
+    };
+    const json::Value* type = root.get("model_type");
+    if (type && (type->type != json::Value::String || type->str != "gpt2"))
+        data_error("%s: model_type is %s, not \"gpt2\"", path.c_str(),
+                   type->type == json::Value::String ? json::quote(type->str).c_str() : json::type_name(type->type));
+    c->vocab_size = integer("vocab_size", 50257);
+    c->max_seq_len = integer("n_positions", 1024);
+    c->channels = integer("n_embd", 768);
+    c->num_layers = integer("n_layer", 12);
+    c->num_heads = integer("n_head", 12);
+    c->padded_vocab_size = pad_vocab(c->vocab_size);
+    if (c->channels % c->num_heads != 0)
+        data_error("%s: n_embd %d is not a multiple of n_head %d", path.c_str(), c->channels, c->num_heads);
+    // gelu_new, gelu_pytorch_tanh and gelu_fast are all 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
+    const json::Value* act = root.get("activation_function");
+    if (act && act->type != json::Value::String) data_error("%s: activation_function is not a string", path.c_str());
+    std::string activation = act ? act->str : "gelu_new";
+    if (activation != "gelu_new" && activation != "gelu_pytorch_tanh" && activation != "gelu_fast")
+        data_error("%s: activation_function \"%s\" cannot be represented: this GPT-2 uses the tanh approximation of "
+                   "GELU (gelu_new)", path.c_str(), activation.c_str());
+    const json::Value* eps = root.get("layer_norm_epsilon");
+    if (eps && eps->type != json::Value::Number) data_error("%s: layer_norm_epsilon is not a number", path.c_str());
+    if (eps && std::fabs(eps->number - 1e-5) > 1e-12)
+        data_error("%s: layer_norm_epsilon %g cannot be represented: this GPT-2's layernorms use 1e-5", path.c_str(),
+                   eps->number);
+    const json::Value* inner = root.get("n_inner");
+    if (inner && inner->type != json::Value::Null && !(inner->is_int && inner->integer == 4 * c->channels))
+        data_error("%s: n_inner must be null or 4 * n_embd = %d (this GPT-2's MLP is 4C wide)", path.c_str(),
+                   4 * c->channels);
+    if (!flag("scale_attn_weights", true))
+        data_error("%s: scale_attn_weights false cannot be represented (attention is scaled by 1/sqrt(head size))",
+                   path.c_str());
+    if (flag("scale_attn_by_inverse_layer_idx", false))
+        data_error("%s: scale_attn_by_inverse_layer_idx cannot be represented", path.c_str());
+    if (flag("add_cross_attention", false)) data_error("%s: add_cross_attention cannot be represented", path.c_str());
+    if (!flag("tie_word_embeddings", true))
+        data_error("%s: tie_word_embeddings false cannot be represented (this GPT-2's LM head is wte)", path.c_str());
+}
+
+// Reads a transformers GPT-2 checkpoint: path is a .safetensors file or a directory holding
+// model.safetensors, with transformers' config.json beside it (it alone has the number of heads).
+// Returns the fp32 parameters in our layout (wte padded to Vp rows with zeros) and fills *c; exits
+// with one line naming the problem if the checkpoint is not a GPT-2 this model can represent.
+std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
+    struct stat info;
+    bool is_dir = stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+    std::string file = is_dir ? path + "/model.safetensors" : path;
+    size_t slash = file.rfind('/');
+    std::string config_path = (slash == std::string::npos ? std::string(".") : file.substr(0, slash)) + "/config.json";
+    SafeTensors st;
+    std::string err;
+    if (!st.load(file, &err)) data_error("%s", err.c_str());
+    const char* f = file.c_str();
+    std::string prefix = st.find("transformer.wte.weight") ? "transformer." : "";
+    const SafeTensor* wte = st.find(prefix + "wte.weight");
+    const SafeTensor* wpe = st.find(prefix + "wpe.weight");
+    if (!wte) data_error("%s: missing tensor transformer.wte.weight (or wte.weight): not a GPT-2 checkpoint", f);
+    if (!wpe) data_error("%s: missing tensor %swpe.weight", f, prefix.c_str());
+    if (wte->shape.size() != 2 || wpe->shape.size() != 2 || wte->shape[1] != wpe->shape[1])
+        data_error("%s: wte %s and wpe %s are not (V, C) and (maxT, C)", f, SafeTensors::shape_str(wte->shape).c_str(),
+                   SafeTensors::shape_str(wpe->shape).c_str());
+    size_t layers = 0;  // 1 + the highest l of any h.{l}.* tensor
+    std::string h_prefix = prefix + "h.";
+    for (const SafeTensor& x : st.tensors()) {
+        if (x.name.compare(0, h_prefix.size(), h_prefix) != 0) continue;
+        size_t l = 0, i = h_prefix.size();
+        while (i < x.name.size() && isdigit((unsigned char)x.name[i]) && l < (1u << 20)) l = l * 10 + (x.name[i++] - '0');
+        if (i > h_prefix.size()) layers = std::max(layers, l + 1);
+    }
+
+    if (stat(config_path.c_str(), &info) != 0)
+        data_error("%s: no config.json beside it (%s): it is needed for the number of attention heads, which the "
+                   "tensors do not tell", f, config_path.c_str());
+    read_hf_gpt2_config(config_path, c);
+    // The tensors must be the model config.json describes.
+    struct { const char* what; size_t file; int config; } dims[] = {
+        {"vocab_size (wte rows)", wte->shape[0], c->vocab_size}, {"n_embd (wte columns)", wte->shape[1], c->channels},
+        {"n_positions (wpe rows)", wpe->shape[0], c->max_seq_len}, {"n_layer (h.* blocks)", layers, c->num_layers}};
+    for (const auto& d : dims)
+        if (d.file != (size_t)d.config)
+            data_error("%s: %s is %zu in the tensors but %d in %s", f, d.what, d.file, d.config, config_path.c_str());
+
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    size_t n = param_sizes(*c, sizes);
+    std::vector<float> p(n, 0.f);
+    ParameterTensors<float> t;
+    t.point_into(p.data(), sizes);
+    size_t C = c->channels, V = c->vocab_size, L = c->num_layers;
+    std::vector<std::string> used;
+    std::vector<float> tmp;
+    // Checks tensor `name` has `shape` and converts it to fp32 (into tmp); returns it.
+    auto fetch = [&](const std::string& name, const std::vector<size_t>& shape) -> const std::vector<float>& {
+        const SafeTensor* x = st.find(name);
+        if (!x) data_error("%s: missing tensor %s", f, name.c_str());
+        if (x->shape != shape)
+            data_error("%s: tensor %s has shape %s, expected %s", f, name.c_str(),
+                       SafeTensors::shape_str(x->shape).c_str(), SafeTensors::shape_str(shape).c_str());
+        std::string why;
+        if (!SafeTensors::to_float(*x, &tmp, &why)) data_error("%s: %s", f, why.c_str());
+        used.push_back(name);
+        return tmp;
+    };
+    const std::vector<float>& wte_values = fetch(prefix + "wte.weight", {V, C});
+    std::copy(wte_values.begin(), wte_values.end(), t.t[WTE]);  // rows V..Vp-1 stay zero
+    const std::vector<float>& wpe_values = fetch(prefix + "wpe.weight", {(size_t)c->max_seq_len, C});
+    std::copy(wpe_values.begin(), wpe_values.end(), t.t[WPE]);
+    for (size_t l = 0; l < L; l++) {
+        for (const HFLayerTensor& h : kHFLayerTensors) {
+            std::vector<size_t> shape = hf_layer_shape(h.param, C);
+            const std::vector<float>& v = fetch(prefix + "h." + std::to_string(l) + "." + h.suffix, shape);
+            float* dst = t.layer(h.param, (int)l, sizes[h.param] / L);
+            if (h.conv1d) transpose_into(dst, v.data(), shape[0], shape[1]);
+            else std::copy(v.begin(), v.end(), dst);
+        }
+    }
+    const std::vector<float>& lnfw = fetch(prefix + "ln_f.weight", {C});
+    std::copy(lnfw.begin(), lnfw.end(), t.t[LNFW]);
+    const std::vector<float>& lnfb = fetch(prefix + "ln_f.bias", {C});
+    std::copy(lnfb.begin(), lnfb.end(), t.t[LNFB]);
+    if (st.find("lm_head.weight")) {
+        const std::vector<float>& head = fetch("lm_head.weight", {V, C});
+        if (memcmp(head.data(), t.t[WTE], V * C * sizeof(float)) != 0)
+            data_error("%s: lm_head.weight differs from %swte.weight: an untied LM head cannot be represented (this "
+                       "GPT-2's output embedding is wte)", f, prefix.c_str());
+    }
+    // Anything else is not part of this model; the attention masks are buffers, not parameters.
+    for (const SafeTensor& x : st.tensors()) {
+        const std::string& name = x.name;
+        auto ends_with = [&](const std::string& s) {
+            return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+        };
+        if (ends_with(".attn.bias") || ends_with(".attn.masked_bias")) continue;
+        if (std::find(used.begin(), used.end(), name) == used.end())
+            data_error("%s: unexpected tensor %s (not part of a GPT-2 with the %d layers of %s)", f, name.c_str(),
+                       c->num_layers, config_path.c_str());
+    }
+    return p;
+}
+
+// Writes our fp32 parameters (llm.c layout) as a transformers GPT-2 checkpoint in dir (created if
+// missing): model.safetensors with GPT2LMHeadModel's names, Conv1D weights (in, out), wte unpadded
+// (V, C) and no lm_head (tied), as F32 or BF16; and the config.json with which
+// GPT2LMHeadModel.from_pretrained(dir) rebuilds this model. Exits with one line if it cannot write.
+void export_hf_gpt2(const std::string& dir, const GPT2Config& c, const std::vector<float>& params, bool bf16) {
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    if (params.size() != param_sizes(c, sizes))
+        data_error("export to %s: %zu parameters given, the model has %zu", dir.c_str(), params.size(),
+                   param_sizes(c, sizes));
+    for (size_t at = 1; at <= dir.size(); at++) {  // mkdir -p
+        if (at < dir.size() && dir[at] != '/') continue;
+        std::string part = dir.substr(0, at);
+        if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
+            data_error("cannot create directory %s: %s", part.c_str(), strerror(errno));
+    }
+    struct stat info;
+    if (stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) data_error("%s is not a directory", dir.c_str());
+
+    ParameterTensors<const float> t;
+    t.point_into(params.data(), sizes);
+    size_t C = c.channels, V = c.vocab_size, L = c.num_layers, maxT = c.max_seq_len;
+    SafeTensorsWriter w;
+    w.add("transformer.wte.weight", t.t[WTE], {V, C}, bf16);
+    w.add("transformer.wpe.weight", t.t[WPE], {maxT, C}, bf16);
+    std::vector<float> tmp;
+    for (size_t l = 0; l < L; l++) {
+        for (const HFLayerTensor& h : kHFLayerTensors) {
+            std::vector<size_t> shape = hf_layer_shape(h.param, C);
+            const float* src = t.layer(h.param, (int)l, sizes[h.param] / L);
+            std::string name = "transformer.h." + std::to_string(l) + "." + h.suffix;
+            if (h.conv1d) {  // ours (out, in) = (shape[1], shape[0]) -> (in, out)
+                tmp.resize(shape[0] * shape[1]);
+                transpose_into(tmp.data(), src, shape[1], shape[0]);
+                src = tmp.data();
+            }
+            w.add(name, src, shape, bf16);
+        }
+    }
+    w.add("transformer.ln_f.weight", t.t[LNFW], {C}, bf16);
+    w.add("transformer.ln_f.bias", t.t[LNFB], {C}, bf16);
+    std::string err;
+    if (!w.write(dir + "/model.safetensors", &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
+
+    // GPT-2's end-of-text token is 50256; a smaller vocabulary (a test model) has no such id, so its
+    // last token stands in (transformers would otherwise point generation at an embedding it lacks).
+    int eot = std::min(50256, c.vocab_size - 1);
+    char config[1536];
+    snprintf(config, sizeof(config),
+             "{\n"
+             "  \"activation_function\": \"gelu_new\",\n"
+             "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+             "  \"attn_pdrop\": 0.1,\n"
+             "  \"bos_token_id\": %d,\n"
+             "  \"embd_pdrop\": 0.1,\n"
+             "  \"eos_token_id\": %d,\n"
+             "  \"initializer_range\": 0.02,\n"
+             "  \"layer_norm_epsilon\": 1e-05,\n"
+             "  \"model_type\": \"gpt2\",\n"
+             "  \"n_ctx\": %d,\n"
+             "  \"n_embd\": %d,\n"
+             "  \"n_head\": %d,\n"
+             "  \"n_inner\": null,\n"
+             "  \"n_layer\": %d,\n"
+             "  \"n_positions\": %d,\n"
+             "  \"reorder_and_upcast_attn\": false,\n"
+             "  \"resid_pdrop\": 0.1,\n"
+             "  \"scale_attn_by_inverse_layer_idx\": false,\n"
+             "  \"scale_attn_weights\": true,\n"
+             "  \"tie_word_embeddings\": true,\n"
+             "  \"torch_dtype\": \"%s\",\n"
+             "  \"use_cache\": true,\n"
+             "  \"vocab_size\": %d\n"
+             "}\n",
+             eot, eot, c.max_seq_len, c.channels, c.num_heads, c.num_layers, c.max_seq_len,
+             bf16 ? "bfloat16" : "float32", c.vocab_size);
+    std::string path = dir + "/config.json", tmp_path = path + ".tmp";
+    FILE* f = fopen(tmp_path.c_str(), "wb");
+    if (!f) data_error("export to %s: cannot write %s: %s", dir.c_str(), tmp_path.c_str(), strerror(errno));
+    bool ok = fputs(config, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp_path.c_str(), path.c_str()) != 0)
+        data_error("export to %s: cannot write %s: %s", dir.c_str(), path.c_str(), strerror(errno));
 }
 
 // ----------------------------------------------------------------------------
 // Training
-
-struct TrainOptions;
-template <class floatX>
-void generate(GPT2<floatX>& model, const TrainOptions& o);
 
 struct TrainOptions {
     std::string train_pattern, val_pattern;
@@ -540,35 +894,56 @@ struct TrainOptions {
     uint64_t seed = 42;
     Precision precision = Precision::FP32;
     bool tf32 = false;
-    int gen_tokens = 64;
+    int gen_tokens = 64, sample_every = 0;
     float temperature = 1.f;
     int top_k = 0;
     std::string tokenizer_path;
+    std::string prompt;              // text that samples continue (after <|endoftext|>)
+    std::vector<int> prompt_tokens;  // its GPT-2 tokens, encoded in main()
+    std::string output_dir;    // log.jsonl and checkpoints go here ("" = nowhere)
+    std::string export_hf;     // write a transformers model here after training ("" = no)
+    int checkpoint_every = 0;  // steps between checkpoints (0: only at the end of the run)
+    int keep_checkpoints = 0;  // keep the newest K checkpoints (0: all)
+    int stop_after = 0;        // leave after this many steps of this run, to resume later (0: run to the end)
+    std::string label;         // the run's name in the log
 };
 
-// Samples o.gen_tokens tokens from the model, starting from <|endoftext|>, and prints them decoded.
+// Samples o.gen_tokens tokens from the model, starting from <|endoftext|>, prints them decoded as
+// they come and returns the text. *rng is the sampling RNG's state (a checkpoint saves it, so a
+// resumed run samples what an uninterrupted one would). The activations are resized to (1, T) for
+// sampling and back to the training (B, T) afterwards.
 // There is no KV cache yet: every new token runs the forward pass over the whole (1, T) window
 // (causal attention makes the positions after the current one irrelevant), so generation costs
 // T times a cached decoder's work.
 template <class floatX>
-void generate(GPT2<floatX>& model, const TrainOptions& o) {
+std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_state) {
     Tokenizer tok;
     std::string error;
     if (!tok.load(o.tokenizer_path, &error)) {
         printf("sampling skipped: %s\n", error.c_str());
-        return;
+        return "";
     }
     const GPT2Config& c = model.config;
+    int train_B = model.B, train_T = model.T;
     int T = std::min(c.max_seq_len, std::max(o.T, 2));
     model.free_activations();
     model.allocate_activations(1, T);
     std::vector<int> tokens(T, tok.eot()), targets(T, 0);
     std::vector<floatX> row(c.padded_vocab_size);
     std::vector<float> probs(c.vocab_size);
-    uint64_t rng = o.seed * 0x9E3779B97F4A7C15ull + 1;
-    int len = 1;
+    uint64_t rng = *rng_state;
+    // The window starts with <|endoftext|> and the prompt (its last T-1 tokens if it is longer).
+    size_t keep = std::min(o.prompt_tokens.size(), (size_t)T - 1);
+    std::copy(o.prompt_tokens.end() - keep, o.prompt_tokens.end(), tokens.begin() + 1);
+    int len = 1 + (int)keep;
     printf("sample (%d tokens, temperature %.2f%s; no KV cache yet: each token recomputes the window):\n---\n",
            o.gen_tokens, o.temperature, o.top_k > 0 ? (", top-k " + std::to_string(o.top_k)).c_str() : "");
+    if (keep < o.prompt_tokens.size())
+        printf("(the prompt's first %zu tokens do not fit the %d-token window and are left out)\n",
+               o.prompt_tokens.size() - keep, T);
+    std::string sample;
+    for (int i = 1; i < len; i++) sample += tok.decode(tokens[i]);
+    fwrite(sample.data(), 1, sample.size(), stdout);
     for (int i = 0; i < o.gen_tokens; i++) {
         if (len == T) {  // window full: slide it by one token
             std::copy(tokens.begin() + 1, tokens.end(), tokens.begin());
@@ -605,13 +980,42 @@ void generate(GPT2<floatX>& model, const TrainOptions& o) {
         const std::string& text = next == tok.eot() ? std::string("\n<|endoftext|>\n") : tok.decode(next);
         fwrite(text.data(), 1, text.size(), stdout);
         fflush(stdout);
+        sample += text;
     }
     printf("\n---\n");
+    *rng_state = rng;
+    model.free_activations();
+    model.allocate_activations(train_B, train_T);
+    return sample;
 }
 
-// Runs the training loop for storage type floatX.
+// Checks that a training state can continue this run exactly; exits with the first mismatch.
 template <class floatX>
-int train(const TrainOptions& o, const GPT2Config& config, const std::vector<float>& init) {
+void check_resumable(const TrainState& s, const TrainOptions& o, const GPT2<floatX>& model, long long tokens_per_step,
+                     const std::string& path) {
+    auto refuse = [&](const char* what, const std::string& was, const std::string& now) {
+        data_error("%s: the checkpoint was trained with %s %s, this run has %s (resuming must not change it)",
+                   path.c_str(), what, was.c_str(), now.c_str());
+    };
+    if (s.precision != (int)o.precision)
+        refuse("--precision", precision_name((Precision)s.precision), precision_name(o.precision));
+    if (s.B != o.B) refuse("--batch-size", std::to_string(s.B), std::to_string(o.B));
+    if (s.T != o.T) refuse("--seq-len", std::to_string(s.T), std::to_string(o.T));
+    if (s.tokens_per_step != tokens_per_step)
+        refuse("tokens per step", std::to_string(s.tokens_per_step), std::to_string(tokens_per_step));
+    if (s.seed != o.seed) refuse("--seed", std::to_string(s.seed), std::to_string(o.seed));
+    if (s.shuffle != o.shuffle) refuse("--shuffle", s.shuffle ? "on" : "off", o.shuffle ? "on" : "off");
+    if (s.world != 1) refuse("world size", std::to_string(s.world), "1");
+    if (s.m.size() != model.num_parameters || s.has_master != (model.master != nullptr))
+        data_error("%s: optimizer state for %zu parameters%s does not fit the model (%zu parameters)", path.c_str(),
+                   s.m.size(), s.has_master ? " with master weights" : "", model.num_parameters);
+}
+
+// Runs the training loop for storage type floatX, from scratch or (resume != nullptr) from a
+// checkpoint's training state, the model having been loaded from the same checkpoint.
+template <class floatX>
+int train(const TrainOptions& o, const GPT2Config& config, const std::vector<float>& init,
+          const TrainState* resume = nullptr, const std::string& resume_path = "") {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     matmul_init(o.tf32);
@@ -635,6 +1039,27 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
     LRScheduler sched = o.schedule;
     sched.total = steps;
 
+    // Where the run starts: step 0, or the checkpoint's step with its optimizer state, data
+    // position and sampling RNG.
+    int start_step = 0;
+    uint64_t rng = o.seed * 0x9E3779B97F4A7C15ull + 1;
+    if (resume) {
+        check_resumable(*resume, o, model, total, resume_path);
+        model.set_optimizer_state(*resume);
+        train_loader.seek(resume->data_position);
+        start_step = (int)resume->step;
+        rng = resume->rng;
+        if (start_step > steps)
+            data_error("%s: the checkpoint is at step %d, past the run's %d steps (raise --max-steps to go on)",
+                       resume_path.c_str(), start_step, steps);
+    }
+    RunLog log;
+    if (!o.output_dir.empty()) {
+        std::string err;
+        if (!make_dirs(o.output_dir, &err)) data_error("option --output-dir: %s", err.c_str());
+        if (!log.open(o.output_dir + "/log.jsonl", resume ? start_step : -1, &err)) data_error("%s", err.c_str());
+    }
+
     double bytes_per_param = sizeof(floatX) * 2 + 8 + (std::is_same<floatX, float>::value ? 0 : 4);
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", c.num_layers, c.channels,
            c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6);
@@ -643,6 +1068,39 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
            model.num_parameters * bytes_per_param / 1048576.0, bytes_per_param, model.acts_bytes / 1048576.0);
     printf("batch: B=%d T=%d, %d micro-step%s -> %lld tokens per step; %d steps; lr %s max %.2e warmup %d\n", o.B,
            o.T, accum, accum > 1 ? "s" : "", total, steps, lr_schedule_name(sched.kind), sched.max_lr, sched.warmup);
+    if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
+    if (log.is_open()) {
+        log.write(resume ? "resume" : "run", start_step,
+                  ",\"label\":" + json::quote(o.label) + ",\"params\":" + std::to_string(model.num_parameters) +
+                      ",\"precision\":\"" + precision_name(o.precision) + (o.tf32 ? "+tf32" : "") +
+                      "\",\"B\":" + std::to_string(o.B) + ",\"T\":" + std::to_string(o.T) +
+                      ",\"tokens_per_step\":" + std::to_string(total) + ",\"steps\":" + std::to_string(steps) +
+                      ",\"device\":" + json::quote(prop.name));
+        printf("log: %s/log.jsonl\n", o.output_dir.c_str());
+    }
+
+    // Writes checkpoint `done` (steps completed): model, training state, then the DONE marker.
+    auto save = [&](int done) {
+        std::string err, model_path = checkpoint_file(o.output_dir, "model", done);
+        TrainState st;
+        st.precision = (int)o.precision;
+        st.shuffle = o.shuffle;
+        st.B = o.B;
+        st.T = o.T;
+        st.step = done;
+        st.tokens_per_step = total;
+        st.seed = o.seed;
+        st.data_position = train_loader.position();
+        st.rng = rng;
+        model.optimizer_state_host(&st);
+        if (!save_checkpoint(model_path, model, &err) ||
+            !write_train_state(state_file(o.output_dir, done, 0), st, &err) ||
+            !write_file_atomic(checkpoint_file(o.output_dir, "DONE", done), {}, &err))
+            data_error("checkpoint at step %d: %s", done, err.c_str());
+        prune_checkpoints(o.output_dir, o.keep_checkpoints, 1);
+        printf("checkpoint: %s (+ state, DONE)\n", model_path.c_str());
+        log.write("checkpoint", done, ",\"path\":" + json::quote(model_path));
+    };
 
     float peak = peak_tflops(prop.name, o.precision, o.tf32);
     double flops_per_token = 6.0 * model.num_parameters + 6.0 * c.num_layers * c.channels * o.T;
@@ -663,10 +1121,12 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         }
         printf("step %d | val loss %.6f\n", step, sum / o.val_steps);
         fflush(stdout);
+        log.write("val", step, ",\"loss\":" + json_number(sum / o.val_steps));
     };
     bool validate = val_loader && o.val_every > 0;
-    double timed_ms = 0;  // sum of step times after the first
-    for (int step = 0; step < steps; step++) {
+    double timed_ms = 0;  // sum of step times after the first of this run
+    int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
+    for (int step = start_step; step < end_step; step++) {
         if (validate && step % o.val_every == 0) evaluate(step);
         long long launches0 = kernel_launch_count(), matmuls0 = matmul_context().calls;
         cudaCheck(cudaEventRecord(t0, model.stream));
@@ -691,32 +1151,55 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         float ms;
         cudaCheck(cudaEventElapsedTime(&ms, t0, t1));
         double tok_s = total / (ms / 1000.0);
+        double mfu_pct = peak > 0 ? 100.0 * flops_per_token * tok_s / (peak * 1e12) : NAN;
         char mfu[48];
-        if (peak > 0) snprintf(mfu, sizeof(mfu), "MFU %.1f%%", 100.0 * flops_per_token * tok_s / (peak * 1e12));
+        if (peak > 0) snprintf(mfu, sizeof(mfu), "MFU %.1f%%", mfu_pct);
         else snprintf(mfu, sizeof(mfu), on_cpu_backend() ? "MFU n/a (CPU backend)" : "MFU n/a (unknown GPU)");
         // ETA from the mean step time so far, leaving out the first step (warm-up: allocations,
         // cuBLASLt heuristics) once there is another.
-        if (step > 0) timed_ms += ms;
-        double mean_ms = step > 0 ? timed_ms / step : ms;
-        long eta_s = (long)(mean_ms * (steps - step - 1) / 1000.0);
+        int done = step + 1, timed = step - start_step;
+        if (timed > 0) timed_ms += ms;
+        double mean_ms = timed > 0 ? timed_ms / timed : ms;
+        long eta_s = (long)(mean_ms * (end_step - done) / 1000.0);
         char eta[32];
         if (eta_s >= 3600) snprintf(eta, sizeof(eta), "%ldh%02ldm", eta_s / 3600, eta_s / 60 % 60);
         else snprintf(eta, sizeof(eta), "%ldm%02lds", eta_s / 60, eta_s % 60);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s | eta %s\n", step + 1, steps,
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s | eta %s\n", done, steps,
                loss, norm, lr, ms, tok_s, mfu, eta);
-        if (step == 0) {
+        log.write("step", done,
+                  ",\"loss\":" + json_number(loss) + ",\"grad_norm\":" + json_number(norm) + ",\"lr\":" +
+                      json_number(lr) + ",\"ms\":" + json_number(ms, "%.3f") + ",\"tokens_per_s\":" +
+                      json_number(tok_s, "%.1f") + ",\"mfu\":" + json_number(mfu_pct, "%.3f") +
+                      ",\"tokens\":" + std::to_string((long long)done * total));
+        if (step == start_step) {
             size_t free_b, total_b;
             cudaCheck(cudaMemGetInfo(&free_b, &total_b));
             printf("device memory in use after the first step: %.1f MiB of %.1f MiB\n", (total_b - free_b) / 1048576.0,
                    total_b / 1048576.0);
+            if (launches0 >= 0)
+                printf("launches per step: %lld kernels + %lld cuBLASLt matmuls (counted by the CPU backend)\n",
+                       kernel_launch_count() - launches0, matmul_context().calls - matmuls0);
         }
-        if (step == 0 && launches0 >= 0)
-            printf("launches per step: %lld kernels + %lld cuBLASLt matmuls (counted by the CPU backend)\n",
-                   kernel_launch_count() - launches0, matmul_context().calls - matmuls0);
         fflush(stdout);
+        bool last = done == end_step;
+        if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) save(done);
+        if (o.sample_every > 0 && done % o.sample_every == 0 && done < steps && o.gen_tokens > 0)
+            log.write("sample", done, ",\"text\":" + json::quote(generate(model, o, &rng)));
     }
-    if (validate) evaluate(steps);
-    if (o.gen_tokens > 0) generate(model, o);
+    if (end_step < steps) {
+        printf("stopped after step %d of %d (--stop-after %d)%s\n", end_step, steps, o.stop_after,
+               o.output_dir.empty() ? "" : "; continue with --resume");
+    } else {
+        if (validate) evaluate(steps);
+        if (o.gen_tokens > 0) log.write("sample", steps, ",\"text\":" + json::quote(generate(model, o, &rng)));
+        if (!o.export_hf.empty()) {  // the parameters as trained: fp32, or bf16 written as BF16
+            std::vector<floatX> p = model.params_host();
+            std::vector<float> p32(p.size());
+            for (size_t i = 0; i < p.size(); i++) p32[i] = to_float(p[i]);
+            export_hf_gpt2(o.export_hf, c, p32, !std::is_same<floatX, float>::value);
+            printf("exported for transformers: %s/model.safetensors + config.json\n", o.export_hf.c_str());
+        }
+    }
     cudaCheck(cudaEventDestroy(t0));
     cudaCheck(cudaEventDestroy(t1));
     cudaCheck(cudaFreeHost(step_losses));
@@ -731,39 +1214,51 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
 #ifndef TESTING
 int main(int argc, char** argv) {
     Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards (GPU, or the CPU backend when built with CPU=1).");
-    cli.add("train-data", 'i', "GLOB", "dev/data/shakespeare/shakespeare_train.bin", "training token shards");
-    cli.add("val-data", 'j', "GLOB", "dev/data/shakespeare/shakespeare_val.bin", "validation token shards ('' for none)");
-    cli.add("init", 'e', "FILE|dN", "auto",
-            "llm.c checkpoint to start from, or dN for a random GPT-2 of depth N (auto: d12 on a GPU, "
-            "tiny on the CPU backend: 4 layers, 128 channels, 4 heads, 128 positions)");
-    cli.add("layers", 0, "INT", "", "random init: number of layers (overrides --init's depth)");
-    cli.add("channels", 0, "INT", "", "random init: channels C");
-    cli.add("heads", 0, "INT", "", "random init: attention heads (C must divide by it)");
-    cli.add("max-seq-len", 0, "INT", "1024", "random init: positions maxT (the tiny CPU model: 128)");
-    cli.add("vocab-size", 0, "INT", "50257", "random init: vocabulary size V (padded to a multiple of 128)");
-    cli.add("batch-size", 'b', "INT", "4", "micro-batch size B");
-    cli.add("seq-len", 't', "INT", "auto", "sequence length T (auto: 1024 on a GPU, 128 on the CPU backend)");
-    cli.add("total-batch-size", 'd', "TOKENS", "-1", "tokens per optimizer step (gradient accumulation); -1: B*T");
-    cli.add("lr", 'l', "FLOAT", "auto", "peak learning rate (auto: 3e-4 on a GPU, 1e-3 for the CPU backend's tiny model)");
-    cli.add("lr-schedule", 'k', "NAME", "cosine", "cosine | linear | constant | wsd");
-    cli.add("warmup", 'u', "STEPS", "0", "linear warmup steps");
-    cli.add("final-lr-frac", 'q', "FLOAT", "1.0", "final learning rate as a fraction of the peak");
-    cli.add("weight-decay", 'c', "FLOAT", "0.0", "AdamW weight decay (matrices only)");
-    cli.add("beta1", 0, "FLOAT", "0.9", "AdamW beta1");
-    cli.add("beta2", 0, "FLOAT", "0.95", "AdamW beta2");
-    cli.add("adam-eps", 0, "FLOAT", "1e-8", "AdamW epsilon");
-    cli.add("grad-clip", 0, "FLOAT", "1.0", "clip the global gradient norm to this (0: off)");
-    cli.add("max-steps", 'x', "INT", "auto", "optimizer steps; -1: one epoch of the training data (auto: -1 on a GPU, 150 on the CPU backend)");
-    cli.add("val-every", 'v', "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: 20 on a GPU, 25 on the CPU backend)");
-    cli.add("val-steps", 'm', "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU backend)");
-    cli.add("precision", 'f', "NAME", "fp32", "fp32 | tf32 | bf16 (fp16 and fp8: see issue tracker)");
-    cli.add("seed", 0, "INT", "42", "seed for initialization, shuffling and sampling");
-    cli.add("gen-tokens", 'g', "INT", "auto", "tokens to sample after training, 0: none (auto: 256 on a GPU, 64 on the CPU backend)");
-    cli.add("temperature", 0, "FLOAT", "1.0", "sampling temperature");
-    cli.add("top-k", 0, "INT", "0", "sample among the k most likely tokens only (0: all)");
-    cli.add("tokenizer", 0, "FILE", "dev/data/shakespeare/gpt2_tokenizer.bin", "llm.c GPT-2 tokenizer file, to print samples");
-    cli.add_flag("shuffle", 0, "shuffle the order of batches and shards every epoch (seeded)");
-    cli.add_flag("overfit-batch", 'a', "train on the first batch only (debugging)");
+    cli.add("train-data", "i", "GLOB", "dev/data/shakespeare/shakespeare_train.bin", "training token shards");
+    cli.add("val-data", "j", "GLOB", "dev/data/shakespeare/shakespeare_val.bin", "validation token shards ('' for none)");
+    cli.add("init", "e", "FILE|DIR|dN", "auto",
+            "start from a llm.c checkpoint (.bin), a Hugging Face GPT-2 (.safetensors, or a directory with "
+            "model.safetensors and config.json), or dN: a random GPT-2 of depth N (auto: d12 on a GPU, tiny on "
+            "the CPU backend: 4 layers, 128 channels, 4 heads, 128 positions)");
+    cli.add("layers", nullptr, "INT", "", "random init: number of layers (overrides --init's depth)");
+    cli.add("channels", nullptr, "INT", "", "random init: channels C");
+    cli.add("heads", nullptr, "INT", "", "random init: attention heads (C must divide by it)");
+    cli.add("max-seq-len", nullptr, "INT", "1024", "random init: positions maxT (the tiny CPU model: 128)");
+    cli.add("vocab-size", nullptr, "INT", "50257", "random init: vocabulary size V (padded to a multiple of 128)");
+    cli.add("output-dir", "o", "DIR", "", "write log.jsonl and checkpoints here (none: no files written)");
+    cli.add("checkpoint-every", "n", "STEPS", "0", "with --output-dir: checkpoint every this many steps (0: only at the end)");
+    cli.add("keep-checkpoints", "nk", "K", "0", "keep only the newest K checkpoints (0: keep all)");
+    cli.add_flag("resume", "y", "continue from the newest complete checkpoint in --output-dir (fresh start if none)");
+    cli.add("stop-after", nullptr, "STEPS", "0", "leave after this many steps of this run (e.g. a job's time limit; 0: run to the end)");
+    cli.add("batch-size", "b", "INT", "4", "micro-batch size B");
+    cli.add("seq-len", "t", "INT", "auto", "sequence length T (auto: 1024 on a GPU, 128 on the CPU backend)");
+    cli.add("total-batch-size", "d", "TOKENS", "-1", "tokens per optimizer step (gradient accumulation); -1: B*T");
+    cli.add("lr", "l", "FLOAT", "auto", "peak learning rate (auto: 3e-4 on a GPU, 1e-3 for the CPU backend's tiny model)");
+    cli.add("lr-schedule", "k", "NAME", "cosine", "cosine | linear | constant | wsd");
+    cli.add("warmup", "u", "STEPS", "0", "linear warmup steps");
+    cli.add("final-lr-frac", "q", "FLOAT", "1.0", "final learning rate as a fraction of the peak");
+    cli.add("weight-decay", "c", "FLOAT", "0.0", "AdamW weight decay (matrices only)");
+    cli.add("beta1", nullptr, "FLOAT", "0.9", "AdamW beta1");
+    cli.add("beta2", nullptr, "FLOAT", "0.95", "AdamW beta2");
+    cli.add("adam-eps", nullptr, "FLOAT", "1e-8", "AdamW epsilon");
+    cli.add("grad-clip", nullptr, "FLOAT", "1.0", "clip the global gradient norm to this (0: off)");
+    cli.add("max-steps", "x", "INT", "auto", "optimizer steps; -1: one epoch of the training data (auto: -1 on a GPU, 150 on the CPU backend)");
+    cli.add("val-every", "v", "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: 20 on a GPU, 25 on the CPU backend)");
+    cli.add("val-steps", "m", "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU backend)");
+    cli.add("precision", nullptr, "NAME", "fp32", "fp32 | tf32 | bf16 (fp16 and fp8: see issue tracker)");
+    cli.add("tf32", "f", "0|1", "0", "with fp32: TF32 tensor-core matmuls (llm.c's -f; same as --precision tf32)");
+    cli.add("seed", nullptr, "INT", "42", "seed for initialization, shuffling and sampling");
+    cli.add("gen-tokens", "g", "INT", "auto", "tokens to sample after training, 0: none (auto: 256 on a GPU, 64 on the CPU backend)");
+    cli.add("sample-every", "s", "STEPS", "0", "also sample every this many steps during training (0: only at the end)");
+    cli.add("prompt", nullptr, "TEXT", "", "text the samples continue (encoded with --tokenizer)");
+    cli.add("temperature", nullptr, "FLOAT", "1.0", "sampling temperature");
+    cli.add("top-k", nullptr, "INT", "0", "sample among the k most likely tokens only (0: all)");
+    cli.add("tokenizer", nullptr, "FILE", "dev/data/shakespeare/gpt2_tokenizer.bin", "llm.c GPT-2 tokenizer file, to print samples");
+    cli.add("export-hf", nullptr, "DIR", "", "after training, write the model for Hugging Face transformers "
+            "(model.safetensors + config.json) into DIR");
+    cli.add("label", nullptr, "NAME", "", "the run's name in the log and plots (default: model and precision)");
+    cli.add_flag("shuffle", nullptr, "shuffle the order of batches and shards every epoch (seeded)");
+    cli.add_flag("overfit-batch", "a", "train on the first batch only (debugging)");
     cli.parse(argc, argv);
     use_all_cpu_cores();
     // Machine-dependent defaults: a GPU trains GPT-2 124M; the CPU backend a model small enough
@@ -801,25 +1296,60 @@ int main(int argc, char** argv) {
     o.shuffle = cli.flag("shuffle");
     o.overfit_batch = cli.flag("overfit-batch");
     o.gen_tokens = (int)cli.integer("gen-tokens", 0, 1 << 20);
+    o.sample_every = (int)cli.integer("sample-every", 0, 1 << 30);
     o.temperature = (float)cli.number("temperature", 1e-3, 100);
     o.top_k = (int)cli.integer("top-k", 0, 1 << 24);
     o.tokenizer_path = cli.str("tokenizer");
+    o.prompt = cli.str("prompt");
+    if (!o.prompt.empty()) {  // encoded now, so a bad tokenizer stops the run before training, not after
+        Tokenizer tok;
+        std::string err;
+        if (!tok.load(o.tokenizer_path, &err)) cli.fail("option --prompt: cannot load the tokenizer: %s", err.c_str());
+        if (!tok.can_encode()) cli.fail("option --prompt: %s cannot encode text (not a byte-level BPE)", o.tokenizer_path.c_str());
+        o.prompt_tokens = tok.encode(o.prompt);
+    }
+    o.output_dir = cli.str("output-dir");
+    o.export_hf = cli.str("export-hf");
+    o.checkpoint_every = (int)cli.integer("checkpoint-every", 0, 1 << 30);
+    o.keep_checkpoints = (int)cli.integer("keep-checkpoints", 0, 1 << 30);
+    o.stop_after = (int)cli.integer("stop-after", 0, 1 << 30);
+    bool resume = cli.flag("resume");
+    if (resume && o.output_dir.empty()) cli.fail("option --resume: needs --output-dir (where the checkpoints are)");
+    if ((cli.given("checkpoint-every") || cli.given("keep-checkpoints")) && o.output_dir.empty())
+        cli.fail("option --%s: needs --output-dir (where to write them)",
+                 cli.given("checkpoint-every") ? "checkpoint-every" : "keep-checkpoints");
     std::string prec = cli.str("precision");
     if (prec == "fp32") o.precision = Precision::FP32;
     else if (prec == "tf32") { o.precision = Precision::FP32; o.tf32 = true; }
     else if (prec == "bf16") o.precision = Precision::BF16;
     else cli.fail("option --precision: '%s' is not one of fp32, tf32, bf16", prec.c_str());
+    if (cli.integer("tf32", 0, 1)) {
+        if (o.precision != Precision::FP32) cli.fail("option --tf32: applies to --precision fp32 only");
+        o.tf32 = true;
+    }
 
+    // The model: from the newest complete checkpoint when resuming, else --init.
     GPT2Config config;
     std::vector<float> init;
+    TrainState state;
+    std::string state_path;
+    std::vector<int> done = resume ? complete_checkpoints(o.output_dir) : std::vector<int>{};
+    if (resume && done.empty()) printf("resume: no complete checkpoint in %s, starting from scratch\n", o.output_dir.c_str());
     std::string spec = cli.str("init");
     bool tiny = spec == "tiny";
-    if (tiny) {
-        config_from_depth("d4", &config);
-        config.channels = 128;
-        config.num_heads = 4;
-    }
-    if (tiny || config_from_depth(spec, &config)) {
+    if (!done.empty()) {
+        init = load_checkpoint(checkpoint_file(o.output_dir, "model", done.back()), &config);
+        state_path = state_file(o.output_dir, done.back(), 0);
+        std::string err;
+        if (!read_train_state(state_path, &state, &err)) data_error("%s", err.c_str());
+        if (state.step != done.back())
+            data_error("%s: holds step %lld, its name says %d", state_path.c_str(), state.step, done.back());
+    } else if (tiny || config_from_depth(spec, &config)) {
+        if (tiny) {
+            config_from_depth("d4", &config);
+            config.channels = 128;
+            config.num_heads = 4;
+        }
         if (cli.given("layers")) config.num_layers = (int)cli.integer("layers", 1, 1024);
         if (cli.given("channels")) config.channels = (int)cli.integer("channels", 1, 1 << 16);
         if (cli.given("heads")) config.num_heads = (int)cli.integer("heads", 1, 1024);
@@ -830,11 +1360,19 @@ int main(int argc, char** argv) {
             cli.fail("option --heads: %d does not divide channels %d", config.num_heads, config.channels);
         init = random_init(config, o.seed);
     } else {
-        init = load_checkpoint(spec, &config);
+        struct stat info;
+        bool hf = (stat(spec.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) ||
+                  (spec.size() > 12 && spec.compare(spec.size() - 12, 12, ".safetensors") == 0);
+        init = hf ? load_hf_gpt2(spec, &config) : load_checkpoint(spec, &config);
     }
     if (o.T > config.max_seq_len)
         cli.fail("option --seq-len: %d is longer than the model's %d positions", o.T, config.max_seq_len);
+    o.label = cli.given("label") ? cli.str("label")
+                                 : "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels) +
+                                       " " + prec + (o.tf32 && prec == "fp32" ? "+tf32" : "");
 
-    return o.precision == Precision::BF16 ? train<__nv_bfloat16>(o, config, init) : train<float>(o, config, init);
+    const TrainState* from = done.empty() ? nullptr : &state;
+    return o.precision == Precision::BF16 ? train<__nv_bfloat16>(o, config, init, from, state_path)
+                                          : train<float>(o, config, init, from, state_path);
 }
 #endif  // TESTING

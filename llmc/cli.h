@@ -1,6 +1,10 @@
 // llmc/cli.h — a small table-driven command-line parser shared by the trainers: long options for
 // everything, llm.c's short flags as aliases, --help generated from the table with defaults, and
 // one clear error (naming the option) for unknown options, missing values and bad values.
+//
+// llm.c's flags are a dash and one or two letters (-i, -nk), each followed by a value; its on/off
+// flags take 0 or 1 (-y 1). Here switches are long options without a value (--resume), and their
+// llm.c alias accepts an optional 0 or 1 after it, so llm.c command lines work unchanged.
 #pragma once
 #include <cerrno>
 #include <cstdarg>
@@ -14,7 +18,7 @@
 
 struct CliOption {
     const char* long_name;   // without the leading "--"
-    char short_name;         // llm.c's flag letter, or 0
+    const char* short_name;  // llm.c's flag without the dash ("i", "nk"), or nullptr
     const char* value_name;  // e.g. "INT"; nullptr for a switch (no value)
     const char* help;
     std::string value;       // current value as text (the default until parsed)
@@ -26,12 +30,12 @@ class Cli {
     explicit Cli(const char* program, const char* summary) : program_(program), summary_(summary) {}
 
     // Declares an option taking a value, with its default (shown in --help).
-    void add(const char* long_name, char short_name, const char* value_name, const char* default_value,
+    void add(const char* long_name, const char* short_name, const char* value_name, const char* default_value,
              const char* help) {
         options_.push_back({long_name, short_name, value_name, help, default_value ? default_value : "", false});
     }
     // Declares a switch (no value); its value is "1" when given, "0" otherwise.
-    void add_flag(const char* long_name, char short_name, const char* help) {
+    void add_flag(const char* long_name, const char* short_name, const char* help) {
         options_.push_back({long_name, short_name, nullptr, help, "0", false});
     }
 
@@ -56,9 +60,15 @@ class Cli {
                 }
                 opt = find_long(name);
                 if (!opt) fail("unknown option '--%s' (see --help)", name.c_str());
-            } else if (arg.size() == 2 && arg[0] == '-') {
-                opt = find_short(arg[1]);
+            } else if (arg.size() >= 2 && arg[0] == '-') {
+                opt = find_short(arg.substr(1));
                 if (!opt) fail("unknown option '%s' (see --help)", arg.c_str());
+                // llm.c style "-y 1" / "-y 0" for a switch
+                if (!opt->value_name && i + 1 < argc && (!strcmp(argv[i + 1], "0") || !strcmp(argv[i + 1], "1"))) {
+                    opt->value = argv[++i];
+                    opt->given = true;
+                    continue;
+                }
             } else {
                 fail("unexpected argument '%s' (options start with -- ; see --help)", arg.c_str());
             }
@@ -121,14 +131,11 @@ class Cli {
     void print_help() const {
         printf("usage: %s [options]\n%s\n\noptions (default in brackets):\n", program_, summary_);
         for (const CliOption& o : options_) {
-            char left[64];
-            if (o.short_name)
-                snprintf(left, sizeof(left), "-%c, --%s%s%s", o.short_name, o.long_name, o.value_name ? " " : "",
-                         o.value_name ? o.value_name : "");
-            else
-                snprintf(left, sizeof(left), "    --%s%s%s", o.long_name, o.value_name ? " " : "",
-                         o.value_name ? o.value_name : "");
-            printf("  %-34s %s", left, o.help);
+            char left[80];
+            std::string alias = o.short_name ? std::string("-") + o.short_name + "," : "";
+            snprintf(left, sizeof(left), "%-4s --%s%s%s", alias.c_str(), o.long_name, o.value_name ? " " : "",
+                     o.value_name ? o.value_name : "");
+            printf("  %-36s %s", left, o.help);
             if (o.value_name) printf(" [%s]", o.value.empty() ? "none" : o.value.c_str());
             printf("\n");
         }
@@ -146,9 +153,9 @@ class Cli {
             if (name == o.long_name) return &o;
         return nullptr;
     }
-    CliOption* find_short(char c) {
+    CliOption* find_short(const std::string& name) {
         for (CliOption& o : options_)
-            if (o.short_name == c) return &o;
+            if (o.short_name && name == o.short_name) return &o;
         return nullptr;
     }
     const char* program_;

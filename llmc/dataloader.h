@@ -29,6 +29,8 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_common.h"
+
 constexpr int SHARD_MAGIC = 20240520;
 constexpr int SHARD_VERSION = 1;
 constexpr int SHARD_HEADER_INTS = 256;
@@ -57,24 +59,50 @@ inline std::vector<std::string> glob_files(const std::string& pattern) {
     return files;
 }
 
-// Reads a shard's header and checks it against the file size; returns its token count.
-inline size_t read_shard_header(const std::string& path, FILE* f) {
+// Checks a shard's 1024-byte header against the file's size; the token count goes to *ntok.
+// False with the reason in *err (no exit: the fuzz target drives this directly).
+inline bool parse_shard_header(const uint8_t* header_bytes, size_t file_size, size_t* ntok, std::string* err) {
+    if (file_size < SHARD_HEADER_INTS * 4) {
+        *err = "too short for a token shard header (" + std::to_string(SHARD_HEADER_INTS * 4) + " bytes)";
+        return false;
+    }
     int32_t header[SHARD_HEADER_INTS];
-    if (fread(header, sizeof(int32_t), SHARD_HEADER_INTS, f) != SHARD_HEADER_INTS)
-        data_error("%s: too short for a token shard header (%d bytes)", path.c_str(), SHARD_HEADER_INTS * 4);
-    if (header[0] != SHARD_MAGIC)
-        data_error("%s: bad magic %d (a llm.c token shard starts with %d)", path.c_str(), header[0], SHARD_MAGIC);
-    if (header[1] != SHARD_VERSION)
-        data_error("%s: unsupported shard version %d (expected %d: uint16 tokens)", path.c_str(), header[1],
-                   SHARD_VERSION);
-    if (header[2] < 0) data_error("%s: negative token count %d in header", path.c_str(), header[2]);
-    size_t ntok = (size_t)header[2];
+    memcpy(header, header_bytes, sizeof(header));
+    if (header[0] != SHARD_MAGIC) {
+        *err = "bad magic " + std::to_string(header[0]) + " (a llm.c token shard starts with " +
+               std::to_string(SHARD_MAGIC) + ")";
+        return false;
+    }
+    if (header[1] != SHARD_VERSION) {
+        *err = "unsupported shard version " + std::to_string(header[1]) + " (expected " +
+               std::to_string(SHARD_VERSION) + ": uint16 tokens)";
+        return false;
+    }
+    if (header[2] < 0) {
+        *err = "negative token count " + std::to_string(header[2]) + " in header";
+        return false;
+    }
+    *ntok = (size_t)header[2];
+    size_t expected = SHARD_HEADER_INTS * 4 + 2 * *ntok;
+    if (file_size != expected) {
+        *err = "file is " + std::to_string(file_size) + " bytes but its header promises " + std::to_string(*ntok) +
+               " tokens (" + std::to_string(expected) + " bytes): truncated or corrupt";
+        return false;
+    }
+    return true;
+}
+
+// Reads a shard's header and checks it against the file size; returns its token count (exits with
+// one line naming the file and the problem if the shard is unusable).
+inline size_t read_shard_header(const std::string& path, FILE* f) {
+    uint8_t header[SHARD_HEADER_INTS * 4] = {0};  // a shorter file leaves zeros, refused by its size
+    if (fread(header, 1, sizeof(header), f) == 0 && ferror(f)) data_error("%s: read failed", path.c_str());
     if (fseek(f, 0, SEEK_END) != 0) data_error("%s: cannot seek", path.c_str());
     long size = ftell(f);
-    size_t expected = SHARD_HEADER_INTS * 4 + 2 * ntok;
-    if (size < 0 || (size_t)size != expected)
-        data_error("%s: file is %ld bytes but its header promises %zu tokens (%zu bytes): truncated or corrupt",
-                   path.c_str(), size, ntok, expected);
+    size_t ntok;
+    std::string err;
+    if (!parse_shard_header(header, (size_t)std::max(0L, size), &ntok, &err))
+        data_error("%s: %s", path.c_str(), err.c_str());
     return ntok;
 }
 
@@ -117,15 +145,24 @@ class DataLoader {
     DataLoader& operator=(const DataLoader&) = delete;
 
     // Back to the first batch of epoch 0.
-    void reset() {
+    void reset() { seek(0); }
+
+    // Makes batch number `position` (counting from 0 at the start of epoch 0, across epochs) the
+    // current one, exactly as if next_batch() had been called that many times after reset():
+    // a resumed run reads the same batches as an uninterrupted one.
+    void seek(uint64_t position) {
         join();
-        epoch_ = 0;
-        order_pos_ = 0;
-        window_pos_ = 0;
-        loaded_shard_ = SIZE_MAX;
+        size_t per_epoch = batches_per_epoch();
+        epoch_ = (int)(position / per_epoch);
+        size_t rest = position % per_epoch;
         plan_epoch();
-        prefetch();    // batch 0 into the spare buffer...
-        next_batch();  // ...made current, and batch 1 prefetched
+        order_pos_ = 0;
+        while (rest >= windows_[shard_order_[order_pos_]]) rest -= windows_[shard_order_[order_pos_++]];
+        window_pos_ = rest;
+        loaded_shard_ = SIZE_MAX;
+        prefetch();    // the batch at `position` into the spare buffer...
+        next_batch();  // ...made current, and the one after it prefetched
+        position_ = position;
     }
 
     // Makes the next batch current: inputs()/targets() point at it (B*T ints each, pinned), and
@@ -133,6 +170,7 @@ class DataLoader {
     void next_batch() {
         join();
         current_ = 1 - current_;
+        position_++;
         prefetch();
     }
 
@@ -142,6 +180,8 @@ class DataLoader {
     // Batches this rank gets per epoch (all shards).
     size_t batches_per_epoch() const { return std::accumulate(windows_.begin(), windows_.end(), (size_t)0); }
     int epoch() const { return epoch_; }
+    // Index of the current batch (see seek()).
+    uint64_t position() const { return position_; }
 
   private:
     // Shard order and per-shard window orders for the current epoch.
@@ -199,6 +239,7 @@ class DataLoader {
                 order_pos_ = 0;
                 epoch_++;
                 plan_epoch();
+                loaded_shard_ = SIZE_MAX;  // re-plan its windows for the new epoch even if it stays loaded
             }
         }
     }
@@ -223,5 +264,6 @@ class DataLoader {
     int* inputs_[2] = {nullptr, nullptr};    // double buffer (pinned): current_ and the prefetch
     int* targets_[2] = {nullptr, nullptr};
     int current_ = 0;  // the buffer inputs()/targets() return; the worker fills the other one
+    uint64_t position_ = 0;  // index of the current batch
     std::thread worker_;
 };

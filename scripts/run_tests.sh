@@ -7,7 +7,17 @@
 #   TESTS       test names (test_<name>)
 #   DEVS        dev/cuda file names whose validation runs too (dev_<name>)
 #   NVCC, CUDA_ARCHS, NVCC_CHECK_FLAGS, CU_SOURCES   compile checks (NVCC empty: skip)
+#   REQUIRE_ORACLE=1   a missing Python oracle (torch + transformers) fails the python checks
+#                      instead of skipping them (CI sets it)
 set -u
+root="$(cd "$(dirname "$0")/.." && pwd)"
+
+# Python oracle checks, run after the binaries with /usr/bin/python3 (Debian's torch, transformers
+# from pip): "name script test-binary" each; the script gets the test binary's path as its argument
+# and prints the same PASS/FAIL lines and tally as the binaries. Add a check with one line.
+PY_ORACLE_CHECKS=(
+    "hf_gpt2_roundtrip test/hf_gpt2_roundtrip.py test_hf_gpt2"
+)
 passed=0
 failed=0
 failed_names=()
@@ -35,7 +45,7 @@ run() {
 
 # Open MPI's own allocations live until exit; LeakSanitizer (ASan builds) must not count them.
 # The suppressions match library names, which only the slow unwinder finds in Open MPI's plugins.
-supp="$(cd "$(dirname "$0")/.." && pwd)/test/lsan-openmpi.supp"
+supp="$root/test/lsan-openmpi.supp"
 MPIRUN=(mpirun --oversubscribe -x "LSAN_OPTIONS=suppressions=$supp:fast_unwind_on_malloc=0")
 [[ $(id -u) == 0 ]] && MPIRUN+=(--allow-run-as-root)
 
@@ -51,6 +61,25 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
     done
     for d in ${DEVS:-}; do
         run "dev/cuda/$d.cu" "$BUILD_DIR/dev_$d"
+    done
+    if python3 -c 'import matplotlib' >/dev/null 2>&1; then
+        run "test_plot (scripts/plot.py)" python3 "$root/test/test_plot.py"
+    else
+        echo "SKIP test_plot (scripts/plot.py needs matplotlib: python3 -m pip install matplotlib)"
+    fi
+    if /usr/bin/python3 -c 'import torch, transformers' >/dev/null 2>&1; then have_oracle=1; else have_oracle=; fi
+    for check in "${PY_ORACLE_CHECKS[@]}"; do
+        read -r name script bin <<< "$check"
+        [[ " $TESTS " == *" ${bin#test_} "* ]] || continue  # its binary is not part of this suite
+        if [[ -n "$have_oracle" ]]; then
+            run "$name" /usr/bin/python3 "$root/$script" "$BUILD_DIR/$bin"
+        elif [[ "${REQUIRE_ORACLE:-}" == 1 ]]; then
+            echo "FAIL $name (REQUIRE_ORACLE=1, but /usr/bin/python3 cannot import torch and transformers)"
+            failed=$((failed + 1))
+            failed_names+=("$name")
+        else
+            echo "SKIP $name (needs Debian python3-torch and pip transformers<4.46 for /usr/bin/python3)"
+        fi
     done
 fi
 

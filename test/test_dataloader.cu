@@ -118,6 +118,34 @@ void test_shuffle() {
                shuffled, s1 == s2, s1 != s3);
 }
 
+// seek(n) must land where n calls of next_batch() do (resuming depends on it), across shards and
+// epochs, shuffled; and every epoch reshuffles, also when a single shard stays loaded.
+void test_seek() {
+    int B = 1, T = 4, V = 60000;
+    write_shard("seek_a.bin", counting_tokens(41, V));   // 10 windows
+    write_shard("seek_b.bin", counting_tokens(29, V));   // 7 windows
+    write_shard("single.bin", counting_tokens(41, V));
+    for (const char* pattern : {"/seek_*.bin", "/single.bin"}) {
+        DataLoader walk(tmpdir + pattern, B, T, 0, 1, true, 3, V), jump(tmpdir + pattern, B, T, 0, 1, true, 3, V);
+        size_t per_epoch = walk.batches_per_epoch(), n = 3 * per_epoch + 2;
+        bool same = true;
+        std::vector<std::vector<int>> epochs(3);
+        for (size_t k = 0; k < n; k++) {
+            if (k < 3 * per_epoch) epochs[k / per_epoch].push_back(walk.inputs()[0]);
+            jump.seek(k);
+            same = same && jump.position() == k && walk.position() == k &&
+                   std::equal(walk.inputs(), walk.inputs() + B * T, jump.inputs()) &&
+                   std::equal(walk.targets(), walk.targets() + B * T, jump.targets());
+            walk.next_batch();
+        }
+        bool reshuffled = epochs[0] != epochs[1] && epochs[1] != epochs[2];
+        th::report(same && reshuffled, pattern[1] == 's' && pattern[2] == 'e'
+                                           ? "dataloader: seek(n) = n x next_batch() (2 shards, shuffled, 3 epochs)"
+                                           : "dataloader: seek(n) = n x next_batch() (1 shard, shuffled, 3 epochs)",
+                   "same batches %d, each epoch in a new order %d", same, reshuffled);
+    }
+}
+
 void test_errors() {
     int B = 2, T = 8, V = 500;
     auto good = counting_tokens(100, V);
@@ -148,6 +176,7 @@ int main() {
     test_batches();
     test_ranks();
     test_shuffle();
+    test_seek();
     test_errors();
     std::string cmd = "rm -rf " + tmpdir;
     if (system(cmd.c_str()) != 0) fprintf(stderr, "could not remove %s\n", tmpdir.c_str());

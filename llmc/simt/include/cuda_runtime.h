@@ -45,6 +45,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <cstdio>
 #include <cstring>
 #include <tuple>
@@ -265,15 +266,22 @@ inline unsigned __reduce_max_sync(unsigned mask, unsigned v, const char* file = 
 // ----------------------------------------------------------------------------
 // Atomics: GCC's __atomic builtins, so blocks on parallel workers (SIMT_THREADS > 1) are safe.
 
+// Read-modify-write of *address by compare-and-swap on its bits (an unsigned integer of T's size:
+// clang does not count __half2 as trivially copyable, so the CAS cannot take T itself).
 template <class T>
 inline T simt_atomic_cas_update(T* address, T (*update)(T, T), T val) {
-    T old = *address, assumed;
+    using Bits = typename std::conditional<sizeof(T) == 2, uint16_t,
+                 typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type>::type;
+    static_assert(sizeof(T) == sizeof(Bits), "atomics on 2-, 4- and 8-byte types");
+    Bits* bits = reinterpret_cast<Bits*>(address);
+    Bits old = __atomic_load_n(bits, __ATOMIC_SEQ_CST), desired;
+    T before;
     do {
-        assumed = old;
-        T desired = update(assumed, val);
-        __atomic_compare_exchange(address, &old, &desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    } while (std::memcmp(&assumed, &old, sizeof(T)) != 0);
-    return old;
+        std::memcpy(static_cast<void*>(&before), &old, sizeof(T));
+        T after = update(before, val);
+        std::memcpy(&desired, static_cast<const void*>(&after), sizeof(T));
+    } while (!__atomic_compare_exchange_n(bits, &old, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return before;
 }
 inline int atomicAdd(int* a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicAdd(unsigned* a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }

@@ -1,0 +1,265 @@
+// llmc/checkpoint.h — crash-safe training checkpoints shared by the trainers: file names, atomic
+// writes (temp file, fsync, rename), DONE markers, finding the newest complete checkpoint, keeping
+// the last K, and the training-state file (optimizer state, data position, RNG) with a strict parser.
+//
+// A checkpoint of step S in the output directory is, as in llm.c:
+//   model_%08d.bin        the model (the trainer's own format; GPT-2: llm.c's model file)
+//   state_%08d_%05d.bin   each rank's training state (format below)
+//   DONE_%08d             an empty marker, written last
+// Every file is written to NAME.tmp, flushed to disk and renamed, and the marker comes after all of
+// them: a run killed at any moment (kill -9, power loss) leaves either a complete checkpoint or one
+// without its marker, which is never picked for resuming.
+//
+// Training-state file: a 256 x int32 header (64-bit values take two slots, low word first)
+//   [0] magic 20261101  [1] version 1  [2] world size  [3] rank  [4] 1 if master weights follow
+//   [5] shuffle  [6] precision code (the trainer's)  [7] B  [8] T
+//   [10..11] completed steps  [12..13] N: optimizer elements in this file
+//   [14..15] seed  [16..17] tokens per optimizer step  [18..19] data position (batches read)
+//   [20..21] sampling RNG state  [22] loss scale (fp32 bits)  [23] optimizer steps skipped
+// then fp32 m[N], v[N] and, when [4] is 1, master weights[N]. Slots not listed are 0.
+#pragma once
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+constexpr int TRAIN_STATE_MAGIC = 20261101;
+constexpr int TRAIN_STATE_VERSION = 1;
+
+inline std::string checkpoint_file(const std::string& dir, const char* kind, int step) {
+    char name[64];
+    snprintf(name, sizeof(name), "/%s_%08d%s", kind, step, strcmp(kind, "DONE") == 0 ? "" : ".bin");
+    return dir + name;
+}
+inline std::string state_file(const std::string& dir, int step, int rank) {
+    char name[64];
+    snprintf(name, sizeof(name), "/state_%08d_%05d.bin", step, rank);
+    return dir + name;
+}
+
+// Creates dir (and its parents) if missing; false with a reason otherwise.
+inline bool make_dirs(const std::string& dir, std::string* err) {
+    for (size_t i = 1; i <= dir.size(); i++) {
+        if (i < dir.size() && dir[i] != '/') continue;
+        std::string prefix = dir.substr(0, i);
+        if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+            *err = "cannot create directory " + prefix + ": " + strerror(errno);
+            return false;
+        }
+    }
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+        *err = dir + " is not a directory";
+        return false;
+    }
+    return true;
+}
+
+// Writes a file crash-safely from a list of byte ranges: PATH.tmp, fsync, rename to PATH.
+inline bool write_file_atomic(const std::string& path, const std::vector<std::pair<const void*, size_t>>& parts,
+                              std::string* err) {
+    std::string tmp = path + ".tmp";
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        *err = "cannot write " + tmp + ": " + strerror(errno);
+        return false;
+    }
+    for (const auto& part : parts) {
+        const char* p = (const char*)part.first;
+        size_t left = part.second;
+        while (left > 0) {
+            ssize_t n = write(fd, p, left);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+                *err = "writing " + tmp + " failed: " + strerror(errno);
+                close(fd);
+                unlink(tmp.c_str());
+                return false;
+            }
+            p += n;
+            left -= (size_t)n;
+        }
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        *err = "writing " + tmp + " failed: " + strerror(errno);
+        unlink(tmp.c_str());
+        return false;
+    }
+    if (rename(tmp.c_str(), path.c_str()) != 0) {
+        *err = "cannot rename " + tmp + " to " + path + ": " + strerror(errno);
+        unlink(tmp.c_str());
+        return false;
+    }
+    return true;
+}
+
+// Steps of the complete checkpoints (those with a DONE marker) in dir, ascending.
+inline std::vector<int> complete_checkpoints(const std::string& dir) {
+    std::vector<int> steps;
+    DIR* d = opendir(dir.c_str());
+    if (!d) return steps;
+    while (struct dirent* e = readdir(d)) {
+        int step;
+        char tail;
+        if (strlen(e->d_name) == 13 && sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1 && step >= 0)
+            steps.push_back(step);
+    }
+    closedir(d);
+    std::sort(steps.begin(), steps.end());
+    return steps;
+}
+
+// Deletes all but the newest `keep` complete checkpoints of `world` ranks (marker first, so a
+// half-deleted checkpoint is never taken for complete); keep <= 0 keeps everything.
+inline void prune_checkpoints(const std::string& dir, int keep, int world) {
+    if (keep <= 0) return;
+    std::vector<int> steps = complete_checkpoints(dir);
+    for (size_t i = 0; i + keep < steps.size(); i++) {
+        unlink(checkpoint_file(dir, "DONE", steps[i]).c_str());
+        unlink(checkpoint_file(dir, "model", steps[i]).c_str());
+        for (int r = 0; r < world; r++) unlink(state_file(dir, steps[i], r).c_str());
+    }
+}
+
+// Reads a whole file; false with a reason if it cannot.
+inline bool read_whole_file(const std::string& path, std::vector<uint8_t>* out, std::string* err) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) {
+        *err = "cannot open " + path + ": " + strerror(errno);
+        return false;
+    }
+    out->clear();
+    uint8_t buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out->insert(out->end(), buf, buf + n);
+    bool ok = !ferror(f);
+    fclose(f);
+    if (!ok) *err = "reading " + path + " failed";
+    return ok;
+}
+
+// Everything a run needs besides the model to continue exactly where it stopped.
+struct TrainState {
+    int world = 1, rank = 0;
+    bool has_master = false, shuffle = false;
+    int precision = 0, B = 0, T = 0;
+    long long step = 0;           // optimizer steps completed
+    long long tokens_per_step = 0;
+    uint64_t seed = 0;
+    uint64_t data_position = 0;   // batches the training loader has handed out
+    uint64_t rng = 0;             // sampling RNG
+    float loss_scale = 1.f;
+    int skipped_steps = 0;
+    std::vector<float> m, v, master;  // (N) each; master only when has_master
+};
+
+namespace checkpoint_detail {
+inline void put64(int32_t* h, int slot, uint64_t x) {
+    h[slot] = (int32_t)(uint32_t)x;
+    h[slot + 1] = (int32_t)(uint32_t)(x >> 32);
+}
+inline uint64_t get64(const int32_t* h, int slot) { return (uint64_t)(uint32_t)h[slot] | (uint64_t)(uint32_t)h[slot + 1] << 32; }
+}  // namespace checkpoint_detail
+
+// Writes s to path (atomically).
+inline bool write_train_state(const std::string& path, const TrainState& s, std::string* err) {
+    using namespace checkpoint_detail;
+    int32_t h[256] = {0};
+    h[0] = TRAIN_STATE_MAGIC;
+    h[1] = TRAIN_STATE_VERSION;
+    h[2] = s.world;
+    h[3] = s.rank;
+    h[4] = s.has_master;
+    h[5] = s.shuffle;
+    h[6] = s.precision;
+    h[7] = s.B;
+    h[8] = s.T;
+    put64(h, 10, (uint64_t)s.step);
+    put64(h, 12, s.m.size());
+    put64(h, 14, s.seed);
+    put64(h, 16, (uint64_t)s.tokens_per_step);
+    put64(h, 18, s.data_position);
+    put64(h, 20, s.rng);
+    memcpy(&h[22], &s.loss_scale, 4);
+    h[23] = s.skipped_steps;
+    size_t bytes = s.m.size() * sizeof(float);
+    std::vector<std::pair<const void*, size_t>> parts = {{h, sizeof(h)}, {s.m.data(), bytes}, {s.v.data(), bytes}};
+    if (s.has_master) parts.push_back({s.master.data(), bytes});
+    return write_file_atomic(path, parts, err);
+}
+
+// Parses a training-state file's bytes into *s; false with a reason naming the problem.
+inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, std::string* err) {
+    using namespace checkpoint_detail;
+    if (size < 1024) {
+        *err = "too short for a training-state header (" + std::to_string(size) + " bytes, need 1024)";
+        return false;
+    }
+    int32_t h[256];
+    memcpy(h, data, sizeof(h));
+    if (h[0] != TRAIN_STATE_MAGIC) {
+        *err = "bad magic " + std::to_string(h[0]) + " (a training-state file starts with " +
+               std::to_string(TRAIN_STATE_MAGIC) + ")";
+        return false;
+    }
+    if (h[1] != TRAIN_STATE_VERSION) {
+        *err = "unsupported training-state version " + std::to_string(h[1]);
+        return false;
+    }
+    if (h[2] < 1 || h[3] < 0 || h[3] >= h[2] || (h[4] != 0 && h[4] != 1) || (h[5] != 0 && h[5] != 1) || h[7] < 1 ||
+        h[8] < 1 || (int64_t)get64(h, 10) < 0 || (int64_t)get64(h, 16) < 1 || h[23] < 0) {
+        *err = "implausible header (world " + std::to_string(h[2]) + ", rank " + std::to_string(h[3]) + ", B " +
+               std::to_string(h[7]) + ", T " + std::to_string(h[8]) + ", step " +
+               std::to_string((int64_t)get64(h, 10)) + ")";
+        return false;
+    }
+    uint64_t n = get64(h, 12);
+    uint64_t arrays = 2 + (uint64_t)h[4];
+    if (n > (size - 1024) / 4 || 1024 + n * 4 * arrays != size) {
+        *err = "file is " + std::to_string(size) + " bytes, its header promises " + std::to_string(arrays) +
+               " arrays of " + std::to_string(n) + " floats (" + std::to_string(1024 + n * 4 * arrays) +
+               " bytes): truncated or corrupt";
+        return false;
+    }
+    s->world = h[2];
+    s->rank = h[3];
+    s->has_master = h[4];
+    s->shuffle = h[5];
+    s->precision = h[6];
+    s->B = h[7];
+    s->T = h[8];
+    s->step = (long long)get64(h, 10);
+    s->seed = get64(h, 14);
+    s->tokens_per_step = (long long)get64(h, 16);
+    s->data_position = get64(h, 18);
+    s->rng = get64(h, 20);
+    memcpy(&s->loss_scale, &h[22], 4);
+    s->skipped_steps = h[23];
+    const uint8_t* body = data + 1024;  // memcpy: the buffer need not be float-aligned
+    s->m.resize(n);
+    s->v.resize(n);
+    s->master.resize(s->has_master ? n : 0);
+    memcpy(s->m.data(), body, n * 4);
+    memcpy(s->v.data(), body + n * 4, n * 4);
+    if (s->has_master) memcpy(s->master.data(), body + 2 * n * 4, n * 4);
+    return true;
+}
+
+// Reads a training-state file; false with a reason (prefixed with the path) if it is unusable.
+inline bool read_train_state(const std::string& path, TrainState* s, std::string* err) {
+    std::vector<uint8_t> bytes;
+    if (!read_whole_file(path, &bytes, err)) return false;
+    if (!parse_train_state(bytes.data(), bytes.size(), s, err)) {
+        *err = path + ": " + *err;
+        return false;
+    }
+    return true;
+}

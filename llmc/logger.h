@@ -1,0 +1,67 @@
+// llmc/logger.h — the machine-readable run log shared by the trainers: one JSON object per line
+// (JSON Lines), flushed as it is written, so scripts/plot.py can chart a run while it trains.
+//
+// Every line has "event" and "step" first, in that order, e.g.
+//   {"event":"step","step":12,"loss":5.91,...}   {"event":"val","step":25,"loss":6.02}
+// "step" counts completed optimizer steps. A resumed run (resume_step >= 0) keeps what the log
+// holds up to its checkpoint and drops the rest, which the resumed run writes again: lines after
+// the checkpoint's step, and the validation at that step (evaluated again before the next step).
+#pragma once
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "json.h"
+
+// A number as JSON: non-finite values (a diverged loss) become null, which JSON can hold.
+inline std::string json_number(double x, const char* fmt = "%.9g") {
+    if (x != x || x == 1.0 / 0.0 || x == -1.0 / 0.0) return "null";
+    char buf[64];
+    snprintf(buf, sizeof(buf), fmt, x);
+    return buf;
+}
+
+class RunLog {
+  public:
+    ~RunLog() {
+        if (f_) fclose(f_);
+    }
+    // Opens path for writing: fresh (resume_step < 0) or continuing a resumed run (see above).
+    bool open(const std::string& path, long long resume_step, std::string* err) {
+        std::vector<std::string> kept;
+        if (resume_step >= 0) {
+            std::ifstream in(path);
+            std::string line;
+            while (std::getline(in, line)) {
+                char event[32];
+                long long step;
+                if (sscanf(line.c_str(), "{\"event\":\"%31[a-z_]\",\"step\":%lld", event, &step) != 2) continue;
+                if (step < resume_step || (step == resume_step && strcmp(event, "val") != 0)) kept.push_back(line);
+            }
+        }
+        f_ = fopen(path.c_str(), "w");
+        if (!f_) {
+            *err = "cannot write the log " + path + ": " + strerror(errno);
+            return false;
+        }
+        for (const std::string& line : kept) fprintf(f_, "%s\n", line.c_str());
+        fflush(f_);
+        return true;
+    }
+    bool is_open() const { return f_ != nullptr; }
+
+    // Appends one line: {"event":EVENT,"step":STEP, then the caller's fields (already JSON, starting
+    // with a comma or empty), then }.
+    void write(const char* event, long long step, const std::string& fields) {
+        if (!f_) return;
+        fprintf(f_, "{\"event\":\"%s\",\"step\":%lld%s}\n", event, step, fields.c_str());
+        fflush(f_);
+    }
+
+  private:
+    FILE* f_ = nullptr;
+};

@@ -1,0 +1,410 @@
+// llmc/safetensors.h — Hugging Face safetensors files: a strict reader (F32, F16 and BF16 tensors
+// read as fp32) and a writer of fp32 values as F32 or BF16. Host C++17, standard library only.
+//
+// Format (github.com/huggingface/safetensors): 8 bytes N, little-endian u64; N bytes of UTF-8 JSON
+// {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
+//  "__metadata__": {"key": "value", ...} (optional, strings only)}; then the data, tensors in C
+// order, little-endian, offsets relative to the data start. The reference implementation refuses a
+// header over 100 MB, and requires the tensors, sorted by offset, to tile the data exactly: the
+// first starts at 0, each starts where the previous ended, the last ends at the end of the file (no
+// holes, so no polyglot files; no overlaps). Empty tensors (a 0 in the shape) take no bytes, and a
+// shape [] is a scalar. Its writer pads the header with spaces to a multiple of 8 bytes so that the
+// data is aligned.
+//
+// Reading refuses, with one line naming the problem: a header length beyond the file or above
+// 100 MB, invalid JSON or UTF-8 (llmc/json.h), a missing or mistyped field, an unknown dtype, a
+// negative or non-integer number, shape x dtype size != end - begin, offsets beyond the data,
+// overlapping or non-contiguous tensors, duplicate names. Dtypes other than F32/F16/BF16 (I64, U8,
+// F8_E4M3, ...) are valid in a file, and parse, but to_float() refuses them by name.
+#pragma once
+#include "json.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "llmc/safetensors.h reads and writes little-endian data in place: a big-endian host needs byte swaps"
+#endif
+
+// One tensor of a parsed file: a view into the file's bytes.
+struct SafeTensor {
+    std::string name;
+    std::string dtype;            // as in the file: "F32", "BF16", "I64", ...
+    size_t elem_size = 0;         // bytes per element
+    std::vector<size_t> shape;    // [] for a scalar
+    size_t numel = 1;             // product of shape
+    size_t begin = 0, end = 0;    // data_offsets, relative to the data start
+    const uint8_t* data = nullptr;  // end - begin bytes
+};
+
+class SafeTensors {
+  public:
+    SafeTensors() = default;
+    // Moves keep the tensors' views valid (the owned bytes move with them); copies would not.
+    SafeTensors(SafeTensors&&) = default;
+    SafeTensors& operator=(SafeTensors&&) = default;
+    SafeTensors(const SafeTensors&) = delete;
+    SafeTensors& operator=(const SafeTensors&) = delete;
+
+    // The header length the reference implementation accepts at most.
+    static constexpr uint64_t MAX_HEADER_BYTES = 100000000;
+
+    // Parses a whole file held in data[0, n). The tensors view data, which must outlive this object
+    // (load() keeps its own copy). On failure returns false with one line in *err.
+    bool parse(const uint8_t* data, size_t n, std::string* err) {
+        tensors_.clear();
+        metadata_.clear();
+        if (n < 8) return fail(err, "file is " + std::to_string(n) + " bytes, too short for the 8-byte header length");
+        uint64_t header_len = 0;
+        memcpy(&header_len, data, 8);
+        if (header_len > MAX_HEADER_BYTES)
+            return fail(err, "header length " + std::to_string(header_len) + " is absurd (the format's limit is " +
+                                 std::to_string(MAX_HEADER_BYTES) + " bytes)");
+        if (header_len > n - 8)
+            return fail(err, "header length " + std::to_string(header_len) + " is beyond the file (" +
+                                 std::to_string(n - 8) + " bytes after the 8-byte length)");
+        const uint8_t* data_start = data + 8 + header_len;
+        size_t data_len = n - 8 - (size_t)header_len;
+
+        json::Value root;
+        std::string jerr;
+        if (!json::parse((const char*)data + 8, (size_t)header_len, &root, &jerr))
+            return fail(err, "header: " + jerr);
+        if (root.type != json::Value::Object)
+            return fail(err, std::string("header is ") + json::type_name(root.type) + ", not a JSON object");
+
+        for (const auto& field : root.fields) {
+            const std::string& name = field.first;
+            const json::Value& info = field.second;
+            if (name == "__metadata__") {
+                if (info.type != json::Value::Object)
+                    return fail(err, std::string("__metadata__ is ") + json::type_name(info.type) + ", not an object");
+                for (const auto& kv : info.fields) {
+                    if (kv.second.type != json::Value::String)
+                        return fail(err, "__metadata__ value of \"" + kv.first + "\" is " +
+                                             json::type_name(kv.second.type) + ", not a string");
+                    metadata_[kv.first] = kv.second.str;
+                }
+                continue;
+            }
+            SafeTensor t;
+            if (!parse_tensor(name, info, data_len, &t, err)) return false;
+            t.data = data_start + t.begin;
+            tensors_.push_back(std::move(t));
+        }
+
+        // Contiguity: sorted by offset, the tensors must tile [0, data_len) exactly.
+        std::sort(tensors_.begin(), tensors_.end(), [](const SafeTensor& a, const SafeTensor& b) {
+            return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+        });
+        size_t covered = 0;
+        for (size_t i = 0; i < tensors_.size(); i++) {
+            const SafeTensor& t = tensors_[i];
+            if (t.begin < covered)
+                return fail(err, "tensors \"" + tensors_[i - 1].name + "\" and \"" + t.name + "\" overlap (bytes " +
+                                     std::to_string(t.begin) + ".." + std::to_string(covered) + " of the data)");
+            if (t.begin > covered) return fail(err, hole(covered, t.begin));
+            covered = t.end;
+        }
+        if (covered != data_len) return fail(err, hole(covered, data_len));
+        return true;
+    }
+
+    // Reads the file at path (the whole of it, kept in memory) and parses it; errors start with path.
+    bool load(const std::string& path, std::string* err) {
+        tensors_.clear();
+        metadata_.clear();
+        FILE* f = fopen(path.c_str(), "rb");
+        if (!f) return fail(err, path + ": cannot open: " + strerror(errno));
+        bool ok = fseek(f, 0, SEEK_END) == 0;
+        long size = ok ? ftell(f) : -1;
+        ok = size >= 0 && fseek(f, 0, SEEK_SET) == 0;
+        if (ok) {
+            bytes_.resize((size_t)size);
+            ok = fread(bytes_.data(), 1, bytes_.size(), f) == bytes_.size();
+        }
+        fclose(f);
+        if (!ok) return fail(err, path + ": read failed");
+        std::string why;
+        if (!parse(bytes_.data(), bytes_.size(), &why)) return fail(err, path + ": " + why);
+        return true;
+    }
+
+    // The tensor called name, or nullptr.
+    const SafeTensor* find(const std::string& name) const {
+        for (const auto& t : tensors_)
+            if (t.name == name) return &t;
+        return nullptr;
+    }
+
+    // Every tensor, in data order.
+    const std::vector<SafeTensor>& tensors() const { return tensors_; }
+    // The __metadata__ strings.
+    const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+    // Converts t's numel elements to fp32 into out (F32 copied, F16 and BF16 widened exactly);
+    // refuses other dtypes by name.
+    static bool to_float(const SafeTensor& t, float* out, std::string* err) {
+        const uint8_t* d = t.data;
+        if (t.dtype == "F32") {
+            if (t.numel) memcpy(out, d, t.numel * 4);
+        } else if (t.dtype == "BF16" || t.dtype == "F16") {
+            bool bf = t.dtype == "BF16";
+            for (size_t i = 0; i < t.numel; i++) {
+                uint16_t h;
+                memcpy(&h, d + 2 * i, 2);
+                out[i] = bf ? bf16_to_float(h) : f16_to_float(h);
+            }
+        } else {
+            return fail(err, "tensor \"" + t.name + "\" has dtype " + t.dtype +
+                                 ", which cannot be read as floats (F32, F16 and BF16 can)");
+        }
+        return true;
+    }
+
+    // t's values as fp32 (see to_float above); false and *err for a non-float dtype.
+    static bool to_float(const SafeTensor& t, std::vector<float>* out, std::string* err) {
+        out->resize(t.numel);
+        return to_float(t, out->data(), err);
+    }
+
+    // Bit-exact widenings of the 16-bit float formats.
+    static float bf16_to_float(uint16_t h) {
+        uint32_t w = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &w, 4);
+        return f;
+    }
+    static float f16_to_float(uint16_t h) {
+        uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, w;
+        if (exp == 0x1F) {
+            w = sign | 0x7F800000u | (mant << 13);  // inf, NaN (payload kept)
+        } else if (exp != 0) {
+            w = sign | ((exp + 112) << 23) | (mant << 13);  // rebias 15 -> 127
+        } else if (mant == 0) {
+            w = sign;  // +-0
+        } else {  // subnormal: normalize
+            int e = -1;
+            do { mant <<= 1; e++; } while (!(mant & 0x400));
+            w = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3FF) << 13);
+        }
+        float f;
+        memcpy(&f, &w, 4);
+        return f;
+    }
+
+    // Bytes per element of the dtypes the format defines, 0 for an unknown name.
+    static size_t dtype_size(const std::string& d) {
+        static const std::map<std::string, size_t> sizes = {
+            {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+            {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"F64", 8}, {"I64", 8}, {"U64", 8}};
+        auto it = sizes.find(d);
+        return it == sizes.end() ? 0 : it->second;
+    }
+
+  private:
+    static bool fail(std::string* err, const std::string& why) {
+        if (err) *err = why;
+        return false;
+    }
+
+    static std::string hole(size_t from, size_t to) {
+        return "bytes " + std::to_string(from) + ".." + std::to_string(to) +
+               " of the data belong to no tensor (the format requires the tensors to cover the data contiguously)";
+    }
+
+    // A non-negative integer that JSON readers hold exactly (<= 2^53).
+    static bool count(const json::Value& v, const std::string& what, uint64_t* out, std::string* err) {
+        if (v.type != json::Value::Number) return fail(err, what + " is " + json::type_name(v.type) + ", not an integer");
+        if (v.number < 0) return fail(err, what + " is negative");
+        if (!v.is_int) return fail(err, what + " is not an integer in [0, 2^53]");
+        *out = (uint64_t)v.integer;
+        return true;
+    }
+
+    // Validates one header entry and fills t (all but t.data).
+    static bool parse_tensor(const std::string& name, const json::Value& info, size_t data_len, SafeTensor* t,
+                             std::string* err) {
+        std::string where = "tensor \"" + name + "\"";
+        if (info.type != json::Value::Object)
+            return fail(err, where + " is described by " + json::type_name(info.type) + ", not an object");
+        t->name = name;
+        const json::Value* dtype = info.get("dtype");
+        const json::Value* shape = info.get("shape");
+        const json::Value* offsets = info.get("data_offsets");
+        if (!dtype) return fail(err, where + ": missing field \"dtype\"");
+        if (!shape) return fail(err, where + ": missing field \"shape\"");
+        if (!offsets) return fail(err, where + ": missing field \"data_offsets\"");
+        if (dtype->type != json::Value::String)
+            return fail(err, where + ": dtype is " + json::type_name(dtype->type) + ", not a string");
+        t->dtype = dtype->str;
+        t->elem_size = dtype_size(t->dtype);
+        if (!t->elem_size) return fail(err, where + ": unknown dtype \"" + t->dtype + "\"");
+        if (shape->type != json::Value::Array)
+            return fail(err, where + ": shape is " + json::type_name(shape->type) + ", not an array");
+        // numel and bytes checked for overflow: both stay <= 2^53 * 8 when every step is bounded.
+        uint64_t numel = 1;
+        bool zero = false;
+        for (size_t i = 0; i < shape->items.size(); i++) {
+            uint64_t dim;
+            if (!count(shape->items[i], where + ": shape[" + std::to_string(i) + "]", &dim, err)) return false;
+            t->shape.push_back((size_t)dim);
+            if (dim == 0) zero = true;
+            else if (!zero && numel > json::MAX_EXACT_INT / dim)
+                return fail(err, where + ": shape has more than 2^53 elements");
+            else if (!zero) numel *= dim;
+        }
+        t->numel = zero ? 0 : (size_t)numel;
+        if (offsets->type != json::Value::Array || offsets->items.size() != 2)
+            return fail(err, where + ": data_offsets must be an array [begin, end]");
+        uint64_t begin, end;
+        if (!count(offsets->items[0], where + ": data_offsets begin", &begin, err)) return false;
+        if (!count(offsets->items[1], where + ": data_offsets end", &end, err)) return false;
+        if (end < begin)
+            return fail(err, where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                 "] end before they begin");
+        if (end > data_len)
+            return fail(err, where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                 "] are out of range (the data is " + std::to_string(data_len) + " bytes)");
+        uint64_t bytes = (uint64_t)t->numel * t->elem_size;
+        if (end - begin != bytes)
+            return fail(err, where + ": shape " + shape_str(t->shape) + " of " + t->dtype + " is " +
+                                 std::to_string(bytes) + " bytes but data_offsets [" + std::to_string(begin) + ", " +
+                                 std::to_string(end) + "] hold " + std::to_string(end - begin));
+        t->begin = (size_t)begin;
+        t->end = (size_t)end;
+        return true;
+    }
+
+  public:
+    // "[2, 3]" for error messages.
+    static std::string shape_str(const std::vector<size_t>& shape) {
+        std::string s = "[";
+        for (size_t i = 0; i < shape.size(); i++) s += (i ? ", " : "") + std::to_string(shape[i]);
+        return s + "]";
+    }
+
+  private:
+    std::vector<SafeTensor> tensors_;
+    std::map<std::string, std::string> metadata_;
+    std::vector<uint8_t> bytes_;  // the file, when load() read it
+};
+
+// Collects named fp32 tensors and writes them as one safetensors file, each as F32 or BF16
+// (rounded to nearest even, as torch's .to(torch.bfloat16) rounds), with metadata {"format": "pt"}
+// (transformers' loader expects it).
+class SafeTensorsWriter {
+  public:
+    SafeTensorsWriter() { metadata_["format"] = "pt"; }
+
+    // Adds a tensor of prod(shape) values (copied now) stored as BF16 if bf16, else F32.
+    void add(const std::string& name, const float* values, const std::vector<size_t>& shape, bool bf16 = false) {
+        size_t n = 1;
+        for (size_t d : shape) n *= d;
+        Entry e{name, bf16 ? "BF16" : "F32", shape, {}};
+        if (bf16) {
+            e.bytes.resize(2 * n);
+            for (size_t i = 0; i < n; i++) {
+                uint16_t h = float_to_bf16(values[i]);
+                memcpy(e.bytes.data() + 2 * i, &h, 2);
+            }
+        } else {
+            e.bytes.resize(4 * n);
+            if (n) memcpy(e.bytes.data(), values, 4 * n);
+        }
+        entries_.push_back(std::move(e));
+    }
+
+    // Sets a __metadata__ entry.
+    void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+
+    // The whole file as bytes: length, header padded with spaces to a multiple of 8, data.
+    std::vector<uint8_t> serialize() const {
+        std::string header = "{\"__metadata__\":{";
+        bool first = true;
+        for (const auto& kv : metadata_) {
+            header += (first ? "" : ",") + json::quote(kv.first) + ":" + json::quote(kv.second);
+            first = false;
+        }
+        header += "}";
+        size_t offset = 0;
+        for (const Entry* e : data_order()) {
+            header += "," + json::quote(e->name) + ":{\"dtype\":\"" + e->dtype + "\",\"shape\":[";
+            for (size_t i = 0; i < e->shape.size(); i++) header += (i ? "," : "") + std::to_string(e->shape[i]);
+            header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + e->bytes.size()) + "]}";
+            offset += e->bytes.size();
+        }
+        header += "}";
+        header.append((8 - header.size() % 8) % 8, ' ');
+        uint64_t n = header.size();
+        std::vector<uint8_t> out(8 + header.size() + offset);
+        memcpy(out.data(), &n, 8);
+        memcpy(out.data() + 8, header.data(), header.size());
+        uint8_t* p = out.data() + 8 + header.size();
+        for (const Entry* e : data_order()) {
+            if (!e->bytes.empty()) memcpy(p, e->bytes.data(), e->bytes.size());
+            p += e->bytes.size();
+        }
+        return out;
+    }
+
+    // Writes the file to path + ".tmp", then renames it to path (a crash never leaves a partial
+    // file under the real name). On failure returns false with one line in *err.
+    bool write(const std::string& path, std::string* err) const {
+        std::vector<uint8_t> bytes = serialize();
+        std::string tmp = path + ".tmp";
+        FILE* f = fopen(tmp.c_str(), "wb");
+        if (!f) return fail(err, "cannot write " + tmp + ": " + strerror(errno));
+        bool ok = fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+        ok = (fclose(f) == 0) && ok;
+        if (!ok) {
+            remove(tmp.c_str());
+            return fail(err, "cannot write " + tmp + ": " + strerror(errno));
+        }
+        if (rename(tmp.c_str(), path.c_str()) != 0) {
+            std::string why = strerror(errno);
+            remove(tmp.c_str());
+            return fail(err, "cannot rename " + tmp + " to " + path + ": " + why);
+        }
+        return true;
+    }
+
+    // fp32 -> bf16 rounded to nearest, ties to even; NaN stays a (quiet) NaN of the same sign.
+    static uint16_t float_to_bf16(float f) {
+        uint32_t w;
+        memcpy(&w, &f, 4);
+        if ((w & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((w >> 16) | 0x0040);
+        w += 0x7FFFu + ((w >> 16) & 1);
+        return (uint16_t)(w >> 16);
+    }
+
+  private:
+    static bool fail(std::string* err, const std::string& why) {
+        if (err) *err = why;
+        return false;
+    }
+    struct Entry {
+        std::string name, dtype;
+        std::vector<size_t> shape;
+        std::vector<uint8_t> bytes;
+    };
+    // F32 tensors first, then BF16, each group in the order added: with the data start 8-byte
+    // aligned, every tensor then starts aligned to its element size (as the reference orders by
+    // alignment), so a reader can use the bytes in place.
+    std::vector<const Entry*> data_order() const {
+        std::vector<const Entry*> order;
+        for (const char* dtype : {"F32", "BF16"})
+            for (const auto& e : entries_)
+                if (e.dtype == dtype) order.push_back(&e);
+        return order;
+    }
+
+    std::vector<Entry> entries_;
+    std::map<std::string, std::string> metadata_;
+};

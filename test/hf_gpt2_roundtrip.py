@@ -1,0 +1,104 @@
+"""test/hf_gpt2_roundtrip.py — does transformers load what export_hf_gpt2 writes, and compute our logits?
+
+Runs the test binary's export mode (`BIN --export DIR`: the fixture model test/fixtures/hf_gpt2_tiny
+exported as fp32 and bf16, plus our logits for the fixture batch from exactly the weights each export
+holds), then loads each export with GPT2LMHeadModel.from_pretrained and checks:
+  - it loads with no missing or unexpected tensors, and the config is the fixture's model;
+  - the weights are the fixture's exactly (fp32), or the fixture's rounded to bf16 by torch (bf16);
+  - transformers' logits equal ours within the fp32 budget test_hf_gpt2 uses: both sides compute in
+    fp32 (transformers upcasts the bf16 weights to fp32 on load, and our bf16 logits come from our
+    fp32 forward pass on the same bf16-rounded weights), so the bf16 check is as tight as the fp32 one.
+Prints "PASS name" / "FAIL name ..." per check and "N passed, N failed"; exits non-zero on a failure.
+
+  /usr/bin/python3 test/hf_gpt2_roundtrip.py build/cpu/test_hf_gpt2
+(needs Debian's python3-torch and transformers<4.46 for /usr/bin/python3; run from the repository root)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+from safetensors.torch import load_file
+from transformers import GPT2LMHeadModel
+from transformers.utils import logging
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.path.join(HERE, "fixtures", "hf_gpt2_tiny")
+EPS_FP32 = 2.0 ** -23
+K = 16  # fp32 roundings of the logits' scale, as test_hf_gpt2's kFp32LogitK (reasoning there)
+
+passed = failed = 0
+
+
+def report(ok, name, detail=""):
+    global passed, failed
+    print(f"{'PASS' if ok else 'FAIL'} {name}" + (f"  {detail}" if detail else ""), flush=True)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+
+
+def check_export(variant, directory, reference):
+    """Loads directory/variant with transformers and compares weights and logits."""
+    path = os.path.join(directory, variant)
+    try:
+        model, info = GPT2LMHeadModel.from_pretrained(path, output_loading_info=True)
+    except Exception as e:  # a failed load is this check's answer, reported like any other
+        report(False, f"hf_gpt2 export {variant}: transformers loads it", f"{type(e).__name__}: {e}")
+        return
+    model.eval()
+    problems = {k: v for k, v in info.items() if v}
+    c = model.config
+    shape = (c.n_layer, c.n_embd, c.n_head, c.n_positions, c.vocab_size, c.activation_function)
+    want = (reference.config.n_layer, reference.config.n_embd, reference.config.n_head,
+            reference.config.n_positions, reference.config.vocab_size, "gelu_new")
+    report(not problems and shape == want and model.lm_head.weight is model.transformer.wte.weight,
+           f"hf_gpt2 export {variant}: transformers loads it (all tensors, config, tied head)",
+           f"loading info {problems}, config (L, C, NH, maxT, V, act) {shape}")
+
+    ours_state = model.state_dict()
+    worst = ""
+    for name, ref in reference.state_dict().items():
+        if name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
+            continue  # buffers, not weights
+        expect = ref if variant == "fp32" else ref.to(torch.bfloat16).float()
+        if not torch.equal(ours_state[name].float(), expect):
+            worst = name
+            break
+    what = "the fixture's" if variant == "fp32" else "the fixture's rounded by torch to bf16"
+    report(not worst, f"hf_gpt2 export {variant}: weights are exactly {what}", f"first difference: {worst}" if worst else "")
+
+    ours = load_file(os.path.join(directory, f"ours_{variant}.safetensors"))
+    tokens = ours["tokens"].long()
+    with torch.no_grad():
+        logits = model(tokens).logits.float()
+    ref = ours["logits"]
+    err = (logits - ref).abs()
+    scale = ref.abs().max().item()
+    budget = K * EPS_FP32 * scale + K * EPS_FP32 * ref.abs()
+    used = (err / budget).max().item()
+    report(bool((err <= budget).all()), f"hf_gpt2 export {variant}: transformers' logits vs ours (fp32 forward)",
+           f"max_err={err.max().item():.3g} budget_used={100 * used:.0f}% (n={err.numel()})")
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: /usr/bin/python3 test/hf_gpt2_roundtrip.py PATH/TO/test_hf_gpt2")
+    binary = sys.argv[1]
+    logging.set_verbosity_error()
+    reference = GPT2LMHeadModel.from_pretrained(FIXTURE).eval()
+    with tempfile.TemporaryDirectory(prefix="llmc_hf_export_") as directory:
+        run = subprocess.run([binary, "--export", directory], capture_output=True, text=True)
+        report(run.returncode == 0, "hf_gpt2 export: the test binary writes the exports",
+               (run.stdout + run.stderr).strip().replace("\n", " | "))
+        if run.returncode == 0:
+            for variant in ("fp32", "bf16"):
+                check_export(variant, directory, reference)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,347 @@
+// test/test_checkpoint.cu — checkpoints and resuming (train_gpt2.cu + llmc/checkpoint.h): a run
+// stopped and resumed is bit-identical to an uninterrupted one (fp32, bf16, shuffling across
+// epochs, gradient accumulation), also after kill -9 at random moments; a checkpoint without its
+// DONE marker is never picked; keep-last-K; refusals; llm.c model files round trip byte for byte.
+#define TESTING
+#include "../train_gpt2.cu"
+#include "harness.h"
+
+#include <fcntl.h>
+#include <chrono>
+#include <functional>
+#include <signal.h>
+#include <sys/wait.h>
+
+static std::string g_tmp;
+
+// A token shard of n pseudo-random tokens below V (llm.c format).
+std::string write_shard(const char* name, size_t n, int V, uint64_t seed) {
+    std::vector<int32_t> h(256, 0);
+    h[0] = SHARD_MAGIC;
+    h[1] = SHARD_VERSION;
+    h[2] = (int32_t)n;
+    std::vector<uint16_t> tok(n);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 7;
+    for (auto& t : tok) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        t = (uint16_t)(x % V);
+    }
+    std::string path = g_tmp + "/" + name;
+    FILE* f = fopen(path.c_str(), "wb");
+    fwrite(h.data(), 4, 256, f);
+    fwrite(tok.data(), 2, n, f);
+    fclose(f);
+    return path;
+}
+
+GPT2Config tiny_config() {
+    GPT2Config c;
+    c.num_layers = 1;
+    c.channels = 32;
+    c.num_heads = 2;
+    c.max_seq_len = 16;
+    c.vocab_size = 64;
+    c.padded_vocab_size = pad_vocab(c.vocab_size);
+    return c;
+}
+
+TrainOptions tiny_options(const std::string& dir, const std::string& train, const std::string& val) {
+    TrainOptions o;
+    o.train_pattern = train;
+    o.val_pattern = val;
+    o.B = 2;
+    o.T = 16;
+    o.lr = 1e-2f;
+    o.schedule.max_lr = o.lr;
+    o.schedule.warmup = 2;
+    o.max_steps = 8;
+    o.val_every = 3;
+    o.val_steps = 2;
+    o.gen_tokens = 0;
+    o.output_dir = dir;
+    o.checkpoint_every = 2;
+    return o;
+}
+
+// Runs train() with stdout silenced (the runs print every step).
+template <class floatX>
+int quiet_train(TrainOptions o, const TrainState* resume = nullptr, const std::string& state_path = "") {
+    o.precision = std::is_same<floatX, float>::value ? Precision::FP32 : Precision::BF16;
+    fflush(stdout);
+    int saved = dup(1), devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    GPT2Config c = tiny_config();
+    std::vector<float> init = random_init(c, o.seed);
+    if (resume) {
+        std::vector<int> done = complete_checkpoints(o.output_dir);
+        init = load_checkpoint(checkpoint_file(o.output_dir, "model", done.back()), &c);
+    }
+    int rc = train<floatX>(o, c, init, resume, state_path);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    close(devnull);
+    return rc;
+}
+
+// Resumes the run in o.output_dir from its newest complete checkpoint, as main() does.
+template <class floatX>
+int resume_train(const TrainOptions& o) {
+    std::vector<int> done = complete_checkpoints(o.output_dir);
+    if (done.empty()) return quiet_train<floatX>(o);
+    TrainState st;
+    std::string err, path = state_file(o.output_dir, done.back(), 0);
+    if (!read_train_state(path, &st, &err)) data_error("%s", err.c_str());
+    return quiet_train<floatX>(o, &st, path);
+}
+
+std::string slurp(const std::string& path) {
+    std::vector<uint8_t> b;
+    std::string err;
+    if (!read_whole_file(path, &b, &err)) return "<missing " + path + ">";
+    return std::string(b.begin(), b.end());
+}
+
+// The log's lines of the given events ("step" and "val"), which hold every loss.
+std::string losses_of(const std::string& dir) {
+    std::string log = slurp(dir + "/log.jsonl"), out;
+    size_t at = 0;
+    while (at < log.size()) {
+        size_t end = log.find('\n', at);
+        std::string line = log.substr(at, end - at);
+        if (line.rfind("{\"event\":\"val\"", 0) == 0) out += line + "\n";
+        if (line.rfind("{\"event\":\"step\"", 0) == 0) out += line.substr(0, line.find(",\"ms\"")) + "\n";
+        at = end == std::string::npos ? log.size() : end + 1;
+    }
+    return out;
+}
+
+// Whether two runs ended identically: the final model and state files byte for byte, the losses.
+bool same_run(const std::string& a, const std::string& b, int step, std::string* why) {
+    for (std::string f : {checkpoint_file("", "model", step), state_file("", step, 0)}) {
+        std::string x = slurp(a + f), y = slurp(b + f);
+        if (x.rfind("<missing", 0) == 0 || x != y) {
+            *why = f.substr(1) + " differs";
+            return false;
+        }
+    }
+    if (losses_of(a) != losses_of(b) || losses_of(a).empty()) {
+        *why = "the logged losses differ";
+        return false;
+    }
+    return true;
+}
+
+template <class floatX>
+void test_resume(const char* name, const char* dir, TrainOptions base, int stop_at) {
+    std::string straight = g_tmp + "/" + dir + "_straight", resumed = g_tmp + "/" + dir + "_resumed";
+    base.output_dir = straight;
+    quiet_train<floatX>(base);
+    TrainOptions part = base;
+    part.output_dir = resumed;
+    part.stop_after = stop_at;
+    quiet_train<floatX>(part);
+    part.stop_after = 0;
+    resume_train<floatX>(part);
+    std::string why;
+    bool ok = same_run(straight, resumed, base.max_steps, &why);
+    th::report(ok, name, "stopped after %d of %d steps, resumed: %s", stop_at, base.max_steps,
+               ok ? "final model, optimizer state and every loss bit-identical" : why.c_str());
+}
+
+int main() {
+    char tmpl[] = "/tmp/test_checkpoint_XXXXXX";
+    g_tmp = mkdtemp(tmpl);
+    matmul_init(false);
+    std::string train = write_shard("train.bin", 600, 64, 1), val = write_shard("val.bin", 200, 64, 2);
+    TrainOptions o = tiny_options("", train, val);
+
+    // Stop and resume, in each precision and with what moves the data position.
+    test_resume<float>("resume fp32 (stop at a checkpoint)", "at", o, 4);
+    test_resume<float>("resume fp32 (stop between checkpoints)", "resume", o, 3);
+    test_resume<__nv_bfloat16>("resume bf16 (master weights)", "bf16", o, 5);
+    TrainOptions shuf = o;
+    shuf.shuffle = true;
+    shuf.total_batch_tokens = 2 * o.B * o.T;  // 2 micro-steps: 16 batches over 18 per epoch
+    shuf.max_steps = 14;                      // ... so the run crosses into epoch 2
+    test_resume<float>("resume with shuffling, accumulation, epoch boundary", "shuffle", shuf, 9);
+
+    // kill -9 at random moments while checkpointing every step; each time resume where it died.
+    {
+        TrainOptions k = o;
+        k.checkpoint_every = 1;
+        k.max_steps = 10;
+        k.output_dir = g_tmp + "/kill_straight";
+        auto t0 = std::chrono::steady_clock::now();
+        quiet_train<float>(k);
+        // Kill after 10-40% of an uninterrupted run's time (start-up included): every attempt
+        // gets somewhere, on any machine and under ASan, and most die mid-run or mid-write.
+        double run_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        k.output_dir = g_tmp + "/kill_resumed";
+        uint64_t x = 99;
+        int kills = 0, guard = 0;
+        std::vector<int> seen;
+        bool finished = false;
+        while (!finished && guard++ < 40) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                resume_train<float>(k);
+                _exit(0);
+            }
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            usleep((useconds_t)(run_us * (0.1 + 0.3 * (x % 1000) / 1000.0)));
+            kill(pid, SIGKILL);
+            int status;
+            waitpid(pid, &status, 0);
+            finished = WIFEXITED(status) && WEXITSTATUS(status) == 0;  // it ended before the kill
+            kills += WIFSIGNALED(status);
+        }
+        std::string why;
+        bool ok = same_run(g_tmp + "/kill_straight", k.output_dir, k.max_steps, &why);
+        if (!ok) th::run_command("diff " + g_tmp + "/kill_straight/log.jsonl " + k.output_dir + "/log.jsonl >&2");
+        th::report(ok && kills > 0, "kill -9 at random moments, resume each time", "%d kills: %s", kills,
+                   ok ? "final model, state and losses bit-identical to the uninterrupted run" : why.c_str());
+    }
+
+    // A checkpoint whose DONE marker is missing (killed between files) or whose files are still
+    // temporaries is never the one resumed from.
+    {
+        std::string dir = g_tmp + "/resume_straight";  // checkpoints 2, 4, 6, 8
+        unlink(checkpoint_file(dir, "DONE", 8).c_str());
+        rename(checkpoint_file(dir, "model", 6).c_str(), (checkpoint_file(dir, "model", 6) + ".tmp").c_str());
+        std::vector<int> done = complete_checkpoints(dir);
+        th::report(done == std::vector<int>({2, 4, 6}), "checkpoint without DONE marker is not complete",
+                   "complete: %zu checkpoints, newest %d (8 has no marker)", done.size(), done.empty() ? -1 : done.back());
+        std::string err;
+        TrainState st;
+        bool refused = !read_train_state(state_file(dir, 6, 0) + ".missing", &st, &err);
+        th::report(refused && err.find("cannot open") != std::string::npos, "missing state file refused", "%s", err.c_str());
+    }
+
+    // keep-last-K deletes the older checkpoints, marker first.
+    {
+        TrainOptions k = o;
+        k.output_dir = g_tmp + "/keep";
+        k.checkpoint_every = 1;
+        k.keep_checkpoints = 2;
+        quiet_train<float>(k);
+        std::vector<int> done = complete_checkpoints(k.output_dir);
+        bool gone = slurp(checkpoint_file(k.output_dir, "model", 5)).rfind("<missing", 0) == 0 &&
+                    slurp(state_file(k.output_dir, 5, 0)).rfind("<missing", 0) == 0;
+        th::report(done == std::vector<int>({7, 8}) && gone, "keep the newest K checkpoints",
+                   "%zu left (newest %d), older model and state files deleted: %s", done.size(), done.back(),
+                   gone ? "yes" : "no");
+    }
+
+    // Resuming with settings that would change the run is refused with the setting named.
+    {
+        TrainOptions k = o;
+        k.output_dir = g_tmp + "/resume_resumed";
+        auto expect_refusal = [&](const char* name, TrainOptions changed, const char* reason) {
+            th::ChildOutput child = th::run_in_child([&] { resume_train<float>(changed); });
+            bool ok = WIFEXITED(child.status) && WEXITSTATUS(child.status) != 0 &&
+                      child.text.find(reason) != std::string::npos;
+            while (!child.text.empty() && child.text.back() == '\n') child.text.pop_back();
+            th::report(ok, name, "%s", child.text.c_str());
+        };
+        TrainOptions b = k;
+        b.B = 1;
+        expect_refusal("resume refuses another batch size", b, "--batch-size 2, this run has 1");
+        TrainOptions s = k;
+        s.seed = 7;
+        expect_refusal("resume refuses another seed", s, "--seed 42, this run has 7");
+        TrainOptions d = k;
+        d.max_steps = 6;  // the checkpoint is at step 8 already
+        expect_refusal("resume past the last step refused", d, "raise --max-steps");
+        th::ChildOutput child = th::run_in_child([&] { resume_train<__nv_bfloat16>(k); });
+        bool ok = WIFEXITED(child.status) && WEXITSTATUS(child.status) != 0 &&
+                  child.text.find("--precision") != std::string::npos;
+        th::report(ok, "resume refuses another precision", "%s", child.text.substr(0, child.text.size() - 1).c_str());
+        // A state file cut short (a disk that filled up) is refused, not half-read.
+        std::string path = state_file(k.output_dir, 8, 0), bytes = slurp(path);
+        FILE* f = fopen(path.c_str(), "wb");
+        fwrite(bytes.data(), 1, bytes.size() - 100, f);
+        fclose(f);
+        TrainState st;
+        std::string err;
+        bool refused = !read_train_state(path, &st, &err);
+        th::report(refused && err.find("truncated or corrupt") != std::string::npos, "truncated state file refused",
+                   "%s", err.c_str());
+    }
+
+    // llm.c model files: the oracle's fixture (written in llm.c's format) read and written back is
+    // the same file byte for byte; bf16 (version 5) round trips exactly.
+    {
+        GPT2Config c;
+        std::string fixture = "test/fixtures/gpt2_tiny_model.bin";
+        std::vector<float> p = load_checkpoint(fixture, &c);
+        GPT2<float> m32;
+        m32.build(c, p);
+        std::string err, out = g_tmp + "/fp32.bin";
+        bool wrote = save_checkpoint(out, m32, &err);
+        std::string a = slurp(fixture), b = slurp(out);
+        th::report(wrote && a == b && a.size() > 1024, "llm.c v3 (fp32) model file: read + write = same bytes",
+                   "%zu bytes", b.size());
+        GPT2<__nv_bfloat16> m16;
+        m16.build(c, p);
+        std::string out16 = g_tmp + "/bf16.bin";
+        save_checkpoint(out16, m16, &err);
+        GPT2Config c16;
+        std::vector<float> p16 = load_checkpoint(out16, &c16);
+        std::vector<__nv_bfloat16> bits = m16.params_host();
+        bool same = p16.size() == bits.size();
+        for (size_t i = 0; same && i < bits.size(); i++) same = p16[i] == __bfloat162float(bits[i]);
+        int32_t version;
+        memcpy(&version, slurp(out16).data() + 4, 4);
+        th::report(same && version == 5 && c16.channels == c.channels && slurp(out16).size() == 1024 + 2 * p.size(),
+                   "llm.c v5 (bf16) model file round trip", "version %d, %zu parameters exact", version, p16.size());
+        m32.free_all();
+        m16.free_all();
+    }
+    // Malformed model files: each refused with one line naming the file and the problem, exit 1.
+    {
+        std::string good = slurp("test/fixtures/gpt2_tiny_model.bin");
+        auto variant = [&](const char* name, std::function<void(std::string&)> edit) {
+            std::string bytes = good;
+            edit(bytes);
+            std::string path = g_tmp + "/" + name;
+            FILE* f = fopen(path.c_str(), "wb");
+            fwrite(bytes.data(), 1, bytes.size(), f);
+            fclose(f);
+            return path;
+        };
+        auto set = [](int slot, int32_t value) {
+            return [=](std::string& b) { memcpy(&b[4 * slot], &value, 4); };
+        };
+        struct Case { const char* name; std::string path; const char* reason; };
+        std::vector<Case> cases = {
+            {"model file: bad magic", variant("magic.bin", set(0, 1234)), "bad magic 1234"},
+            {"model file: unknown version", variant("version.bin", set(1, 4)), "unsupported checkpoint version 4"},
+            {"model file: heads do not divide channels", variant("heads.bin", set(5, 3)), "implausible model shape"},
+            {"model file: padded vocab below vocab", variant("vp.bin", set(7, 100)), "implausible model shape"},
+            {"model file: negative layers", variant("layers.bin", set(4, -2)), "implausible model shape"},
+            {"model file: truncated", variant("short.bin", [](std::string& b) { b.resize(b.size() - 8); }),
+             "the header's model needs"},
+            {"model file: shorter than a header", variant("tiny.bin", [](std::string& b) { b.resize(100); }),
+             "too short for a model checkpoint header"},
+            {"model file: missing", g_tmp + "/nonexistent.bin", "No such file or directory"},
+        };
+        for (const Case& c : cases) {
+            th::ChildOutput child = th::run_in_child([&] {
+                GPT2Config cfg;
+                load_checkpoint(c.path, &cfg);
+            });
+            while (!child.text.empty() && child.text.back() == '\n') child.text.pop_back();
+            bool ok = WIFEXITED(child.status) && WEXITSTATUS(child.status) == 1 &&
+                      child.text.find(c.reason) != std::string::npos && child.text.find(c.path) != std::string::npos &&
+                      child.text.find('\n') == std::string::npos;
+            th::report(ok, c.name, "%s", child.text.c_str());
+        }
+        TrainState st;
+        std::string err, path = variant("state_magic.bin", set(0, 77));
+        th::report(!read_train_state(path, &st, &err) && err.find("bad magic 77") != std::string::npos,
+                   "state file: bad magic", "%s", err.c_str());
+    }
+    th::run_command("rm -rf " + g_tmp);
+    return th::finish();
+}
