@@ -124,6 +124,19 @@ struct ParameterTensors {
 
 // ----------------------------------------------------------------------------
 // Activations: everything the backward pass reads, sized for micro-batch (B, T), one allocation.
+//
+// Recomputation trades compute for memory: instead of keeping an activation for every layer, keep
+// one layer's worth and recompute it in the backward pass from what is kept.
+//   gelu   the MLP's GELU output (B,T,4C) per layer -> recomputed from its input (kept)
+//   ln     also the two layernorm outputs (B,T,C) per layer -> recomputed from the residual stream
+//   layer  everything but each layer's input (the residual stream): the block's forward pass runs
+//          again in the backward pass (gradient checkpointing, one checkpoint per layer)
+// Recomputing runs the same kernels on the same inputs, so gradients are bit-identical to storing.
+enum class Recompute { None, Gelu, LN, Layer };
+inline const char* recompute_name(Recompute r) {
+    static const char* names[] = {"none", "gelu", "ln", "layer"};
+    return names[(int)r];
+}
 
 template <class floatX>
 struct Activations {
@@ -198,6 +211,10 @@ struct GPT2 {
     void* acts_memory = nullptr;
     size_t acts_bytes = 0;
     int B = 0, T = 0;
+    Recompute recompute = Recompute::None;  // set before allocate_activations()
+    // The MLP's GELU as cuBLASLt's matmul epilogue (one launch) or as llmc/gelu.cuh's kernel after
+    // the matmul; recomputation needs the kernel (the backward pass recomputes exactly its bits).
+    bool gelu_fusion = true;
     EncoderBackwardPlan encoder_plan;
     cudaStream_t stream = 0;
 
@@ -249,22 +266,25 @@ struct GPT2 {
                                    matmul_backward_scratch_bytes((int)BT, (int)(4 * C)),
                                    matmul_backward_scratch_bytes((int)BT, (int)Vp),
                                    attention_backward_scratch_bytes(B, T, (int)C, (int)NH)});
+        // Layers kept per activation: L, or 1 when the backward pass recomputes it (see Recompute).
+        size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
+               Lall = recompute >= Recompute::Layer ? 1 : L;
         // Every region starts 256-byte aligned (cuBLASLt and 128-bit loads want aligned rows).
         struct Region { void** ptr; size_t bytes; };
         std::vector<Region> regions = {
             {(void**)&acts.encoded, BT * C * sizeof(floatX)},
-            {(void**)&acts.ln1, L * BT * C * sizeof(floatX)},
-            {(void**)&acts.ln1_mean, L * BT * sizeof(float)},
-            {(void**)&acts.ln1_rstd, L * BT * sizeof(float)},
-            {(void**)&acts.qkv, L * BT * 3 * C * sizeof(floatX)},
-            {(void**)&acts.atty, L * BT * C * sizeof(floatX)},
-            {(void**)&acts.att_lse, L * B * NH * T * sizeof(float)},
-            {(void**)&acts.residual2, L * BT * C * sizeof(floatX)},
-            {(void**)&acts.ln2, L * BT * C * sizeof(floatX)},
-            {(void**)&acts.ln2_mean, L * BT * sizeof(float)},
-            {(void**)&acts.ln2_rstd, L * BT * sizeof(float)},
-            {(void**)&acts.fch, L * BT * 4 * C * sizeof(floatX)},
-            {(void**)&acts.fch_gelu, L * BT * 4 * C * sizeof(floatX)},
+            {(void**)&acts.ln1, Lln * BT * C * sizeof(floatX)},
+            {(void**)&acts.ln1_mean, Lall * BT * sizeof(float)},
+            {(void**)&acts.ln1_rstd, Lall * BT * sizeof(float)},
+            {(void**)&acts.qkv, Lall * BT * 3 * C * sizeof(floatX)},
+            {(void**)&acts.atty, Lall * BT * C * sizeof(floatX)},
+            {(void**)&acts.att_lse, Lall * B * NH * T * sizeof(float)},
+            {(void**)&acts.residual2, Lall * BT * C * sizeof(floatX)},
+            {(void**)&acts.ln2, Lln * BT * C * sizeof(floatX)},
+            {(void**)&acts.ln2_mean, Lall * BT * sizeof(float)},
+            {(void**)&acts.ln2_rstd, Lall * BT * sizeof(float)},
+            {(void**)&acts.fch, Lall * BT * 4 * C * sizeof(floatX)},
+            {(void**)&acts.fch_gelu, Lgelu * BT * 4 * C * sizeof(floatX)},
             {(void**)&acts.residual3, L * BT * C * sizeof(floatX)},
             {(void**)&acts.lnf, BT * C * sizeof(floatX)},
             {(void**)&acts.lnf_mean, BT * sizeof(float)},
@@ -296,15 +316,61 @@ struct GPT2 {
         acts = Activations<floatX>{};
     }
 
-    // Layer l's slice of every per-layer activation.
+    // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only).
     LayerActs<floatX> layer_acts(int l) const {
         size_t BT = (size_t)B * T, btc = BT * config.channels, bht = (size_t)B * config.num_heads * T;
+        size_t g = recompute >= Recompute::Gelu ? 0 : l, n = recompute >= Recompute::LN ? 0 : l,
+               k = recompute >= Recompute::Layer ? 0 : l;
         const Activations<floatX>& a = acts;
         return LayerActs<floatX>{l == 0 ? a.encoded : a.residual3 + (l - 1) * btc,
-                                 a.ln1 + l * btc, a.ln1_mean + l * BT, a.ln1_rstd + l * BT,
-                                 a.qkv + l * 3 * btc, a.atty + l * btc, a.att_lse + l * bht,
-                                 a.residual2 + l * btc, a.ln2 + l * btc, a.ln2_mean + l * BT, a.ln2_rstd + l * BT,
-                                 a.fch + l * 4 * btc, a.fch_gelu + l * 4 * btc, a.residual3 + l * btc};
+                                 a.ln1 + n * btc, a.ln1_mean + k * BT, a.ln1_rstd + k * BT,
+                                 a.qkv + k * 3 * btc, a.atty + k * btc, a.att_lse + k * bht,
+                                 a.residual2 + k * btc, a.ln2 + n * btc, a.ln2_mean + k * BT, a.ln2_rstd + k * BT,
+                                 a.fch + k * 4 * btc, a.fch_gelu + g * 4 * btc, a.residual3 + l * btc};
+    }
+
+    // The block's forward pass from its first layernorm's output x.ln1 up to the MLP's GELU output
+    // x.fch_gelu: what forward() does per layer, and what the backward pass reruns for
+    // Recompute::Layer. With recomputation the GELU is always the separate kernel (see gelu_fusion).
+    void block_forward(int l, const LayerActs<floatX>& x) {
+        int C = config.channels, NH = config.num_heads, BT = B * T;
+        const float eps = 1e-5f;
+        // attention block: qkv = ln1 · qkvwᵀ + qkvb; causal self-attention; projection
+        matmul_forward(x.qkv, (floatX*)nullptr, x.ln1, params.layer(QKVW, l, 3 * C * C), params.layer(QKVB, l, 3 * C),
+                       BT, C, 3 * C, GeluKind::Tanh, stream);
+        attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, true, (const int*)nullptr, stream);
+        matmul_forward(acts.btc, (floatX*)nullptr, x.atty, params.layer(ATTPROJW, l, C * C),
+                       params.layer(ATTPROJB, l, C), BT, C, C, GeluKind::Tanh, stream);
+        fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, acts.btc,
+                                         params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT, C, eps, stream);
+        // MLP block, first half: GELU(ln2 · fcwᵀ + fcb)
+        if (gelu_fusion && recompute == Recompute::None) {
+            matmul_forward(x.fch_gelu, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), BT,
+                           C, 4 * C, GeluKind::Tanh, stream);
+        } else {
+            matmul_forward(x.fch, (floatX*)nullptr, x.ln2, params.layer(FCW, l, 4 * C * C),
+                           params.layer(FCB, l, 4 * C), BT, C, 4 * C, GeluKind::Tanh, stream);
+            gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
+        }
+    }
+
+    // Before layer l's backward pass: recompute what was not kept (see Recompute).
+    void recompute_layer(int l, const LayerActs<floatX>& x) {
+        int C = config.channels, BT = B * T;
+        const float eps = 1e-5f;
+        if (recompute == Recompute::Layer) {
+            layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, params.layer(LN1W, l, C),
+                              params.layer(LN1B, l, C), BT, C, eps, stream);
+            block_forward(l, x);
+            return;
+        }
+        if (recompute >= Recompute::LN) {
+            layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, params.layer(LN1W, l, C),
+                              params.layer(LN1B, l, C), BT, C, eps, stream);
+            layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, params.layer(LN2W, l, C),
+                              params.layer(LN2B, l, C), BT, C, eps, stream);
+        }
+        if (recompute >= Recompute::Gelu) gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
     }
 
     // Forward pass on the micro-batch in acts.inputs/acts.targets: leaves per-token losses in
@@ -312,9 +378,8 @@ struct GPT2 {
     // Returns nothing: the caller reads the losses when it needs them (one sync per step).
     void forward(bool with_grad, float dloss) {
         const GPT2Config& c = config;
-        int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
+        int L = c.num_layers, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size;
         int BT = B * T;
-        size_t btc = (size_t)BT * C;
         Activations<floatX>& a = acts;
         const float eps = 1e-5f;
         encoder_forward(a.encoded, a.inputs, params.t[WTE], params.t[WPE], (const int*)nullptr, (const floatX*)nullptr,
@@ -322,27 +387,17 @@ struct GPT2 {
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, params.t[LN1W], params.t[LN1B], BT, C, eps, stream);
         for (int l = 0; l < L; l++) {
             LayerActs<floatX> x = layer_acts(l);
-            // attention block: qkv = ln1 · qkvwᵀ + qkvb; causal self-attention; projection
-            matmul_forward(x.qkv, (floatX*)nullptr, x.ln1, params.layer(QKVW, l, 3 * C * C), params.layer(QKVB, l, 3 * C),
-                           BT, C, 3 * C, GeluKind::Tanh, stream);
-            attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, true, (const int*)nullptr, stream);
-            matmul_forward(a.btc, (floatX*)nullptr, x.atty, params.layer(ATTPROJW, l, C * C),
-                           params.layer(ATTPROJB, l, C), BT, C, C, GeluKind::Tanh, stream);
-            fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd,
-                                             x.residual, a.btc, params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT,
-                                             C, eps, stream);
-            // MLP block: GELU(ln2 · fcwᵀ + fcb) · fcprojwᵀ + fcprojb
-            matmul_forward(x.fch_gelu, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), BT, C,
-                           4 * C, GeluKind::Tanh, stream);
+            block_forward(l, x);
+            // MLP block, second half: · fcprojwᵀ + fcprojb
             matmul_forward(a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
                            params.layer(FCPROJB, l, C), BT, 4 * C, C, GeluKind::Tanh, stream);
             // The next layer's ln1 (or the final layernorm) is fused with this residual add.
             bool last = l == L - 1;
-            fused_residual_layernorm_forward(
-                x.residual3, last ? a.lnf : a.ln1 + (l + 1) * btc, last ? a.lnf_mean : a.ln1_mean + (size_t)(l + 1) * BT,
-                last ? a.lnf_rstd : a.ln1_rstd + (size_t)(l + 1) * BT, x.residual2, a.btc,
-                last ? params.t[LNFW] : params.layer(LN1W, l + 1, C), last ? params.t[LNFB] : params.layer(LN1B, l + 1, C),
-                BT, C, eps, stream);
+            LayerActs<floatX> next = layer_acts(last ? l : l + 1);  // its ln1 slot (not used after the last layer)
+            fused_residual_layernorm_forward(x.residual3, last ? a.lnf : next.ln1, last ? a.lnf_mean : next.ln1_mean,
+                                             last ? a.lnf_rstd : next.ln1_rstd, x.residual2, a.btc,
+                                             last ? params.t[LNFW] : params.layer(LN1W, l + 1, C),
+                                             last ? params.t[LNFB] : params.layer(LN1B, l + 1, C), BT, C, eps, stream);
         }
         // LM head tied to the token embedding: logits (B,T,Vp) = lnf · wteᵀ
         matmul_forward(a.logits, (floatX*)nullptr, a.lnf, params.t[WTE], (const floatX*)nullptr, BT, C, Vp,
@@ -366,6 +421,7 @@ struct GPT2 {
                            params.t[LNFW], a.lnf_mean, a.lnf_rstd, BT, C, stream);
         for (int l = L - 1; l >= 0; l--) {
             LayerActs<floatX> x = layer_acts(l);
+            if (recompute != Recompute::None) recompute_layer(l, x);
             // MLP block: dresidual is the gradient of the block's output
             matmul_backward(a.dbt4c, grads.layer(FCPROJW, l, 4 * C * C), grads.layer(FCPROJB, l, C), a.scratch,
                             a.dresidual, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C), x.fch, BT, 4 * C, C,
@@ -905,6 +961,8 @@ struct TrainOptions {
     int checkpoint_every = 0;  // steps between checkpoints (0: only at the end of the run)
     int keep_checkpoints = 0;  // keep the newest K checkpoints (0: all)
     int stop_after = 0;        // leave after this many steps of this run, to resume later (0: run to the end)
+    Recompute recompute = Recompute::None;
+    bool gelu_fusion = true;
     std::string label;         // the run's name in the log
 };
 
@@ -1020,6 +1078,8 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     matmul_init(o.tf32);
     GPT2<floatX> model;
+    model.recompute = o.recompute;
+    model.gelu_fusion = o.gelu_fusion;
     model.build(config, init);
     model.allocate_activations(o.B, o.T);
     const GPT2Config& c = model.config;
@@ -1064,8 +1124,9 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", c.num_layers, c.channels,
            c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6);
     printf("precision: %s%s | device: %s\n", precision_name(o.precision), o.tf32 ? " (tf32 matmuls)" : "", prop.name);
-    printf("memory: parameters+grads+optimizer %.1f MiB (%.0f B/param), activations %.1f MiB\n",
-           model.num_parameters * bytes_per_param / 1048576.0, bytes_per_param, model.acts_bytes / 1048576.0);
+    printf("memory: parameters+grads+optimizer %.1f MiB (%.0f B/param), activations %.1f MiB (recompute %s)\n",
+           model.num_parameters * bytes_per_param / 1048576.0, bytes_per_param, model.acts_bytes / 1048576.0,
+           recompute_name(o.recompute));
     printf("batch: B=%d T=%d, %d micro-step%s -> %lld tokens per step; %d steps; lr %s max %.2e warmup %d\n", o.B,
            o.T, accum, accum > 1 ? "s" : "", total, steps, lr_schedule_name(sched.kind), sched.max_lr, sched.warmup);
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
@@ -1247,6 +1308,10 @@ int main(int argc, char** argv) {
     cli.add("val-steps", "m", "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU backend)");
     cli.add("precision", nullptr, "NAME", "fp32", "fp32 | tf32 | bf16 (fp16 and fp8: see issue tracker)");
     cli.add("tf32", "f", "0|1", "0", "with fp32: TF32 tensor-core matmuls (llm.c's -f; same as --precision tf32)");
+    cli.add("recompute", "r", "WHAT", "none", "recompute in the backward pass instead of storing: none | gelu | ln "
+            "(gelu + layernorms) | layer (whole blocks); llm.c's 0/1/2 also work");
+    cli.add("gelu-fusion", "ge", "0|1", "1", "GELU as cuBLASLt's matmul epilogue (1) or a separate kernel (0; "
+            "always 0 with --recompute)");
     cli.add("seed", nullptr, "INT", "42", "seed for initialization, shuffling and sampling");
     cli.add("gen-tokens", "g", "INT", "auto", "tokens to sample after training, 0: none (auto: 256 on a GPU, 64 on the CPU backend)");
     cli.add("sample-every", "s", "STEPS", "0", "also sample every this many steps during training (0: only at the end)");
@@ -1318,6 +1383,13 @@ int main(int argc, char** argv) {
     if ((cli.given("checkpoint-every") || cli.given("keep-checkpoints")) && o.output_dir.empty())
         cli.fail("option --%s: needs --output-dir (where to write them)",
                  cli.given("checkpoint-every") ? "checkpoint-every" : "keep-checkpoints");
+    std::string rec = cli.str("recompute");
+    if (rec == "none" || rec == "0") o.recompute = Recompute::None;
+    else if (rec == "gelu" || rec == "1") o.recompute = Recompute::Gelu;
+    else if (rec == "ln" || rec == "2") o.recompute = Recompute::LN;
+    else if (rec == "layer" || rec == "3") o.recompute = Recompute::Layer;
+    else cli.fail("option --recompute: '%s' is not one of none, gelu, ln, layer (or 0-3)", rec.c_str());
+    o.gelu_fusion = cli.integer("gelu-fusion", 0, 1) == 1;
     std::string prec = cli.str("precision");
     if (prec == "fp32") o.precision = Precision::FP32;
     else if (prec == "tf32") { o.precision = Precision::FP32; o.tf32 = true; }

@@ -200,6 +200,57 @@ void check_determinism() {
     th::check_bitwise("determinism: two bf16 runs give bit-identical losses", a.data(), b.data(), a.size() * 4);
 }
 
+// Each recomputation level gives the same gradients as storing everything, bit for bit (the same
+// kernels recompute the same values), with fewer activation bytes. Recomputation computes the GELU
+// with llmc/gelu.cuh's kernel, so the reference stores everything with that GELU too; cuBLASLt's
+// fused GELU epilogue is checked against it separately.
+template <class floatX>
+void check_recompute(const char* tname, double fusion_k) {
+    Fixture f = load_fixture();
+    const DebugState& s = f.s;
+    auto grads_with = [&](Recompute r, size_t* bytes, bool fusion = false) {
+        GPT2<floatX> m;
+        m.recompute = r;
+        m.gelu_fusion = fusion;
+        m.build(f.config, f.init);
+        m.allocate_activations(s.B, s.T);
+        m.set_batch(s.x.data(), s.y.data());
+        cudaCheck(cudaMemset(m.grads_memory, 0, f.n * sizeof(floatX)));
+        m.forward(true, 1.f / (s.B * s.T));
+        m.backward();
+        auto g = th::to_host(m.grads_memory, f.n);
+        auto losses = th::to_host(m.acts.losses, (size_t)s.B * s.T);
+        *bytes = m.acts_bytes;
+        m.free_all();
+        std::vector<float> out(losses.begin(), losses.end());
+        for (auto x : g) out.push_back(to_float(x));
+        return out;
+    };
+    size_t base_bytes, bytes;
+    std::vector<float> base = grads_with(Recompute::None, &base_bytes);
+    size_t previous = base_bytes;
+    for (Recompute r : {Recompute::Gelu, Recompute::LN, Recompute::Layer}) {
+        std::vector<float> got = grads_with(r, &bytes);
+        char name[128];
+        snprintf(name, sizeof(name), "recompute %s <%s>: losses and gradients bit-identical to none", recompute_name(r),
+                 tname);
+        bool same = got.size() == base.size() && memcmp(got.data(), base.data(), got.size() * 4) == 0;
+        th::report(same && bytes < previous, name, "activations %.2f MiB (none: %.2f MiB)", bytes / 1048576.0,
+                   base_bytes / 1048576.0);
+        previous = bytes;
+    }
+    // The fused epilogue's GELU and the kernel's may round differently (by an ulp of the storage
+    // type) and those differences propagate: k roundings of each value's scale (losses, then each
+    // gradient's), as in the oracle comparison.
+    std::vector<float> fused = grads_with(Recompute::None, &bytes, true);
+    double max_ref = 0;
+    for (float x : base) max_ref = std::max(max_ref, (double)std::fabs(x));
+    char name[128];
+    snprintf(name, sizeof(name), "gelu fusion <%s>: cuBLASLt's GELU epilogue vs the GELU kernel", tname);
+    th::check_close(name, base.data(), fused.data(), base.size(),
+                    th::Tol{fusion_k * dtype_eps<floatX>() * max_ref, fusion_k * dtype_eps<floatX>()});
+}
+
 int main() {
     matmul_init();
     // fp32: the issue's bounds — logits within 1e-4, loss within 1e-5 of transformers. Gradients:
@@ -215,6 +266,8 @@ int main() {
     check_against_oracle<__nv_bfloat16>("bf16", 2 * th::EPS_BF16, 0.5 * th::EPS_BF16, 2, 0.5 * th::EPS_BF16);
     check_gradient_accumulation();
     check_determinism();
+    check_recompute<float>("fp32", 16);
+    check_recompute<__nv_bfloat16>("bf16", 2);
     matmul_destroy();
     return th::finish();
 }
