@@ -191,6 +191,18 @@ struct LayerActs {
 // ----------------------------------------------------------------------------
 // The model
 
+// Device memory by purpose, in bytes: exactly what build() and allocate_activations() allocate.
+struct MemoryAnatomy {
+    size_t weights = 0;      // parameters in the compute precision
+    size_t master = 0;       // fp32 master weights (low precision only)
+    size_t grads = 0;        // gradients in the compute precision
+    size_t optimizer = 0;    // optimizer state (AdamW: m and v in fp32)
+    size_t activations = 0;  // everything the backward pass reads, and its scratch
+    size_t other = 0;        // the optimizer's tensor table, the norm's scratch, the embedding-backward plan
+    size_t model_state() const { return weights + master + grads + optimizer; }
+    size_t total() const { return model_state() + activations + other; }
+};
+
 template <class floatX>
 struct GPT2 {
     GPT2Config config;
@@ -216,6 +228,7 @@ struct GPT2 {
     // the matmul; recomputation needs the kernel (the backward pass recomputes exactly its bits).
     bool gelu_fusion = true;
     EncoderBackwardPlan encoder_plan;
+    MemoryAnatomy mem;
     cudaStream_t stream = 0;
 
     // Allocates parameters, gradients and optimizer state for config and fills params_memory
@@ -254,6 +267,11 @@ struct GPT2 {
         cudaCheck(cudaMalloc(&norm_out, sizeof(float)));
         cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
         cudaCheck(cudaMallocHost(&norm_host, sizeof(float)));
+        mem.weights = mem.grads = num_parameters * sizeof(floatX);
+        mem.master = master ? num_parameters * sizeof(float) : 0;
+        mem.optimizer = 2 * num_parameters * sizeof(float);
+        mem.other = sizeof(ParamTensor) * NUM_PARAMETER_TENSORS + global_norm_scratch_bytes(num_parameters) +
+                    2 * sizeof(float);
     }
 
     // Sizes and allocates the activations for micro-batch (B, T), once.
@@ -307,6 +325,22 @@ struct GPT2 {
             *r.ptr = p;
             p += (r.bytes + 255) / 256 * 256;
         }
+        // The embedding backward's plan buffers, reserved now for the worst case of this shape (a
+        // plan for any batch), so that the memory anatomy is complete before the first step.
+        size_t plan_before = encoder_plan_bytes();
+        std::vector<int> no_tokens(BT, 0);
+        encoder_backward_plan(&encoder_plan, no_tokens.data(), (const int*)nullptr, B, T, (int)C, config.vocab_size, 0,
+                              stream);
+        cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
+        mem.activations = acts_bytes;
+        mem.other += encoder_plan_bytes() - plan_before;
+    }
+
+    // Device bytes the embedding backward's plan holds.
+    size_t encoder_plan_bytes() const {
+        const EncoderBackwardPlan& e = encoder_plan;
+        return e.capacity_positions * sizeof(int) + e.capacity_segments * sizeof(EncoderSegment) +
+               e.capacity_groups * sizeof(EncoderGroup) + e.capacity_partials * sizeof(float);
     }
 
     // Releases the activations (to size them anew, e.g. for generation with B=1).
@@ -1047,6 +1081,27 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
     return sample;
 }
 
+// Prints where device memory goes (MemoryAnatomy), with bytes per parameter for the model state —
+// compare with 16 B/param for fp32 AdamW and 18 B/param for mixed precision with fp32 master weights.
+inline void print_memory_anatomy(const MemoryAnatomy& m, size_t num_parameters, size_t workspace,
+                                 const TrainOptions& o) {
+    auto line = [&](const char* what, size_t bytes, const char* note) {
+        printf("  %-15s %10.1f MiB  %5.2f B/param  %s\n", what, bytes / 1048576.0, (double)bytes / num_parameters, note);
+    };
+    printf("memory anatomy (device):\n");
+    line("weights", m.weights, precision_name(o.precision));
+    if (m.master) line("master weights", m.master, "fp32");
+    line("gradients", m.grads, precision_name(o.precision));
+    line("optimizer", m.optimizer, "AdamW m, v (fp32)");
+    line("= model state", m.model_state(), "");
+    char note[64];
+    snprintf(note, sizeof(note), "B=%d T=%d, recompute %s", o.B, o.T, recompute_name(o.recompute));
+    line("activations", m.activations, note);
+    line("other", m.other, "optimizer table, norm scratch, embedding-backward plan");
+    line("workspace", workspace, "cuBLASLt");
+    line("= total", m.total() + workspace, "");
+}
+
 // Checks that a training state can continue this run exactly; exits with the first mismatch.
 template <class floatX>
 void check_resumable(const TrainState& s, const TrainOptions& o, const GPT2<floatX>& model, long long tokens_per_step,
@@ -1120,13 +1175,10 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         if (!log.open(o.output_dir + "/log.jsonl", resume ? start_step : -1, &err)) data_error("%s", err.c_str());
     }
 
-    double bytes_per_param = sizeof(floatX) * 2 + 8 + (std::is_same<floatX, float>::value ? 0 : 4);
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", c.num_layers, c.channels,
            c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6);
     printf("precision: %s%s | device: %s\n", precision_name(o.precision), o.tf32 ? " (tf32 matmuls)" : "", prop.name);
-    printf("memory: parameters+grads+optimizer %.1f MiB (%.0f B/param), activations %.1f MiB (recompute %s)\n",
-           model.num_parameters * bytes_per_param / 1048576.0, bytes_per_param, model.acts_bytes / 1048576.0,
-           recompute_name(o.recompute));
+    print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o);
     printf("batch: B=%d T=%d, %d micro-step%s -> %lld tokens per step; %d steps; lr %s max %.2e warmup %d\n", o.B,
            o.T, accum, accum > 1 ? "s" : "", total, steps, lr_schedule_name(sched.kind), sched.max_lr, sched.warmup);
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);

@@ -247,9 +247,11 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
     s->m.resize(n);
     s->v.resize(n);
     s->master.resize(s->has_master ? n : 0);
-    memcpy(s->m.data(), body, n * 4);
-    memcpy(s->v.data(), body + n * 4, n * 4);
-    if (s->has_master) memcpy(s->master.data(), body + 2 * n * 4, n * 4);
+    if (n > 0) {  // (an empty vector's data() may be null, which memcpy must not get even for 0 bytes)
+        memcpy(s->m.data(), body, n * 4);
+        memcpy(s->v.data(), body + n * 4, n * 4);
+        if (s->has_master) memcpy(s->master.data(), body + 2 * n * 4, n * 4);
+    }
     return true;
 }
 

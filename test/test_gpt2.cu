@@ -251,6 +251,41 @@ void check_recompute(const char* tname, double fusion_k) {
                     th::Tol{fusion_k * dtype_eps<floatX>() * max_ref, fusion_k * dtype_eps<floatX>()});
 }
 
+// The memory anatomy's figures are what is allocated: the device's bytes in use grow by exactly
+// its total when a model is built and its activations allocated, and not at all during a step.
+template <class floatX>
+void check_memory_anatomy(const char* tname, Recompute r) {
+    Fixture f = load_fixture();
+    const DebugState& s = f.s;
+    auto used = [] {
+        size_t free_b, total_b;
+        cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+        return total_b - free_b;
+    };
+    size_t before = used();
+    GPT2<floatX> m;
+    m.recompute = r;
+    m.build(f.config, f.init);
+    m.allocate_activations(s.B, s.T);
+    size_t allocated = used() - before;
+    m.set_batch(s.x.data(), s.y.data());
+    cudaCheck(cudaMemset(m.grads_memory, 0, f.n * sizeof(floatX)));
+    m.forward(true, 1.f / (s.B * s.T));
+    m.backward();
+    m.update(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 1);
+    cudaCheck(cudaDeviceSynchronize());
+    size_t after_step = used() - before;
+    const MemoryAnatomy& a = m.mem;
+    size_t n = f.n, per = sizeof(floatX);
+    bool parts = a.weights == n * per && a.grads == n * per && a.master == (per == 4 ? 0 : n * 4) &&
+                 a.optimizer == n * 8 && a.activations == m.acts_bytes;
+    char name[128];
+    snprintf(name, sizeof(name), "memory anatomy <%s, recompute %s> = bytes allocated", tname, recompute_name(r));
+    th::report(parts && allocated == a.total() && after_step == allocated, name,
+               "anatomy %zu B, allocated %zu B, after a step %zu B", a.total(), allocated, after_step);
+    m.free_all();
+}
+
 int main() {
     matmul_init();
     // fp32: the issue's bounds — logits within 1e-4, loss within 1e-5 of transformers. Gradients:
@@ -266,6 +301,8 @@ int main() {
     check_against_oracle<__nv_bfloat16>("bf16", 2 * th::EPS_BF16, 0.5 * th::EPS_BF16, 2, 0.5 * th::EPS_BF16);
     check_gradient_accumulation();
     check_determinism();
+    check_memory_anatomy<float>("fp32", Recompute::None);
+    check_memory_anatomy<__nv_bfloat16>("bf16", Recompute::Layer);
     check_recompute<float>("fp32", 16);
     check_recompute<__nv_bfloat16>("bf16", 2);
     matmul_destroy();
