@@ -1,5 +1,5 @@
 // llmc/adamw.cuh — the AdamW update of every parameter in one launch (torch.optim.AdamW's numerics),
-// and the float <-> bf16 cast that makes compute-precision copies of the fp32 master weights.
+// and the float <-> bf16/fp16 cast that makes compute-precision copies of the fp32 master weights.
 //
 // Parameters, gradients and the two moments each live in one contiguous buffer of N elements; a
 // device-side table of ParamTensor says where each tensor starts, how long it is and whether it
@@ -115,7 +115,8 @@ __global__ void adamw_kernel(T* params, float* master, const T* grads, float* m,
     }
 }
 
-// out[i] = in[i] converted through fp32 (float -> bf16 rounds to nearest even; bf16 -> float is exact).
+// out[i] = in[i] converted through fp32 (float -> bf16 or fp16 rounds to nearest even, and to fp16's
+// subnormals or inf outside its normal range; bf16/fp16 -> float is exact).
 template <class Tout, class Tin>
 __global__ void cast_kernel(Tout* out, const Tin* in, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -166,8 +167,9 @@ void adamw_update(T* params, float* master, const T* grads, float* m, float* v,
                             0, stream, params, master, grads, m, v, tensors, c, grad_scale_device));
 }
 
-// Converts N elements from Tin to Tout (float <-> __nv_bfloat16, or a plain copy): start-up copies of
-// the fp32 master weights to the compute precision, and checkpoints.
+// Converts N elements from Tin to Tout (float <-> __nv_bfloat16 or __half, or a plain copy): start-up
+// copies of the fp32 master weights to the compute precision, and checkpoints. A weight beyond fp16's
+// 65504 becomes inf (no clamping: a model that has such weights cannot run in fp16).
 template <class Tout, class Tin>
 void cast(Tout* out, const Tin* in, size_t N, cudaStream_t stream) {
     if (N == 0) return;

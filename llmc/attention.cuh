@@ -18,9 +18,12 @@
 // dq, dk, dv rows are 0); tiles entirely in padding are not computed. Values above T count as T.
 //
 // Precision. floatX = float: plain fp32 FMAs on CUDA cores, so the fp32 path is an exact reference
-// (no tensor cores, no tf32). floatX = __nv_bfloat16 (and later __half): tensor cores through WMMA
-// (m16n16k16, fp32 accumulate); P and dS are rounded to floatX before their products, as
-// FlashAttention does; softmax statistics and all accumulations stay fp32.
+// (no tensor cores, no tf32). floatX = __nv_bfloat16 or __half: tensor cores through WMMA (m16n16k16,
+// fp32 accumulate, one code path for both types); P and dS are rounded to floatX before their
+// products, as FlashAttention does; scores, softmax statistics, lse, D and all accumulations stay
+// fp32. In fp16 the stored values are what can overflow: P <= 1 cannot, but dS = P (dP - D) and the
+// outputs can under a large loss scale, and then become inf (never clamped), which the trainer's
+// overflow check must see; small P and dS round to fp16 subnormals (absolute error <= 2^-25).
 //
 // Determinism. No atomics: the backward runs one kernel over key tiles for dK, dV and one over
 // query tiles for dQ (FlashAttention-2 accumulates dQ with fp32 atomics instead, which makes the

@@ -47,7 +47,7 @@ inline float peak_tflops(const char* device_name, Precision p, bool tf32_matmuls
     const GPUPeak* peaks = gpu_peaks(&n);
     for (int i = 0; i < n; i++) {
         if (!strstr(device_name, peaks[i].name_contains)) continue;
-        if (p == Precision::BF16) return peaks[i].bf16;
+        if (p == Precision::BF16 || p == Precision::FP16) return peaks[i].bf16;  // same tensor-core peak
         return tf32_matmuls ? peaks[i].tf32 : peaks[i].fp32;
     }
     return 0.f;

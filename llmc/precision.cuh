@@ -10,12 +10,16 @@
 
 // ----------------------------------------------------------------------------
 // Run-time precision. Kernels are templated on the storage type T of parameters and activations
-// (float or __nv_bfloat16, later __half); the trainer dispatches once, at start-up, on this enum.
+// (float, __nv_bfloat16 or __half); the trainer dispatches once, at start-up, on this enum.
 // Accumulation is always fp32; master weights and optimizer state are fp32 whenever T is not.
+// FP16 has bf16's 16 bits with 3 more of mantissa and 3 fewer of exponent: finite only below 65504,
+// subnormal below 6.1e-5, so training in it needs loss scaling (the trainer's job).
 
-enum class Precision { FP32, BF16 };
+enum class Precision { FP32, BF16, FP16 };
 
-inline const char* precision_name(Precision p) { return p == Precision::FP32 ? "fp32" : "bf16"; }
+inline const char* precision_name(Precision p) {
+    return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16";
+}
 
 // ----------------------------------------------------------------------------
 // Conversions between fp32 and a storage type (round to nearest even, as the hardware does).
@@ -39,8 +43,16 @@ template <> constexpr double dtype_eps<float>() { return 1.0 / (1 << 23); }
 template <> constexpr double dtype_eps<__nv_bfloat16>() { return 1.0 / (1 << 7); }
 template <> constexpr double dtype_eps<__half>() { return 1.0 / (1 << 10); }
 
+// Smallest positive subnormal of a storage type. Below the smallest normal number the spacing of
+// representable values stops shrinking, so one rounding errs by up to half of this, absolutely:
+// the atol of a result that small (reached in fp16, whose normal range ends at 2^-14 = 6.1e-5).
+template <class T> constexpr double dtype_denorm_min();
+template <> constexpr double dtype_denorm_min<float>() { return 1.4012984643248171e-45; }         // 2^-149
+template <> constexpr double dtype_denorm_min<__nv_bfloat16>() { return 9.1835496157991212e-41; }  // 2^-133
+template <> constexpr double dtype_denorm_min<__half>() { return 1.0 / (1 << 24); }                // 2^-24
+
 // ----------------------------------------------------------------------------
-// Packed128: 16 bytes of T moved with one 128-bit load or store (4 floats or 8 bf16), the unit
+// Packed128: 16 bytes of T moved with one 128-bit load or store (4 floats, 8 bf16 or 8 fp16), the unit
 // memory-bound kernels work in so that a warp moves 512 contiguous bytes per instruction.
 // Requires 16-byte aligned addresses: callers keep row lengths a multiple of Packed128<T>::size.
 

@@ -160,6 +160,7 @@ std::vector<double> widen(const std::vector<T>& t) {
 template <class T> const char* dtype_name();
 template <> inline const char* dtype_name<float>() { return "fp32"; }
 template <> inline const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
+template <> inline const char* dtype_name<__half>() { return "fp16"; }
 
 // ----------------------------------------------------------------------------
 // Device memory
@@ -173,7 +174,7 @@ std::vector<T> to_host(const T* d, size_t n) {
 }
 
 // What a new DeviceBuffer holds: whatever the allocator left, zero bytes, or all-ones bytes
-// (NaN in fp32 and bf16, so that an element a kernel fails to write shows in the comparison).
+// (NaN in fp32, bf16 and fp16, so that an element a kernel fails to write shows in the comparison).
 enum class Fill { None, Zero, NaN };
 
 // A device allocation of exactly n elements of T, freed on scope exit. Exact, so that the CPU

@@ -1,6 +1,7 @@
 // test/test_adamw.cu — tests llmc/adamw.cuh: several AdamW steps over a table of tensors of very
-// different sizes (weight decay on some only), float parameters and bf16 parameters with fp32 master
-// weights, the device-side gradient scale, and the float <-> bf16 cast.
+// different sizes (weight decay on some only), float parameters and bf16 or fp16 parameters with fp32
+// master weights, the device-side gradient scale, that an inf or NaN gradient is not hidden, and the
+// float <-> bf16 and float <-> fp16 casts.
 //
 // Two references for AdamW:
 //  - torch order (fp32): the operations of torch.optim.AdamW's single-tensor CPU path, in its order,
@@ -35,6 +36,40 @@ static float bf16_bits_to_float(uint16_t b) {
     return f;
 }
 static float round_bf16(float x) { return bf16_bits_to_float(bf16_bits_rne(x)); }
+
+// Rounds x to fp16 (nearest even; overflow to inf, subnormals, NaN) from its value, independent of
+// cuda_fp16.h: subnormals are multiples of 2^-24 (scaling by 2^24 is exact, nearbyint rounds to even),
+// normal numbers drop 13 of fp32's 23 mantissa bits, and from 65520 (half way between fp16's largest,
+// 65504, and 2^16) on the result is inf.
+static uint16_t fp16_bits_rne(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (std::isnan(x)) return sign | 0x7e00;
+    float a = std::fabs(x);
+    if (a >= 65520.f) return sign | 0x7c00;
+    if (a < 0x1p-14f) return sign | (uint16_t)std::nearbyint(a * 0x1p24f);  // 1024 encodes 2^-14 itself
+    uint32_t au = u & 0x7fffffffu;
+    au += 0x0fffu + ((au >> 13) & 1u);  // add half an fp16 ulp, plus one when odd: ties to even
+    uint32_t exponent = (au >> 23) - 127 + 15, mantissa = (au >> 13) & 0x3ffu;
+    return (uint16_t)(sign | (exponent << 10) | mantissa);
+}
+static float fp16_bits_to_float(uint16_t b) {
+    int exponent = (b >> 10) & 0x1f, mantissa = b & 0x3ff;
+    float sign = (b & 0x8000) ? -1.f : 1.f;
+    if (exponent == 0) return sign * std::ldexp((float)mantissa, -24);
+    if (exponent == 31) return mantissa ? NAN : sign * INFINITY;
+    return sign * std::ldexp((float)(mantissa | 0x400), exponent - 25);
+}
+static float round_fp16(float x) { return fp16_bits_to_float(fp16_bits_rne(x)); }
+
+// x rounded to the storage type T by the bit-level references above.
+template <class T>
+static float round_to_T(float x) {
+    if (std::is_same<T, __nv_bfloat16>::value) return round_bf16(x);
+    if (std::is_same<T, __half>::value) return round_fp16(x);
+    return x;
+}
 
 // ----------------------------------------------------------------------------
 // References
@@ -123,8 +158,7 @@ static void test_adamw(const Case& c) {
     std::vector<std::vector<float>> grads(c.num_steps, std::vector<float>(N));
     for (int s = 0; s < c.num_steps; s++) {
         th::fill_uniform(grads[s].data(), N, 100 + s, -1.f, 1.f);
-        if (lowp)
-            for (float& g : grads[s]) g = round_bf16(g);
+        for (float& g : grads[s]) g = round_to_T<T>(g);
     }
     std::vector<T> p0_T(N);
     for (size_t i = 0; i < N; i++) p0_T[i] = from_float<T>(p0[i]);
@@ -141,7 +175,8 @@ static void test_adamw(const Case& c) {
 
     // The kernel, under three thread orders; returns [params as float, master, m, v].
     char name[160];
-    snprintf(name, sizeof(name), "adamw %s %s: thread orders", c.name, lowp ? "bf16" : "fp32");
+    const char* tname = th::dtype_name<T>();
+    snprintf(name, sizeof(name), "adamw %s %s: thread orders", c.name, tname);
     std::vector<float> out = th::run_orders(name, [&]() {
         th::DeviceBuffer<T> d_params(N), d_grads(N);
         th::DeviceBuffer<float> d_m(N), d_v(N), d_scale(1);
@@ -179,20 +214,20 @@ static void test_adamw(const Case& c) {
     const float* o_v = out.data() + 3 * N;
 
     // Torch order: budget 0 (same IEEE operations in the same order). With master weights the fp32
-    // weights are checked, and params must be exactly those rounded to bf16.
+    // weights are checked, and params must be exactly those rounded to T.
     const th::Tol exact{0, 0};
     const float* o_weights = lowp ? o_master : o_params;
     std::vector<float> rp_T(N);
-    for (size_t i = 0; i < N; i++) rp_T[i] = lowp ? round_bf16(rp[i]) : rp[i];
-    snprintf(name, sizeof(name), "adamw %s %s: weights == torch-order fp32", c.name, lowp ? "bf16" : "fp32");
+    for (size_t i = 0; i < N; i++) rp_T[i] = round_to_T<T>(rp[i]);
+    snprintf(name, sizeof(name), "adamw %s %s: weights == torch-order fp32", c.name, tname);
     th::check_close(name, rp.data(), o_weights, N, exact);
     if (lowp) {
-        snprintf(name, sizeof(name), "adamw %s bf16: params == master rounded to bf16", c.name);
+        snprintf(name, sizeof(name), "adamw %s %s: params == master rounded to %s", c.name, tname, tname);
         th::check_close(name, rp_T.data(), o_params, N, exact);
     }
-    snprintf(name, sizeof(name), "adamw %s %s: m == torch-order fp32", c.name, lowp ? "bf16" : "fp32");
+    snprintf(name, sizeof(name), "adamw %s %s: m == torch-order fp32", c.name, tname);
     th::check_close(name, rm.data(), o_m, N, exact);
-    snprintf(name, sizeof(name), "adamw %s %s: v == torch-order fp32", c.name, lowp ? "bf16" : "fp32");
+    snprintf(name, sizeof(name), "adamw %s %s: v == torch-order fp32", c.name, tname);
     th::check_close(name, rv.data(), o_v, N, exact);
 
     // Textbook double. Per step, the fp32 weights take 2 roundings proportional to |p| (decay,
@@ -202,18 +237,20 @@ static void test_adamw(const Case& c) {
     // absolute error; v is a sum of positive terms, so its error is relative.
     const double e = th::EPS_FP32;
     const double steps = c.num_steps;
-    snprintf(name, sizeof(name), "adamw %s %s: weights vs double", c.name, lowp ? "bf16" : "fp32");
+    snprintf(name, sizeof(name), "adamw %s %s: weights vs double", c.name, tname);
     th::check_close(name, dp.data(), o_weights, N, th::tol(e, 2 * steps, 8 * steps * c.h.lr * e));
-    snprintf(name, sizeof(name), "adamw %s %s: m vs double", c.name, lowp ? "bf16" : "fp32");
+    snprintf(name, sizeof(name), "adamw %s %s: m vs double", c.name, tname);
     th::check_close(name, dm.data(), o_m, N, th::tol(e, 4 * steps, 4 * steps * e));
-    snprintf(name, sizeof(name), "adamw %s %s: v vs double", c.name, lowp ? "bf16" : "fp32");
+    snprintf(name, sizeof(name), "adamw %s %s: v vs double", c.name, tname);
     th::check_close(name, dv.data(), o_v, N, th::tol(e, 4 * steps, 0));
     if (lowp) {
-        // bf16 params: one rounding to nearest of the fp32 weights: at most half an ulp, i.e.
-        // eps_bf16/2 * |ref| (a tight bound, reached just above a power of two), plus the fp32
-        // weights' own error from above as the floor.
-        snprintf(name, sizeof(name), "adamw %s bf16: params vs double", c.name);
-        th::check_close(name, dp.data(), o_params, N, th::tol(th::EPS_BF16, 0.5, 8 * steps * c.h.lr * e + 2 * steps * e));
+        // bf16/fp16 params: one rounding to nearest of the fp32 weights: at most half an ulp, i.e.
+        // eps_T/2 * |ref| (a tight bound, reached just above a power of two), or half the smallest
+        // subnormal for a weight below the normal range (fp16: 2^-14), plus the fp32 weights' own
+        // error from above as the floor.
+        snprintf(name, sizeof(name), "adamw %s %s: params vs double", c.name, tname);
+        double atol = 8 * steps * c.h.lr * e + 2 * steps * e + dtype_denorm_min<T>() / 2;
+        th::check_close(name, dp.data(), o_params, N, th::tol(dtype_eps<T>(), 0.5, atol));
     }
 }
 
@@ -272,6 +309,80 @@ static void test_cast() {
     th::report(one[0] == 0.3f, "cast float->float N=1: copy", "got %.9g", one[0]);
 }
 
+// float -> fp16 against the bit-level reference: values spread over fp16's whole range and past it
+// (|x| = 2^u, u uniform in [-30, 18): zeros, subnormals, normals, overflow) plus ties (in the normal
+// and the subnormal range), the overflow threshold 65520, infinities and NaN; fp16 -> float over all
+// 65536 bit patterns (exact; NaN patterns must stay NaN).
+static void test_cast_fp16() {
+    std::vector<float> x(123457), u(x.size()), sign(x.size());
+    th::fill_uniform(u.data(), u.size(), 8, -30.f, 18.f);
+    th::fill_uniform(sign.data(), sign.size(), 9, -1.f, 1.f);
+    for (size_t i = 0; i < x.size(); i++) x[i] = std::copysign(std::exp2(u[i]), sign[i]);
+    const float specials[] = {0.f, -0.f, 1.f, 1.f + 0x1p-11f, 1.f + 3 * 0x1p-11f, -(1.f + 0x1p-11f), 65504.f,
+                              65519.996f, 65520.f, -65520.f, 1e5f, 0x1p-14f, 0x1p-25f, 3 * 0x1p-25f, -0x1p-26f,
+                              0x1.ffcp-15f, 6e-8f, INFINITY, -INFINITY, NAN, 0.1f, 3.4028235e38f};
+    for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); k++) x[k * 997] = specials[k];
+    const size_t N = x.size();
+
+    std::vector<uint16_t> bits = th::run_orders("cast float->fp16: thread orders", [&]() {
+        th::DeviceBuffer<float> d_in(N);
+        th::DeviceBuffer<__half> d_out(N);
+        d_in.upload(x);
+        cast(d_out.ptr, d_in.ptr, N, 0);
+        std::vector<uint16_t> b;
+        for (__half y : d_out.host()) b.push_back(__half_raw(y).x);
+        return b;
+    });
+    size_t bad = 0, first_bad = N;
+    for (size_t i = 0; i < N; i++) {
+        bool ok = std::isnan(x[i]) ? std::isnan(fp16_bits_to_float(bits[i])) : bits[i] == fp16_bits_rne(x[i]);
+        if (!ok && bad++ == 0) first_bad = i;
+    }
+    th::report(bad == 0, "cast float->fp16: round to nearest even (incl. ties, overflow, subnormals, inf, NaN)",
+               "n=%zu, bad=%zu%s", N, bad, bad ? " (see first_bad)" : "");
+    if (bad) printf("  first bad at %zu: x=%.9g got 0x%04x want 0x%04x\n", first_bad, x[first_bad],
+                    bits[first_bad], fp16_bits_rne(x[first_bad]));
+
+    std::vector<__half> all(65536);
+    for (size_t i = 0; i < all.size(); i++) all[i] = __half(__half_raw{(unsigned short)i});
+    std::vector<float> got = th::run_orders("cast fp16->float: thread orders", [&]() {
+        th::DeviceBuffer<__half> d_in(all);
+        th::DeviceBuffer<float> d_out(all.size());
+        cast(d_out.ptr, d_in.ptr, all.size(), 0);
+        return d_out.host();
+    });
+    bad = 0;
+    for (size_t i = 0; i < all.size(); i++) {
+        float want = fp16_bits_to_float((uint16_t)i);
+        bad += std::isnan(want) ? !std::isnan(got[i]) : memcmp(&want, &got[i], 4) != 0;
+    }
+    th::report(bad == 0, "cast fp16->float: exact for all 65536 bit patterns (NaN stays NaN)", "bad=%zu", bad);
+}
+
+// An overflowed (inf) or NaN gradient of fp16 training is not hidden by the update: its weight,
+// master weight and moments turn NaN or inf (g = inf makes m/sqrt(v) = inf/inf), so a trainer that
+// fails to skip such a step sees it at once. The other elements update normally.
+static void test_nonfinite_grad_fp16() {
+    const size_t N = 3;
+    std::vector<ParamTensor> tensors = {{0, N, 1}};
+    std::vector<float> p = {0.5f, 0.5f, 0.5f}, zeros(N, 0.f);
+    std::vector<__half> params(N, from_float<__half>(0.5f));
+    std::vector<__half> grads = {from_float<__half>(0.25f), from_float<__half>(INFINITY), from_float<__half>(NAN)};
+    th::DeviceBuffer<__half> d_params(params), d_grads(grads);
+    th::DeviceBuffer<float> d_master(p), d_m(zeros), d_v(zeros);
+    th::DeviceBuffer<ParamTensor> d_tensors(tensors);
+    adamw_update<__half>(d_params.ptr, d_master.ptr, d_grads.ptr, d_m.ptr, d_v.ptr, d_tensors.ptr, 1, N, 1e-2f, 0.9f,
+                         0.95f, 1e-8f, 0.1f, 1.f / 1024, 1, 0);
+    std::vector<__half> out = d_params.host();
+    std::vector<float> master = d_master.host(), m = d_m.host(), v = d_v.host();
+    bool finite_ok = std::isfinite(to_float(out[0])) && std::isfinite(master[0]) && master[0] != 0.5f;
+    bool bad_ok = true;
+    for (size_t i = 1; i < N; i++)
+        bad_ok &= std::isnan(to_float(out[i])) && std::isnan(master[i]) && !std::isfinite(m[i]) && !std::isfinite(v[i]);
+    th::report(finite_ok && bad_ok, "adamw fp16: inf and NaN gradients give NaN weights (not hidden)",
+               "params %g %g %g, m %g %g %g", to_float(out[0]), to_float(out[1]), to_float(out[2]), m[0], m[1], m[2]);
+}
+
 int main() {
     // GPT-2-like table scaled down: matrices (weight decay) and vectors (none) of very different
     // sizes, none a multiple of 8, one empty, one of a single element.
@@ -289,7 +400,10 @@ int main() {
     for (const Case* c : {&fresh, &resumed, &single, &small}) {
         test_adamw<float>(*c);
         test_adamw<__nv_bfloat16>(*c);
+        test_adamw<__half>(*c);
     }
     test_cast();
+    test_cast_fp16();
+    test_nonfinite_grad_fp16();
     return th::finish();
 }

@@ -1,5 +1,5 @@
-// test/test_attention.cu — flash attention (llmc/attention.cuh), forward and backward, for fp32 and
-// bf16, causal or not, with and without padding (valid_len), against a naive CPU reference in double:
+// test/test_attention.cu — flash attention (llmc/attention.cuh), forward and backward, for fp32, bf16
+// and fp16, causal or not, with and without padding (valid_len), against a naive CPU reference in double:
 // softmax(Q K^T / sqrt(HS) + mask) V and its analytic gradient.
 //
 // Tolerances, from a first-order rounding-error analysis (|fl(sum x) - sum x| <= n eps sum|x|). Each
@@ -18,13 +18,22 @@
 //   (The worst case, with every rounding error aligned, multiplies the HS term by the largest
 //   |scaled score| sum, amax = max_ij scale sum_d |q_id k_jd|, about 8 here; random rounding errors
 //   grow like sqrt(HS), which the factor 2 covers. Observed errors use a few % of this budget.)
-// bf16: inputs are bf16 values, and the reference is computed from those same values, so only the
-//   kernel's roundings count: P and dS rounded to bf16 before their products, the row sum of the
-//   rounded P, the bf16 outputs; at most about 3 half-ulps lie on any path to an output, so k = 4.
+// bf16 and fp16: inputs are values of the type, and the reference is computed from those same
+//   values, so only the kernel's roundings count: P and dS rounded to the type before their products,
+//   the row sum of the rounded P, the rounded outputs; at most about 3 half-ulps lie on any path to an
+//   output, so k = 4 with the type's eps (the fp32 roundings above stay below 0.1 of fp16's eps at
+//   these T and HS).
+// fp16 below its normal range (2^-14): there a rounding errs by up to half the smallest subnormal,
+//   2^-25, absolutely, not relative to the value. Outputs that small (a key only a few queries
+//   weakly attend to has a tiny dv) get 2^-25; and each P or dS factor of a product sum may be that
+//   small (P = exp(s - lse) of a weakly attended key), adding 2^-25 times the other factor's |value|
+//   per term: the budget adds 2^-25 (1 + sub) with sub = sum over the terms of that |factor|:
+//   out_i: sum_j |v_j|, dv_j: sum_i |dO_i|, dq_i: scale sum_j |k_j|, dk_j: scale sum_i |q_i|.
+//   (For fp32 and bf16, whose subnormals start at 2^-126, the term is below 1e-37: nothing.)
 //   And, as FlashAttention tests itself: the kernel's max error must be at most 2x the max error of a
-//   naive bf16 attention (fp32 math; Q, K, V, dO, P, dS and the outputs rounded to bf16), plus an
-//   fp32-rounding allowance 2 (HS + T) eps_fp32 max(mag) for cases where the naive error is exactly
-//   0 (a single visible key) while the kernel's summation order leaves fp32 noise.
+//   naive attention in the same type (fp32 math; Q, K, V, dO, P, dS and the outputs rounded to the
+//   type), plus an fp32-rounding allowance 2 (HS + T) eps_fp32 max(mag) for cases where the naive error
+//   is exactly 0 (a single visible key) while the kernel's summation order leaves fp32 noise.
 // Padded rows (t >= valid_len) must be exactly zero in out, lse and dqkv; buffers start as NaN so an
 // element the kernels forget to write fails. Every case runs under th::run_orders (bit-identical
 // results under forward, reverse and random thread orders).
@@ -55,10 +64,7 @@ struct Case {
     }
 };
 
-inline float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
-template <class floatX> float round_to(float x);
-template <> float round_to<float>(float x) { return x; }
-template <> float round_to<__nv_bfloat16>(float x) { return bf16_round(x); }
+template <class floatX> float round_to(float x) { return to_float(from_float<floatX>(x)); }
 
 // Results of one implementation, all as float/double on the host: out (B,T,C), lse (B,NH,T), dqkv (B,T,3C).
 struct Results {
@@ -69,6 +75,7 @@ struct Results {
 struct Reference {
     Results r;
     std::vector<double> mag_out, mag_lse, mag_dqkv;
+    std::vector<double> sub_out, sub_dqkv;  // the sums of |factor| of the subnormal allowance
     double amax = 0;
 };
 
@@ -79,8 +86,8 @@ Reference reference(const Case& cs, const std::vector<float>& qkv, const std::ve
     ref.r.out.assign((size_t)B * T * C, 0);
     ref.r.lse.assign((size_t)B * NH * T, 0);
     ref.r.dqkv.assign((size_t)B * T * 3 * C, 0);
-    ref.mag_out = ref.r.out;
-    ref.mag_dqkv = ref.r.dqkv;
+    ref.mag_out = ref.sub_out = ref.r.out;
+    ref.mag_dqkv = ref.sub_dqkv = ref.r.dqkv;
     ref.mag_lse.assign(ref.r.lse.size(), 0);
     std::vector<double> s(T), a(T), p(T);
     for (int b = 0; b < B; b++) {
@@ -110,13 +117,15 @@ Reference reference(const Case& cs, const std::vector<float>& qkv, const std::ve
                 size_t lse_i = ((size_t)b * NH + h) * T + i;
                 ref.r.lse[lse_i] = m + std::log(sum);
                 ref.mag_lse[lse_i] = 1 + std::fabs(ref.r.lse[lse_i]);  // + amax, added below
-                std::vector<double> o(HS, 0), mo(HS, 0);
+                std::vector<double> o(HS, 0), mo(HS, 0), so(HS, 0);
                 for (int j = 0; j < nk; j++)
-                    for (int d = 0; d < HS; d++) o[d] += p[j] * v(j, d), mo[d] += p[j] * std::fabs(v(j, d));
+                    for (int d = 0; d < HS; d++)
+                        o[d] += p[j] * v(j, d), mo[d] += p[j] * std::fabs(v(j, d)), so[d] += std::fabs(v(j, d));
                 double D = 0;
                 for (int d = 0; d < HS; d++) {
                     ref.r.out[((size_t)b * T + i) * C + h * HS + d] = o[d];
                     ref.mag_out[((size_t)b * T + i) * C + h * HS + d] = mo[d];
+                    ref.sub_out[((size_t)b * T + i) * C + h * HS + d] = so[d];
                     D += g(i, d) * o[d];
                 }
                 for (int j = 0; j < nk; j++) {
@@ -133,6 +142,9 @@ Reference reference(const Case& cs, const std::vector<float>& qkv, const std::ve
                         at(ref.mag_dqkv, i, 0, d) += scale * p[j] * A * std::fabs(k(j, d));
                         at(ref.mag_dqkv, j, 1, d) += scale * p[j] * A * std::fabs(q(i, d));
                         at(ref.mag_dqkv, j, 2, d) += p[j] * std::fabs(g(i, d));
+                        at(ref.sub_dqkv, i, 0, d) += scale * std::fabs(k(j, d));
+                        at(ref.sub_dqkv, j, 1, d) += scale * std::fabs(q(i, d));
+                        at(ref.sub_dqkv, j, 2, d) += std::fabs(g(i, d));
                     }
                 }
             }
@@ -143,10 +155,11 @@ Reference reference(const Case& cs, const std::vector<float>& qkv, const std::ve
     return ref;
 }
 
-// A naive bf16 attention: the textbook algorithm in fp32 with the operands of every product (Q, K,
-// V, dO are bf16 already; P and dS) and every output rounded to bf16: the error any bf16 attention
-// makes, against which the kernel is judged.
-Results naive_bf16(const Case& cs, const std::vector<float>& qkv, const std::vector<float>& dout) {
+// A naive attention in a 16-bit type: the textbook algorithm in fp32 with the operands of every
+// product (Q, K, V, dO are floatX values already; P and dS) and every output rounded to floatX: the
+// error any attention in that type makes, against which the kernel is judged.
+template <class floatX>
+Results naive_lowp(const Case& cs, const std::vector<float>& qkv, const std::vector<float>& dout) {
     const int B = cs.B, T = cs.T, NH = cs.NH, HS = cs.HS, C = cs.C();
     const float scale = 1.f / std::sqrt((float)HS);
     Results r;
@@ -171,11 +184,11 @@ Results naive_bf16(const Case& cs, const std::vector<float>& qkv, const std::vec
                     m = std::max(m, s[j]);
                 }
                 for (int j = 0; j < nk(i); j++) sum += p[j] = std::exp(s[j] - m);
-                for (int j = 0; j < nk(i); j++) P[(size_t)i * T + j] = bf16_round(p[j] /= sum);
+                for (int j = 0; j < nk(i); j++) P[(size_t)i * T + j] = round_to<floatX>(p[j] /= sum);
                 for (int d = 0; d < HS; d++) {
                     float o = 0;
                     for (int j = 0; j < nk(i); j++) o += P[(size_t)i * T + j] * x(j, 2, d);
-                    r.out[((size_t)b * T + i) * C + h * HS + d] = bf16_round(o);
+                    r.out[((size_t)b * T + i) * C + h * HS + d] = round_to<floatX>(o);
                 }
                 // softmax backward: dS = P (dP - rowsum(P dP)), dP = dO V^T
                 std::vector<float> dp(nk(i));
@@ -185,7 +198,7 @@ Results naive_bf16(const Case& cs, const std::vector<float>& qkv, const std::vec
                     for (int d = 0; d < HS; d++) dp[j] += g(i, d) * x(j, 2, d);
                     Dsum += p[j] * dp[j];
                 }
-                for (int j = 0; j < nk(i); j++) dS[(size_t)i * T + j] = bf16_round(p[j] * (dp[j] - Dsum));
+                for (int j = 0; j < nk(i); j++) dS[(size_t)i * T + j] = round_to<floatX>(p[j] * (dp[j] - Dsum));
             }
             for (int t = 0; t < valid; t++) {
                 for (int part = 0; part < 3; part++) {
@@ -198,7 +211,7 @@ Results naive_bf16(const Case& cs, const std::vector<float>& qkv, const std::vec
                         }
                     for (int d = 0; d < HS; d++)
                         r.dqkv[((size_t)b * T + t) * 3 * C + part * C + h * HS + d] =
-                            bf16_round(part == 2 ? acc[d] : acc[d] * scale);
+                            round_to<floatX>(part == 2 ? acc[d] : acc[d] * scale);
                 }
             }
         }
@@ -259,11 +272,14 @@ std::vector<double> part_of(const std::vector<double>& x, int C, int part) {
     return y;
 }
 
-// |out - ref| <= k * eps * mag element-wise.
+// |out - ref| <= k * eps * mag + half_denorm * (1 + sub) element-wise (sub empty: an fp32 output,
+// no subnormal allowance).
 bool check_mag(const std::string& name, const std::vector<double>& ref, const std::vector<double>& mag,
-               const std::vector<double>& out, double k, double eps) {
+               const std::vector<double>& sub, const std::vector<double>& out, double k, double eps,
+               double half_denorm) {
     std::vector<double> budget(mag.size());
-    for (size_t i = 0; i < mag.size(); i++) budget[i] = k * eps * mag[i];
+    for (size_t i = 0; i < mag.size(); i++)
+        budget[i] = k * eps * mag[i] + (sub.empty() ? 0 : half_denorm * (1 + sub[i]));
     return th::check_budget(name.c_str(), ref, out, budget);
 }
 
@@ -288,8 +304,8 @@ bool check_padding_zero(const std::string& name, const Case& cs, const Results& 
 
 template <class floatX>
 void test_case(const Case& cs, uint64_t seed) {
-    const bool bf16 = std::is_same<floatX, __nv_bfloat16>::value;
-    const std::string name = cs.name(bf16 ? "bf16" : "fp32");
+    const bool lowp = !std::is_same<floatX, float>::value;
+    const std::string name = cs.name(th::dtype_name<floatX>());
     const int C = cs.C();
     std::vector<float> qkv((size_t)cs.B * cs.T * 3 * C), dout((size_t)cs.B * cs.T * C);
     // Q and K in [-2, 2) make the scores spread (std ~1.3), so the running max moves and rows are peaked.
@@ -305,27 +321,29 @@ void test_case(const Case& cs, uint64_t seed) {
     Reference ref = reference(cs, qkv, dout);
 
     double k_fwd, k_bwd, eps;
-    if (bf16) {
+    if (lowp) {
         k_fwd = k_bwd = 4;
-        eps = th::EPS_BF16;
+        eps = dtype_eps<floatX>();
     } else {
         k_fwd = 2 * (cs.T + cs.T / 64 + cs.HS) + 16;
         k_bwd = 2 * k_fwd + cs.T + cs.HS + 4;
         eps = th::EPS_FP32;
     }
     const char* parts[3] = {"dq", "dk", "dv"};
-    check_mag(name + " out", ref.r.out, ref.mag_out, got.out, k_fwd, eps);
-    check_mag(name + " lse", ref.r.lse, ref.mag_lse, got.lse, k_fwd, eps);
+    const double half_denorm = dtype_denorm_min<floatX>() / 2;
+    check_mag(name + " out", ref.r.out, ref.mag_out, ref.sub_out, got.out, k_fwd, eps, half_denorm);
+    check_mag(name + " lse", ref.r.lse, ref.mag_lse, {}, got.lse, k_fwd, eps, half_denorm);
     for (int part = 0; part < 3; part++)
         check_mag(name + " " + parts[part], part_of(ref.r.dqkv, C, part), part_of(ref.mag_dqkv, C, part),
-                  part_of(got.dqkv, C, part), k_bwd, eps);
-    if (bf16) {
-        Results naive = naive_bf16(cs, qkv, dout);
+                  part_of(ref.sub_dqkv, C, part), part_of(got.dqkv, C, part), k_bwd, eps, half_denorm);
+    if (lowp) {
+        Results naive = naive_lowp<floatX>(cs, qkv, dout);
         auto compare = [&](const char* what, const std::vector<double>& r, const std::vector<double>& mag,
                            const std::vector<double>& kernel, const std::vector<double>& nv) {
             double e_kernel = max_abs_err(kernel, r), e_naive = max_abs_err(nv, r);
             double slack = 2.0 * (cs.HS + cs.T) * th::EPS_FP32 * *std::max_element(mag.begin(), mag.end());
-            th::report(e_kernel <= 2 * e_naive + slack, (name + " " + what + " vs naive bf16").c_str(),
+            std::string check = name + " " + what + " vs naive " + th::dtype_name<floatX>();
+            th::report(e_kernel <= 2 * e_naive + slack, check.c_str(),
                        "max_err kernel=%.3g naive=%.3g (limit 2x naive + %.2g)", e_kernel, e_naive, slack);
         };
         compare("out", ref.r.out, ref.mag_out, got.out, naive.out);
@@ -334,6 +352,56 @@ void test_case(const Case& cs, uint64_t seed) {
                     part_of(got.dqkv, C, part), part_of(naive.dqkv, C, part));
     }
     if (!cs.valid.empty()) check_padding_zero(name + " padded rows zero", cs, got);
+}
+
+// Loss-scaled fp16 gradients: a dv beyond fp16's range must be stored as inf, not clamped, and an
+// inf in dout must reach the gradients, so the trainer's overflow check sees them; heads and
+// sequences it does not touch stay finite. B = 2, T = 40, NH = 2, HS = 16, causal. Sequence 0's dout
+// is 60000 everywhere: dv_j = sum_i P_ij dO_i is 60000 times the attention key j receives, which
+// exceeds 65504 for the early keys (key 0 gets all of query 0's and part of every other query's) and
+// not for the late ones; only dv is classified against the reference, because dq and dk go through
+// dS, which is stored in fp16 too and may overflow first. Sequence 1's dout holds an inf at t = 5,
+// head 0, channel 3: dq of that row and dk of keys 0..5 of head 0 turn non-finite (through D and dS),
+// as does channel 3 of those keys' dv; head 1 stays finite. (Other elements of head 0 may turn NaN
+// too: the masked entries of P and dS are zeros that meet the inf, and 0 * inf is NaN in IEEE
+// arithmetic, as in any matrix product.)
+void test_backward_nonfinite_fp16() {
+    const Case cs{2, 40, 2, 16, true, {}};
+    const int T = cs.T, C = cs.C();
+    std::vector<float> qkv((size_t)cs.B * T * 3 * C), dout((size_t)cs.B * T * C);
+    th::fill_uniform(qkv.data(), qkv.size(), 81, -1.f, 1.f);
+    th::fill_uniform(dout.data(), dout.size(), 82, -1.f, 1.f);
+    for (float& e : qkv) e = round_to<__half>(e);
+    for (int i = 0; i < T * C; i++) dout[i] = 60000.f;  // sequence 0
+    for (float& e : dout) e = round_to<__half>(e);
+    dout[((size_t)1 * T + 5) * C + 3] = INFINITY;  // sequence 1, t = 5, head 0
+    Results got = unpack<__half>(cs, run_kernels<__half>(cs, qkv, dout));
+    std::vector<float> dout0(dout.begin(), dout.begin() + (size_t)T * C);
+    const Case first{1, T, cs.NH, cs.HS, true, {}};
+    Reference ref = reference(first, std::vector<float>(qkv.begin(), qkv.begin() + (size_t)T * 3 * C), dout0);
+
+    size_t overflow = 0, wrong = 0;  // sequence 0's dv: inf where |ref| > 65520 (rounds to inf), else finite
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            size_t i = (size_t)t * 3 * C + 2 * C + c;
+            double r = ref.r.dqkv[i], g = got.dqkv[i];
+            if (std::fabs(r) > 65520 * (1 + 1e-3)) overflow++, wrong += g != (r > 0 ? INFINITY : -INFINITY);
+            else if (std::fabs(r) < 65504 * (1 - 1e-3)) wrong += !std::isfinite(g);
+        }
+    size_t due_finite = 0, leaked = 0;  // sequence 1: finite where inf/NaN is due, non-finite in head 1
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < 3 * C; c++) {
+            bool finite = std::isfinite(got.dqkv[((size_t)T + t) * 3 * C + c]);
+            int part = c / C, h = (c % C) / cs.HS, d = c % cs.HS;
+            bool due = h == 0 && ((part == 0 && t == 5) || (part == 1 && t <= 5) || (part == 2 && t <= 5 && d == 3));
+            if (due) due_finite += finite;
+            if (h == 1) leaked += !finite;
+        }
+    bool ok = overflow > 0 && wrong == 0 && due_finite == 0 && leaked == 0;
+    th::report(ok, "attention_backward fp16: dv overflow stored as inf, an inf dout reaches dq, dk, dv (no clamping)",
+               "seq 0: %zu dv beyond 65504 in the reference, %zu misclassified; "
+               "seq 1: %zu finite where inf/NaN is due, %zu non-finite in head 1",
+               overflow, wrong, due_finite, leaked);
 }
 
 // An unsupported head size must stop the program with a message naming the constraint.
@@ -373,8 +441,10 @@ int main(int argc, char** argv) {
     for (const Case& cs : cases) {
         test_case<float>(cs, seed);
         test_case<__nv_bfloat16>(cs, seed);
+        test_case<__half>(cs, seed);
         seed += 2;
     }
+    test_backward_nonfinite_fp16();
     test_bad_head_size(argv[0]);
     return th::finish();
 }

@@ -1,5 +1,5 @@
 // test/test_encoder.cu — encoder_forward and encoder_backward (llmc/encoder.cuh) against a CPU
-// reference in double, for float and bf16, under forward/reverse/random thread orders; the backward
+// reference in double, for float, bf16 and fp16, under forward/reverse/random thread orders; the backward
 // plan's checks of token ids.
 #include "../llmc/encoder.cuh"
 #include "harness.h"
@@ -72,8 +72,11 @@ void test_forward(const Shape& s, uint64_t seed) {
             ref[(size_t)bt * s.C + c] = v;
         }
     // Two fp32 additions of terms in [-1, 1): error <= u*|a+b| + u*|ref| <= eps + eps/2*|ref| (u = eps/2):
-    // atol = EPS_FP32, k = 1. bf16: one more rounding of the result, <= half a bf16 ulp: k = 1 of EPS_BF16.
-    th::Tol tol = sizeof(floatX) == 4 ? th::tol(th::EPS_FP32, 1, th::EPS_FP32) : th::tol(th::EPS_BF16, 1, th::EPS_FP32);
+    // atol = EPS_FP32, k = 1. bf16 and fp16: one more rounding of the result, <= half an ulp of the
+    // storage type: k = 1 of its eps (no subnormal floor for fp16: its inputs are multiples of 2^-24,
+    // so a sum below its normal range is one too, and exact).
+    th::Tol tol = sizeof(floatX) == 4 ? th::tol(th::EPS_FP32, 1, th::EPS_FP32)
+                                      : th::tol(dtype_eps<floatX>(), 1, th::EPS_FP32);
     snprintf(name, sizeof(name), "encoder_forward %s %s: out vs double reference", th::dtype_name<floatX>(), shape);
     th::check_close(name, ref.data(), th::widen(out).data(), ref.size(), tol);
 }
@@ -83,12 +86,12 @@ void test_forward(const Shape& s, uint64_t seed) {
 
 // Compares a gradient table with per-element budgets: a sum of n terms rounded along a chain of
 // n+1 fp32 additions (the initial value included) errs by at most (n+1)*u*sum|terms| (Higham's
-// gamma bound; with eps = 2u it has a factor 2 to spare), and bf16 output adds one rounding of
-// at most half an ulp (k = 1 of EPS_BF16 leaves a factor 2).
+// gamma bound; with eps = 2u it has a factor 2 to spare), and bf16 or fp16 output adds one rounding
+// of at most half an ulp (k = 1 of the storage type's eps leaves a factor 2).
 template <class floatX>
 bool check_gradient(const char* name, const std::vector<double>& ref, const std::vector<double>& abs_sum,
                     const std::vector<int>& n_terms, const std::vector<floatX>& out) {
-    double out_eps = sizeof(floatX) == 4 ? 0.0 : th::EPS_BF16;
+    double out_eps = sizeof(floatX) == 4 ? 0.0 : dtype_eps<floatX>();
     std::vector<double> budget(ref.size());
     for (size_t i = 0; i < ref.size(); i++)
         budget[i] = (n_terms[i] + 1) * th::EPS_FP32 * abs_sum[i] + out_eps * std::fabs(ref[i]);
@@ -154,6 +157,45 @@ void test_backward(const Shape& s, EncoderBackwardPlan& plan, uint64_t seed) {
     check_gradient(name, ref, abs_sum, n_terms, grads);
 }
 
+// Loss-scaled fp16 gradients: a sum beyond fp16's range must become inf (not be clamped) and an inf
+// or NaN in dout must reach its rows, so the trainer's overflow check sees them. B = 2, T = 3, C = 16
+// (one 128-bit pack per 8 channels): token 5 at positions (0, 0) and (1, 0), whose dout[.][2] = 40000
+// add up to 80000 in dwte[5][2] and dwpe[0][2]; dout at (b=1, t=2) holds an inf in channel 9 and a
+// NaN in channel 10.
+void test_backward_nonfinite_fp16() {
+    const int B = 2, T = 3, C = 16, V = 8;
+    std::vector<int> inp = {5, 1, 2, 5, 3, 4};
+    std::vector<__half> dout = th::random_tensor<__half>((size_t)B * T * C, 61);
+    dout[0 * C + 2] = dout[3 * C + 2] = from_float<__half>(40000.f);
+    dout[5 * C + 9] = from_float<__half>(INFINITY);
+    dout[5 * C + 10] = from_float<__half>(NAN);
+    th::DeviceBuffer<__half> d_dout(dout), d_dwte((size_t)V * C, th::Fill::Zero), d_dwpe((size_t)T * C, th::Fill::Zero);
+    th::DeviceBuffer<int> d_inp(inp);
+    EncoderBackwardPlan plan;
+    encoder_backward_plan(&plan, inp.data(), nullptr, B, T, C, V, 0, 0);
+    encoder_backward(d_dwte.ptr, d_dwpe.ptr, (__half*)nullptr, plan, d_dout.ptr, d_inp.ptr, nullptr, B, T, C, 0);
+    encoder_backward_plan_free(&plan);
+    std::vector<__half> dwte = d_dwte.host(), dwpe = d_dwpe.host();
+    auto f = [](__half x) { return to_float(x); };
+    size_t unexpected = 0;  // every other element must be finite
+    for (int r = 0; r < V; r++)
+        for (int c = 0; c < C; c++)
+            if (!(r == 5 && c == 2) && !(r == 4 && (c == 9 || c == 10)))
+                unexpected += !std::isfinite(f(dwte[r * C + c]));
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++)
+            if (!(t == 0 && c == 2) && !(t == 2 && (c == 9 || c == 10)))
+                unexpected += !std::isfinite(f(dwpe[t * C + c]));
+    bool ok = f(dwte[5 * C + 2]) == INFINITY && f(dwpe[2]) == INFINITY && f(dwte[4 * C + 9]) == INFINITY &&
+              std::isnan(f(dwte[4 * C + 10])) && f(dwpe[2 * C + 9]) == INFINITY && std::isnan(f(dwpe[2 * C + 10])) &&
+              unexpected == 0;
+    th::report(ok, "encoder_backward fp16: an overflowing sum, an inf and a NaN reach dwte and dwpe (no clamping)",
+               "dwte[5][2]=%g dwpe[0][2]=%g (want inf), dwte[4][9]=%g dwte[4][10]=%g dwpe[2][9]=%g dwpe[2][10]=%g, "
+               "other non-finite: %zu",
+               f(dwte[5 * C + 2]), f(dwpe[2]), f(dwte[4 * C + 9]), f(dwte[4 * C + 10]), f(dwpe[2 * C + 9]),
+               f(dwpe[2 * C + 10]), unexpected);
+}
+
 // ----------------------------------------------------------------------------
 // The plan's id checks: each runs in a child process, which must exit with a clear message.
 
@@ -186,7 +228,7 @@ void expect_rejected(const char* self, const char* which, const char* must_conta
 template <class floatX>
 void test_dtype() {
     // GPT-2-like scaled down (C = 768/8; V=500 padded to 512); C = 100 and 45 are not multiples of
-    // 8 (bf16 falls back to element access) nor of 32; B = 40 > 32 splits every wpe row's group.
+    // 8 (bf16 and fp16 fall back to element access) nor of 32; B = 40 > 32 splits every wpe row's group.
     const Shape shapes[] = {
         {4, 64, 96, 500, 512, 80, 0, 4},
         {40, 5, 100, 500, 512, 8, 2, 1},
@@ -204,6 +246,8 @@ int main(int argc, char** argv) {
     if (argc == 3 && std::string(argv[1]) == "--bad-ids") return run_bad_ids(argv[2]);
     test_dtype<float>();
     test_dtype<__nv_bfloat16>();
+    test_dtype<__half>();
+    test_backward_nonfinite_fp16();
     expect_rejected(argv[0], "token", "token id 50 at (b=1, t=2) is outside the vocabulary [0, 50)");
     expect_rejected(argv[0], "negative", "token id -1 at (b=0, t=3)");
     expect_rejected(argv[0], "type", "token type 2 at (b=0, t=4) is outside [0, 2)");

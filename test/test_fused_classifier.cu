@@ -1,7 +1,8 @@
 // test/test_fused_classifier.cu — fused_classifier (llmc/fused_classifier.cuh) against a CPU
-// reference in double from the same (storage-rounded) logits, for float and bf16, under
+// reference in double from the same (storage-rounded) logits, for float, bf16 and fp16, under
 // forward/reverse/random thread orders: losses, dlogits, vocabulary padding, ignored rows, large
-// logits, loss-only mode, and the report of an out-of-range target.
+// logits, loss-only mode, and the report of an out-of-range target; in fp16, that a loss-scaled
+// gradient that overflows, and a NaN logit, reach dlogits as inf and NaN.
 #include "../llmc/fused_classifier.cuh"
 #include "harness.h"
 
@@ -138,11 +139,14 @@ void run_case(const Case& c, uint64_t seed) {
     }
     // dlogits = (p - onehot) * dloss: p carries k_sum roundings relative (plus 2 for the division
     // and product), the subtraction and the scaling by dloss 2 more; near the target p - 1 can
-    // cancel, hence the absolute floor dloss * k * eps. bf16 adds one rounding of the result,
-    // at most half an ulp: k = 1 of EPS_BF16.
+    // cancel, hence the absolute floor dloss * k * eps. bf16 and fp16 add one rounding of the
+    // result, at most half an ulp: k = 1 of the type's eps; in fp16 a dlogit p * dloss below the
+    // normal range (2^-14) is rounded to a subnormal, up to half the smallest one absolutely:
+    // atol + 2^-25 (at a trainer's dloss = 1/(B*T) that is most of them).
     double k = k_sum + 4;
     th::Tol tol = sizeof(T) == 4 ? th::Tol{dloss * k * th::EPS_FP32, k * th::EPS_FP32}
-                                 : th::Tol{dloss * k * th::EPS_FP32, th::EPS_BF16 + k * th::EPS_FP32};
+                                 : th::Tol{dloss * k * th::EPS_FP32 + dtype_denorm_min<T>() / 2,
+                                           dtype_eps<T>() + k * th::EPS_FP32};
     std::vector<double> got(n);
     size_t nonzero_outside = 0;  // padding columns and ignored/invalid rows must be exactly 0
     for (size_t i = 0; i < n; i++) {
@@ -175,8 +179,41 @@ void test_dtype() {
     for (const Case& c : cases) run_case<T>(c, seed += 11);
 }
 
+// fp16 overflow reaches the trainer: with a loss-scaled dloss of 2^20 every target column's
+// dlogit, (p - 1) * dloss, exceeds fp16's 65504 and must be stored as -inf (not clamped to the
+// largest finite value), and a NaN logit makes its row's loss and every real dlogit NaN (the
+// row max ignores a NaN, the row sum does not).
+void test_fp16_nonfinite() {
+    const int N = 4, V = 300, Vp = 304;
+    std::vector<__half> logits = th::random_tensor<__half>((size_t)N * Vp, 91, -4.f, 4.f);
+    logits[2 * Vp + 17] = from_float<__half>(NAN);
+    std::vector<int> targets = {5, 299, 0, 150};
+    th::DeviceBuffer<__half> d_logits(logits);
+    th::DeviceBuffer<float> d_losses(N);
+    th::DeviceBuffer<int> d_targets(targets);
+    fused_classifier(d_logits.ptr, d_losses.ptr, d_targets.ptr, N, V, Vp, 1048576.f, -1, true, 0);
+    std::vector<__half> out = d_logits.host();
+    std::vector<float> losses = d_losses.host();
+    bool target_inf = true, nan_row = true, others_ok = true;
+    for (int r = 0; r < N; r++)
+        for (int i = 0; i < V; i++) {
+            float g = to_float(out[(size_t)r * Vp + i]);
+            if (r == 2) nan_row &= std::isnan(g);
+            else if (i == targets[r]) target_inf &= g == -INFINITY;
+            else others_ok &= !std::isnan(g) && g >= 0.f;  // p * dloss: positive, possibly inf
+        }
+    th::report(target_inf && others_ok, "fused_classifier fp16: dloss 2^20 overflows target dlogits to -inf",
+               "target columns -inf: %s, other columns >= 0 and not NaN: %s", target_inf ? "yes" : "no",
+               others_ok ? "yes" : "no");
+    bool loss_nan = std::isnan(losses[2]) && !std::isnan(losses[0]) && !std::isnan(losses[1]) && !std::isnan(losses[3]);
+    th::report(nan_row && loss_nan, "fused_classifier fp16: a NaN logit makes its row's loss and dlogits NaN",
+               "loss[2]=%g, dlogits of row 2 all NaN: %s", (double)losses[2], nan_row ? "yes" : "no");
+}
+
 int main() {
     test_dtype<float>();
     test_dtype<__nv_bfloat16>();
+    test_dtype<__half>();
+    test_fp16_nonfinite();
     return th::finish();
 }

@@ -1,5 +1,5 @@
 // test/test_gelu.cu — the GELU kernels of llmc/gelu.cuh (forward and in-place backward, tanh and erf
-// forms) against a double-precision reference, for fp32 and bf16, under three thread orders, at
+// forms) against a double-precision reference, for fp32, bf16 and fp16, under three thread orders, at
 // sizes that are and are not multiples of the 128-bit pack, and through misaligned views.
 #include "../llmc/gelu.cuh"
 #include "harness.h"
@@ -85,19 +85,22 @@ void test_gelu(GeluKind kind, size_t N, size_t offset, uint64_t seed) {
         return d_grad.host();
     });
 
-    // Budgets: the fp32 computation's error (fp32_error_ulps), plus for bf16 the one rounding of
-    // the result to bf16 (k = 1: at most eps/2 of |ref|, the other half covers the fp32 value
-    // straddling a rounding boundary the exact one does not). atol = FLT_MIN: below it fp32 is
-    // subnormal and relative accuracy ends (not reached by these inputs, it only guards zero).
+    // Budgets: the fp32 computation's error (fp32_error_ulps), plus for bf16 and fp16 the one
+    // rounding of the result to T (k = 1: at most eps/2 of |ref|, the other half covers the fp32
+    // value straddling a rounding boundary the exact one does not). atol = FLT_MIN: below it fp32 is
+    // subnormal and relative accuracy ends (not reached by these inputs, it only guards zero); for
+    // fp16 also half its smallest subnormal, 2^-25: GELU(x) and GELU'(x) dout for x below about -5
+    // fall under fp16's normal range (2^-14), where that rounding is absolute.
     double rounding = sizeof(T) == 4 ? 0 : dtype_eps<T>();
+    double atol = FLT_MIN + (sizeof(T) == 4 ? 0 : dtype_denorm_min<T>() / 2);
     std::vector<double> ref(N), ref_grad(N), budget(N), budget_grad(N);
     for (size_t i = 0; i < N; i++) {
         double xi = th::to_double(x[i]), dyi = th::to_double(dout[i]), ulps = fp32_error_ulps(xi, kind);
         Terms f = gelu_ref(xi, kind), g = gelu_grad_ref(xi, kind);
         ref[i] = f.t1 + f.t2;
-        budget[i] = FLT_MIN + th::EPS_FP32 * ulps * (std::fabs(f.t1) + std::fabs(f.t2)) + rounding * std::fabs(ref[i]);
+        budget[i] = atol + th::EPS_FP32 * ulps * (std::fabs(f.t1) + std::fabs(f.t2)) + rounding * std::fabs(ref[i]);
         ref_grad[i] = dyi * (g.t1 + g.t2);
-        budget_grad[i] = FLT_MIN + th::EPS_FP32 * ulps * std::fabs(dyi) * (std::fabs(g.t1) + std::fabs(g.t2)) +
+        budget_grad[i] = atol + th::EPS_FP32 * ulps * std::fabs(dyi) * (std::fabs(g.t1) + std::fabs(g.t2)) +
                          rounding * std::fabs(ref_grad[i]);
     }
     snprintf(name, sizeof(name), "gelu_forward %s %s N=%zu offset=%zu vs double", kname, tname, N, offset);
@@ -138,19 +141,51 @@ void test_reference_forms() {
     th::report(worst <= 1e-12, "reference: stable forms equal the textbook formulas for |x| <= 4", "max diff %.3g", worst);
 }
 
+// Loss-scaled fp16 gradients: the backward must pass an overflow on, not clamp it, so the trainer's
+// overflow check sees it. dout = 65504 (fp16's largest) at x = 1.5, where GELU' = 1.13, gives 74000:
+// inf; an inf dout stays inf; a NaN stays NaN; an inf dout where GELU' is 0 (x = -20) gives NaN.
+// Nine elements: one 128-bit pack and the scalar tail.
+void test_nonfinite_fp16() {
+    const float xs[4] = {1.5f, 1.f, 0.5f, -20.f}, gs[4] = {65504.f, INFINITY, NAN, INFINITY};
+    std::vector<__half> x, dout;
+    for (int i = 0; i < 9; i++) {
+        x.push_back(from_float<__half>(xs[i % 4]));
+        dout.push_back(from_float<__half>(gs[i % 4]));
+    }
+    for (GeluKind kind : {GeluKind::Tanh, GeluKind::Erf}) {
+        th::DeviceBuffer<__half> d_x(x), d_g(dout);
+        gelu_backward_inplace(d_g.ptr, (const __half*)d_x.ptr, x.size(), kind, 0);
+        std::vector<__half> g = d_g.host();
+        bool ok = true;
+        for (int i = 0; i < 9; i++) {
+            float v = to_float(g[i]);
+            ok &= i % 4 < 2 ? v == INFINITY : std::isnan(v);
+        }
+        char name[128];
+        snprintf(name, sizeof(name), "gelu_backward_inplace %s fp16: overflow, inf and NaN pass through (no clamping)",
+                 kind == GeluKind::Tanh ? "tanh" : "erf");
+        th::report(ok, name, "got %g %g %g %g ... %g (want inf inf nan nan ... inf)", to_float(g[0]), to_float(g[1]),
+                   to_float(g[2]), to_float(g[3]), to_float(g[8]));
+    }
+}
+
 int main() {
     test_reference_forms();
+    test_nonfinite_fp16();
     for (GeluKind kind : {GeluKind::Tanh, GeluKind::Erf}) {
-        // GPT-2-like (B=4, T=64, 4C=256) scaled down, then sizes off the pack (4 fp32 / 8 bf16) and
+        // GPT-2-like (B=4, T=64, 4C=256) scaled down, then sizes off the pack (4 fp32 / 8 bf16, fp16) and
         // the block (256 threads), tiny ones, and misaligned views (the scalar path).
         for (size_t N : {(size_t)4 * 64 * 256, (size_t)1, (size_t)7, (size_t)130, (size_t)8195}) {
             test_gelu<float>(kind, N, 0, N);
             test_gelu<__nv_bfloat16>(kind, N, 0, N);
+            test_gelu<__half>(kind, N, 0, N);
         }
         test_gelu<float>(kind, 1000, 1, 5);
         test_gelu<__nv_bfloat16>(kind, 1003, 3, 6);
+        test_gelu<__half>(kind, 1003, 3, 6);
         test_gelu_inplace<float>(kind, 1001);
         test_gelu_inplace<__nv_bfloat16>(kind, 1001);
+        test_gelu_inplace<__half>(kind, 1001);
     }
     return th::finish();
 }

@@ -1,7 +1,8 @@
 // test/test_global_norm.cu — tests llmc/global_norm.cuh: the sum of squares against a double
-// reference (float and bf16 values, sizes that are not multiples of the pack, the block or the
+// reference (float, bf16 and fp16 values, sizes that are not multiples of the pack, the block or the
 // grid), exact results on integer data (a lost or doubled element changes the answer), bit-identical
-// results under thread orders, and the clip factor against torch's fp32 formula.
+// results under thread orders, the clip factor against torch's fp32 formula, and for fp16 gradients
+// (loss scaling) that the largest finite values give a finite norm and an inf or NaN gives inf or NaN.
 #include "../llmc/global_norm.cuh"
 #include "harness.h"
 
@@ -49,7 +50,7 @@ static double rounding_path(size_t N) {
 // Uniform random values in [-1, 1) (rounded to T) against a double sum of their squares.
 template <class T>
 static void test_random(size_t N, uint64_t seed, bool orders) {
-    const char* tname = std::is_same<T, float>::value ? "fp32" : "bf16";
+    const char* tname = th::dtype_name<T>();
     std::vector<float> x(N);
     th::fill_uniform(x.data(), N, seed, -1.f, 1.f);
     for (float& v : x) v = to_float(from_float<T>(v));
@@ -72,7 +73,7 @@ static void test_random(size_t N, uint64_t seed, bool orders) {
 // order, so the result must equal the exact sum (budget 0).
 template <class T>
 static void test_exact(size_t N, int max_abs, uint64_t seed) {
-    const char* tname = std::is_same<T, float>::value ? "fp32" : "bf16";
+    const char* tname = th::dtype_name<T>();
     std::vector<float> x(N);
     th::fill_uniform(x.data(), N, seed, -max_abs - 0.5f, max_abs + 0.5f);
     double ref = 0;
@@ -89,7 +90,7 @@ static void test_exact(size_t N, int max_abs, uint64_t seed) {
 // A single non-zero value at position `at` (first element, last full pack, the tail): exact.
 template <class T>
 static void test_single(size_t N, size_t at) {
-    const char* tname = std::is_same<T, float>::value ? "fp32" : "bf16";
+    const char* tname = th::dtype_name<T>();
     std::vector<float> x(N, 0.f);
     x[at] = 3.f;
     double ref = 9.0;
@@ -124,14 +125,43 @@ static void test_clip_scale() {
     }
 }
 
+// fp16 gradients under loss scaling: the norm is the trainer's overflow check, so it must be finite
+// for any finite fp16 gradients (squares of values up to 65504 summed in fp32 cannot overflow) and
+// inf or NaN as soon as one gradient is (an overflow in the backward pass, or a NaN).
+static void test_fp16_range() {
+    const size_t N = 100003;
+    std::vector<float> x(N);
+    for (size_t i = 0; i < N; i++) x[i] = i % 3 == 0 ? -65504.f : 65504.f;
+    double ref = (double)N * 65504.0 * 65504.0;
+    float got = device_norm_squared<__half>(x);
+    th::check_close("norm fp16 N=100003: every value +-65504 (fp16's largest): finite, vs double", &ref, &got, 1,
+                    th::tol(th::EPS_FP32, rounding_path<__half>(N), 0));
+    std::vector<float> y(N);
+    th::fill_uniform(y.data(), N, 5, -1.f, 1.f);
+    const float specials[] = {INFINITY, -INFINITY, NAN};
+    const size_t where[] = {777, N - 1, 0};  // a pack in the middle, the tail, the first element
+    for (int k = 0; k < 3; k++) {
+        std::vector<float> z = y;
+        z[where[k]] = specials[k];
+        float n2 = device_norm_squared<__half>(z);
+        bool ok = std::isnan(specials[k]) ? std::isnan(n2) : n2 == INFINITY;
+        char name[128];
+        snprintf(name, sizeof(name), "norm fp16 N=100003: a %g at %zu gives %s", (double)specials[k], where[k],
+                 std::isnan(specials[k]) ? "NaN" : "inf");
+        th::report(ok, name, "got %g", (double)n2);
+    }
+}
+
 int main() {
     // Sizes: single element, less than a pack, not multiples of 8/32/128/512, one block, many.
     const size_t sizes[] = {1, 7, 1000, 8191, 123457, 1000003};
     for (size_t N : sizes) {
         test_random<float>(N, 11 + N, N <= 123457);
         test_random<__nv_bfloat16>(N, 23 + N, N <= 123457);
+        test_random<__half>(N, 29 + N, N <= 123457);
         test_exact<float>(N, 3, 5 + N);
         test_exact<__nv_bfloat16>(N, 3, 7 + N);
+        test_exact<__half>(N, 3, 9 + N);
     }
     // More values than the 1024 blocks cover at 16 per thread: the grid is capped, each thread
     // strides further. Integers in [-1, 1] keep the sum (< N < 2^24) exact.
@@ -141,8 +171,10 @@ int main() {
     for (size_t at : {(size_t)0, (size_t)123448, (size_t)123456}) {
         test_single<float>(123457, at);
         test_single<__nv_bfloat16>(123457, at);
+        test_single<__half>(123457, at);
     }
     test_exact<float>(0, 1, 1);  // N = 0: the sum of nothing is 0
     test_clip_scale();
+    test_fp16_range();
     return th::finish();
 }

@@ -1,6 +1,6 @@
 // test/test_layernorm.cu — the kernels of llmc/layernorm.cuh (LayerNorm forward and backward, the
-// fused residual + LayerNorm, the residual add) against a double-precision reference, for fp32 and
-// bf16, under three thread orders, at GPT-2-like shapes scaled down and at sizes that are not
+// fused residual + LayerNorm, the residual add) against a double-precision reference, for fp32, bf16
+// and fp16, under three thread orders, at GPT-2-like shapes scaled down and at sizes that are not
 // multiples of 8/32/128, with per-element error budgets derived from the kernels' arithmetic.
 #include "../llmc/layernorm.cuh"
 #include "harness.h"
@@ -13,9 +13,9 @@
 // Helpers
 
 // The unit roundoff of the final rounding to T, on top of the fp32 computation: 0 for fp32 (the
-// fp32 budget already counts it), eps_bf16 for bf16 (k = 1: one rounding is at most eps/2 of the
-// value, the other half covers an fp32 result that straddles a rounding boundary the exact one
-// does not).
+// fp32 budget already counts it), eps of bf16 or fp16 for those (k = 1: one rounding is at most eps/2
+// of the value, the other half covers an fp32 result that straddles a rounding boundary the exact
+// one does not).
 template <class T>
 double final_rounding() { return sizeof(T) == 4 ? 0.0 : dtype_eps<T>(); }
 
@@ -32,7 +32,7 @@ std::vector<T> layernorm_input(int N, int C, uint64_t seed) {
     return th::round_to<T>(f);
 }
 
-// Concatenates vectors of T as floats (exact for fp32 and bf16), for run_orders' bitwise compare.
+// Concatenates vectors of T as floats (exact for fp32, bf16 and fp16), for run_orders' bitwise compare.
 template <class T>
 std::vector<float> as_floats(std::initializer_list<const std::vector<T>*> parts) {
     std::vector<float> all;
@@ -51,7 +51,7 @@ std::vector<float> as_floats(std::initializer_list<const std::vector<T>*> parts)
 //   relative error is about half the variance's, (ceil(C/32)/2 + 8) eps (rounding of the squares,
 //   + eps, rsqrt), plus (d * rstd)^2;
 // - xhat = (x - mean) * rstd then inherits d * rstd + |xhat| * rel(rstd), and out = xhat*w + b two
-//   more roundings; bf16 adds final_rounding<T>() * |out|.
+//   more roundings; bf16 and fp16 add final_rounding<T>() * |out|.
 
 double sum_ulps(int C) { return CEIL_DIV(C, 32) + 6; }
 
@@ -332,37 +332,85 @@ void test_backward(int N, int C, size_t offset, uint64_t seed, bool orders = tru
     th::check_budget(name, ref.dbias, db, ref.dbias_budget);
 }
 
+// Loss-scaled fp16 gradients: an inf in dout must reach the outputs (its row of dinp, its column of
+// dweight and dbias), and a parameter-gradient sum beyond fp16's range must become inf, not be
+// clamped, so the trainer's overflow check sees both. N = 4, C = 64: dout[1][3] = inf; dout[r][5] =
+// 25000 in rows 0, 2, 3, whose dbias sum, 75000, overflows while their dinp (|w| < 1, inputs uniform
+// in [-4, 4): rstd ~ 0.43) stays finite.
+void test_backward_nonfinite_fp16() {
+    const int N = 4, C = 64;
+    auto inp = th::random_tensor<__half>((size_t)N * C, 41, -4.f, 4.f);
+    auto dout = th::random_tensor<__half>((size_t)N * C, 42), w = th::random_tensor<__half>(C, 43);
+    dout[1 * C + 3] = from_float<__half>(INFINITY);
+    for (int r : {0, 2, 3}) dout[r * C + 5] = from_float<__half>(25000.f);
+    auto fwd = layernorm_reference<__half>(th::widen(inp), th::widen(w), std::vector<double>(C, 0), N, C, 1e-5);
+    std::vector<float> mean(fwd.mean.begin(), fwd.mean.end()), rstd(fwd.rstd.begin(), fwd.rstd.end());
+    th::DeviceBuffer<__half> d_dinp(N * C, th::Fill::Zero), d_dw(C, th::Fill::Zero), d_db(C, th::Fill::Zero),
+        d_dout(dout), d_inp(inp), d_w(w);
+    th::DeviceBuffer<float> d_mean(mean), d_rstd(rstd);
+    th::DeviceBuffer<char> scratch(layernorm_backward_scratch_bytes(N, C));
+    layernorm_backward(d_dinp.ptr, d_dw.ptr, d_db.ptr, (void*)scratch.ptr, (const __half*)d_dout.ptr,
+                       (const __half*)d_inp.ptr, (const __half*)d_w.ptr, (const float*)d_mean.ptr,
+                       (const float*)d_rstd.ptr, N, C, 0);
+    std::vector<__half> dinp = d_dinp.host(), dw = d_dw.host(), db = d_db.host();
+    size_t row1_finite = 0, others_nonfinite = 0;
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < C; c++) {
+            bool finite = std::isfinite(to_float(dinp[r * C + c]));
+            if (r == 1) row1_finite += finite;
+            else others_nonfinite += !finite;
+        }
+    size_t params_bad = 0;  // columns other than 3 and 5 must stay finite
+    for (int c = 0; c < C; c++)
+        if (c != 3 && c != 5) params_bad += !std::isfinite(to_float(dw[c])) + !std::isfinite(to_float(db[c]));
+    bool ok = row1_finite == 0 && others_nonfinite == 0 && !std::isfinite(to_float(dw[3])) &&
+              !std::isfinite(to_float(db[3])) && to_float(db[5]) == INFINITY && params_bad == 0;
+    th::report(ok, "layernorm_backward fp16: an inf dout and an overflowing dbias sum reach the outputs (no clamping)",
+               "dinp row 1: %zu finite (want 0); other rows: %zu non-finite (want 0); dweight[3]=%g dbias[3]=%g "
+               "dbias[5]=%g (want inf); other columns non-finite: %zu",
+               row1_finite, others_nonfinite, to_float(dw[3]), to_float(db[3]), to_float(db[5]), params_bad);
+}
+
 int main() {
     test_reference_gradient();
+    test_backward_nonfinite_fp16();
 
     // (N, C): GPT-2-like rows (C = 768, N = B*T = 2*64) scaled down, C off multiples of 32 and of
-    // the 128-bit pack (72: 8-multiple only; 100: 4-multiple only, so bf16 runs scalar; 30 < 32
-    // lanes; 770: neither; 1600, GPT-2 XL's, needs more than 48 KiB of shared memory: the opt-in
-    // path), and N = 1, 7, 130 (partial blocks of the forward's 8 rows and the backward's 32).
+    // the 128-bit pack (72: 8-multiple only; 100: 4-multiple only, so bf16 and fp16 run scalar;
+    // 30 < 32 lanes; 770: neither; 1600, GPT-2 XL's, needs more than 48 KiB of shared memory: the
+    // opt-in path), and N = 1, 7, 130 (partial blocks of the forward's 8 rows and the backward's 32).
     const int shapes[][2] = {{128, 768}, {1, 64}, {7, 72}, {130, 100}, {5, 30}, {9, 770}, {3, 1600}};
     for (auto& s : shapes) {
         test_forward<float>(s[0], s[1], 1e-5f, 0, 11);
         test_forward<__nv_bfloat16>(s[0], s[1], 1e-5f, 0, 11);
+        test_forward<__half>(s[0], s[1], 1e-5f, 0, 11);
         test_backward<float>(s[0], s[1], 0, 21);
         test_backward<__nv_bfloat16>(s[0], s[1], 0, 21);
+        test_backward<__half>(s[0], s[1], 0, 21);
     }
     // BERT's eps, misaligned views (the scalar path with C a pack multiple).
     test_forward<float>(7, 64, 1e-12f, 0, 12);
     test_forward<__nv_bfloat16>(7, 64, 1e-12f, 0, 12);
+    test_forward<__half>(7, 64, 1e-12f, 0, 12);
     test_forward<float>(7, 64, 1e-5f, 1, 13);
     test_forward<__nv_bfloat16>(7, 64, 1e-5f, 1, 13);
+    test_forward<__half>(7, 64, 1e-5f, 1, 13);
     test_backward<float>(7, 64, 1, 22);
     test_backward<__nv_bfloat16>(7, 64, 1, 22);
+    test_backward<__half>(7, 64, 1, 22);
     // Enough rows that the backward's blocks take more than 32 rows each (the row split grows
     // past kLayernormBackwardMaxBlocks blocks), once per dtype.
     test_backward<float>(33000, 8, 0, 23, false);
     test_backward<__nv_bfloat16>(33000, 8, 0, 23, false);
+    test_backward<__half>(33000, 8, 0, 23, false);
 
     for (size_t N : {(size_t)2 * 64 * 768, (size_t)1, (size_t)7, (size_t)130, (size_t)8195}) {
         test_residual<float>(N, 0, 31);
         test_residual<__nv_bfloat16>(N, 0, 31);
+        test_residual<__half>(N, 0, 31);
     }
     test_residual<float>(1000, 1, 32);
     test_residual<__nv_bfloat16>(1003, 3, 32);
+    test_residual<__half>(1003, 3, 32);
     return th::finish();
 }

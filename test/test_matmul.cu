@@ -1,5 +1,5 @@
 // test/test_matmul.cu — the linear layers of llmc/matmul.cuh (cuBLASLt with bias/GELU epilogues,
-// input/weight/bias gradients) against a double-precision reference, for fp32 and bf16.
+// input/weight/bias gradients) against a double-precision reference, for fp32, bf16 and fp16.
 #include "../llmc/matmul.cuh"
 #include "harness.h"
 
@@ -107,36 +107,74 @@ void check_linear(const char* tname, int N, int C, int OC, bool use_bias, bool u
 }
 
 // The bias-gradient kernels are ours (not cuBLASLt's): bit-identical under every thread order.
+template <class T>
 void check_bias_backward_orders() {
     int N = 300, OC = 70;
-    auto dout = th::random_tensor<float>((size_t)N * OC, 9);
-    th::DeviceBuffer<float> d_dout(dout);
+    auto dout = th::random_tensor<T>((size_t)N * OC, 9);
+    th::DeviceBuffer<T> d_dout(dout);
     th::DeviceBuffer<char> scratch(matmul_backward_scratch_bytes(N, OC));
     auto run = [&] {
-        th::DeviceBuffer<float> d_db(OC, th::Fill::Zero);
+        th::DeviceBuffer<T> d_db(OC, th::Fill::Zero);
         int slices = CEIL_DIV(N, 256);
-        cudaCheck(launch_kernel(bias_backward_partial_kernel<float>, dim3(CEIL_DIV(OC, 32), slices), dim3(32, 8), 0, 0,
-                                (float*)scratch.ptr, (const float*)d_dout.ptr, N, OC, 256));
-        cudaCheck(launch_kernel(bias_backward_final_kernel<float>, dim3(1), dim3(256), 0, 0, d_db.ptr,
+        cudaCheck(launch_kernel(bias_backward_partial_kernel<T>, dim3(CEIL_DIV(OC, 32), slices), dim3(32, 8), 0, 0,
+                                (float*)scratch.ptr, (const T*)d_dout.ptr, N, OC, 256));
+        cudaCheck(launch_kernel(bias_backward_final_kernel<T>, dim3(1), dim3(256), 0, 0, d_db.ptr,
                                 (const float*)scratch.ptr, slices, OC));
         return d_db.host();
     };
-    th::run_orders("bias_backward kernels N=300 OC=70", run);
+    char name[96];
+    snprintf(name, sizeof(name), "bias_backward kernels %s N=300 OC=70", th::dtype_name<T>());
+    th::run_orders(name, run);
+}
+
+// Loss-scaled fp16 gradients: an inf in dout must reach dinp, dweight and dbias, and a bias-gradient
+// sum beyond fp16's range must become inf (not be clamped), so the trainer's overflow check sees them.
+// N = 3, C = OC = 16: dout[0][0] = inf; dout[1][5] = dout[2][5] = 40000, whose dbias sum overflows
+// while dinp rows 1 and 2 (|w| < 1) stay finite.
+void check_backward_nonfinite_fp16() {
+    const int N = 3, C = 16, OC = 16;
+    auto inp = th::random_tensor<__half>((size_t)N * C, 71), w = th::random_tensor<__half>((size_t)OC * C, 72);
+    auto dout = th::random_tensor<__half>((size_t)N * OC, 73);
+    dout[0] = from_float<__half>(INFINITY);
+    dout[1 * OC + 5] = dout[2 * OC + 5] = from_float<__half>(40000.f);
+    th::DeviceBuffer<__half> d_inp(inp), d_w(w), d_dout(dout), d_dinp((size_t)N * C),
+        d_dw((size_t)OC * C, th::Fill::Zero), d_db(OC, th::Fill::Zero);
+    th::DeviceBuffer<char> scratch(matmul_backward_scratch_bytes(N, OC));
+    matmul_backward(d_dinp.ptr, d_dw.ptr, d_db.ptr, scratch.ptr, d_dout.ptr, d_inp.ptr, d_w.ptr, (const __half*)nullptr,
+                    N, C, OC, GeluKind::Tanh, 0);
+    std::vector<__half> dinp = d_dinp.host(), dw = d_dw.host(), db = d_db.host();
+    auto finite = [](__half x) { return std::isfinite(to_float(x)); };
+    size_t wrong = 0;  // elements whose finiteness is not the expected one
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) wrong += finite(dinp[n * C + c]) != (n != 0);
+    for (int o = 0; o < OC; o++)
+        for (int c = 0; c < C; c++)
+            if (o != 5) wrong += finite(dw[o * C + c]) != (o != 0);  // row 5 (40000 * inp) may overflow either way
+    for (int o = 0; o < OC; o++) wrong += finite(db[o]) != (o != 0 && o != 5);
+    bool ok = wrong == 0 && to_float(db[0]) == INFINITY && to_float(db[5]) == INFINITY;
+    th::report(ok, "matmul_backward fp16: an inf dout and an overflowing dbias sum reach the gradients (no clamping)",
+               "dbias[0]=%g dbias[5]=%g (want inf), elements of unexpected finiteness: %zu", to_float(db[0]),
+               to_float(db[5]), wrong);
 }
 
 int main() {
     matmul_init();
+    check_backward_nonfinite_fp16();
     for (auto [N, C, OC] : {std::make_tuple(37, 72, 100), std::make_tuple(64, 64, 256), std::make_tuple(130, 48, 24)}) {
         for (bool bias : {false, true}) {
             check_linear<float>("float", N, C, OC, bias, false, GeluKind::Tanh);
             check_linear<__nv_bfloat16>("bf16", N, C, OC, bias, false, GeluKind::Tanh);
+            check_linear<__half>("fp16", N, C, OC, bias, false, GeluKind::Tanh);
         }
         for (GeluKind kind : {GeluKind::Tanh, GeluKind::Erf}) {
             check_linear<float>("float", N, C, OC, true, true, kind);
             check_linear<__nv_bfloat16>("bf16", N, C, OC, true, true, kind);
+            check_linear<__half>("fp16", N, C, OC, true, true, kind);
         }
     }
-    check_bias_backward_orders();
+    check_bias_backward_orders<float>();
+    check_bias_backward_orders<__nv_bfloat16>();
+    check_bias_backward_orders<__half>();
     matmul_destroy();
     return th::finish();
 }

@@ -172,7 +172,8 @@ static void validate(Variant k, const Table& table) {
     std::vector<T> ref_p(N);
     for (size_t i = 0; i < N; i++) ref_p[i] = from_float<T>(p[i]);
     char name[128];
-    const char* tn = lowp ? "bf16+master" : "fp32";
+    char tn[32];
+    snprintf(tn, sizeof(tn), lowp ? "%s+master" : "%s", th::dtype_name<T>());
     snprintf(name, sizeof(name), "%s %s: weights", variant_name(k), tn);
     th::check_close(name, p.data(), out_w.data(), N, th::Tol{0, 0});
     snprintf(name, sizeof(name), "%s %s: params", variant_name(k), tn);
@@ -210,6 +211,7 @@ int main() {
     for (Variant k : {Variant::PerTensor, Variant::Production}) {
         validate<float>(k, small);
         validate<__nv_bfloat16>(k, small);
+        validate<__half>(k, small);
     }
 
     cudaDeviceProp prop;

@@ -228,13 +228,13 @@ void validate(int B, int T, int C, int V, int Vp, int n_types) {
     floatX* d_dwtt = types ? p.d_dwtt : nullptr;
     char name[200];
 
-    // Forward: two fp32 additions of values in [-1, 1) (atol = EPS_FP32, k = 1), bf16 adds the
-    // rounding of the result (k = 1 of EPS_BF16); see test/test_encoder.cu.
+    // Forward: two fp32 additions of values in [-1, 1) (atol = EPS_FP32, k = 1), bf16 and fp16 add
+    // the rounding of the result (k = 1 of the type's eps); see test/test_encoder.cu.
     std::vector<double> ref((size_t)BT * C);
     encoder_forward_cpu(ref.data(), p.inp.data(), p.wte.data(), p.wpe.data(), p.types.data(),
                         types ? p.wtt.data() : nullptr, B, T, C);
     th::Tol ftol = sizeof(floatX) == 4 ? th::tol(th::EPS_FP32, 1, th::EPS_FP32)
-                                       : th::tol(th::EPS_BF16, 1, th::EPS_FP32);
+                                       : th::tol(dtype_eps<floatX>(), 1, th::EPS_FP32);
     for (int v = 1; v <= 2; v++) {
         cudaCheck(cudaMemset(p.d_out, 0, (size_t)BT * C * sizeof(floatX)));
         if (v == 1) encoder_forward1(p.d_out, p.d_inp, p.d_wte, p.d_wpe, d_types, d_wtt, B, T, C, 0);
@@ -245,8 +245,8 @@ void validate(int B, int T, int C, int V, int Vp, int n_types) {
     }
 
     // Backward from zeroed gradients: a sum of n terms in fp32 errs by at most n*u*sum|terms|
-    // <= n*u*n (|dout| < 1), so atol = max_n^2 * EPS_FP32 / 2 covers every row; bf16 adds the
-    // rounding of the result (k = 1 of EPS_BF16).
+    // <= n*u*n (|dout| < 1), so atol = max_n^2 * EPS_FP32 / 2 covers every row; bf16 and fp16 add
+    // the rounding of the result (k = 1 of the type's eps).
     size_t nte = (size_t)Vp * C, npe = (size_t)T * C, ntt = (size_t)std::max(n_types, 1) * C;
     std::vector<double> gref(nte + npe + ntt, 0.0);
     encoder_backward_cpu(gref.data(), gref.data() + nte, types ? gref.data() + nte + npe : nullptr, p.dout.data(),
@@ -255,7 +255,7 @@ void validate(int B, int T, int C, int V, int Vp, int n_types) {
     for (int i = 0; i < BT; i++) count[p.inp[i]]++;
     double max_n = std::max({(double)*std::max_element(count.begin(), count.end()), (double)B,
                              types ? (double)BT : 0.0});
-    th::Tol btol{max_n * max_n * th::EPS_FP32 / 2, sizeof(floatX) == 4 ? 0.0 : th::EPS_BF16};
+    th::Tol btol{max_n * max_n * th::EPS_FP32 / 2, sizeof(floatX) == 4 ? 0.0 : dtype_eps<floatX>()};
 
     EncoderBackwardPlan plan;
     encoder_backward_plan(&plan, p.inp.data(), types ? p.types.data() : nullptr, B, T, C, V, n_types, 0);
@@ -342,12 +342,13 @@ void benchmark() {
 }
 
 int main() {
-    // Shapes: GPT-2 scaled down; C not a multiple of 8 or 32 (element access in bf16); B > 32
-    // (every wpe row spans two segments); a skewed vocabulary with token types (large groups).
-    for (int dtype = 0; dtype < 2; dtype++) {
+    // Shapes: GPT-2 scaled down; C not a multiple of 8 or 32 (element access in bf16 and fp16);
+    // B > 32 (every wpe row spans two segments); a skewed vocabulary with token types (large groups).
+    for (int dtype = 0; dtype < 3; dtype++) {
         auto run = [&](int B, int T, int C, int V, int Vp, int n_types) {
             if (dtype == 0) validate<float>(B, T, C, V, Vp, n_types);
-            else validate<__nv_bfloat16>(B, T, C, V, Vp, n_types);
+            else if (dtype == 1) validate<__nv_bfloat16>(B, T, C, V, Vp, n_types);
+            else validate<__half>(B, T, C, V, Vp, n_types);
         };
         run(4, 64, 96, 500, 512, 0);
         run(40, 6, 100, 300, 320, 2);

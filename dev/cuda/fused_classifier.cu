@@ -138,11 +138,13 @@ void validate(int N, int V, int Vp) {
     th::DeviceBuffer<int> d_targets(targets);
     // Tolerances as in test/test_fused_classifier.cu: k_sum roundings along the statistics'
     // longest chain; the loss adds roundings at the magnitude of the logits (|x| <= 6, log V);
-    // bf16 dlogits add the rounding of the result (k = 1 of EPS_BF16).
+    // bf16 and fp16 dlogits add the rounding of the result (k = 1 of the type's eps; in fp16 up to
+    // 2^-25 absolutely for a dlogit below the normal range).
     double k_sum = 3.0 * CEIL_DIV(V, CLASSIFIER_BLOCK) + 6 * 10 + 8;
     th::Tol loss_tol{th::EPS_FP32 * (k_sum + 3 * (12 + std::log((double)V))), 0};
     double k = k_sum + 4;
-    th::Tol dtol{dloss * k * th::EPS_FP32, (sizeof(T) == 4 ? 0 : th::EPS_BF16) + k * th::EPS_FP32};
+    th::Tol dtol{dloss * k * th::EPS_FP32 + (sizeof(T) == 4 ? 0 : dtype_denorm_min<T>() / 2),
+                 (sizeof(T) == 4 ? 0 : dtype_eps<T>()) + k * th::EPS_FP32};
     char name[160];
     for (int v = 1; v <= 2; v++) {
         d_logits.upload(logits);
@@ -199,13 +201,16 @@ void benchmark() {
 
 int main() {
     // GPT-2-like scaled down (V = 500 padded to 512), a size with element access (Vp % 8 != 0 in
-    // bf16, % 4 != 0 in fp32), and the GPT-2 vocabulary at a few rows.
+    // bf16 and fp16, % 4 != 0 in fp32), and the GPT-2 vocabulary at a few rows.
     validate<float>(7, 500, 512);
     validate<float>(5, 37, 45);
     validate<float>(3, 50257, 50304);
     validate<__nv_bfloat16>(7, 500, 512);
     validate<__nv_bfloat16>(5, 37, 45);
     validate<__nv_bfloat16>(3, 50257, 50304);
+    validate<__half>(7, 500, 512);
+    validate<__half>(5, 37, 45);
+    validate<__half>(3, 50257, 50304);
     benchmark();
     return th::finish();
 }

@@ -83,7 +83,8 @@ void gelu_backward_inplace1(T* d_in_out, const T* inp, size_t N, GeluKind kind, 
 // Both variants, both kinds, against the double reference at N elements (x in [-6, 6), dout in
 // [-1, 1)). One tolerance fits both variants: atol = 8 eps_fp32 * 6 covers the textbook forms'
 // absolute error in the negative tail (1 + tanh(u) is off by ~eps near -1, times 0.5|x| <= 3),
-// rtol = 16 eps_fp32 the fp32 evaluation elsewhere, or eps_bf16 for the one rounding to bf16.
+// rtol = 16 eps_fp32 the fp32 evaluation elsewhere, or the type's eps for the one rounding to bf16
+// or fp16 (the atol also covers fp16's absolute rounding below its normal range, at most 2^-25).
 template <class T>
 void validate(size_t N) {
     auto x = th::random_tensor<T>(N, 1, -6.f, 6.f), dout = th::random_tensor<T>(N, 2, -1.f, 1.f);
@@ -142,9 +143,10 @@ void benchmark(size_t N, int reps) {
 }
 
 int main() {
-    // Validation: a size that is not a multiple of the pack (4 fp32 / 8 bf16) or the block.
+    // Validation: a size that is not a multiple of the pack (4 fp32 / 8 bf16, fp16) or the block.
     validate<float>(100003);
     validate<__nv_bfloat16>(100003);
+    validate<__half>(100003);
 
     // Benchmark: GPT-2 124M's MLP activation (B=8, T=1024, 4C=3072) on a GPU; a slice on the CPU backend.
 #if defined(SIMT_CPU)

@@ -116,6 +116,7 @@ int main() {
         for (size_t N : {(size_t)1, (size_t)1000, (size_t)123457}) {
             validate<float>(k, N);
             validate<__nv_bfloat16>(k, N);
+            validate<__half>(k, N);
         }
     }
 

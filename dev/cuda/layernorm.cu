@@ -165,8 +165,8 @@ void layernorm_backward1(T* dinp, T* dweight, T* dbias, const T* dout, const T* 
 
 // Every variant against the double reference at (N, C). Tolerances: outputs are O(1) and every
 // variant sums rows (or N rows for the parameter gradients) in fp32, which is within
-// (terms) * eps_fp32 of the sum of |terms| in the worst case (atol); bf16 results add one
-// rounding (rtol = eps_bf16; fp32: 8 eps for the few roundings after the sums).
+// (terms) * eps_fp32 of the sum of |terms| in the worst case (atol); bf16 and fp16 results add one
+// rounding (rtol = the type's eps; fp32: 8 eps for the few roundings after the sums).
 template <class T>
 void validate(int N, int C, float eps) {
     size_t NC = (size_t)N * C;
@@ -296,8 +296,10 @@ int main() {
     // Validation: GPT-2 124M's C at a few rows, and a C that is neither a multiple of 32 nor of 8.
     validate<float>(64, 768, 1e-5f);
     validate<__nv_bfloat16>(64, 768, 1e-5f);
+    validate<__half>(64, 768, 1e-5f);
     validate<float>(7, 100, 1e-12f);
     validate<__nv_bfloat16>(7, 100, 1e-12f);
+    validate<__half>(7, 100, 1e-12f);
 
     // Benchmark: GPT-2 124M at B=8, T=1024 on a GPU; a small slice on the CPU backend.
 #if defined(SIMT_CPU)
