@@ -225,6 +225,21 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
     }
 }
 
+// The plan's device buffers for the worst case over all batches of shape (B, T) and C channels, so
+// that training never reallocates: n positions (2 or 3 tables); every segment holds at least one
+// position; a group of m > 32 positions has ceil(m/32) <= m/16 segments, each with a partial row.
+struct EncoderPlanCapacity {
+    size_t positions, segments, groups, partials;  // elements of each buffer
+    size_t bytes() const {
+        return positions * sizeof(int) + segments * sizeof(EncoderSegment) + groups * sizeof(EncoderGroup) +
+               partials * sizeof(float);
+    }
+};
+inline EncoderPlanCapacity encoder_plan_capacity(int B, int T, int C, bool has_types) {
+    size_t n = (size_t)B * T * (has_types ? 3 : 2);
+    return EncoderPlanCapacity{n, n, n / (ENCODER_SEGMENT + 1) + 1, (n / 16 + 1) * (size_t)C};
+}
+
 // Grows a device buffer to hold at least `need` elements (contents are not kept).
 template <class X>
 inline void encoder_plan_reserve(X*& ptr, size_t& capacity, size_t need) {
@@ -312,12 +327,11 @@ inline void encoder_backward_plan(EncoderBackwardPlan* plan_ptr, const int* host
     }
     if (plan.has_types) encoder_plan_bucket(plan, ENCODER_WTT, host_token_types, BT, n_types);
 
-    // Worst case over all batches of this shape, so that training never reallocates: n positions;
-    // every segment holds at least one; a group of m > 32 positions has ceil(m/32) <= m/16 segments.
-    encoder_plan_reserve(plan.d_positions, plan.capacity_positions, n);
-    encoder_plan_reserve(plan.d_segments, plan.capacity_segments, n);
-    encoder_plan_reserve(plan.d_groups, plan.capacity_groups, n / (ENCODER_SEGMENT + 1) + 1);
-    encoder_plan_reserve(plan.d_partials, plan.capacity_partials, (n / 16 + 1) * (size_t)C);
+    EncoderPlanCapacity cap = encoder_plan_capacity(B, T, C, plan.has_types);
+    encoder_plan_reserve(plan.d_positions, plan.capacity_positions, cap.positions);
+    encoder_plan_reserve(plan.d_segments, plan.capacity_segments, cap.segments);
+    encoder_plan_reserve(plan.d_groups, plan.capacity_groups, cap.groups);
+    encoder_plan_reserve(plan.d_partials, plan.capacity_partials, cap.partials);
 
     cudaCheck(cudaMemcpyAsync(plan.d_positions, plan.positions.data(), plan.positions.size() * sizeof(int),
                               cudaMemcpyHostToDevice, stream));

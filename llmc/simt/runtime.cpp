@@ -52,6 +52,26 @@ size_t physical_memory() {
     return (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+// The virtual device's memory: SIMT_DEVICE_MEMORY ("24G", "512M", bytes) or physical memory.
+size_t& device_memory_setting() {
+    static size_t bytes = [] {
+        const char* e = getenv("SIMT_DEVICE_MEMORY");
+        if (!e || !*e) return physical_memory();
+        char* end = nullptr;
+        double v = strtod(e, &end);
+        double unit = 1;
+        if (end && (*end == 'K' || *end == 'k')) unit = 1024.0;
+        if (end && (*end == 'M' || *end == 'm')) unit = 1048576.0;
+        if (end && (*end == 'G' || *end == 'g')) unit = 1073741824.0;
+        if (end == e || v <= 0) {
+            fprintf(stderr, "simt: SIMT_DEVICE_MEMORY='%s' is not a size (e.g. 80G, 512M, 1000000)\n", e);
+            exit(EXIT_FAILURE);
+        }
+        return (size_t)(v * unit);
+    }();
+    return bytes;
+}
+
 void* alloc_exact(size_t size) {
     void* p = nullptr;
     // 256-byte alignment as cudaMalloc guarantees; the size itself is not rounded up.
@@ -141,7 +161,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     if (device != 0) return set_last_error(cudaErrorInvalidDevice);
     memset(prop, 0, sizeof(*prop));
     snprintf(prop->name, sizeof(prop->name), "SIMT CPU backend (virtual device)");
-    prop->totalGlobalMem = simt::physical_memory();
+    prop->totalGlobalMem = simt::device_memory_setting();
     prop->sharedMemPerBlock = simt::kDefaultSmemPerBlock;
     prop->sharedMemPerBlockOptin = simt::kMaxSmemPerBlockOptin;
     prop->sharedMemPerMultiprocessor = simt::kSmemPerSm;
@@ -191,6 +211,13 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 // Memory
 
 cudaError_t cudaMalloc(void** ptr, size_t size) {
+    {
+        std::lock_guard<std::mutex> lk(simt::allocs().mu);
+        if (simt::allocs().device_bytes + size > simt::device_memory_setting()) {
+            *ptr = nullptr;
+            return set_last_error(cudaErrorMemoryAllocation);
+        }
+    }
     void* p = simt::alloc_exact(size);
     if (!p) {
         *ptr = nullptr;
@@ -237,7 +264,7 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
-    size_t phys = simt::physical_memory();
+    size_t phys = simt::device_memory_setting();
     std::lock_guard<std::mutex> lk(simt::allocs().mu);
     *total = phys;
     *free_bytes = phys > simt::allocs().device_bytes ? phys - simt::allocs().device_bytes : 0;
@@ -365,3 +392,8 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) 
 }
 
 }  // extern "C"
+
+namespace simt {
+void set_device_memory(size_t bytes) { device_memory_setting() = bytes; }
+size_t get_device_memory() { return device_memory_setting(); }
+}  // namespace simt

@@ -112,6 +112,12 @@ int get_workers();
 // Number of kernel launches since start-up (the trainers report launches per step).
 uint64_t launch_count();
 
+// Size of the virtual device's global memory in bytes: cudaMalloc fails with
+// cudaErrorMemoryAllocation beyond it, as on a GPU. SIMT_DEVICE_MEMORY sets the default (bytes, or
+// with a K/M/G suffix: "80G" for an H100); unset, the machine's physical memory.
+void set_device_memory(size_t bytes);
+size_t get_device_memory();
+
 template <class T>
 inline uint64_t to_bits(T v) {
     static_assert(sizeof(T) <= 8, "warp collectives move at most 8 bytes");
