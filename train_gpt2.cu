@@ -20,7 +20,9 @@
 
 #include <sys/stat.h>
 
+#include "llmc/adafactor.cuh"
 #include "llmc/adamw.cuh"
+#include "llmc/adamw8bit.cuh"
 #include "llmc/attention.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/cli.h"
@@ -30,6 +32,7 @@
 #include "llmc/fused_classifier.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/global_norm.cuh"
+#include "llmc/kv_cache.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/logger.h"
 #include "llmc/matmul.cuh"
@@ -37,6 +40,7 @@
 #include "llmc/precision.cuh"
 #include "llmc/safetensors.h"
 #include "llmc/schedulers.h"
+#include "llmc/sgd.cuh"
 #include "llmc/tokenizer.h"
 
 // ----------------------------------------------------------------------------
@@ -191,12 +195,32 @@ struct LayerActs {
 // ----------------------------------------------------------------------------
 // The model
 
+// ----------------------------------------------------------------------------
+// Optimizers: AdamW (fp32 moments), AdamW with 8-bit block-quantized moments, Adafactor (factored
+// second moments), SGD with momentum. Each keeps its state in one device allocation, saved in
+// checkpoints byte for byte.
+
+enum class OptimizerKind { AdamW, AdamW8bit, Adafactor, SGD };
+inline const char* optimizer_name(OptimizerKind k) {
+    static const char* names[] = {"adamw", "adamw8bit", "adafactor", "sgd"};
+    return names[(int)k];
+}
+
+struct OptimizerConfig {
+    OptimizerKind kind = OptimizerKind::AdamW;
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // AdamW, AdamW 8-bit
+    float weight_decay = 0.f;                         // all of them; matrices only (SGD: L2, as torch)
+    float momentum = 0.9f;                            // SGD (0: no momentum buffer)
+    bool nesterov = false;                            // SGD
+    AdafactorConfig adafactor;                        // Adafactor (its lr, relative step, beta1, clipping)
+};
+
 // Device memory by purpose, in bytes: exactly what build() and allocate_activations() allocate.
 struct MemoryAnatomy {
     size_t weights = 0;      // parameters in the compute precision
     size_t master = 0;       // fp32 master weights (low precision only)
     size_t grads = 0;        // gradients in the compute precision
-    size_t optimizer = 0;    // optimizer state (AdamW: m and v in fp32)
+    size_t optimizer = 0;    // optimizer state (AdamW: m and v in fp32; see OptimizerKind)
     size_t activations = 0;  // everything the backward pass reads, and its scratch
     size_t other = 0;        // the optimizer's tensor table, the norm's scratch, the embedding-backward plan
     size_t model_state() const { return weights + master + grads + optimizer; }
@@ -212,9 +236,14 @@ struct GPT2 {
     floatX* params_memory = nullptr;  // (num_parameters) in the compute precision
     floatX* grads_memory = nullptr;
     float* master = nullptr;          // fp32 master weights, when floatX is not float
-    float* m = nullptr;               // AdamW first moment (fp32)
-    float* v = nullptr;               // AdamW second moment (fp32)
-    ParamTensor* tensor_table = nullptr;  // device: offset/size/decay of each tensor for AdamW
+    OptimizerConfig opt;              // set before build()
+    void* opt_state = nullptr;        // the optimizer's state (opt_state_bytes), see build()
+    size_t opt_state_bytes = 0;
+    float* opt_scratch = nullptr;     // Adafactor's per-step scratch (not state)
+    AdamW8bitState adamw8bit;         // views into opt_state
+    AdafactorLayout adafactor;        // Adafactor's per-matrix table (host), also on the device:
+    FactoredTensor* adafactor_table = nullptr;
+    ParamTensor* tensor_table = nullptr;  // device: offset/size/decay of each tensor for the optimizers
     void* norm_scratch = nullptr;
     float* norm_out = nullptr;        // device scalar: squared global gradient norm
     float* clip_scale = nullptr;      // device scalar: torch's clip factor, read by AdamW
@@ -238,10 +267,6 @@ struct GPT2 {
         num_parameters = param_sizes(c, sizes);
         cudaCheck(cudaMalloc(&params_memory, num_parameters * sizeof(floatX)));
         cudaCheck(cudaMalloc(&grads_memory, num_parameters * sizeof(floatX)));
-        cudaCheck(cudaMalloc(&m, num_parameters * sizeof(float)));
-        cudaCheck(cudaMalloc(&v, num_parameters * sizeof(float)));
-        cudaCheck(cudaMemset(m, 0, num_parameters * sizeof(float)));
-        cudaCheck(cudaMemset(v, 0, num_parameters * sizeof(float)));
         params.point_into(params_memory, sizes);
         grads.point_into(grads_memory, sizes);
         float* staging;
@@ -263,21 +288,115 @@ struct GPT2 {
         cudaCheck(cudaMalloc(&tensor_table, sizeof(ParamTensor) * NUM_PARAMETER_TENSORS));
         cudaCheck(cudaMemcpy(tensor_table, table.data(), sizeof(ParamTensor) * NUM_PARAMETER_TENSORS,
                              cudaMemcpyHostToDevice));
+        size_t other = allocate_optimizer(table);
         cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_bytes(num_parameters)));
         cudaCheck(cudaMalloc(&norm_out, sizeof(float)));
         cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
         cudaCheck(cudaMallocHost(&norm_host, sizeof(float)));
         mem.weights = mem.grads = num_parameters * sizeof(floatX);
         mem.master = master ? num_parameters * sizeof(float) : 0;
-        mem.optimizer = 2 * num_parameters * sizeof(float);
+        mem.optimizer = opt_state_bytes;
         mem.other = sizeof(ParamTensor) * NUM_PARAMETER_TENSORS + global_norm_scratch_bytes(num_parameters) +
-                    2 * sizeof(float);
+                    2 * sizeof(float) + other;
+    }
+
+    // Allocates the optimizer's state (zero: the state before the first step) in opt_state; returns
+    // the bytes of the other buffers it needs (tables, scratch).
+    size_t allocate_optimizer(const std::vector<ParamTensor>& table) {
+        size_t N = num_parameters, other = 0;
+        switch (opt.kind) {
+            case OptimizerKind::AdamW: opt_state_bytes = 2 * N * sizeof(float); break;  // m, v
+            case OptimizerKind::SGD: opt_state_bytes = opt.momentum > 0 ? N * sizeof(float) : 0; break;
+            case OptimizerKind::AdamW8bit: opt_state_bytes = adamw8bit_plan(table).total_bytes; break;
+            case OptimizerKind::Adafactor: {
+                // One entry per matrix and vector as transformers sees them: llm.c's stacked (L, r, c)
+                // tensors split into L matrices (Adafactor's statistics and RMS are per matrix).
+                std::vector<std::vector<size_t>> shapes;
+                std::vector<int> decay;
+                size_t C = config.channels, L = config.num_layers;
+                for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+                    std::vector<size_t> shape;
+                    size_t copies = L;
+                    switch (i) {
+                        case WTE: shape = {(size_t)config.padded_vocab_size, C}; copies = 1; break;
+                        case WPE: shape = {(size_t)config.max_seq_len, C}; copies = 1; break;
+                        case QKVW: shape = {3 * C, C}; break;
+                        case ATTPROJW: shape = {C, C}; break;
+                        case FCW: shape = {4 * C, C}; break;
+                        case FCPROJW: shape = {C, 4 * C}; break;
+                        case QKVB: shape = {3 * C}; break;
+                        case FCB: shape = {4 * C}; break;
+                        case LNFW: case LNFB: shape = {C}; copies = 1; break;
+                        default: shape = {C}; break;  // layernorm weights and biases, projection biases
+                    }
+                    for (size_t k = 0; k < copies; k++) {
+                        shapes.push_back(shape);
+                        decay.push_back(param_decays(i) ? 1 : 0);
+                    }
+                }
+                adafactor = adafactor_layout(shapes, decay);
+                opt_state_bytes = sizeof(float) * (adafactor.second_moment_size +
+                                                   (opt.adafactor.use_first_moment ? N : 0));
+                size_t table_bytes = sizeof(FactoredTensor) * adafactor.tensors.size();
+                cudaCheck(cudaMalloc(&adafactor_table, table_bytes));
+                cudaCheck(cudaMemcpy(adafactor_table, adafactor.tensors.data(), table_bytes, cudaMemcpyHostToDevice));
+                cudaCheck(cudaMalloc(&opt_scratch, adafactor.scratch_size * sizeof(float)));
+                other = table_bytes + adafactor.scratch_size * sizeof(float);
+                break;
+            }
+        }
+        if (opt_state_bytes) {
+            cudaCheck(cudaMalloc(&opt_state, opt_state_bytes));
+            cudaCheck(cudaMemset(opt_state, 0, opt_state_bytes));
+        }
+        if (opt.kind == OptimizerKind::AdamW8bit) adamw8bit = adamw8bit_init(opt_state, adamw8bit_plan(table));
+        return other;
     }
 
     // Sizes and allocates the activations for micro-batch (B, T), once.
     void allocate_activations(int B_, int T_) {
         B = B_;
         T = T_;
+        std::vector<Region> regions = activation_regions(B, T);
+        acts_bytes = 0;
+        for (auto& r : regions) acts_bytes += (r.bytes + 255) / 256 * 256;
+        if (cudaMalloc(&acts_memory, acts_bytes) != cudaSuccess) {
+            size_t free_b, total_b;
+            cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+            data_error("not enough device memory for the activations: B=%d T=%d needs %.1f MiB, %.1f MiB are free "
+                       "(lower --batch-size and keep the tokens per step with --total-batch-size, try --recompute, "
+                       "or --batch-size auto)", B, T, acts_bytes / 1048576.0, free_b / 1048576.0);
+        }
+        char* p = static_cast<char*>(acts_memory);
+        for (auto& r : regions) {
+            *r.ptr = p;
+            p += (r.bytes + 255) / 256 * 256;
+        }
+        // The embedding backward's plan buffers, reserved now for the worst case of this shape (a
+        // plan for any batch), so that the memory anatomy is complete before the first step.
+        size_t plan_before = encoder_plan_bytes();
+        std::vector<int> no_tokens((size_t)B * T, 0);
+        encoder_backward_plan(&encoder_plan, no_tokens.data(), (const int*)nullptr, B, T, config.channels,
+                              config.vocab_size, 0, stream);
+        cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
+        mem.activations = acts_bytes;
+        mem.other += encoder_plan_bytes() - plan_before;
+    }
+
+    // Device bytes allocate_activations(B, T) needs: the activations and the embedding backward's plan.
+    size_t activation_bytes(int B_, int T_) {
+        size_t bytes = encoder_plan_capacity(B_, T_, config.channels, false).bytes();
+        for (const Region& r : activation_regions(B_, T_)) bytes += (r.bytes + 255) / 256 * 256;
+        return bytes;
+    }
+
+    // One region of the activations allocation: where its pointer goes and its size.
+    struct Region {
+        void** ptr;
+        size_t bytes;
+    };
+    // The activation regions for micro-batch (B, T), in allocation order.
+    std::vector<Region> activation_regions(int B, int T) {
         size_t L = config.num_layers, C = config.channels, NH = config.num_heads, Vp = config.padded_vocab_size;
         size_t BT = (size_t)B * T;
         size_t scratch = std::max({layernorm_backward_scratch_bytes((int)BT, (int)C),
@@ -288,8 +407,7 @@ struct GPT2 {
         size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
                Lall = recompute >= Recompute::Layer ? 1 : L;
         // Every region starts 256-byte aligned (cuBLASLt and 128-bit loads want aligned rows).
-        struct Region { void** ptr; size_t bytes; };
-        std::vector<Region> regions = {
+        return {
             {(void**)&acts.encoded, BT * C * sizeof(floatX)},
             {(void**)&acts.ln1, Lln * BT * C * sizeof(floatX)},
             {(void**)&acts.ln1_mean, Lall * BT * sizeof(float)},
@@ -317,23 +435,6 @@ struct GPT2 {
             {(void**)&acts.inputs, BT * sizeof(int)},
             {(void**)&acts.targets, BT * sizeof(int)},
         };
-        acts_bytes = 0;
-        for (auto& r : regions) acts_bytes += (r.bytes + 255) / 256 * 256;
-        cudaCheck(cudaMalloc(&acts_memory, acts_bytes));
-        char* p = static_cast<char*>(acts_memory);
-        for (auto& r : regions) {
-            *r.ptr = p;
-            p += (r.bytes + 255) / 256 * 256;
-        }
-        // The embedding backward's plan buffers, reserved now for the worst case of this shape (a
-        // plan for any batch), so that the memory anatomy is complete before the first step.
-        size_t plan_before = encoder_plan_bytes();
-        std::vector<int> no_tokens(BT, 0);
-        encoder_backward_plan(&encoder_plan, no_tokens.data(), (const int*)nullptr, B, T, (int)C, config.vocab_size, 0,
-                              stream);
-        cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
-        mem.activations = acts_bytes;
-        mem.other += encoder_plan_bytes() - plan_before;
     }
 
     // Device bytes the embedding backward's plan holds.
@@ -341,13 +442,6 @@ struct GPT2 {
         const EncoderBackwardPlan& e = encoder_plan;
         return e.capacity_positions * sizeof(int) + e.capacity_segments * sizeof(EncoderSegment) +
                e.capacity_groups * sizeof(EncoderGroup) + e.capacity_partials * sizeof(float);
-    }
-
-    // Releases the activations (to size them anew, e.g. for generation with B=1).
-    void free_activations() {
-        cudaCheck(cudaFree(acts_memory));
-        acts_memory = nullptr;
-        acts = Activations<floatX>{};
     }
 
     // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only).
@@ -484,15 +578,66 @@ struct GPT2 {
     }
 
     // One optimizer step: the global gradient norm, torch's clip factor (max_norm 0: no clipping)
-    // and AdamW over all parameters, without a host sync — the norm reaches the host through
-    // norm_host, valid after the stream's next synchronization (see last_grad_norm()).
-    void update(float lr, float beta1, float beta2, float eps, float weight_decay, float max_norm, int step) {
+    // and the optimizer (opt) over all parameters, without a host sync — the norm reaches the host
+    // through norm_host, valid after the stream's next synchronization (see last_grad_norm()).
+    // step is the 1-based count of updates (bias correction, Adafactor's schedule, SGD's first step).
+    void update(float lr, float max_norm, int step) {
         global_norm_squared(norm_out, norm_scratch, (const floatX*)grads_memory, num_parameters, stream);
         cudaCheck(cudaMemcpyAsync(norm_host, norm_out, sizeof(float), cudaMemcpyDeviceToHost, stream));
         if (max_norm > 0) grad_clip_scale(clip_scale, norm_out, max_norm, stream);
-        adamw_update(params_memory, master, (const floatX*)grads_memory, m, v, tensor_table, NUM_PARAMETER_TENSORS,
-                     num_parameters, lr, beta1, beta2, eps, weight_decay, 1.f, step, stream,
-                     max_norm > 0 ? (const float*)clip_scale : nullptr);
+        apply_optimizer(lr, step, 1.f, max_norm > 0 ? (const float*)clip_scale : nullptr);
+    }
+
+    // The update with dynamic loss scaling (fp16), as torch.cuda.amp.GradScaler does it: the
+    // gradients hold loss_scale times their value; if any is inf or NaN (the squared norm then is)
+    // the step is skipped — nothing is touched — and false returned. Otherwise the optimizer gets
+    // the gradients unscaled and clipped by the unscaled norm, as torch's unscale_ then
+    // clip_grad_norm_: grad * (clip / loss_scale) in one rounding equals torch's two, since the
+    // scale is a power of two. This waits for the norm on the host, as GradScaler.step does.
+    bool update_scaled(float lr, float max_norm, int step, float loss_scale) {
+        global_norm_squared(norm_out, norm_scratch, (const floatX*)grads_memory, num_parameters, stream);
+        cudaCheck(cudaMemcpyAsync(norm_host, norm_out, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        if (!std::isfinite(*norm_host)) return false;
+        float inv_scale = 1.f / loss_scale;
+        *norm_host *= inv_scale * inv_scale;  // the unscaled squared norm (exact: powers of two)
+        float clip = 1.f;
+        if (max_norm > 0) clip = std::min(1.f, (1.f / (std::sqrt(*norm_host) + 1e-6f)) * max_norm);  // as grad_clip_scale
+        apply_optimizer(lr, step, clip * inv_scale, nullptr);
+        return true;
+    }
+
+    // The optimizer step itself; grad_scale (times *grad_scale_device when given) multiplies every
+    // gradient first.
+    void apply_optimizer(float lr, int step, float grad_scale, const float* grad_scale_device) {
+        const float* clip = grad_scale_device;
+        const floatX* g = grads_memory;
+        size_t N = num_parameters;
+        float* state = (float*)opt_state;
+        switch (opt.kind) {
+            case OptimizerKind::AdamW:
+                adamw_update(params_memory, master, g, state, state + N, tensor_table, NUM_PARAMETER_TENSORS, N, lr,
+                             opt.beta1, opt.beta2, opt.eps, opt.weight_decay, grad_scale, step, stream, clip);
+                break;
+            case OptimizerKind::AdamW8bit:
+                adamw8bit_update(params_memory, master, g, adamw8bit, tensor_table, NUM_PARAMETER_TENSORS, N, lr,
+                                 opt.beta1, opt.beta2, opt.eps, opt.weight_decay, grad_scale, step, stream, clip);
+                break;
+            case OptimizerKind::SGD:
+                sgd_update(params_memory, master, g, state, tensor_table, NUM_PARAMETER_TENSORS, N, lr, opt.momentum,
+                           0.f, opt.weight_decay, opt.nesterov, grad_scale, step, stream, clip);
+                break;
+            case OptimizerKind::Adafactor: {
+                AdafactorConfig cfg = opt.adafactor;
+                if (!cfg.relative_step) cfg.lr = lr;  // relative steps make their own step sizes
+                cfg.weight_decay = opt.weight_decay;
+                adafactor_update(params_memory, master, g, cfg.use_first_moment ? state + adafactor.second_moment_size
+                                                                                : nullptr,
+                                 state, opt_scratch, adafactor_table, (int)adafactor.tensors.size(), N, cfg, grad_scale, step,
+                                 stream, clip);
+                break;
+            }
+        }
     }
 
     // The gradient norm of the last update() (after the stream has been synchronized).
@@ -533,10 +678,11 @@ struct GPT2 {
         return p;
     }
     void optimizer_state_host(TrainState* s) const {
-        s->m.resize(num_parameters);
-        s->v.resize(num_parameters);
-        cudaCheck(cudaMemcpy(s->m.data(), m, num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(s->v.data(), v, num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
+        s->optimizer = (int)opt.kind;
+        s->num_params = num_parameters;
+        s->optimizer_state.resize(opt_state_bytes);
+        if (opt_state_bytes)
+            cudaCheck(cudaMemcpy(s->optimizer_state.data(), opt_state, opt_state_bytes, cudaMemcpyDeviceToHost));
         s->has_master = master != nullptr;
         s->master.resize(master ? num_parameters : 0);
         if (master)
@@ -544,18 +690,114 @@ struct GPT2 {
     }
     // Restores what optimizer_state_host() saved (sizes checked by the caller).
     void set_optimizer_state(const TrainState& s) {
-        cudaCheck(cudaMemcpy(m, s.m.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(v, s.v.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+        if (opt_state_bytes)
+            cudaCheck(cudaMemcpy(opt_state, s.optimizer_state.data(), opt_state_bytes, cudaMemcpyHostToDevice));
         if (master)
             cudaCheck(cudaMemcpy(master, s.master.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
     }
 
+    // ---- Decoding with a KV cache (generation) ----
+    // One sequence, one token at a time: per layer a (maxT, 3C) cache holding every position's qkv row
+    // (what attention_decode reads), and one row of every activation. Independent of the training
+    // activations, so sampling between training steps neither frees nor resizes them, whatever the
+    // recomputation setting. Allocated by the first decode_allocate(), kept until free_all().
+    void* decode_memory = nullptr;
+    size_t decode_bytes = 0;
+    floatX* kv_cache = nullptr;       // (L, maxT, 3C)
+    floatX* dec_residual = nullptr;   // (C) the residual stream: the embedding, then each layer's output
+    floatX* dec_ln = nullptr;         // (C) the current layernorm output (ln1, ln2, lnf)
+    floatX* dec_atty = nullptr;       // (C)
+    floatX* dec_proj = nullptr;       // (C) the projections' outputs before their residual add
+    floatX* dec_residual2 = nullptr;  // (C)
+    floatX* dec_fch = nullptr;        // (4C) pre-GELU
+    floatX* dec_fch_gelu = nullptr;   // (4C)
+    floatX* dec_logits = nullptr;     // (Vp)
+    int* dec_token = nullptr;         // (1)
+
+    // Allocates the decode state (once): one allocation, 256-byte aligned regions, the cache last.
+    void decode_allocate() {
+        if (decode_memory) return;
+        size_t L = config.num_layers, C = config.channels, maxT = config.max_seq_len, Vp = config.padded_vocab_size;
+        struct Region { void** ptr; size_t bytes; };
+        std::vector<Region> regions = {
+            {(void**)&dec_residual, C * sizeof(floatX)},  {(void**)&dec_ln, C * sizeof(floatX)},
+            {(void**)&dec_atty, C * sizeof(floatX)},      {(void**)&dec_proj, C * sizeof(floatX)},
+            {(void**)&dec_residual2, C * sizeof(floatX)}, {(void**)&dec_fch, 4 * C * sizeof(floatX)},
+            {(void**)&dec_fch_gelu, 4 * C * sizeof(floatX)}, {(void**)&dec_logits, Vp * sizeof(floatX)},
+            {(void**)&dec_token, sizeof(int)},            {(void**)&kv_cache, L * maxT * 3 * C * sizeof(floatX)},
+        };
+        decode_bytes = 0;
+        for (auto& r : regions) decode_bytes += (r.bytes + 255) / 256 * 256;
+        cudaCheck(cudaMalloc(&decode_memory, decode_bytes));
+        char* p = static_cast<char*>(decode_memory);
+        for (auto& r : regions) {
+            *r.ptr = p;
+            p += (r.bytes + 255) / 256 * 256;
+        }
+    }
+
+    // Feeds `token` at position pos, given that positions 0..pos-1 are in the cache: writes its qkv
+    // rows into the cache and returns the device row of its logits (Vp) — or, without with_logits
+    // (prefill of a token whose successor is already known), stops once the last layer's cache row is
+    // written and returns nullptr. The ops are forward()'s for one row, so that decoding agrees with
+    // the full forward pass up to summation order (attention_decode's, and the matmuls' for N = 1).
+    const floatX* decode_step(int token, int pos, bool with_logits = true) {
+        const GPT2Config& c = config;
+        int L = c.num_layers, C = c.channels, NH = c.num_heads, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
+        if (token < 0 || token >= c.vocab_size || pos < 0 || pos >= maxT) {
+            fprintf(stderr, "decode_step: token %d must be in [0, %d) and pos %d in [0, %d) (the model's positions)\n",
+                    token, c.vocab_size, pos, maxT);
+            exit(EXIT_FAILURE);
+        }
+        decode_allocate();
+        const float eps = 1e-5f;
+        // from pageable memory: the copy has taken the value when the call returns
+        cudaCheck(cudaMemcpyAsync(dec_token, &token, sizeof(int), cudaMemcpyHostToDevice, stream));
+        // the embedding of one token at position pos: a (1,1) batch whose position table starts at pos
+        encoder_forward(dec_residual, dec_token, params.t[WTE], params.t[WPE] + (size_t)pos * C, (const int*)nullptr,
+                        (const floatX*)nullptr, 1, 1, C, stream);
+        layernorm_forward(dec_ln, (float*)nullptr, (float*)nullptr, dec_residual, params.t[LN1W], params.t[LN1B], 1, C,
+                          eps, stream);
+        for (int l = 0; l < L; l++) {
+            floatX* cache = kv_cache + (size_t)l * maxT * 3 * C;  // (maxT, 3C) of layer l
+            matmul_forward(cache + (size_t)pos * 3 * C, (floatX*)nullptr, dec_ln, params.layer(QKVW, l, 3 * C * C),
+                           params.layer(QKVB, l, 3 * C), 1, C, 3 * C, GeluKind::Tanh, stream);
+            if (l == L - 1 && !with_logits) return nullptr;  // later tokens need only the cache rows
+            attention_decode(dec_atty, (const floatX*)cache, pos, C, NH, maxT, stream);
+            matmul_forward(dec_proj, (floatX*)nullptr, dec_atty, params.layer(ATTPROJW, l, C * C),
+                           params.layer(ATTPROJB, l, C), 1, C, C, GeluKind::Tanh, stream);
+            fused_residual_layernorm_forward(dec_residual2, dec_ln, (float*)nullptr, (float*)nullptr, dec_residual,
+                                             dec_proj, params.layer(LN2W, l, C), params.layer(LN2B, l, C), 1, C, eps,
+                                             stream);
+            // the same GELU as block_forward: the fused epilogue, or the kernel whenever forward() uses it
+            if (gelu_fusion && recompute == Recompute::None) {
+                matmul_forward(dec_fch_gelu, dec_fch, dec_ln, params.layer(FCW, l, 4 * C * C),
+                               params.layer(FCB, l, 4 * C), 1, C, 4 * C, GeluKind::Tanh, stream);
+            } else {
+                matmul_forward(dec_fch, (floatX*)nullptr, dec_ln, params.layer(FCW, l, 4 * C * C),
+                               params.layer(FCB, l, 4 * C), 1, C, 4 * C, GeluKind::Tanh, stream);
+                gelu_forward(dec_fch_gelu, dec_fch, (size_t)4 * C, GeluKind::Tanh, stream);
+            }
+            matmul_forward(dec_proj, (floatX*)nullptr, dec_fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
+                           params.layer(FCPROJB, l, C), 1, 4 * C, C, GeluKind::Tanh, stream);
+            bool last = l == L - 1;
+            fused_residual_layernorm_forward(dec_residual, dec_ln, (float*)nullptr, (float*)nullptr, dec_residual2,
+                                             dec_proj, last ? params.t[LNFW] : params.layer(LN1W, l + 1, C),
+                                             last ? params.t[LNFB] : params.layer(LN1B, l + 1, C), 1, C, eps, stream);
+        }
+        matmul_forward(dec_logits, (floatX*)nullptr, dec_ln, params.t[WTE], (const floatX*)nullptr, 1, C, Vp,
+                       GeluKind::Tanh, stream);
+        return dec_logits;
+    }
+
     void free_all() {
-        for (void* p : {(void*)params_memory, (void*)grads_memory, (void*)master, (void*)m, (void*)v,
+        for (void* p : {(void*)params_memory, (void*)grads_memory, (void*)master, opt_state, (void*)opt_scratch,
+                        (void*)adafactor_table,
                         (void*)tensor_table, norm_scratch, (void*)norm_out, (void*)clip_scale, acts_memory})
             if (p) cudaCheck(cudaFree(p));
         cudaCheck(cudaFreeHost(norm_host));
         encoder_backward_plan_free(&encoder_plan);
+        if (decode_memory) cudaCheck(cudaFree(decode_memory));
     }
 };
 
@@ -665,12 +907,19 @@ std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
 
 // Writes the model as a llm.c checkpoint (atomically): version 3 with fp32 parameters, 5 with bf16,
 // header and tensor order exactly as llm.c writes them, so llm.c and this trainer read each other's.
+// llm.c has no fp16 version: an fp16 model is written as version 3 from its fp32 master weights
+// (the fp16 parameters are those rounded, so loading it gives back the same fp16 parameters).
 template <class floatX>
 bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::string* err) {
-    static_assert(sizeof(floatX) == 4 || sizeof(floatX) == 2, "llm.c checkpoints hold fp32 or bf16");
     const GPT2Config& c = model.config;
-    int32_t h[256] = {GPT2_CHECKPOINT_MAGIC, sizeof(floatX) == 4 ? 3 : 5, c.max_seq_len, c.vocab_size,
+    bool bf16 = std::is_same<floatX, __nv_bfloat16>::value, fp16 = std::is_same<floatX, __half>::value;
+    int32_t h[256] = {GPT2_CHECKPOINT_MAGIC, bf16 ? 5 : 3, c.max_seq_len, c.vocab_size,
                       c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+    if (fp16) {
+        std::vector<float> master(model.num_parameters);
+        cudaCheck(cudaMemcpy(master.data(), model.master, master.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        return write_file_atomic(path, {{h, sizeof(h)}, {master.data(), master.size() * sizeof(float)}}, err);
+    }
     std::vector<floatX> p = model.params_host();
     return write_file_atomic(path, {{h, sizeof(h)}, {p.data(), p.size() * sizeof(floatX)}}, err);
 }
@@ -976,7 +1225,8 @@ struct TrainOptions {
     std::string train_pattern, val_pattern;
     int B = 4, T = 1024;
     long long total_batch_tokens = -1;
-    float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f, weight_decay = 0.f, grad_clip = 1.f;
+    float lr = 3e-4f, grad_clip = 1.f;
+    OptimizerConfig opt;
     LRScheduler schedule;
     int max_steps = -1;
     int val_every = 20, val_steps = 20;
@@ -997,18 +1247,63 @@ struct TrainOptions {
     int stop_after = 0;        // leave after this many steps of this run, to resume later (0: run to the end)
     Recompute recompute = Recompute::None;
     bool gelu_fusion = true;
+    float loss_scale = 65536.f;   // fp16: initial dynamic loss scale (PyTorch GradScaler's defaults)
+    int loss_scale_window = 2000; // fp16: clean steps before the scale doubles
     std::string label;         // the run's name in the log
 };
 
-// Samples o.gen_tokens tokens from the model, starting from <|endoftext|>, prints them decoded as
-// they come and returns the text. *rng is the sampling RNG's state (a checkpoint saves it, so a
-// resumed run samples what an uninterrupted one would). The activations are resized to (1, T) for
-// sampling and back to the training (B, T) afterwards.
-// There is no KV cache yet: every new token runs the forward pass over the whole (1, T) window
-// (causal attention makes the positions after the current one irrelevant), so generation costs
-// T times a cached decoder's work.
+// Draws the next token from a row of logits (host, at least V values): softmax(logits / temperature)
+// over the real vocabulary V, among the top_k largest only if top_k > 0, with one step of the
+// xorshift generator *rng per token (so a seed gives the same sample whatever computed the logits).
+// margin, if given, receives how far the draw lies from the nearest edge of the chosen token's
+// interval, as a fraction of the total probability: how much the probabilities may move (from
+// rounding differences in the logits) before the same draw picks another token.
 template <class floatX>
-std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_state) {
+int sample_token(const std::vector<floatX>& row, int V, float temperature, int top_k, uint64_t* rng,
+                 double* margin = nullptr) {
+    std::vector<float> probs(V);
+    float cutoff = -INFINITY;
+    if (top_k > 0 && top_k < V) {
+        std::vector<float> sorted(V);
+        for (int v = 0; v < V; v++) sorted[v] = to_float(row[v]);
+        std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<float>());
+        cutoff = sorted[top_k - 1];
+    }
+    float maxl = -INFINITY;
+    for (int v = 0; v < V; v++) maxl = std::max(maxl, to_float(row[v]));
+    double sum = 0;
+    for (int v = 0; v < V; v++) {
+        float l = to_float(row[v]);
+        probs[v] = l < cutoff ? 0.f : std::exp((l - maxl) / temperature);
+        sum += probs[v];
+    }
+    uint64_t r = *rng;
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    *rng = r;
+    double u = (r >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+    int next = V - 1;
+    for (int v = 0; v < V; v++) {
+        acc += probs[v];
+        if (u < acc) { next = v; break; }
+    }
+    if (margin) *margin = std::min(u - (acc - probs[next]), acc - u) / sum;
+    return next;
+}
+
+// Samples o.gen_tokens tokens from the model, starting from <|endoftext|> and the prompt, prints them
+// decoded as they come and returns the text (and appends the sampled ids to *sampled if given).
+// *rng_state is the sampling RNG's state (a checkpoint saves it, so a resumed run samples what an
+// uninterrupted one would).
+// Decoding with a KV cache (GPT2::decode_step): the prompt is fed once, token by token (the prefill),
+// then each new token runs the model for its own position only, attending to the cached keys and
+// values of the earlier positions — instead of rerunning the whole window for every token. The
+// training activations are not touched. When the position reaches the model's maxT, the window
+// slides: its last maxT/2 tokens are kept and fed again from position 0. Positions are absolute
+// (every cached key and value was computed with its position's embedding), so a cache cannot be
+// shifted; re-feeding half a window every maxT/2 tokens costs about one extra step per new token.
+template <class floatX>
+std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_state,
+                     std::vector<int>* sampled = nullptr) {
     Tokenizer tok;
     std::string error;
     if (!tok.load(o.tokenizer_path, &error)) {
@@ -1016,68 +1311,65 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
         return "";
     }
     const GPT2Config& c = model.config;
-    int train_B = model.B, train_T = model.T;
-    int T = std::min(c.max_seq_len, std::max(o.T, 2));
-    model.free_activations();
-    model.allocate_activations(1, T);
-    std::vector<int> tokens(T, tok.eot()), targets(T, 0);
-    std::vector<floatX> row(c.padded_vocab_size);
-    std::vector<float> probs(c.vocab_size);
-    uint64_t rng = *rng_state;
-    // The window starts with <|endoftext|> and the prompt (its last T-1 tokens if it is longer).
-    size_t keep = std::min(o.prompt_tokens.size(), (size_t)T - 1);
-    std::copy(o.prompt_tokens.end() - keep, o.prompt_tokens.end(), tokens.begin() + 1);
-    int len = 1 + (int)keep;
-    printf("sample (%d tokens, temperature %.2f%s; no KV cache yet: each token recomputes the window):\n---\n",
-           o.gen_tokens, o.temperature, o.top_k > 0 ? (", top-k " + std::to_string(o.top_k)).c_str() : "");
+    int V = c.vocab_size, maxT = c.max_seq_len;
+    int outside = tok.eot();
+    for (int t : o.prompt_tokens) outside = std::max(outside, t);
+    if (outside >= V) {
+        printf("sampling skipped: token %d (<|endoftext|> or the prompt's, from %s) is outside the model's "
+               "vocabulary of %d\n", outside, o.tokenizer_path.c_str(), V);
+        return "";
+    }
+    model.decode_allocate();
+    // The tokens at positions 0, 1, ... of the cache: <|endoftext|> and the prompt (its last maxT-1
+    // tokens if it is longer).
+    std::vector<int> window = {tok.eot()};
+    size_t keep = std::min(o.prompt_tokens.size(), (size_t)maxT - 1);
+    window.insert(window.end(), o.prompt_tokens.end() - keep, o.prompt_tokens.end());
+    size_t cache_bytes = (size_t)c.num_layers * maxT * 3 * c.channels * sizeof(floatX);
+    printf("sample (%d tokens, temperature %.2f%s; KV cache: %d positions x %d layers, %.1f MiB):\n---\n",
+           o.gen_tokens, o.temperature, o.top_k > 0 ? (", top-k " + std::to_string(o.top_k)).c_str() : "", maxT,
+           c.num_layers, cache_bytes / 1048576.0);
     if (keep < o.prompt_tokens.size())
-        printf("(the prompt's first %zu tokens do not fit the %d-token window and are left out)\n",
-               o.prompt_tokens.size() - keep, T);
+        printf("(the prompt's first %zu tokens do not fit the model's %d positions and are left out)\n",
+               o.prompt_tokens.size() - keep, maxT);
     std::string sample;
-    for (int i = 1; i < len; i++) sample += tok.decode(tokens[i]);
+    for (size_t i = 1; i < window.size(); i++) sample += tok.decode(window[i]);
     fwrite(sample.data(), 1, sample.size(), stdout);
+    cudaEvent_t t0, t1;
+    cudaCheck(cudaEventCreate(&t0));
+    cudaCheck(cudaEventCreate(&t1));
+    cudaCheck(cudaEventRecord(t0, model.stream));
+    // prefill: every token of the window, the logits of the last one only
+    const floatX* logits = nullptr;
+    for (size_t p = 0; p < window.size(); p++) logits = model.decode_step(window[p], (int)p, p + 1 == window.size());
+    std::vector<floatX> row(c.padded_vocab_size);
+    uint64_t rng = *rng_state;
     for (int i = 0; i < o.gen_tokens; i++) {
-        if (len == T) {  // window full: slide it by one token
-            std::copy(tokens.begin() + 1, tokens.end(), tokens.begin());
-            len--;
-        }
-        model.set_batch(tokens.data(), targets.data(), false);
-        model.forward(false, 0.f);
-        cudaCheck(cudaMemcpy(row.data(), model.acts.logits + (size_t)(len - 1) * c.padded_vocab_size,
-                             row.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
-        // softmax(logits / temperature) over the real vocabulary, optionally the top k only
-        float cutoff = -INFINITY;
-        if (o.top_k > 0 && o.top_k < c.vocab_size) {
-            std::vector<float> sorted(c.vocab_size);
-            for (int v = 0; v < c.vocab_size; v++) sorted[v] = to_float(row[v]);
-            std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<float>());
-            cutoff = sorted[o.top_k - 1];
-        }
-        float maxl = -INFINITY;
-        for (int v = 0; v < c.vocab_size; v++) maxl = std::max(maxl, to_float(row[v]));
-        double sum = 0;
-        for (int v = 0; v < c.vocab_size; v++) {
-            float l = to_float(row[v]);
-            probs[v] = l < cutoff ? 0.f : std::exp((l - maxl) / o.temperature);
-            sum += probs[v];
-        }
-        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-        double u = (rng >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
-        int next = c.vocab_size - 1;
-        for (int v = 0; v < c.vocab_size; v++) {
-            acc += probs[v];
-            if (u < acc) { next = v; break; }
-        }
-        tokens[len++] = next;
+        cudaCheck(cudaMemcpyAsync(row.data(), logits, row.size() * sizeof(floatX), cudaMemcpyDeviceToHost, model.stream));
+        cudaCheck(cudaStreamSynchronize(model.stream));
+        int next = sample_token(row, V, o.temperature, o.top_k, &rng);
+        if (sampled) sampled->push_back(next);
         const std::string& text = next == tok.eot() ? std::string("\n<|endoftext|>\n") : tok.decode(next);
         fwrite(text.data(), 1, text.size(), stdout);
         fflush(stdout);
         sample += text;
+        if (i + 1 == o.gen_tokens) break;  // no successor to sample: the last token need not be fed
+        if ((int)window.size() == maxT) {  // no position left: slide (see above)
+            window.erase(window.begin(), window.end() - maxT / 2);
+            for (size_t p = 0; p < window.size(); p++) model.decode_step(window[p], (int)p, false);
+        }
+        window.push_back(next);
+        logits = model.decode_step(next, (int)window.size() - 1);
     }
-    printf("\n---\n");
+    cudaCheck(cudaEventRecord(t1, model.stream));
+    cudaCheck(cudaEventSynchronize(t1));
+    float ms;
+    cudaCheck(cudaEventElapsedTime(&ms, t0, t1));
+    cudaCheck(cudaEventDestroy(t0));
+    cudaCheck(cudaEventDestroy(t1));
+    printf("\n---\n%d tokens in %.2f s: %.1f tokens/s (prompt included)\n", o.gen_tokens, ms / 1000.0,
+           o.gen_tokens / (ms / 1000.0));
     *rng_state = rng;
-    model.free_activations();
-    model.allocate_activations(train_B, train_T);
     return sample;
 }
 
@@ -1092,7 +1384,12 @@ inline void print_memory_anatomy(const MemoryAnatomy& m, size_t num_parameters, 
     line("weights", m.weights, precision_name(o.precision));
     if (m.master) line("master weights", m.master, "fp32");
     line("gradients", m.grads, precision_name(o.precision));
-    line("optimizer", m.optimizer, "AdamW m, v (fp32)");
+    const char* state = o.opt.kind == OptimizerKind::AdamW       ? "AdamW m, v (fp32)"
+                        : o.opt.kind == OptimizerKind::AdamW8bit ? "AdamW m, v (8-bit blocks of 256 + fp32 absmax)"
+                        : o.opt.kind == OptimizerKind::Adafactor ? "Adafactor row/column statistics (fp32)"
+                        : o.opt.momentum > 0                     ? "SGD momentum (fp32)"
+                                                                 : "SGD (none)";
+    line("optimizer", m.optimizer, state);
     line("= model state", m.model_state(), "");
     char note[64];
     snprintf(note, sizeof(note), "B=%d T=%d, recompute %s", o.B, o.T, recompute_name(o.recompute));
@@ -1119,23 +1416,54 @@ void check_resumable(const TrainState& s, const TrainOptions& o, const GPT2<floa
     if (s.seed != o.seed) refuse("--seed", std::to_string(s.seed), std::to_string(o.seed));
     if (s.shuffle != o.shuffle) refuse("--shuffle", s.shuffle ? "on" : "off", o.shuffle ? "on" : "off");
     if (s.world != 1) refuse("world size", std::to_string(s.world), "1");
-    if (s.m.size() != model.num_parameters || s.has_master != (model.master != nullptr))
-        data_error("%s: optimizer state for %zu parameters%s does not fit the model (%zu parameters)", path.c_str(),
-                   s.m.size(), s.has_master ? " with master weights" : "", model.num_parameters);
+    if (s.optimizer != (int)model.opt.kind)
+        refuse("--optimizer", optimizer_name((OptimizerKind)s.optimizer), optimizer_name(model.opt.kind));
+    if (s.num_params != model.num_parameters || s.has_master != (model.master != nullptr) ||
+        s.optimizer_state.size() != model.opt_state_bytes)
+        data_error("%s: state for %llu parameters%s and %zu bytes of optimizer state does not fit the model (%zu "
+                   "parameters, %zu bytes of %s state)", path.c_str(), (unsigned long long)s.num_params,
+                   s.has_master ? " with master weights" : "", s.optimizer_state.size(), model.num_parameters,
+                   model.opt_state_bytes, optimizer_name(model.opt.kind));
 }
 
 // Runs the training loop for storage type floatX, from scratch or (resume != nullptr) from a
 // checkpoint's training state, the model having been loaded from the same checkpoint.
+// --batch-size auto: the largest micro-batch, a multiple of 8, whose activations fit in 90% of the
+// device memory left after the model (the rest for cuBLASLt and fragmentation) and that divides the
+// tokens per step into micro-steps; below 8, the largest power of two that fits. Exits if none does.
 template <class floatX>
-int train(const TrainOptions& o, const GPT2Config& config, const std::vector<float>& init,
+int auto_batch_size(GPT2<floatX>& model, int T, long long total_tokens) {
+    size_t free_b, total_b;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    size_t budget = (size_t)(0.9 * free_b);
+    long long max_b = total_tokens / T;
+    auto usable = [&](long long b) {
+        return b >= 1 && b <= max_b && total_tokens % (b * T) == 0 && model.activation_bytes((int)b, T) <= budget;
+    };
+    for (long long b = max_b / 8 * 8; b >= 8; b -= 8)
+        if (usable(b)) return (int)b;
+    for (long long b = 4; b >= 1; b /= 2)
+        if (usable(b)) return (int)b;
+    data_error("--batch-size auto: not even B=1 fits (T=%d needs %.1f MiB of activations, %.1f MiB are free)", T,
+               model.activation_bytes(1, T) / 1048576.0, free_b / 1048576.0);
+}
+
+template <class floatX>
+int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& init,
           const TrainState* resume = nullptr, const std::string& resume_path = "") {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     matmul_init(o.tf32);
     GPT2<floatX> model;
+    model.opt = o.opt;
     model.recompute = o.recompute;
     model.gelu_fusion = o.gelu_fusion;
     model.build(config, init);
+    if (o.B == 0) {  // --batch-size auto
+        o.B = auto_batch_size(model, o.T, o.total_batch_tokens);
+        printf("batch size auto: B=%d (the largest multiple of 8 that fits and divides %lld tokens per step)\n", o.B,
+               o.total_batch_tokens);
+    }
     model.allocate_activations(o.B, o.T);
     const GPT2Config& c = model.config;
 
@@ -1158,7 +1486,15 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
     // position and sampling RNG.
     int start_step = 0;
     uint64_t rng = o.seed * 0x9E3779B97F4A7C15ull + 1;
+    // fp16: dynamic loss scaling (see GPT2::update_scaled): the scale halves on an overflow (the step
+    // is skipped) and doubles after loss_scale_window clean steps.
+    const bool scaling = std::is_same<floatX, __half>::value;
+    float loss_scale = scaling ? o.loss_scale : 1.f;
+    int growth_tracker = 0, skipped = 0;
     if (resume) {
+        loss_scale = resume->loss_scale;
+        growth_tracker = resume->growth_tracker;
+        skipped = resume->skipped_steps;
         check_resumable(*resume, o, model, total, resume_path);
         model.set_optimizer_state(*resume);
         train_loader.seek(resume->data_position);
@@ -1205,6 +1541,9 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         st.seed = o.seed;
         st.data_position = train_loader.position();
         st.rng = rng;
+        st.loss_scale = loss_scale;
+        st.growth_tracker = growth_tracker;
+        st.skipped_steps = skipped;
         model.optimizer_state_host(&st);
         if (!save_checkpoint(model_path, model, &err) ||
             !write_train_state(state_file(o.output_dir, done, 0), st, &err) ||
@@ -1246,7 +1585,7 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         cudaCheck(cudaMemsetAsync(model.grads_memory, 0, model.num_parameters * sizeof(floatX), model.stream));
         for (int micro = 0; micro < accum; micro++) {
             model.set_batch(train_loader.inputs(), train_loader.targets());
-            model.forward(true, 1.f / (float)(tokens_per_micro * accum));
+            model.forward(true, loss_scale / (float)(tokens_per_micro * accum));
             model.backward();
             model.fetch_losses(step_losses + (size_t)micro * tokens_per_micro);
             // The batch buffers must not change while their copy to the device may be in flight.
@@ -1254,7 +1593,21 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
             if (!o.overfit_batch) train_loader.next_batch();
         }
         float lr = sched.lr(step);
-        model.update(lr, o.beta1, o.beta2, o.adam_eps, o.weight_decay, o.grad_clip, step + 1);
+        bool applied = true;
+        float step_scale = loss_scale;
+        if (scaling) {  // the optimizer counts applied updates only (its bias correction), as torch's does
+            applied = model.update_scaled(lr, o.grad_clip, step + 1 - skipped, loss_scale);
+            if (!applied) {
+                skipped++;
+                loss_scale *= 0.5f;
+                growth_tracker = 0;
+            } else if (++growth_tracker == o.loss_scale_window) {
+                loss_scale *= 2.f;
+                growth_tracker = 0;
+            }
+        } else {
+            model.update(lr, o.grad_clip, step + 1);
+        }
         cudaCheck(cudaEventRecord(t1, model.stream));
         cudaCheck(cudaEventSynchronize(t1));
         double loss = 0;
@@ -1277,13 +1630,19 @@ int train(const TrainOptions& o, const GPT2Config& config, const std::vector<flo
         char eta[32];
         if (eta_s >= 3600) snprintf(eta, sizeof(eta), "%ldh%02ldm", eta_s / 3600, eta_s / 60 % 60);
         else snprintf(eta, sizeof(eta), "%ldm%02lds", eta_s / 60, eta_s % 60);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s | eta %s\n", done, steps,
-               loss, norm, lr, ms, tok_s, mfu, eta);
+        char scale[64] = "";
+        if (scaling)
+            snprintf(scale, sizeof(scale), " | scale %g%s", step_scale, applied ? "" : " SKIPPED (inf/nan gradients)");
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s | eta %s%s\n", done, steps,
+               loss, norm, lr, ms, tok_s, mfu, eta, scale);
         log.write("step", done,
                   ",\"loss\":" + json_number(loss) + ",\"grad_norm\":" + json_number(norm) + ",\"lr\":" +
                       json_number(lr) + ",\"ms\":" + json_number(ms, "%.3f") + ",\"tokens_per_s\":" +
                       json_number(tok_s, "%.1f") + ",\"mfu\":" + json_number(mfu_pct, "%.3f") +
-                      ",\"tokens\":" + std::to_string((long long)done * total));
+                      ",\"tokens\":" + std::to_string((long long)done * total) +
+                      (scaling ? ",\"loss_scale\":" + json_number(step_scale) + ",\"skipped\":" +
+                                     (applied ? "false" : "true")
+                               : std::string()));
         if (step == start_step) {
             size_t free_b, total_b;
             cudaCheck(cudaMemGetInfo(&free_b, &total_b));
@@ -1343,22 +1702,31 @@ int main(int argc, char** argv) {
     cli.add("keep-checkpoints", "nk", "K", "0", "keep only the newest K checkpoints (0: keep all)");
     cli.add_flag("resume", "y", "continue from the newest complete checkpoint in --output-dir (fresh start if none)");
     cli.add("stop-after", nullptr, "STEPS", "0", "leave after this many steps of this run (e.g. a job's time limit; 0: run to the end)");
-    cli.add("batch-size", "b", "INT", "4", "micro-batch size B");
+    cli.add("batch-size", "b", "INT|auto", "4", "micro-batch size B; auto: the largest multiple of 8 that fits in "
+            "device memory (needs --total-batch-size; gradient accumulation makes up the rest)");
     cli.add("seq-len", "t", "INT", "auto", "sequence length T (auto: 1024 on a GPU, 128 on the CPU backend)");
     cli.add("total-batch-size", "d", "TOKENS", "-1", "tokens per optimizer step (gradient accumulation); -1: B*T");
     cli.add("lr", "l", "FLOAT", "auto", "peak learning rate (auto: 3e-4 on a GPU, 1e-3 for the CPU backend's tiny model)");
     cli.add("lr-schedule", "k", "NAME", "cosine", "cosine | linear | constant | wsd");
     cli.add("warmup", "u", "STEPS", "0", "linear warmup steps");
     cli.add("final-lr-frac", "q", "FLOAT", "1.0", "final learning rate as a fraction of the peak");
-    cli.add("weight-decay", "c", "FLOAT", "0.0", "AdamW weight decay (matrices only)");
+    cli.add("optimizer", nullptr, "NAME", "adamw", "adamw | adamw8bit (8-bit moments) | adafactor | sgd");
+    cli.add("weight-decay", "c", "FLOAT", "0.0", "weight decay, matrices only (AdamW/Adafactor: decoupled; SGD: L2)");
     cli.add("beta1", nullptr, "FLOAT", "0.9", "AdamW beta1");
     cli.add("beta2", nullptr, "FLOAT", "0.95", "AdamW beta2");
     cli.add("adam-eps", nullptr, "FLOAT", "1e-8", "AdamW epsilon");
+    cli.add("momentum", nullptr, "FLOAT", "0.9", "SGD momentum (0: plain SGD)");
+    cli.add_flag("nesterov", nullptr, "SGD: Nesterov momentum");
+    cli.add("adafactor-beta1", nullptr, "FLOAT", "0", "Adafactor first-moment decay (0: none, as transformers' default)");
+    cli.add("adafactor-clip", nullptr, "FLOAT", "1.0", "Adafactor update clipping threshold (RMS)");
+    cli.add("adafactor-decay-rate", nullptr, "FLOAT", "-0.8", "Adafactor second-moment decay exponent");
     cli.add("grad-clip", nullptr, "FLOAT", "1.0", "clip the global gradient norm to this (0: off)");
     cli.add("max-steps", "x", "INT", "auto", "optimizer steps; -1: one epoch of the training data (auto: -1 on a GPU, 150 on the CPU backend)");
     cli.add("val-every", "v", "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: 20 on a GPU, 25 on the CPU backend)");
     cli.add("val-steps", "m", "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU backend)");
-    cli.add("precision", nullptr, "NAME", "fp32", "fp32 | tf32 | bf16 (fp16 and fp8: see issue tracker)");
+    cli.add("precision", nullptr, "NAME", "fp32", "fp32 | tf32 | bf16 | fp16 (with dynamic loss scaling)");
+    cli.add("loss-scale", nullptr, "FLOAT", "65536", "fp16: initial loss scale (a power of two)");
+    cli.add("loss-scale-window", nullptr, "STEPS", "2000", "fp16: clean steps before the loss scale doubles");
     cli.add("tf32", "f", "0|1", "0", "with fp32: TF32 tensor-core matmuls (llm.c's -f; same as --precision tf32)");
     cli.add("recompute", "r", "WHAT", "none", "recompute in the backward pass instead of storing: none | gelu | ln "
             "(gelu + layernorms) | layer (whole blocks); llm.c's 0/1/2 also work");
@@ -1392,19 +1760,39 @@ int main(int argc, char** argv) {
     TrainOptions o;
     o.train_pattern = cli.str("train-data");
     o.val_pattern = cli.str("val-data");
-    o.B = (int)cli.integer("batch-size", 1, 1 << 16);
+    bool auto_batch = cli.str("batch-size") == "auto";
+    o.B = auto_batch ? 0 : (int)cli.integer("batch-size", 1, 1 << 16);
     o.T = (int)cli.integer("seq-len", 1, 1 << 20);
     o.total_batch_tokens = cli.integer("total-batch-size", -1, 1ll << 40);
+    if (auto_batch && o.total_batch_tokens <= 0)
+        cli.fail("option --batch-size: auto needs --total-batch-size (the tokens per step to keep)");
     o.lr = (float)cli.number("lr", 0, 10);
     o.schedule.max_lr = o.lr;
     if (!parse_lr_schedule(cli.str("lr-schedule").c_str(), &o.schedule.kind))
         cli.fail("option --lr-schedule: '%s' is not one of cosine, linear, constant, wsd", cli.str("lr-schedule").c_str());
     o.schedule.warmup = (int)cli.integer("warmup", 0, 1 << 30);
     o.schedule.final_fraction = (float)cli.number("final-lr-frac", 0, 1);
-    o.weight_decay = (float)cli.number("weight-decay", 0, 10);
-    o.beta1 = (float)cli.number("beta1", 0, 1);
-    o.beta2 = (float)cli.number("beta2", 0, 1);
-    o.adam_eps = (float)cli.number("adam-eps", 0, 1);
+    std::string optimizer = cli.str("optimizer");
+    if (optimizer == "adamw") o.opt.kind = OptimizerKind::AdamW;
+    else if (optimizer == "adamw8bit") o.opt.kind = OptimizerKind::AdamW8bit;
+    else if (optimizer == "adafactor") o.opt.kind = OptimizerKind::Adafactor;
+    else if (optimizer == "sgd") o.opt.kind = OptimizerKind::SGD;
+    else cli.fail("option --optimizer: '%s' is not one of adamw, adamw8bit, adafactor, sgd", optimizer.c_str());
+    o.opt.weight_decay = (float)cli.number("weight-decay", 0, 10);
+    o.opt.beta1 = (float)cli.number("beta1", 0, 1);
+    o.opt.beta2 = (float)cli.number("beta2", 0, 1);
+    o.opt.eps = (float)cli.number("adam-eps", 0, 1);
+    o.opt.momentum = (float)cli.number("momentum", 0, 1);
+    o.opt.nesterov = cli.flag("nesterov");
+    if (o.opt.nesterov && o.opt.momentum <= 0) cli.fail("option --nesterov: needs --momentum > 0");
+    // Adafactor: transformers' defaults (relative step sizes scaled by each matrix's RMS, no first
+    // moment) unless --lr is given, which then sets the step size (and the schedule applies).
+    AdafactorConfig& af = o.opt.adafactor;
+    af.use_first_moment = cli.number("adafactor-beta1", 0, 1) > 0;
+    af.beta1 = cli.number("adafactor-beta1", 0, 1);
+    af.clip_threshold = cli.number("adafactor-clip", 1e-6, 1e6);
+    af.decay_rate = cli.number("adafactor-decay-rate", -1, 0);
+    af.relative_step = !cli.given("lr");
     o.grad_clip = (float)cli.number("grad-clip", 0, 1e9);
     o.max_steps = (int)cli.integer("max-steps", -1, 1 << 30);
     o.val_every = (int)cli.integer("val-every", 0, 1 << 30);
@@ -1446,7 +1834,12 @@ int main(int argc, char** argv) {
     if (prec == "fp32") o.precision = Precision::FP32;
     else if (prec == "tf32") { o.precision = Precision::FP32; o.tf32 = true; }
     else if (prec == "bf16") o.precision = Precision::BF16;
-    else cli.fail("option --precision: '%s' is not one of fp32, tf32, bf16", prec.c_str());
+    else if (prec == "fp16") o.precision = Precision::FP16;
+    else cli.fail("option --precision: '%s' is not one of fp32, tf32, bf16, fp16", prec.c_str());
+    o.loss_scale = (float)cli.number("loss-scale", 1, 1e30);
+    int exponent;
+    if (std::frexp(o.loss_scale, &exponent) != 0.5) cli.fail("option --loss-scale: %g is not a power of two", o.loss_scale);
+    o.loss_scale_window = (int)cli.integer("loss-scale-window", 1, 1 << 30);
     if (cli.integer("tf32", 0, 1)) {
         if (o.precision != Precision::FP32) cli.fail("option --tf32: applies to --precision fp32 only");
         o.tf32 = true;
@@ -1495,8 +1888,12 @@ int main(int argc, char** argv) {
                                  : "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels) +
                                        " " + prec + (o.tf32 && prec == "fp32" ? "+tf32" : "");
 
+    if (auto_batch && !done.empty()) o.B = state.B;  // a resumed run keeps its batch
     const TrainState* from = done.empty() ? nullptr : &state;
-    return o.precision == Precision::BF16 ? train<__nv_bfloat16>(o, config, init, from, state_path)
-                                          : train<float>(o, config, init, from, state_path);
+    switch (o.precision) {
+        case Precision::BF16: return train<__nv_bfloat16>(o, config, init, from, state_path);
+        case Precision::FP16: return train<__half>(o, config, init, from, state_path);
+        default: return train<float>(o, config, init, from, state_path);
+    }
 }
 #endif  // TESTING

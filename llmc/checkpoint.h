@@ -13,10 +13,13 @@
 // Training-state file: a 256 x int32 header (64-bit values take two slots, low word first)
 //   [0] magic 20261101  [1] version 1  [2] world size  [3] rank  [4] 1 if master weights follow
 //   [5] shuffle  [6] precision code (the trainer's)  [7] B  [8] T
-//   [10..11] completed steps  [12..13] N: optimizer elements in this file
+//   [10..11] completed steps  [12..13] N: parameters (master weights) in this file
 //   [14..15] seed  [16..17] tokens per optimizer step  [18..19] data position (batches read)
 //   [20..21] sampling RNG state  [22] loss scale (fp32 bits)  [23] optimizer steps skipped
-// then fp32 m[N], v[N] and, when [4] is 1, master weights[N]. Slots not listed are 0.
+//   [24] optimizer code (the trainer's)  [25] loss-scale growth tracker (clean steps since a change)
+//   [26..27] bytes of optimizer state
+// then, when [4] is 1, fp32 master weights[N], then the optimizer's state as the optimizer keeps it
+// on the device (e.g. AdamW: fp32 m[N] then v[N]). Slots not listed are 0.
 #pragma once
 #include <dirent.h>
 #include <fcntl.h>
@@ -157,8 +160,12 @@ struct TrainState {
     uint64_t data_position = 0;   // batches the training loader has handed out
     uint64_t rng = 0;             // sampling RNG
     float loss_scale = 1.f;
-    int skipped_steps = 0;
-    std::vector<float> m, v, master;  // (N) each; master only when has_master
+    int skipped_steps = 0;        // steps whose update was skipped (fp16 overflow)
+    int growth_tracker = 0;       // clean steps since the loss scale last changed
+    int optimizer = 0;
+    uint64_t num_params = 0;              // N
+    std::vector<float> master;            // (N) when has_master
+    std::vector<uint8_t> optimizer_state;  // the optimizer's device state, byte for byte
 };
 
 namespace checkpoint_detail {
@@ -183,16 +190,19 @@ inline bool write_train_state(const std::string& path, const TrainState& s, std:
     h[7] = s.B;
     h[8] = s.T;
     put64(h, 10, (uint64_t)s.step);
-    put64(h, 12, s.m.size());
+    put64(h, 12, s.num_params);
     put64(h, 14, s.seed);
     put64(h, 16, (uint64_t)s.tokens_per_step);
     put64(h, 18, s.data_position);
     put64(h, 20, s.rng);
     memcpy(&h[22], &s.loss_scale, 4);
     h[23] = s.skipped_steps;
-    size_t bytes = s.m.size() * sizeof(float);
-    std::vector<std::pair<const void*, size_t>> parts = {{h, sizeof(h)}, {s.m.data(), bytes}, {s.v.data(), bytes}};
-    if (s.has_master) parts.push_back({s.master.data(), bytes});
+    h[24] = s.optimizer;
+    h[25] = s.growth_tracker;
+    put64(h, 26, s.optimizer_state.size());
+    std::vector<std::pair<const void*, size_t>> parts = {{h, sizeof(h)}};
+    if (s.has_master) parts.push_back({s.master.data(), s.master.size() * sizeof(float)});
+    parts.push_back({s.optimizer_state.data(), s.optimizer_state.size()});
     return write_file_atomic(path, parts, err);
 }
 
@@ -215,18 +225,19 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
         return false;
     }
     if (h[2] < 1 || h[3] < 0 || h[3] >= h[2] || (h[4] != 0 && h[4] != 1) || (h[5] != 0 && h[5] != 1) || h[7] < 1 ||
-        h[8] < 1 || (int64_t)get64(h, 10) < 0 || (int64_t)get64(h, 16) < 1 || h[23] < 0) {
+        h[8] < 1 || (int64_t)get64(h, 10) < 0 || (int64_t)get64(h, 16) < 1 || h[23] < 0 || h[24] < 0 || h[25] < 0) {
         *err = "implausible header (world " + std::to_string(h[2]) + ", rank " + std::to_string(h[3]) + ", B " +
                std::to_string(h[7]) + ", T " + std::to_string(h[8]) + ", step " +
                std::to_string((int64_t)get64(h, 10)) + ")";
         return false;
     }
-    uint64_t n = get64(h, 12);
-    uint64_t arrays = 2 + (uint64_t)h[4];
-    if (n > (size - 1024) / 4 || 1024 + n * 4 * arrays != size) {
-        *err = "file is " + std::to_string(size) + " bytes, its header promises " + std::to_string(arrays) +
-               " arrays of " + std::to_string(n) + " floats (" + std::to_string(1024 + n * 4 * arrays) +
-               " bytes): truncated or corrupt";
+    uint64_t n = get64(h, 12), opt_bytes = get64(h, 26);
+    uint64_t master_bytes = h[4] ? n * 4 : 0;
+    if (n > (size - 1024) / 4 || opt_bytes > size - 1024 || 1024 + master_bytes + opt_bytes != size) {
+        *err = "file is " + std::to_string(size) + " bytes, its header promises " +
+               (h[4] ? std::to_string(n) + " master weights and " : std::string()) + std::to_string(opt_bytes) +
+               " bytes of optimizer state (" + std::to_string(1024 + master_bytes + opt_bytes) +
+               " bytes in all): truncated or corrupt";
         return false;
     }
     s->world = h[2];
@@ -243,15 +254,15 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
     s->rng = get64(h, 20);
     memcpy(&s->loss_scale, &h[22], 4);
     s->skipped_steps = h[23];
+    s->optimizer = h[24];
+    s->growth_tracker = h[25];
+    s->num_params = n;
     const uint8_t* body = data + 1024;  // memcpy: the buffer need not be float-aligned
-    s->m.resize(n);
-    s->v.resize(n);
     s->master.resize(s->has_master ? n : 0);
-    if (n > 0) {  // (an empty vector's data() may be null, which memcpy must not get even for 0 bytes)
-        memcpy(s->m.data(), body, n * 4);
-        memcpy(s->v.data(), body + n * 4, n * 4);
-        if (s->has_master) memcpy(s->master.data(), body + 2 * n * 4, n * 4);
-    }
+    s->optimizer_state.resize(opt_bytes);
+    // (an empty vector's data() may be null, which memcpy must not get even for 0 bytes)
+    if (master_bytes) memcpy(s->master.data(), body, master_bytes);
+    if (opt_bytes) memcpy(s->optimizer_state.data(), body + master_bytes, opt_bytes);
     return true;
 }
 

@@ -66,7 +66,9 @@ TrainOptions tiny_options(const std::string& dir, const std::string& train, cons
 // Runs train() with stdout silenced (the runs print every step).
 template <class floatX>
 int quiet_train(TrainOptions o, const TrainState* resume = nullptr, const std::string& state_path = "") {
-    o.precision = std::is_same<floatX, float>::value ? Precision::FP32 : Precision::BF16;
+    o.precision = std::is_same<floatX, float>::value           ? Precision::FP32
+                  : std::is_same<floatX, __nv_bfloat16>::value ? Precision::BF16
+                                                               : Precision::FP16;
     fflush(stdout);
     int saved = dup(1), devnull = open("/dev/null", O_WRONLY);
     dup2(devnull, 1);
@@ -165,6 +167,45 @@ int main() {
     shuf.total_batch_tokens = 2 * o.B * o.T;  // 2 micro-steps: 16 batches over 18 per epoch
     shuf.max_steps = 14;                      // ... so the run crosses into epoch 2
     test_resume<float>("resume with shuffling, accumulation, epoch boundary", "shuffle", shuf, 9);
+    // fp16 with a planted huge loss scale: the first steps overflow and are skipped, the scale halves
+    // each time, and doubles after every loss_scale_window clean steps; the log counts the skipped
+    // steps. Stopping and resuming keeps the scale, its growth tracker and the skip count.
+    TrainOptions fp16 = o;
+    fp16.loss_scale = 4194304.f;  // 2^22: dlogits of up to 2^22/(B*T) = 2^17 overflow fp16
+    fp16.loss_scale_window = 2;
+    test_resume<__half>("resume fp16 with dynamic loss scaling", "fp16", fp16, 4);
+    {
+        std::string log = slurp(g_tmp + "/fp16_straight/log.jsonl");
+        std::vector<double> scales;
+        std::vector<bool> skipped;
+        for (size_t at = log.find("\"loss_scale\":"); at != std::string::npos; at = log.find("\"loss_scale\":", at + 1)) {
+            scales.push_back(atof(log.c_str() + at + 13));
+            skipped.push_back(log.compare(log.find("\"skipped\":", at) + 10, 4, "true") == 0);
+        }
+        // Expected: halve after each skipped step, double after 2 clean steps in a row.
+        bool ok = scales.size() == 8 && skipped[0];
+        int clean = 0;
+        for (size_t k = 0; ok && k + 1 < scales.size(); k++) {
+            double next = skipped[k] ? scales[k] / 2 : (++clean % 2 == 0 ? scales[k] * 2 : scales[k]);
+            if (skipped[k]) clean = 0;
+            ok = scales[k + 1] == next;
+        }
+        int n_skipped = (int)std::count(skipped.begin(), skipped.end(), true);
+        th::report(ok && n_skipped > 0 && n_skipped < 8, "fp16 loss scale: halves on overflow (step skipped), doubles "
+                   "after 2 clean steps", "%d of %zu steps skipped, scale %g -> %g", n_skipped, scales.size(),
+                   scales.empty() ? 0 : scales.front(), scales.empty() ? 0 : scales.back());
+    }
+    // Every optimizer's state goes through the checkpoint byte for byte.
+    TrainOptions o8 = o, sgd = o, af = o;
+    o8.opt.kind = OptimizerKind::AdamW8bit;
+    test_resume<__nv_bfloat16>("resume AdamW 8-bit (bf16)", "adamw8bit", o8, 3);
+    sgd.opt.kind = OptimizerKind::SGD;
+    sgd.opt.nesterov = true;
+    test_resume<float>("resume SGD Nesterov momentum", "sgd", sgd, 5);
+    af.opt.kind = OptimizerKind::Adafactor;
+    af.opt.adafactor.use_first_moment = true;
+    af.opt.adafactor.beta1 = 0.9;
+    test_resume<float>("resume Adafactor with first moment", "adafactor", af, 3);
 
     // kill -9 at random moments while checkpointing every step; each time resume where it died.
     {
@@ -250,6 +291,9 @@ int main() {
         TrainOptions s = k;
         s.seed = 7;
         expect_refusal("resume refuses another seed", s, "--seed 42, this run has 7");
+        TrainOptions opt = k;
+        opt.opt.kind = OptimizerKind::SGD;
+        expect_refusal("resume refuses another optimizer", opt, "--optimizer adamw, this run has sgd");
         TrainOptions d = k;
         d.max_steps = 6;  // the checkpoint is at step 8 already
         expect_refusal("resume past the last step refused", d, "raise --max-steps");

@@ -71,8 +71,11 @@ std::vector<float> load_step_losses(const std::string& path) {
 
 // Runs forward (no grad) and compares the logits and loss, then forward+backward and compares every
 // gradient tensor, then 10 AdamW steps and compares the losses, for storage type floatX.
+// loss_scale multiplies the loss gradient as fp16's dynamic loss scaling does (a power of two, so
+// exact), and the gradients are divided by it again for the comparison; the steps use the scaled update.
 template <class floatX>
-void check_against_oracle(const char* tname, double logit_atol, double loss_atol, double grad_k, double step_atol) {
+void check_against_oracle(const char* tname, double logit_atol, double loss_atol, double grad_k, double step_atol,
+                          float loss_scale = 1.f) {
     Fixture f = load_fixture();
     const GPT2Config& config = f.config;
     const std::vector<float>& init = f.init;
@@ -99,9 +102,11 @@ void check_against_oracle(const char* tname, double logit_atol, double loss_atol
     th::check_close(name, &s.loss, &loss, 1, th::Tol{loss_atol, 0});
 
     cudaCheck(cudaMemset(model.grads_memory, 0, n * sizeof(floatX)));
-    model.forward(true, 1.f / BT);
+    model.forward(true, loss_scale / BT);
     model.backward();
-    auto grads = th::to_host(model.grads_memory, n);
+    auto grads_stored = th::to_host(model.grads_memory, n);
+    std::vector<double> grads(n);
+    for (size_t k = 0; k < n; k++) grads[k] = to_float(grads_stored[k]) / loss_scale;
     size_t offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         // A gradient entry is a sum over the B*T tokens of products through the network; both
@@ -119,19 +124,27 @@ void check_against_oracle(const char* tname, double logit_atol, double loss_atol
     // 10 AdamW steps on the same batch, settings as in the fixture header.
     std::vector<float> expected = load_step_losses(std::string(kFixtures) + "gpt2_tiny_steps.txt");
     GPT2<floatX> fresh;
+    fresh.opt.weight_decay = 0.1f;  // the oracle's AdamW: lr 1e-3, betas (0.9, 0.95), eps 1e-8
     fresh.build(config, init);
     fresh.allocate_activations(s.B, s.T);
     fresh.set_batch(s.x.data(), s.y.data());
     std::vector<float> got;
+    bool applied = true;  // every scaled update went through (no overflow at this scale)
     for (size_t step = 0; step < expected.size(); step++) {
         cudaCheck(cudaMemset(fresh.grads_memory, 0, n * sizeof(floatX)));
-        fresh.forward(true, 1.f / BT);
+        fresh.forward(true, loss_scale / BT);
         fresh.backward();
         got.push_back(fresh.mean_loss());
-        fresh.update(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, (int)step + 1);
+        if (loss_scale != 1.f) applied = fresh.update_scaled(1e-3f, 1.f, (int)step + 1, loss_scale) && applied;
+        else fresh.update(1e-3f, 1.f, (int)step + 1);
     }
     snprintf(name, sizeof(name), "gpt2<%s> losses of 10 AdamW steps vs torch.optim.AdamW", tname);
     th::check_close(name, expected.data(), got.data(), got.size(), th::Tol{step_atol, 0});
+    if (loss_scale != 1.f) {
+        snprintf(name, sizeof(name), "gpt2<%s> 10 loss-scaled steps (scale %g): no overflow, all applied", tname,
+                 loss_scale);
+        th::report(applied, name, "");
+    }
     model.free_all();
     fresh.free_all();
 }
@@ -182,6 +195,7 @@ void check_determinism() {
     const DebugState& s = f.s;
     auto run = [&] {
         GPT2<__nv_bfloat16> m;
+        m.opt.weight_decay = 0.1f;
         m.build(config, init);
         m.allocate_activations(s.B, s.T);
         m.set_batch(s.x.data(), s.y.data());
@@ -191,7 +205,7 @@ void check_determinism() {
             m.forward(true, 1.f / (s.B * s.T));
             m.backward();
             losses.push_back(m.mean_loss());
-            m.update(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, step + 1);
+            m.update(1e-3f, 1.f, step + 1);
         }
         m.free_all();
         return losses;
@@ -272,7 +286,7 @@ void check_memory_anatomy(const char* tname, Recompute r) {
     cudaCheck(cudaMemset(m.grads_memory, 0, f.n * sizeof(floatX)));
     m.forward(true, 1.f / (s.B * s.T));
     m.backward();
-    m.update(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 1);
+    m.update(1e-3f, 1.f, 1);
     cudaCheck(cudaDeviceSynchronize());
     size_t after_step = used() - before;
     const MemoryAnatomy& a = m.mem;
@@ -285,6 +299,103 @@ void check_memory_anatomy(const char* tname, Recompute r) {
                "anatomy %zu B, allocated %zu B, after a step %zu B", a.total(), allocated, after_step);
     m.free_all();
 }
+
+// 8-bit AdamW follows fp32 AdamW: 10 steps on the oracle's batch, the same settings. Both moments
+// are stored to within half a gap of the dynamic map around value/absmax of their block (at most
+// 0.9/128 of the absmax for the first moment), so each update m/sqrt(v) is off by a few percent at
+// most, and mostly far less; the losses' decrease over the 10 steps may then differ by as much.
+// Bound: |loss8 - loss32| <= 5% of the fp32 run's decrease so far, at every step.
+void check_adamw8bit_trajectory() {
+    Fixture f = load_fixture();
+    const DebugState& s = f.s;
+    auto run = [&](OptimizerKind kind) {
+        GPT2<float> m;
+        m.opt.kind = kind;
+        m.opt.weight_decay = 0.1f;
+        m.build(f.config, f.init);
+        m.allocate_activations(s.B, s.T);
+        m.set_batch(s.x.data(), s.y.data());
+        std::vector<float> losses;
+        for (int step = 0; step < 10; step++) {
+            cudaCheck(cudaMemset(m.grads_memory, 0, f.n * sizeof(float)));
+            m.forward(true, 1.f / (s.B * s.T));
+            m.backward();
+            losses.push_back(m.mean_loss());
+            m.update(1e-3f, 1.f, step + 1);
+        }
+        m.free_all();
+        return losses;
+    };
+    std::vector<float> l32 = run(OptimizerKind::AdamW), l8 = run(OptimizerKind::AdamW8bit);
+    double worst = 0;  // the largest share of the bound used
+    bool ok = l8[0] == l32[0];
+    for (size_t k = 1; k < l32.size(); k++)
+        worst = std::max(worst, std::fabs(l8[k] - l32[k]) / (0.05 * (l32[0] - l32[k])));
+    th::report(ok && worst <= 1.0, "AdamW 8-bit: 10-step losses within 5% of fp32 AdamW's decrease",
+               "final %.6f vs %.6f (decrease %.4f), %.2g%% of the bound at worst", l8.back(), l32.back(),
+               l32[0] - l32.back(), 100 * worst);
+}
+
+// fp16 overflow: with a huge planted loss scale the gradients overflow to inf; the scaled update
+// must then skip the step, leaving the fp16 weights, the fp32 master weights and the optimizer
+// state bit-identical to before (after a normal step, so that the state is not all zeros).
+void check_fp16_overflow_skips() {
+    Fixture f = load_fixture();
+    const DebugState& s = f.s;
+    GPT2<__half> m;
+    m.build(f.config, f.init);
+    m.allocate_activations(s.B, s.T);
+    m.set_batch(s.x.data(), s.y.data());
+    auto step = [&](float scale, int t) {
+        cudaCheck(cudaMemset(m.grads_memory, 0, f.n * sizeof(__half)));
+        m.forward(true, scale / (s.B * s.T));
+        m.backward();
+        return m.update_scaled(1e-3f, 1.f, t, scale);
+    };
+    bool first = step(65536.f, 1);
+    cudaCheck(cudaDeviceSynchronize());
+    auto params = th::to_host(m.params_memory, f.n);
+    auto master = th::to_host(m.master, f.n);
+    std::vector<uint8_t> state((size_t)m.opt_state_bytes);
+    cudaCheck(cudaMemcpy(state.data(), m.opt_state, state.size(), cudaMemcpyDeviceToHost));
+    bool second = step(1099511627776.f, 2);  // 2^40: the target logits' gradients exceed fp16's range
+    cudaCheck(cudaDeviceSynchronize());
+    auto params2 = th::to_host(m.params_memory, f.n);
+    auto master2 = th::to_host(m.master, f.n);
+    std::vector<uint8_t> state2(state.size());
+    cudaCheck(cudaMemcpy(state2.data(), m.opt_state, state2.size(), cudaMemcpyDeviceToHost));
+    bool same = memcmp(params.data(), params2.data(), f.n * sizeof(__half)) == 0 &&
+                memcmp(master.data(), master2.data(), f.n * sizeof(float)) == 0 && state == state2;
+    th::report(first && !second && same, "fp16 overflow (loss scale 2^40): step skipped, weights and AdamW state untouched",
+               "normal step applied %d, overflowing step applied %d, state bit-identical %d", first, second, same);
+    m.free_all();
+}
+
+#if defined(SIMT_CPU)
+// --batch-size auto on a virtual device of limited memory: the largest multiple of 8 whose
+// activations fit in 90% of what the model leaves free, and which divides the tokens per step.
+void check_auto_batch() {
+    Fixture f = load_fixture();
+    GPT2<float> m;
+    m.build(f.config, f.init);
+    size_t saved = simt::get_device_memory(), free_b, total_b;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    size_t used = total_b - free_b;
+    int T = f.s.T;
+    size_t per_8 = m.activation_bytes(8, T);
+    simt::set_device_memory(used + (size_t)(5.5 * per_8 / 0.9));  // room for about 5 x 8 sequences
+    int B = auto_batch_size(m, T, 64LL * T * 3);                  // 192 sequences per step
+    size_t budget = (size_t)(0.9 * (simt::get_device_memory() - used));
+    bool ok = B % 8 == 0 && (64 * 3) % B == 0 && m.activation_bytes(B, T) <= budget;
+    for (int b = B + 8; b <= 192; b += 8)  // no larger candidate both divides and fits
+        ok = ok && !(192 % b == 0 && m.activation_bytes(b, T) <= budget);
+    th::report(ok, "batch size auto: largest multiple of 8 that fits and divides the step",
+               "B=%d of 192 sequences per step, activations %.2f MiB of a %.2f MiB budget", B,
+               m.activation_bytes(B, T) / 1048576.0, budget / 1048576.0);
+    simt::set_device_memory(saved);
+    m.free_all();
+}
+#endif
 
 int main() {
     matmul_init();
@@ -299,10 +410,18 @@ int main() {
     // logits within 2*eps; the loss, a mean over 256 tokens, within eps/2; each gradient within
     // k = 2 bf16 roundings of its tensor's scale; the 10-step losses within eps/2.
     check_against_oracle<__nv_bfloat16>("bf16", 2 * th::EPS_BF16, 0.5 * th::EPS_BF16, 2, 0.5 * th::EPS_BF16);
+    // fp16: the same derivation with eps 2^-10, gradients computed under a loss scale of 2^16 (as
+    // training does: unscaled, fp16 would flush most of them to zero) and divided by it again.
+    check_against_oracle<__half>("fp16", 2 * th::EPS_FP16, 0.5 * th::EPS_FP16, 2, 0.5 * th::EPS_FP16, 65536.f);
     check_gradient_accumulation();
     check_determinism();
     check_memory_anatomy<float>("fp32", Recompute::None);
     check_memory_anatomy<__nv_bfloat16>("bf16", Recompute::Layer);
+    check_adamw8bit_trajectory();
+#if defined(SIMT_CPU)
+    check_auto_batch();
+#endif
+    check_fp16_overflow_skips();
     check_recompute<float>("fp32", 16);
     check_recompute<__nv_bfloat16>("bf16", 2);
     matmul_destroy();
