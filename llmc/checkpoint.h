@@ -34,6 +34,8 @@
 #include <string>
 #include <vector>
 
+#include "file_io.h"
+
 constexpr int TRAIN_STATE_MAGIC = 20261101;
 constexpr int TRAIN_STATE_VERSION = 1;
 
@@ -130,23 +132,6 @@ inline void prune_checkpoints(const std::string& dir, int keep, int world) {
         unlink(checkpoint_file(dir, "model", steps[i]).c_str());
         for (int r = 0; r < world; r++) unlink(state_file(dir, steps[i], r).c_str());
     }
-}
-
-// Reads a whole file; false with a reason if it cannot.
-inline bool read_whole_file(const std::string& path, std::vector<uint8_t>* out, std::string* err) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) {
-        *err = "cannot open " + path + ": " + strerror(errno);
-        return false;
-    }
-    out->clear();
-    uint8_t buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out->insert(out->end(), buf, buf + n);
-    bool ok = !ferror(f);
-    fclose(f);
-    if (!ok) *err = "reading " + path + " failed";
-    return ok;
 }
 
 // Everything a run needs besides the model to continue exactly where it stopped.

@@ -36,6 +36,7 @@
 #include <tuple>
 #include <vector>
 
+#include "file_io.h"
 #include "unicode_tables.h"
 
 constexpr int TOKENIZER_MAGIC = 20240328;
@@ -44,15 +45,9 @@ class Tokenizer {
   public:
     // Loads path; on failure returns false and leaves a one-line reason in *error.
     bool load(const std::string& path, std::string* error) {
-        FILE* f = fopen(path.c_str(), "rb");
-        if (!f) return fail(error, path + ": " + strerror(errno));
-        std::string data;
-        char buf[1 << 16];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof(buf), f)) > 0) data.append(buf, n);
-        bool read_error = ferror(f);
-        fclose(f);
-        if (read_error) return fail(error, path + ": read error");
+        std::vector<uint8_t> data;
+        std::string why;
+        if (!read_whole_file(path, &data, &why)) return fail(error, why);
         if (!load_from_memory(data.data(), data.size(), error)) {
             *error = path + ": " + *error;
             return false;

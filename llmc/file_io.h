@@ -1,0 +1,27 @@
+// llmc/file_io.h — reading a whole file into memory with a one-line reason on failure: the loaders
+// of the project's file formats (tokenizers, checkpoints, state files) read files with it and parse
+// the bytes in memory, which is also what their fuzz targets drive.
+#pragma once
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// Reads the file at path into *out; false with "cannot open PATH: reason" or "reading PATH failed".
+inline bool read_whole_file(const std::string& path, std::vector<uint8_t>* out, std::string* err) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) {
+        *err = "cannot open " + path + ": " + strerror(errno);
+        return false;
+    }
+    out->clear();
+    uint8_t buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out->insert(out->end(), buf, buf + n);
+    bool ok = !ferror(f);
+    fclose(f);
+    if (!ok) *err = "reading " + path + " failed";
+    return ok;
+}
