@@ -253,6 +253,13 @@ struct GPT2 {
     size_t acts_bytes = 0;
     int B = 0, T = 0;
     Recompute recompute = Recompute::None;  // set before allocate_activations()
+    // --precision fp8 (bf16 model only): the blocks' linear layers run fp8 GEMMs, each with its own
+    // delayed-scaling state (amax history of 16, margin 0) for input, weight and output gradient.
+    bool fp8 = false;                  // set before build()
+    std::vector<Fp8Linear> fp8_layers;  // (L, NUM_LINEAR)
+    void* fp8_memory = nullptr;         // their device state
+    void* fp8_scratch = nullptr;        // the fp8 copies of one GEMM's operands, sized in allocate_activations()
+    static constexpr int kFp8History = 16;
     // The MLP's GELU as cuBLASLt's matmul epilogue (one launch) or as llmc/gelu.cuh's kernel after
     // the matmul; recomputation needs the kernel (the backward pass recomputes exactly its bits).
     bool gelu_fusion = true;
@@ -289,6 +296,15 @@ struct GPT2 {
         cudaCheck(cudaMemcpy(tensor_table, table.data(), sizeof(ParamTensor) * NUM_PARAMETER_TENSORS,
                              cudaMemcpyHostToDevice));
         size_t other = allocate_optimizer(table);
+        if (fp8) {
+            size_t one = fp8_linear_bytes(kFp8History), n = (size_t)c.num_layers * NUM_LINEAR;
+            cudaCheck(cudaMalloc(&fp8_memory, n * one));
+            cudaCheck(cudaMemset(fp8_memory, 0, n * one));  // padding included: checkpoints copy it
+            fp8_layers.resize(n);
+            for (size_t k = 0; k < n; k++)
+                fp8_linear_init(&fp8_layers[k], (char*)fp8_memory + k * one, kFp8History, 0, stream);
+            other += n * one;
+        }
         cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_bytes(num_parameters)));
         cudaCheck(cudaMalloc(&norm_out, sizeof(float)));
         cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
@@ -381,6 +397,15 @@ struct GPT2 {
         cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
         mem.activations = acts_bytes;
         mem.other += encoder_plan_bytes() - plan_before;
+        if (fp8 && !fp8_scratch) {  // one buffer for the largest of the four GEMMs of a block
+            size_t C = config.channels, BT = (size_t)B * T;
+            size_t bytes = std::max({matmul_fp8_scratch_bytes((int)BT, (int)C, (int)(3 * C)),
+                                     matmul_fp8_scratch_bytes((int)BT, (int)C, (int)C),
+                                     matmul_fp8_scratch_bytes((int)BT, (int)C, (int)(4 * C)),
+                                     matmul_fp8_scratch_bytes((int)BT, (int)(4 * C), (int)C)});
+            cudaCheck(cudaMalloc(&fp8_scratch, bytes));
+            mem.other += bytes;
+        }
     }
 
     // Device bytes allocate_activations(B, T) needs: the activations and the embedding backward's plan.
@@ -464,22 +489,52 @@ struct GPT2 {
         int C = config.channels, NH = config.num_heads, BT = B * T;
         const float eps = 1e-5f;
         // attention block: qkv = ln1 · qkvwᵀ + qkvb; causal self-attention; projection
-        matmul_forward(x.qkv, (floatX*)nullptr, x.ln1, params.layer(QKVW, l, 3 * C * C), params.layer(QKVB, l, 3 * C),
-                       BT, C, 3 * C, GeluKind::Tanh, stream);
+        linear_forward(LinQKV, l, x.qkv, (floatX*)nullptr, x.ln1, params.layer(QKVW, l, 3 * C * C),
+                       params.layer(QKVB, l, 3 * C), BT, C, 3 * C);
         attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, true, (const int*)nullptr, stream);
-        matmul_forward(acts.btc, (floatX*)nullptr, x.atty, params.layer(ATTPROJW, l, C * C),
-                       params.layer(ATTPROJB, l, C), BT, C, C, GeluKind::Tanh, stream);
+        linear_forward(LinAttProj, l, acts.btc, (floatX*)nullptr, x.atty, params.layer(ATTPROJW, l, C * C),
+                       params.layer(ATTPROJB, l, C), BT, C, C);
         fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, acts.btc,
                                          params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT, C, eps, stream);
         // MLP block, first half: GELU(ln2 · fcwᵀ + fcb)
         if (gelu_fusion && recompute == Recompute::None) {
-            matmul_forward(x.fch_gelu, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), BT,
-                           C, 4 * C, GeluKind::Tanh, stream);
+            linear_forward(LinFC, l, x.fch_gelu, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C),
+                           params.layer(FCB, l, 4 * C), BT, C, 4 * C);
         } else {
-            matmul_forward(x.fch, (floatX*)nullptr, x.ln2, params.layer(FCW, l, 4 * C * C),
-                           params.layer(FCB, l, 4 * C), BT, C, 4 * C, GeluKind::Tanh, stream);
+            linear_forward(LinFC, l, x.fch, (floatX*)nullptr, x.ln2, params.layer(FCW, l, 4 * C * C),
+                           params.layer(FCB, l, 4 * C), BT, C, 4 * C);
             gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
         }
+    }
+
+    // The four linear layers of a block (which Fp8Linear state each uses).
+    enum Linear { LinQKV, LinAttProj, LinFC, LinFCProj, NUM_LINEAR };
+
+    // A block's linear layer forward: out = inp · Wᵀ + b (and GELU when pre_gelu is given), through
+    // cuBLASLt in the storage precision, or (--precision fp8) through fp8 GEMMs with delayed scaling.
+    void linear_forward(Linear which, int l, floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
+                        const floatX* bias, int N, int C, int OC) {
+        if constexpr (std::is_same<floatX, __nv_bfloat16>::value) {
+            if (fp8) {
+                matmul_forward_fp8(out, pre_gelu, inp, weight, bias, N, C, OC, GeluKind::Tanh,
+                                   fp8_layers[(size_t)l * NUM_LINEAR + which], fp8_scratch, stream);
+                return;
+            }
+        }
+        matmul_forward(out, pre_gelu, inp, weight, bias, N, C, OC, GeluKind::Tanh, stream);
+    }
+    // Its backward (see matmul_backward), fp8 as linear_forward.
+    void linear_backward(Linear which, int l, floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                         const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C, int OC) {
+        if constexpr (std::is_same<floatX, __nv_bfloat16>::value) {
+            if (fp8) {
+                matmul_backward_fp8(dinp, dweight, dbias, fp8_scratch, dout, inp, weight, pre_gelu, N, C, OC,
+                                    GeluKind::Tanh, fp8_layers[(size_t)l * NUM_LINEAR + which], stream);
+                return;
+            }
+        }
+        matmul_backward(dinp, dweight, dbias, acts.scratch, dout, inp, weight, pre_gelu, N, C, OC, GeluKind::Tanh,
+                        stream);
     }
 
     // Before layer l's backward pass: recompute what was not kept (see Recompute).
@@ -517,8 +572,8 @@ struct GPT2 {
             LayerActs<floatX> x = layer_acts(l);
             block_forward(l, x);
             // MLP block, second half: · fcprojwᵀ + fcprojb
-            matmul_forward(a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
-                           params.layer(FCPROJB, l, C), BT, 4 * C, C, GeluKind::Tanh, stream);
+            linear_forward(LinFCProj, l, a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
+                           params.layer(FCPROJB, l, C), BT, 4 * C, C);
             // The next layer's ln1 (or the final layernorm) is fused with this residual add.
             bool last = l == L - 1;
             LayerActs<floatX> next = layer_acts(last ? l : l + 1);  // its ln1 slot (not used after the last layer)
@@ -551,24 +606,20 @@ struct GPT2 {
             LayerActs<floatX> x = layer_acts(l);
             if (recompute != Recompute::None) recompute_layer(l, x);
             // MLP block: dresidual is the gradient of the block's output
-            matmul_backward(a.dbt4c, grads.layer(FCPROJW, l, 4 * C * C), grads.layer(FCPROJB, l, C), a.scratch,
-                            a.dresidual, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C), x.fch, BT, 4 * C, C,
-                            GeluKind::Tanh, stream);
-            matmul_backward(a.dbtc, grads.layer(FCW, l, 4 * C * C), grads.layer(FCB, l, 4 * C), a.scratch, a.dbt4c,
-                            x.ln2, params.layer(FCW, l, 4 * C * C), (const floatX*)nullptr, BT, C, 4 * C,
-                            GeluKind::Tanh, stream);
+            linear_backward(LinFCProj, l, a.dbt4c, grads.layer(FCPROJW, l, 4 * C * C), grads.layer(FCPROJB, l, C),
+                            a.dresidual, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C), x.fch, BT, 4 * C, C);
+            linear_backward(LinFC, l, a.dbtc, grads.layer(FCW, l, 4 * C * C), grads.layer(FCB, l, 4 * C), a.dbt4c,
+                            x.ln2, params.layer(FCW, l, 4 * C * C), (const floatX*)nullptr, BT, C, 4 * C);
             layernorm_backward(a.dresidual, grads.layer(LN2W, l, C), grads.layer(LN2B, l, C), a.scratch, a.dbtc,
                                x.residual2, params.layer(LN2W, l, C), x.ln2_mean,
                                x.ln2_rstd, BT, C, stream);
             // attention block
-            matmul_backward(a.dbtc, grads.layer(ATTPROJW, l, C * C), grads.layer(ATTPROJB, l, C), a.scratch,
-                            a.dresidual, x.atty, params.layer(ATTPROJW, l, C * C), (const floatX*)nullptr, BT, C, C,
-                            GeluKind::Tanh, stream);
+            linear_backward(LinAttProj, l, a.dbtc, grads.layer(ATTPROJW, l, C * C), grads.layer(ATTPROJB, l, C),
+                            a.dresidual, x.atty, params.layer(ATTPROJW, l, C * C), (const floatX*)nullptr, BT, C, C);
             attention_backward(a.dbt4c, a.dbtc, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, true, (const int*)nullptr,
                                stream);
-            matmul_backward(a.dbtc, grads.layer(QKVW, l, 3 * C * C), grads.layer(QKVB, l, 3 * C), a.scratch, a.dbt4c,
-                            x.ln1, params.layer(QKVW, l, 3 * C * C), (const floatX*)nullptr, BT, C, 3 * C,
-                            GeluKind::Tanh, stream);
+            linear_backward(LinQKV, l, a.dbtc, grads.layer(QKVW, l, 3 * C * C), grads.layer(QKVB, l, 3 * C), a.dbt4c,
+                            x.ln1, params.layer(QKVW, l, 3 * C * C), (const floatX*)nullptr, BT, C, 3 * C);
             layernorm_backward(a.dresidual, grads.layer(LN1W, l, C), grads.layer(LN1B, l, C), a.scratch, a.dbtc,
                                x.residual, params.layer(LN1W, l, C), x.ln1_mean,
                                x.ln1_rstd, BT, C, stream);
@@ -669,6 +720,11 @@ struct GPT2 {
                                   config.vocab_size, 0, stream);
     }
 
+    // Bytes of the fp8 GEMMs' scaling states, and of the state a checkpoint saves besides the master
+    // weights (optimizer + fp8 scaling).
+    size_t fp8_bytes() const { return fp8_layers.size() * fp8_linear_bytes(kFp8History); }
+    size_t state_bytes() const { return opt_state_bytes + fp8_bytes(); }
+
     // Host copies of what a checkpoint holds: the parameters in the compute precision (exactly as
     // stored, so a resumed run continues from the same bits), the AdamW moments and, in low
     // precision, the fp32 master weights.
@@ -677,12 +733,17 @@ struct GPT2 {
         cudaCheck(cudaMemcpy(p.data(), params_memory, num_parameters * sizeof(floatX), cudaMemcpyDeviceToHost));
         return p;
     }
+    // The optimizer's state, then (fp8) the GEMMs' delayed-scaling states, which a resumed run needs
+    // to scale exactly as an uninterrupted one.
     void optimizer_state_host(TrainState* s) const {
         s->optimizer = (int)opt.kind;
         s->num_params = num_parameters;
-        s->optimizer_state.resize(opt_state_bytes);
+        s->optimizer_state.resize(state_bytes());
         if (opt_state_bytes)
             cudaCheck(cudaMemcpy(s->optimizer_state.data(), opt_state, opt_state_bytes, cudaMemcpyDeviceToHost));
+        if (fp8_memory)
+            cudaCheck(cudaMemcpy(s->optimizer_state.data() + opt_state_bytes, fp8_memory, fp8_bytes(),
+                                 cudaMemcpyDeviceToHost));
         s->has_master = master != nullptr;
         s->master.resize(master ? num_parameters : 0);
         if (master)
@@ -692,6 +753,12 @@ struct GPT2 {
     void set_optimizer_state(const TrainState& s) {
         if (opt_state_bytes)
             cudaCheck(cudaMemcpy(opt_state, s.optimizer_state.data(), opt_state_bytes, cudaMemcpyHostToDevice));
+        if (fp8_memory) {
+            cudaCheck(cudaMemcpy(fp8_memory, s.optimizer_state.data() + opt_state_bytes, fp8_bytes(),
+                                 cudaMemcpyHostToDevice));
+            for (Fp8Linear& f : fp8_layers)  // every state was used by the steps before the checkpoint
+                f.inp.primed = f.weight.primed = f.grad.primed = s.step > 0;
+        }
         if (master)
             cudaCheck(cudaMemcpy(master, s.master.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
     }
@@ -792,6 +859,7 @@ struct GPT2 {
 
     void free_all() {
         for (void* p : {(void*)params_memory, (void*)grads_memory, (void*)master, opt_state, (void*)opt_scratch,
+                        fp8_memory, fp8_scratch,
                         (void*)adafactor_table,
                         (void*)tensor_table, norm_scratch, (void*)norm_out, (void*)clip_scale, acts_memory})
             if (p) cudaCheck(cudaFree(p));
@@ -1247,6 +1315,7 @@ struct TrainOptions {
     int stop_after = 0;        // leave after this many steps of this run, to resume later (0: run to the end)
     Recompute recompute = Recompute::None;
     bool gelu_fusion = true;
+    bool fp8 = false;             // --precision fp8: bf16 with fp8 GEMMs in the blocks
     float loss_scale = 65536.f;   // fp16: initial dynamic loss scale (PyTorch GradScaler's defaults)
     int loss_scale_window = 2000; // fp16: clean steps before the scale doubles
     std::string label;         // the run's name in the log
@@ -1394,9 +1463,17 @@ inline void print_memory_anatomy(const MemoryAnatomy& m, size_t num_parameters, 
     char note[64];
     snprintf(note, sizeof(note), "B=%d T=%d, recompute %s", o.B, o.T, recompute_name(o.recompute));
     line("activations", m.activations, note);
-    line("other", m.other, "optimizer table, norm scratch, embedding-backward plan");
+    line("other", m.other, o.fp8 ? "optimizer table, norm scratch, embedding-backward plan, fp8 scaling + scratch"
+                                 : "optimizer table, norm scratch, embedding-backward plan");
     line("workspace", workspace, "cuBLASLt");
     line("= total", m.total() + workspace, "");
+}
+
+// The run's precision as saved in training states: Precision's codes, and 3 for fp8 (bf16 storage
+// with fp8 GEMMs), with its name.
+inline int precision_code(const TrainOptions& o) { return o.fp8 ? 3 : (int)o.precision; }
+inline const char* precision_code_name(int code) {
+    return code == 3 ? "fp8" : code >= 0 && code <= 2 ? precision_name((Precision)code) : "unknown";
 }
 
 // Checks that a training state can continue this run exactly; exits with the first mismatch.
@@ -1407,8 +1484,8 @@ void check_resumable(const TrainState& s, const TrainOptions& o, const GPT2<floa
         data_error("%s: the checkpoint was trained with %s %s, this run has %s (resuming must not change it)",
                    path.c_str(), what, was.c_str(), now.c_str());
     };
-    if (s.precision != (int)o.precision)
-        refuse("--precision", precision_name((Precision)s.precision), precision_name(o.precision));
+    if (s.precision != precision_code(o))
+        refuse("--precision", precision_code_name(s.precision), precision_code_name(precision_code(o)));
     if (s.B != o.B) refuse("--batch-size", std::to_string(s.B), std::to_string(o.B));
     if (s.T != o.T) refuse("--seq-len", std::to_string(s.T), std::to_string(o.T));
     if (s.tokens_per_step != tokens_per_step)
@@ -1419,11 +1496,11 @@ void check_resumable(const TrainState& s, const TrainOptions& o, const GPT2<floa
     if (s.optimizer != (int)model.opt.kind)
         refuse("--optimizer", optimizer_name((OptimizerKind)s.optimizer), optimizer_name(model.opt.kind));
     if (s.num_params != model.num_parameters || s.has_master != (model.master != nullptr) ||
-        s.optimizer_state.size() != model.opt_state_bytes)
+        s.optimizer_state.size() != model.state_bytes())
         data_error("%s: state for %llu parameters%s and %zu bytes of optimizer state does not fit the model (%zu "
                    "parameters, %zu bytes of %s state)", path.c_str(), (unsigned long long)s.num_params,
                    s.has_master ? " with master weights" : "", s.optimizer_state.size(), model.num_parameters,
-                   model.opt_state_bytes, optimizer_name(model.opt.kind));
+                   model.state_bytes(), optimizer_name(model.opt.kind));
 }
 
 // Runs the training loop for storage type floatX, from scratch or (resume != nullptr) from a
@@ -1455,6 +1532,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     matmul_init(o.tf32);
     GPT2<floatX> model;
+    model.fp8 = o.fp8;
     model.opt = o.opt;
     model.recompute = o.recompute;
     model.gelu_fusion = o.gelu_fusion;
@@ -1513,7 +1591,9 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
 
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", c.num_layers, c.channels,
            c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6);
-    printf("precision: %s%s | device: %s\n", precision_name(o.precision), o.tf32 ? " (tf32 matmuls)" : "", prop.name);
+    printf("precision: %s%s | device: %s\n", precision_name(o.precision),
+           o.tf32 ? " (tf32 matmuls)" : o.fp8 ? " with fp8 GEMMs in the blocks (E4M3 forward, E5M2 gradients)" : "",
+           prop.name);
     print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o);
     printf("batch: B=%d T=%d, %d micro-step%s -> %lld tokens per step; %d steps; lr %s max %.2e warmup %d\n", o.B,
            o.T, accum, accum > 1 ? "s" : "", total, steps, lr_schedule_name(sched.kind), sched.max_lr, sched.warmup);
@@ -1521,7 +1601,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
                   ",\"label\":" + json::quote(o.label) + ",\"params\":" + std::to_string(model.num_parameters) +
-                      ",\"precision\":\"" + precision_name(o.precision) + (o.tf32 ? "+tf32" : "") +
+                      ",\"precision\":\"" + precision_name(o.precision) + (o.tf32 ? "+tf32" : o.fp8 ? "+fp8" : "") +
                       "\",\"B\":" + std::to_string(o.B) + ",\"T\":" + std::to_string(o.T) +
                       ",\"tokens_per_step\":" + std::to_string(total) + ",\"steps\":" + std::to_string(steps) +
                       ",\"device\":" + json::quote(prop.name));
@@ -1532,7 +1612,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     auto save = [&](int done) {
         std::string err, model_path = checkpoint_file(o.output_dir, "model", done);
         TrainState st;
-        st.precision = (int)o.precision;
+        st.precision = precision_code(o);
         st.shuffle = o.shuffle;
         st.B = o.B;
         st.T = o.T;
@@ -1724,7 +1804,8 @@ int main(int argc, char** argv) {
     cli.add("max-steps", "x", "INT", "auto", "optimizer steps; -1: one epoch of the training data (auto: -1 on a GPU, 150 on the CPU backend)");
     cli.add("val-every", "v", "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: 20 on a GPU, 25 on the CPU backend)");
     cli.add("val-steps", "m", "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU backend)");
-    cli.add("precision", nullptr, "NAME", "fp32", "fp32 | tf32 | bf16 | fp16 (with dynamic loss scaling)");
+    cli.add("precision", nullptr, "NAME", "fp32", "fp32 | tf32 | bf16 | fp16 (with dynamic loss scaling) | fp8 (bf16 "
+            "with the blocks' matmuls in fp8, delayed scaling; compute capability 8.9+)");
     cli.add("loss-scale", nullptr, "FLOAT", "65536", "fp16: initial loss scale (a power of two)");
     cli.add("loss-scale-window", nullptr, "STEPS", "2000", "fp16: clean steps before the loss scale doubles");
     cli.add("tf32", "f", "0|1", "0", "with fp32: TF32 tensor-core matmuls (llm.c's -f; same as --precision tf32)");
@@ -1835,7 +1916,10 @@ int main(int argc, char** argv) {
     else if (prec == "tf32") { o.precision = Precision::FP32; o.tf32 = true; }
     else if (prec == "bf16") o.precision = Precision::BF16;
     else if (prec == "fp16") o.precision = Precision::FP16;
-    else cli.fail("option --precision: '%s' is not one of fp32, tf32, bf16, fp16", prec.c_str());
+    else if (prec == "fp8") { o.precision = Precision::BF16; o.fp8 = true; }
+    else cli.fail("option --precision: '%s' is not one of fp32, tf32, bf16, fp16, fp8", prec.c_str());
+    std::string why;
+    if (o.fp8 && !fp8_supported(0, &why)) cli.fail("option --precision: %s", why.c_str());
     o.loss_scale = (float)cli.number("loss-scale", 1, 1e30);
     int exponent;
     if (std::frexp(o.loss_scale, &exponent) != 0.5) cli.fail("option --loss-scale: %g is not a power of two", o.loss_scale);

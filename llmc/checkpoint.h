@@ -19,7 +19,8 @@
 //   [24] optimizer code (the trainer's)  [25] loss-scale growth tracker (clean steps since a change)
 //   [26..27] bytes of optimizer state
 // then, when [4] is 1, fp32 master weights[N], then the optimizer's state as the optimizer keeps it
-// on the device (e.g. AdamW: fp32 m[N] then v[N]). Slots not listed are 0.
+// on the device (e.g. AdamW: fp32 m[N] then v[N]; the trainer may append more, e.g. fp8 scaling
+// states). Slots not listed are 0.
 #pragma once
 #include <dirent.h>
 #include <fcntl.h>

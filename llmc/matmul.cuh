@@ -6,13 +6,27 @@
 // matrix with leading dimension S, so every product below is written for cuBLASLt as the
 // transposed product: out = inp · Wᵀ (row-major) is outᵀ = W · inpᵀ (column-major), and so on.
 // Weights are stored (OC, C), as llm.c and PyTorch's nn.Linear do.
+//
+// fp8 (--precision fp8, compute capability 8.9+): matmul_forward_fp8 / matmul_backward_fp8 take
+// bf16 tensors, cast the GEMM operands to fp8 with delayed per-tensor scales (llmc/fp8.cuh) and
+// run cuBLASLt's fp8 GEMMs with bf16 outputs and fp32 accumulation. cuBLASLt's fp8 kernels take only
+// the "TN" form: A transposed, B not, i.e. in row-major terms both operands stored with the
+// reduction dimension contiguous. Which copy each GEMM reads:
+//   forward  out (N,OC)   = inp · Wᵀ:   W (OC,C) and inp (N,C) as stored          (E4M3 x E4M3)
+//   backward dinp (N,C)   = dout · W:   Wᵀ (C,OC) and dout (N,OC) as stored       (E4M3 x E5M2)
+//            dW (OC,C)   += doutᵀ · inp: inpᵀ (C,N) and doutᵀ (OC,N)               (E4M3 x E5M2)
+// so the backward casts W and inp transposed and dout both ways. Every fp8 copy lives in scratch
+// only for the call; rows are zero-padded to 16 bytes, so any N works and C, OC need only be
+// multiples of 8 (the bf16 outputs' 16-byte rule).
 #pragma once
 #include "cuda_common.h"  // first: on the CPU backend it brings the shadow cuda_runtime.h
+#include "fp8.cuh"
 #include "gelu.cuh"
 #include "precision.cuh"
 
 #include <cublasLt.h>
 
+#include <initializer_list>
 #include <map>
 #include <tuple>
 
@@ -165,6 +179,75 @@ bool cublaslt_matmul(T* d, const T* a, const T* b, int m, int n, int k, bool tra
     return supported;
 }
 
+// D (m,n) bf16, column-major, = epilogue(scale_a * scale_b * op(A) B + beta * D) for fp8 operands in
+// the one form cuBLASLt's fp8 kernels take ("TN"): A stored (k,m) and read transposed, B stored
+// (k,n). scale_a and scale_b are device pointers (the operands' scale_inv: they undo the cast's
+// scaling). bias (m) and aux (the GELU input, (m,n) with leading dimension ldaux) are bf16, as
+// cuBLASLt wants them with a bf16 output. Accumulation is full fp32 (no FAST_ACCUM). Returns false,
+// without computing, when cuBLASLt does not support the combination; any other failure exits.
+inline bool cublaslt_matmul_fp8(__nv_bfloat16* d, const void* a, __nv_fp8_interpretation_t fa, const void* b,
+                                __nv_fp8_interpretation_t fb, int m, int n, int k, int lda, int ldb, int ldd,
+                                const float* scale_a, const float* scale_b, float beta, cublasLtEpilogue_t epilogue,
+                                const __nv_bfloat16* bias, __nv_bfloat16* aux, int ldaux, cudaStream_t stream) {
+    MatmulContext& ctx = matmul_context();
+    const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    const cudaDataType_t ta = fa == __NV_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+    const cudaDataType_t tb = fb == __NV_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+    const cudaDataType_t td = CUDA_R_16BF;
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
+    cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a, sizeof(scale_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b, sizeof(scale_b)));
+    if (bias) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &td, sizeof(td)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (aux) {
+        int64_t ld = ldaux;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &td, sizeof(td)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    }
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, ta, k, m, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, tb, k, n, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, td, m, n, ldd));
+
+    // The cache's dtype slot holds both input types, above 2^16 so that no plain cudaDataType_t
+    // (all below 256) can collide with an fp8 entry.
+    int types = (1 << 16) | ((int)ta << 8) | (int)tb;
+    auto key = std::make_tuple(m, n, k, 1, 0, (int)epilogue, types, (int)compute);
+    auto it = ctx.algos.find(key);
+    if (it == ctx.algos.end()) {
+        cublasLtMatmulPreference_t pref;
+        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &ctx.workspace_size, sizeof(ctx.workspace_size)));
+        cublasLtMatmulHeuristicResult_t result;
+        int found = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la, lb, ld, ld, pref, 1, &result, &found);
+        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;  // as in cublaslt_matmul: a refusal means "unfused"
+        it = ctx.algos.emplace(key, std::make_pair(ok, ok ? result.algo : cublasLtMatmulAlgo_t{})).first;
+    }
+    bool supported = it->second.first;
+    if (supported) {
+        const float alpha = 1.f;
+        cublasCheck(cublasLtMatmul(ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &it->second.second,
+                                   ctx.workspace, ctx.workspace_size, stream));
+        ctx.calls++;
+    }
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return supported;
+}
+
 // ----------------------------------------------------------------------------
 // kernel launchers
 
@@ -230,5 +313,193 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout
                                 stream, partial, dout, N, OC, rows_per_slice));
         cudaCheck(launch_kernel(bias_backward_final_kernel<T>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
                                 (const float*)partial, slices, OC));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// fp8 linear layers (--precision fp8)
+
+// The delayed-scaling states of one linear layer: its input and weight (E4M3) and the gradient of
+// its output (E5M2). The weight and input states are also used, without recording, by the
+// backward pass's transposed casts.
+struct Fp8Linear {
+    Fp8Scaling inp, weight, grad;
+};
+
+// Bytes of device memory one Fp8Linear keeps.
+inline size_t fp8_linear_bytes(int history_len) { return 3 * fp8_scaling_bytes(history_len); }
+
+// Points st's three states at mem (fp8_linear_bytes(history_len) bytes) and resets them.
+inline void fp8_linear_init(Fp8Linear* st, void* mem, int history_len, int margin, cudaStream_t stream) {
+    char* p = static_cast<char*>(mem);
+    size_t one = fp8_scaling_bytes(history_len);
+    fp8_scaling_init(&st->inp, p, __NV_E4M3, history_len, margin, stream);
+    fp8_scaling_init(&st->weight, p + one, __NV_E4M3, history_len, margin, stream);
+    fp8_scaling_init(&st->grad, p + 2 * one, __NV_E5M2, history_len, margin, stream);
+}
+
+// Where the fp8 layers keep their per-call fp8 copies and amax partials inside the scratch buffer
+// (byte offsets, 256-aligned). Forward and backward regions overlap: they are never live at once.
+struct Fp8MatmulScratch {
+    size_t inp_q, weight_q, inp_partials, weight_partials;                           // forward
+    size_t weight_t, dout_q, dout_t, inp_t, dout_partials, bias_partials;  // backward
+    size_t bytes;
+};
+
+inline Fp8MatmulScratch fp8_matmul_scratch_layout(int N, int C, int OC) {
+    Fp8MatmulScratch L{};
+    size_t at = 0;
+    auto take = [&at](size_t bytes) {
+        size_t here = at;
+        at += CEIL_DIV(bytes, (size_t)256) * 256;
+        return here;
+    };
+    const size_t f = sizeof(float);
+    L.inp_q = take((size_t)N * fp8_ld(C));
+    L.weight_q = take((size_t)OC * fp8_ld(C));
+    L.inp_partials = take(fp8_cast_num_partials(N, C) * f);
+    L.weight_partials = take(fp8_cast_num_partials(OC, C) * f);
+    size_t fwd_end = at;
+    at = 0;
+    L.weight_t = take((size_t)C * fp8_ld(OC));
+    L.dout_q = take((size_t)N * fp8_ld(OC));
+    L.dout_t = take((size_t)OC * fp8_ld(N));
+    L.inp_t = take((size_t)C * fp8_ld(N));
+    L.dout_partials = take(fp8_cast_num_partials(N, OC) * f);
+    L.bias_partials = take(matmul_backward_scratch_bytes(N, OC));
+    L.bytes = fwd_end > at ? fwd_end : at;
+    return L;
+}
+
+// Bytes of scratch matmul_forward_fp8 and matmul_backward_fp8 need (one buffer serves both; it
+// includes the bias-gradient partials). About N·C + OC·C bytes forward and 2·N·OC + N·C + OC·C
+// backward: for GPT-2's MLP at N = 8192 tokens, C = 768, under 60 MB.
+inline size_t matmul_fp8_scratch_bytes(int N, int C, int OC) { return fp8_matmul_scratch_layout(N, C, OC).bytes; }
+
+// Refuses shapes and pointers the fp8 GEMMs cannot take, naming the constraint.
+inline void matmul_fp8_check(const char* who, int N, int C, int OC, std::initializer_list<const void*> outputs) {
+    if (N < 1 || C < 8 || OC < 8 || C % 8 != 0 || OC % 8 != 0) {
+        fprintf(stderr,
+                "%s: fp8 matmuls need C and OC to be positive multiples of 8 (cuBLASLt's fp8 kernels want 16-byte "
+                "rows of the bf16 outputs) and N >= 1; got N=%d C=%d OC=%d\n",
+                who, N, C, OC);
+        exit(EXIT_FAILURE);
+    }
+    for (const void* p : outputs)
+        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+            fprintf(stderr, "%s: fp8 matmul outputs must be 16-byte aligned (cuBLASLt's fp8 kernels), got %p\n", who,
+                    p);
+            exit(EXIT_FAILURE);
+        }
+}
+
+// out (N,OC) = inp (N,C) · weightᵀ (weight (OC,C)) + bias (OC, or null), with the two products'
+// operands cast to E4M3 under fp8.inp / fp8.weight's delayed scales (recorded and updated after the
+// GEMM). With pre_gelu non-null: pre_gelu keeps the GELU input and out its output, as in
+// matmul_forward. The tanh GELU is fused into cuBLASLt's epilogue where the GPU's fp8 kernels offer
+// it (Hopper does, Transformer Engine relies on it); elsewhere, and always on the CPU backend, the
+// GEMM writes pre_gelu (bias fused) and gelu_forward runs separately. scratch:
+// matmul_fp8_scratch_bytes(N, C, OC) bytes.
+inline void matmul_forward_fp8(__nv_bfloat16* out, __nv_bfloat16* pre_gelu, const __nv_bfloat16* inp,
+                               const __nv_bfloat16* weight, const __nv_bfloat16* bias, int N, int C, int OC,
+                               GeluKind gelu_kind, Fp8Linear& fp8, void* scratch, cudaStream_t stream) {
+    matmul_fp8_check("matmul_forward_fp8", N, C, OC, {out, pre_gelu});
+    Fp8MatmulScratch L = fp8_matmul_scratch_layout(N, C, OC);
+    char* base = static_cast<char*>(scratch);
+    auto* xq = reinterpret_cast<__nv_fp8_storage_t*>(base + L.inp_q);
+    auto* wq = reinterpret_cast<__nv_fp8_storage_t*>(base + L.weight_q);
+    auto* xp = reinterpret_cast<float*>(base + L.inp_partials);
+    auto* wp = reinterpret_cast<float*>(base + L.weight_partials);
+    fp8_prime(fp8.inp, xp, inp, N, C, stream);
+    fp8_prime(fp8.weight, wp, weight, OC, C, stream);
+    fp8_cast(xq, (__nv_fp8_storage_t*)nullptr, xp, inp, N, C, fp8.inp, stream);       // (N, ldc)
+    fp8_cast(wq, (__nv_fp8_storage_t*)nullptr, wp, weight, OC, C, fp8.weight, stream);  // (OC, ldc)
+
+    // outᵀ (OC,N) = wq · xqᵀ: wq is column-major (ldc, OC), read transposed; xq column-major (ldc, N).
+    // The zero padding of both makes the reduction over ldc >= C exact.
+    const int ldc = fp8_ld(C);
+    bool fused = pre_gelu && gelu_kind == GeluKind::Tanh &&
+                 cublaslt_matmul_fp8(out, wq, __NV_E4M3, xq, __NV_E4M3, OC, N, ldc, ldc, ldc, OC,
+                                     fp8.weight.scale_inv, fp8.inp.scale_inv, 0.f,
+                                     bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias,
+                                     pre_gelu, OC, stream);
+    if (!fused) {
+        __nv_bfloat16* target = pre_gelu ? pre_gelu : out;
+        if (!cublaslt_matmul_fp8(target, wq, __NV_E4M3, xq, __NV_E4M3, OC, N, ldc, ldc, ldc, OC, fp8.weight.scale_inv,
+                                 fp8.inp.scale_inv, 0.f, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
+                                 bias, (__nv_bfloat16*)nullptr, 0, stream)) {
+            fprintf(stderr, "matmul_forward_fp8: cuBLASLt supports no fp8 algorithm for N=%d C=%d OC=%d\n", N, C, OC);
+            exit(EXIT_FAILURE);
+        }
+        if (pre_gelu) gelu_forward(out, (const __nv_bfloat16*)pre_gelu, (size_t)N * OC, gelu_kind, stream);
+    }
+    Fp8AmaxRecord records[2] = {{&fp8.inp, xp, fp8_cast_num_partials(N, C)},
+                                {&fp8.weight, wp, fp8_cast_num_partials(OC, C)}};
+    fp8_update_scales(records, 2, stream);
+}
+
+// Gradients of the fp8 linear layer, as matmul_backward computes them (same arguments and
+// accumulation rules; scratch: matmul_fp8_scratch_bytes(N, C, OC) bytes) with fp8 GEMMs:
+//   dinp (N,C)   = dout · weight            E5M2 dout x E4M3 weight (optionally times gelu'(pre_gelu))
+//   dweight (OC,C) += doutᵀ · inp           E5M2 dout x E4M3 inp
+//   dbias (OC)  += column sums of the bf16 dout (deterministic kernels, no fp8)
+// dout's cast records its amax into fp8.grad (updated after both GEMMs). weight and inp are cast
+// transposed under the scales the forward pass left, without recording (the forward recorded these
+// very tensors). The forward must have run first. DGELU is fused where cuBLASLt's fp8 kernels offer
+// it, else gelu_backward_inplace runs after the GEMM.
+inline void matmul_backward_fp8(__nv_bfloat16* dinp, __nv_bfloat16* dweight, __nv_bfloat16* dbias, void* scratch,
+                                const __nv_bfloat16* dout, const __nv_bfloat16* inp, const __nv_bfloat16* weight,
+                                const __nv_bfloat16* pre_gelu, int N, int C, int OC, GeluKind gelu_kind,
+                                Fp8Linear& fp8, cudaStream_t stream) {
+    matmul_fp8_check("matmul_backward_fp8", N, C, OC, {dinp, dweight});
+    if (!fp8.inp.primed || !fp8.weight.primed) {
+        fprintf(stderr, "matmul_backward_fp8: run matmul_forward_fp8 with these states first (it sets their scales)\n");
+        exit(EXIT_FAILURE);
+    }
+    Fp8MatmulScratch L = fp8_matmul_scratch_layout(N, C, OC);
+    char* base = static_cast<char*>(scratch);
+    auto* wt = reinterpret_cast<__nv_fp8_storage_t*>(base + L.weight_t);
+    auto* gq = reinterpret_cast<__nv_fp8_storage_t*>(base + L.dout_q);
+    auto* gt = reinterpret_cast<__nv_fp8_storage_t*>(base + L.dout_t);
+    auto* xt = reinterpret_cast<__nv_fp8_storage_t*>(base + L.inp_t);
+    auto* gp = reinterpret_cast<float*>(base + L.dout_partials);
+    fp8_prime(fp8.grad, gp, dout, N, OC, stream);
+    fp8_cast(gq, gt, gp, dout, N, OC, fp8.grad, stream);                                    // (N, ldo), (OC, ldn)
+    fp8_cast((__nv_fp8_storage_t*)nullptr, wt, (float*)nullptr, weight, OC, C, fp8.weight, stream);  // (C, ldo)
+    fp8_cast((__nv_fp8_storage_t*)nullptr, xt, (float*)nullptr, inp, N, C, fp8.inp, stream);         // (C, ldn)
+    const int ldo = fp8_ld(OC), ldn = fp8_ld(N);
+
+    // dinpᵀ (C,N) = wt · gqᵀ: wt column-major (ldo, C) read transposed, gq column-major (ldo, N).
+    bool fused = pre_gelu && gelu_kind == GeluKind::Tanh &&
+                 cublaslt_matmul_fp8(dinp, wt, __NV_E4M3, gq, __NV_E5M2, C, N, ldo, ldo, ldo, C, fp8.weight.scale_inv,
+                                     fp8.grad.scale_inv, 0.f, CUBLASLT_EPILOGUE_DGELU, (const __nv_bfloat16*)nullptr,
+                                     const_cast<__nv_bfloat16*>(pre_gelu), C, stream);
+    if (!fused) {
+        if (!cublaslt_matmul_fp8(dinp, wt, __NV_E4M3, gq, __NV_E5M2, C, N, ldo, ldo, ldo, C, fp8.weight.scale_inv,
+                                 fp8.grad.scale_inv, 0.f, CUBLASLT_EPILOGUE_DEFAULT, (const __nv_bfloat16*)nullptr,
+                                 (__nv_bfloat16*)nullptr, 0, stream)) {
+            fprintf(stderr, "matmul_backward_fp8: cuBLASLt supports no fp8 algorithm for N=%d C=%d OC=%d\n", N, C, OC);
+            exit(EXIT_FAILURE);
+        }
+        if (pre_gelu) gelu_backward_inplace(dinp, pre_gelu, (size_t)N * C, gelu_kind, stream);
+    }
+    // dweightᵀ (C,OC) += xt · gt: xt column-major (ldn, C) read transposed, gt column-major (ldn, OC).
+    if (!cublaslt_matmul_fp8(dweight, xt, __NV_E4M3, gt, __NV_E5M2, C, OC, ldn, ldn, ldn, C, fp8.inp.scale_inv,
+                             fp8.grad.scale_inv, 1.f, CUBLASLT_EPILOGUE_DEFAULT, (const __nv_bfloat16*)nullptr,
+                             (__nv_bfloat16*)nullptr, 0, stream)) {
+        fprintf(stderr, "matmul_backward_fp8: cuBLASLt supports no fp8 weight-gradient algorithm for N=%d C=%d OC=%d\n",
+                N, C, OC);
+        exit(EXIT_FAILURE);
+    }
+    Fp8AmaxRecord record{&fp8.grad, gp, fp8_cast_num_partials(N, OC)};
+    fp8_update_scales(&record, 1, stream);
+    if (dbias) {
+        int rows_per_slice = 256;
+        int slices = CEIL_DIV(N, rows_per_slice);
+        float* partial = reinterpret_cast<float*>(base + L.bias_partials);
+        cudaCheck(launch_kernel(bias_backward_partial_kernel<__nv_bfloat16>, dim3(CEIL_DIV(OC, 32), slices),
+                                dim3(32, 8), 0, stream, partial, dout, N, OC, rows_per_slice));
+        cudaCheck(launch_kernel(bias_backward_final_kernel<__nv_bfloat16>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0,
+                                stream, dbias, (const float*)partial, slices, OC));
     }
 }

@@ -75,7 +75,7 @@ std::vector<float> load_step_losses(const std::string& path) {
 // exact), and the gradients are divided by it again for the comparison; the steps use the scaled update.
 template <class floatX>
 void check_against_oracle(const char* tname, double logit_atol, double loss_atol, double grad_k, double step_atol,
-                          float loss_scale = 1.f) {
+                          float loss_scale = 1.f, bool fp8 = false) {
     Fixture f = load_fixture();
     const GPT2Config& config = f.config;
     const std::vector<float>& init = f.init;
@@ -86,6 +86,7 @@ void check_against_oracle(const char* tname, double logit_atol, double loss_atol
     size_t BT = (size_t)s.B * s.T;
 
     GPT2<floatX> model;
+    model.fp8 = fp8;
     model.build(config, init);
     model.allocate_activations(s.B, s.T);
     model.set_batch(s.x.data(), s.y.data());
@@ -125,6 +126,7 @@ void check_against_oracle(const char* tname, double logit_atol, double loss_atol
     std::vector<float> expected = load_step_losses(std::string(kFixtures) + "gpt2_tiny_steps.txt");
     GPT2<floatX> fresh;
     fresh.opt.weight_decay = 0.1f;  // the oracle's AdamW: lr 1e-3, betas (0.9, 0.95), eps 1e-8
+    fresh.fp8 = fp8;
     fresh.build(config, init);
     fresh.allocate_activations(s.B, s.T);
     fresh.set_batch(s.x.data(), s.y.data());
@@ -413,6 +415,13 @@ int main() {
     // fp16: the same derivation with eps 2^-10, gradients computed under a loss scale of 2^16 (as
     // training does: unscaled, fp16 would flush most of them to zero) and divided by it again.
     check_against_oracle<__half>("fp16", 2 * th::EPS_FP16, 0.5 * th::EPS_FP16, 2, 0.5 * th::EPS_FP16, 65536.f);
+    // fp8: bf16 with the blocks' GEMM inputs rounded to E4M3 (eps 2^-3 relative, 3 mantissa bits)
+    // and the gradients entering the backward GEMMs to E5M2 (eps 2^-2). The bf16 derivation with
+    // those eps: logits within 2 * 2^-3, the loss (a mean over 256 tokens) within 2^-3 / 2,
+    // gradients within 2 E5M2 roundings of each tensor's scale, the 10-step losses within 2^-3 / 2.
+    const double e4m3 = 1.0 / 8, e5m2 = 1.0 / 4;
+    check_against_oracle<__nv_bfloat16>("bf16+fp8", 2 * e4m3, 0.5 * e4m3, 2 * e5m2 / th::EPS_BF16, 0.5 * e4m3, 1.f,
+                                        true);
     check_gradient_accumulation();
     check_determinism();
     check_memory_anatomy<float>("fp32", Recompute::None);

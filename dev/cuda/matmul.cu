@@ -8,11 +8,21 @@
 //            GEMM, but the (N,OC) output makes two extra round trips through memory.
 // production: cuBLASLt with the GELU_AUX_BIAS epilogue — bias and GELU applied while the tile
 //            is still in registers, writing both the pre-GELU input (for backward) and the output.
+//
+// fp8 (bf16 tensors, E4M3 GEMM; compute capability 8.9+, skipped with the reason elsewhere):
+// fp8 variant 1: current scaling — each call measures the amax of both operands, sets the scales,
+//            then casts: every operand is read twice before the GEMM.
+// fp8 production: matmul_forward_fp8 with delayed scaling — the scales come from earlier calls'
+//            amaxes, so each operand is read once by a cast that also records its amax.
+// fp8 GEMM only: the cuBLASLt fp8 GEMM (bias epilogue) on operands already cast, to show what the
+//            casts cost and how close the GEMM itself comes to the FP8 peak.
 #include "../../llmc/matmul.cuh"
 #include "../../llmc/mfu.h"
 #include "../../test/harness.h"
 #include "common.h"
 
+#include <functional>
+#include <string>
 #include <vector>
 
 // variant 1: out[n][o] = gelu(sum_c inp[n][c] * w[o][c] + b[o]), one thread each.
@@ -96,6 +106,108 @@ void validate_and_bench(const char* tname, int N, int C, int OC, int reps, Preci
     }
 }
 
+// The device's dense FP8 tensor-core peak in TFLOP/s (0: unknown device or no fp8 tensor cores).
+float fp8_peak_tflops(const char* device_name) {
+    int n;
+    const GPUPeak* peaks = gpu_peaks(&n);
+    for (int i = 0; i < n; i++)
+        if (strstr(device_name, peaks[i].name_contains)) return peaks[i].fp8;
+    return 0.f;
+}
+
+// The fp8 forward pass (bias + tanh GELU) of each fp8 variant against a double reference computed
+// from the same E4M3 values and scales (the scales are fp8_max / amax in every variant here: the
+// delayed ones repeat the same tensors), then its speed.
+void validate_and_bench_fp8(int N, int C, int OC, int reps) {
+    std::string why;
+    if (!fp8_supported(0, &why)) {
+        printf("SKIP fp8 variants: %s\n", why.c_str());
+        return;
+    }
+    using bf16 = __nv_bfloat16;
+    std::vector<bf16> hi = th::random_tensor<bf16>((size_t)N * C, 1), hb = th::random_tensor<bf16>(OC, 3),
+                      hw = th::random_tensor<bf16>((size_t)OC * C, 2, -0.1f, 0.1f);
+    th::DeviceBuffer<bf16> inp(hi), w(hw), b(hb), out((size_t)N * OC), pre((size_t)N * OC);
+    th::DeviceBuffer<char> scratch(matmul_fp8_scratch_bytes(N, C, OC)), mem(fp8_linear_bytes(16));
+    Fp8Linear st;
+    fp8_linear_init(&st, mem.ptr, 16, 0, 0);
+
+    // Reference on a sample of rows, from the fp8 values the GEMM sees.
+    auto amax = [](const std::vector<bf16>& v) {
+        float m = 0.f;
+        for (bf16 x : v) m = std::fmax(m, std::fabs(to_float(x)));
+        return m;
+    };
+    const float sx = 448.f / amax(hi), sw = 448.f / amax(hw);
+    const double sxw = (double)(1.f / sx) * (1.f / sw);
+    auto q = [](bf16 x, float s) {
+        __half h(__nv_cvt_fp8_to_halfraw(__nv_cvt_float_to_fp8(to_float(x) * s, __NV_SATFINITE, __NV_E4M3), __NV_E4M3));
+        return (double)__half2float(h);
+    };
+    int rows = std::min(N, 64);
+    std::vector<double> qx((size_t)rows * C), qw((size_t)OC * C), out_ref((size_t)rows * OC),
+        out_budget(out_ref.size()), pre_ref(out_ref.size()), pre_budget(out_ref.size());
+    for (size_t i = 0; i < qx.size(); i++) qx[i] = q(hi[i], sx);
+    for (size_t i = 0; i < qw.size(); i++) qw[i] = q(hw[i], sw);
+    const double u = std::ldexp(1.0, -24), eps = dtype_eps<bf16>();
+    for (int n = 0; n < rows; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0, mag = 0;
+            for (int c = 0; c < C; c++) {
+                double p = qx[(size_t)n * C + c] * qw[(size_t)o * C + c];
+                s += p;
+                mag += std::fabs(p);
+            }
+            double bias = to_float(hb[o]), v = s * sxw + bias, e = (C + 4) * u * (mag * sxw + std::fabs(bias));
+            double g = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+            size_t i = (size_t)n * OC + o;
+            // fp32 accumulation (K+4 roundings of sum|terms|), bf16 rounding of pre (k = 1/2); GELU
+            // carries the input error through |gelu'| <= 1.13, adds a few fp32 ulps, rounds once.
+            pre_ref[i] = v;
+            pre_budget[i] = e + 0.5 * eps * std::fabs(v);
+            out_ref[i] = g;
+            out_budget[i] = 1.13 * pre_budget[i] + 8 * u * std::fabs(v) + 0.5 * eps * std::fabs(g);
+        }
+
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    float peak = fp8_peak_tflops(prop.name);
+    const double flops = 2.0 * N * C * OC;
+    const Fp8MatmulScratch L = fp8_matmul_scratch_layout(N, C, OC);
+    char* base = scratch.ptr;
+    auto current = [&] {  // variant 1: fresh states, so each call primes (measures) before casting
+        fp8_linear_init(&st, mem.ptr, 16, 0, 0);
+        matmul_forward_fp8(out.ptr, pre.ptr, inp.ptr, w.ptr, b.ptr, N, C, OC, GeluKind::Tanh, st, scratch.ptr, 0);
+    };
+    auto delayed = [&] {
+        matmul_forward_fp8(out.ptr, pre.ptr, inp.ptr, w.ptr, b.ptr, N, C, OC, GeluKind::Tanh, st, scratch.ptr, 0);
+    };
+    auto gemm_only = [&] {  // the operands the last call cast are still in the scratch buffer
+        if (!cublaslt_matmul_fp8(pre.ptr, base + L.weight_q, __NV_E4M3, base + L.inp_q, __NV_E4M3, OC, N, fp8_ld(C),
+                                 fp8_ld(C), fp8_ld(C), OC, st.weight.scale_inv, st.inp.scale_inv, 0.f,
+                                 CUBLASLT_EPILOGUE_BIAS, b.ptr, (bf16*)nullptr, 0, 0)) {
+            fprintf(stderr, "cuBLASLt refused the fp8 GEMM\n");
+            exit(EXIT_FAILURE);
+        }
+    };
+    struct Variant {
+        const char* name;
+        std::function<void()> run;
+        bool gelu;  // validates out (GELU) or pre (GEMM + bias only)
+    } variants[] = {{"fp8 variant 1 (current scaling)", current, true},
+                    {"fp8 production (delayed scaling)", delayed, true},
+                    {"fp8 GEMM only (operands already cast)", gemm_only, false}};
+    for (const Variant& v : variants) {
+        v.run();
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<bf16> h = th::to_host(v.gelu ? out.ptr : pre.ptr, (size_t)rows * OC);
+        char name[160];
+        snprintf(name, sizeof(name), "matmul %s (N=%d C=%d OC=%d)", v.name, N, C, OC);
+        th::check_budget(name, v.gelu ? out_ref : pre_ref, h, v.gelu ? out_budget : pre_budget);
+        flops_line(v.name, time_ms(v.run, reps), flops, peak);
+    }
+}
+
 int main() {
     matmul_init();
     cudaDeviceProp prop;
@@ -108,6 +220,7 @@ int main() {
     validate_and_bench<__nv_bfloat16>("bf16", N, C, OC, gpu ? 20 : 2, Precision::BF16);
     // fp16 and bf16 share the tensor-core peak on every GPU of the table, so fp16 reads the bf16 column.
     validate_and_bench<__half>("fp16", N, C, OC, gpu ? 20 : 2, Precision::BF16);
+    validate_and_bench_fp8(N, C, OC, gpu ? 20 : 2);
     matmul_destroy();
     return th::finish();
 }
