@@ -39,6 +39,7 @@
 #include "llmc/mfu.h"
 #include "llmc/precision.cuh"
 #include "llmc/safetensors.h"
+#include "llmc/rng.h"
 #include "llmc/schedulers.h"
 #include "llmc/sgd.cuh"
 #include "llmc/tokenizer.h"
@@ -871,20 +872,6 @@ struct GPT2 {
 
 // ----------------------------------------------------------------------------
 // Initial weights: from a llm.c checkpoint, or random as GPT-2 initializes
-
-// A portable normal generator (the same numbers on every platform, unlike std::normal_distribution).
-struct NormalRNG {
-    uint64_t state;
-    explicit NormalRNG(uint64_t seed) : state(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
-    uint64_t next() {  // splitmix64
-        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }  // (0,1)
-    float normal(float std) { return (float)(std * std::sqrt(-2.0 * std::log(uniform())) * std::cos(2 * M_PI * uniform())); }
-};
 
 // GPT-2 initialization: weights N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)),
 // biases 0, layernorm weight 1 and bias 0; padded vocabulary rows stay 0.

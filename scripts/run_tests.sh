@@ -17,6 +17,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 # and prints the same PASS/FAIL lines and tally as the binaries. Add a check with one line.
 PY_ORACLE_CHECKS=(
     "hf_gpt2_roundtrip test/hf_gpt2_roundtrip.py test_hf_gpt2"
+    "hf_bert_roundtrip test/hf_bert_roundtrip.py test_bert"
 )
 passed=0
 failed=0

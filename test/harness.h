@@ -285,7 +285,7 @@ auto run_orders(const char* name, F run) -> decltype(run()) {
     simt::set_order(saved);
     size_t bytes = fwd.size() * sizeof(fwd[0]);
     bool same = rev.size() == fwd.size() && rnd.size() == fwd.size() &&
-                memcmp(fwd.data(), rev.data(), bytes) == 0 && memcmp(fwd.data(), rnd.data(), bytes) == 0;
+                (bytes == 0 || (memcmp(fwd.data(), rev.data(), bytes) == 0 && memcmp(fwd.data(), rnd.data(), bytes) == 0));
     report(same, name, same ? "bit-identical under forward, reverse and random thread orders"
                             : "results differ between thread orders (missing __syncthreads/__syncwarp?)");
     return fwd;

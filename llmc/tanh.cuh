@@ -1,0 +1,86 @@
+// llmc/tanh.cuh — the tanh activation, forward and in-place backward (BERT's pooler: tanh of a dense
+// layer over the [CLS] row; the bias comes from the matmul's cuBLASLt epilogue).
+//
+// The derivative 1 - tanh(x)^2 loses its relative accuracy where tanh(x) approaches +-1 (|x| > ~2:
+// the subtraction cancels the leading bits), so the backward evaluates the same quantity as
+// sech(x)^2 = 4e / (1 + e)^2 with e = exp(-2|x|) <= 1 from the forward pass's input x: no
+// cancellation, no overflow, a few fp32 ulps for every x. Outputs are rounded once to the storage type.
+#pragma once
+#include "cuda_common.h"
+#include "precision.cuh"
+
+#include <cstdint>
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+// tanh'(x) = sech(x)^2, in the cancellation-free form above.
+__device__ inline float tanh_derivative(float x) {
+    float e = expf(-2.f * fabsf(x));
+    float d = 1.f + e;
+    return 4.f * e / (d * d);
+}
+
+// out = tanh(inp). Each thread handles one Packed128's worth of elements: one 128-bit access per
+// operand when `packed` (pointers 16-byte aligned) and the pack lies inside N, element by element
+// otherwise (the tail, or misaligned views). out may alias inp.
+template <class T>
+__global__ void tanh_forward_kernel(T* out, const T* inp, size_t N, bool packed) {
+    constexpr int P = Packed128<T>::size;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+    if (i >= N) return;
+    if (packed && i + P <= N) {
+        Packed128<T> x = load128(inp + i), y;
+        for (int k = 0; k < P; k++) y[k] = from_float<T>(tanhf(to_float(x[k])));
+        store128(out + i, y);
+    } else {
+        for (size_t j = i; j < N && j < i + P; j++) out[j] = from_float<T>(tanhf(to_float(inp[j])));
+    }
+}
+
+// d_in_out = d_in_out * tanh'(inp), in place; same work split as tanh_forward_kernel.
+template <class T>
+__global__ void tanh_backward_inplace_kernel(T* d_in_out, const T* inp, size_t N, bool packed) {
+    constexpr int P = Packed128<T>::size;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+    if (i >= N) return;
+    if (packed && i + P <= N) {
+        Packed128<T> x = load128(inp + i), d = load128(d_in_out + i);
+        for (int k = 0; k < P; k++) d[k] = from_float<T>(to_float(d[k]) * tanh_derivative(to_float(x[k])));
+        store128(d_in_out + i, d);
+    } else {
+        for (size_t j = i; j < N && j < i + P; j++)
+            d_in_out[j] = from_float<T>(to_float(d_in_out[j]) * tanh_derivative(to_float(inp[j])));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+constexpr int kTanhBlockSize = 256;
+
+// Whether both pointers allow 128-bit access.
+inline bool tanh_aligned16(const void* a, const void* b) {
+    return reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+}
+
+// out = tanh(inp) over N elements (any N, any alignment; out may equal inp).
+template <class T>
+void tanh_forward(T* out, const T* inp, size_t N, cudaStream_t stream) {
+    if (N == 0) return;
+    constexpr int P = Packed128<T>::size;
+    dim3 grid((unsigned)CEIL_DIV(N, (size_t)kTanhBlockSize * P));
+    cudaCheck(launch_kernel(tanh_forward_kernel<T>, grid, dim3(kTanhBlockSize), 0, stream, out, inp, N,
+                            tanh_aligned16(out, inp)));
+}
+
+// d_in_out = d_in_out * tanh'(inp) over N elements: on entry the gradient of tanh's output, on return
+// that of its input; inp is the forward pass's input (not its output, see the top of the file).
+template <class T>
+void tanh_backward_inplace(T* d_in_out, const T* inp, size_t N, cudaStream_t stream) {
+    if (N == 0) return;
+    constexpr int P = Packed128<T>::size;
+    dim3 grid((unsigned)CEIL_DIV(N, (size_t)kTanhBlockSize * P));
+    cudaCheck(launch_kernel(tanh_backward_inplace_kernel<T>, grid, dim3(kTanhBlockSize), 0, stream, d_in_out, inp, N,
+                            tanh_aligned16(d_in_out, inp)));
+}

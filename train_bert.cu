@@ -1,0 +1,1176 @@
+// train_bert.cu — BERT: the model, its whole forward and backward pass for masked-language-model
+// pretraining and sequence classification, the optimizer step, and Hugging Face checkpoints in and
+// out, in one file. Kernels live in llmc/ and are shared with train_gpt2.cu; this file is the
+// model-level tier.
+//
+// Chapters: configuration · parameters · activations · the model (build, batch, forward, backward,
+// update) · initial weights · Hugging Face checkpoints.
+//
+// The model is Hugging Face's BertModel (post-LN: each sublayer's output is LayerNorm(x + sublayer(x));
+// word + position + token-type embeddings, then a LayerNorm; self-attention with biases over the
+// valid tokens of each sequence; an erf-GELU MLP) with two heads: BertForMaskedLM's (dense -> GELU ->
+// LayerNorm -> decoder tied to the word embeddings + bias) and BertForSequenceClassification's
+// (pooler tanh(dense([CLS])) -> linear over num_labels). Dropout is not implemented yet: the model is
+// what transformers computes in eval mode (the places where dropout goes are marked "dropout:").
+//
+// Precision is a run-time choice: every model-level function is a template on the storage type
+// floatX of parameters and activations (float, __nv_bfloat16, __half); in 16-bit types the optimizer
+// keeps fp32 master weights and fp32 moments; all accumulation is fp32. fp16 trains with a loss scale
+// (forward's dloss times the scale, then update_scaled), as GPT-2's trainer does.
+//
+// The training program (main, data pipeline, tokenizer, loop) is not written yet: this file compiles
+// as a library, which test/test_bert.cu includes.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <sys/stat.h>
+
+#include "llmc/adamw.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/checkpoint.h"
+#include "llmc/cuda_common.h"
+#include "llmc/dataloader.h"
+#include "llmc/encoder.cuh"
+#include "llmc/fused_classifier.cuh"
+#include "llmc/gather.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/global_norm.cuh"
+#include "llmc/json.h"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/precision.cuh"
+#include "llmc/rng.h"
+#include "llmc/safetensors.h"
+#include "llmc/tanh.cuh"
+
+// ----------------------------------------------------------------------------
+// Configuration
+
+struct BertConfig {
+    int vocab_size = 30522;          // V: real tokens
+    int padded_vocab_size = 30592;   // Vp: V rounded up to a multiple of 128 (aligned decoder matmul)
+    int max_seq_len = 512;           // maxT: positions the model has embeddings for
+    int type_vocab_size = 2;         // token types (segments A and B)
+    int num_layers = 12;             // L
+    int num_heads = 12;              // NH
+    int channels = 768;              // C (hidden size)
+    int intermediate = 3072;         // I: the MLP's width
+    int num_labels = 2;              // the classification head's outputs
+    float layernorm_eps = 1e-12f;
+    float initializer_range = 0.02f; // std of the random initialization (transformers' BertConfig)
+};
+
+// V rounded up to a multiple of 128 (30522 -> 30592).
+inline int bert_pad_vocab(int V) { return (V + 127) / 128 * 128; }
+
+// The named shapes: "bert-base" (110M: 12 layers, 768 channels, 12 heads), "bert-large" (340M: 24,
+// 1024, 16) and "tiny" (Google's BERT-Tiny: 2 layers, 128 channels, 2 heads), all with the
+// bert-base-uncased vocabulary and 512 positions. False for any other name.
+inline bool bert_config_preset(const std::string& name, BertConfig* c) {
+    *c = BertConfig();
+    if (name == "bert-base") return true;
+    if (name == "bert-large") {
+        c->num_layers = 24;
+        c->channels = 1024;
+        c->num_heads = 16;
+        c->intermediate = 4096;
+        return true;
+    }
+    if (name == "tiny") {
+        c->num_layers = 2;
+        c->channels = 128;
+        c->num_heads = 2;
+        c->intermediate = 512;
+        return true;
+    }
+    return false;
+}
+
+// What makes a configuration unusable, or "" if nothing does: sizes out of range, and what the
+// kernels require (attention head sizes 16, 32, 64 or 128).
+inline std::string bert_config_problem(const BertConfig& c) {
+    char why[200] = "";
+    if (c.vocab_size <= 0 || c.vocab_size > (1 << 24) || c.padded_vocab_size != bert_pad_vocab(c.vocab_size))
+        snprintf(why, sizeof(why), "vocab_size %d must be in [1, 2^24] with the padded size %d = %d rounded up to 128",
+                 c.vocab_size, c.padded_vocab_size, c.vocab_size);
+    else if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20))
+        snprintf(why, sizeof(why), "max_position_embeddings %d must be in [1, 2^20]", c.max_seq_len);
+    else if (c.type_vocab_size <= 0 || c.type_vocab_size > (1 << 20))
+        snprintf(why, sizeof(why), "type_vocab_size %d must be in [1, 2^20]", c.type_vocab_size);
+    else if (c.num_layers <= 0 || c.num_layers > 1024)
+        snprintf(why, sizeof(why), "num_hidden_layers %d must be in [1, 1024]", c.num_layers);
+    else if (c.channels <= 0 || c.channels > (1 << 16) || c.intermediate <= 0 || c.intermediate > (1 << 20))
+        snprintf(why, sizeof(why), "hidden_size %d and intermediate_size %d must be positive (at most 2^16, 2^20)",
+                 c.channels, c.intermediate);
+    else if (c.num_heads <= 0 || c.channels % c.num_heads != 0)
+        snprintf(why, sizeof(why), "num_attention_heads %d must divide hidden_size %d", c.num_heads, c.channels);
+    else if (int hs = c.channels / c.num_heads; hs != 16 && hs != 32 && hs != 64 && hs != 128)
+        snprintf(why, sizeof(why), "head size %d (hidden_size / num_attention_heads) is not supported: the attention "
+                 "kernel takes 16, 32, 64 or 128", hs);
+    else if (c.num_labels < 2 || c.num_labels > (1 << 16))
+        snprintf(why, sizeof(why), "num_labels %d must be in [2, 65536] (single-label classification)", c.num_labels);
+    else if (!(c.layernorm_eps > 0.f) || !(c.initializer_range >= 0.f))
+        snprintf(why, sizeof(why), "layer_norm_eps %g must be positive and initializer_range %g not negative",
+                 c.layernorm_eps, c.initializer_range);
+    return why;
+}
+
+// ----------------------------------------------------------------------------
+// Parameters: 26 tensors in one allocation, in this order (the layer tensors stacked over L):
+//
+//   embeddings   word (Vp,C), position (maxT,C), token type (n_types,C); LayerNorm weight, bias (C)
+//   per layer    qkv (L,3C,C) + bias (L,3C): transformers' separate query, key and value Linear layers
+//                concatenated row-wise; attention output dense (L,C,C) + bias (L,C); attention
+//                LayerNorm (L,C) x 2; intermediate dense (L,I,C) + bias (L,I); output dense (L,C,I) +
+//                bias (L,C); output LayerNorm (L,C) x 2
+//   pooler       dense (C,C) + bias (C)
+//   MLM head     transform dense (C,C) + bias (C); transform LayerNorm (C) x 2; decoder bias (Vp); the
+//                decoder weight is the word embedding matrix (tied, as transformers ties it)
+//   classifier   (num_labels,C) + bias (num_labels)
+//
+// Linear weights are (out, in), as nn.Linear stores them; the padded vocabulary rows of the word
+// embeddings and entries of the decoder bias are zero and stay zero (no token or logit reaches them).
+
+enum BertParam {
+    WORD_EMB, POS_EMB, TYPE_EMB, EMB_LNW, EMB_LNB,
+    QKVW, QKVB, ATTOW, ATTOB, ATTLNW, ATTLNB, INTERW, INTERB, OUTW, OUTB, OUTLNW, OUTLNB,
+    POOLW, POOLB,
+    MLMW, MLMB, MLMLNW, MLMLNB, MLMDECB,
+    CLSW, CLSB,
+    NUM_BERT_TENSORS
+};
+
+// Short names of the tensors, for messages and tests.
+inline constexpr const char* kBertParamNames[NUM_BERT_TENSORS] = {
+    "word_emb", "pos_emb", "type_emb", "emb_lnw", "emb_lnb",
+    "qkvw", "qkvb", "attow", "attob", "attlnw", "attlnb", "interw", "interb", "outw", "outb", "outlnw", "outlnb",
+    "poolw", "poolb",
+    "mlmw", "mlmb", "mlmlnw", "mlmlnb", "mlmdecb",
+    "clsw", "clsb"};
+
+// Which part of a checkpoint a tensor belongs to: a BertModel has the encoder and the pooler, a
+// BertForMaskedLM the encoder and the MLM head, a BertForSequenceClassification the encoder, the
+// pooler and the classifier.
+enum BertPart { PART_ENCODER, PART_POOLER, PART_MLM, PART_CLASSIFIER, NUM_BERT_PARTS };
+inline constexpr const char* kBertPartNames[NUM_BERT_PARTS] = {"encoder", "pooler", "MLM head", "classifier"};
+
+inline BertPart bert_param_part(int i) {
+    if (i == POOLW || i == POOLB) return PART_POOLER;
+    if (i >= MLMW && i <= MLMDECB) return PART_MLM;
+    if (i == CLSW || i == CLSB) return PART_CLASSIFIER;
+    return PART_ENCODER;
+}
+
+// Whether tensor i is stacked over the layers.
+inline bool bert_param_per_layer(int i) { return i >= QKVW && i <= OUTLNB; }
+
+// Element counts of the 26 tensors; returns the total.
+inline size_t bert_param_sizes(const BertConfig& c, size_t sizes[NUM_BERT_TENSORS]) {
+    size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, I = c.intermediate;
+    sizes[WORD_EMB] = Vp * C;
+    sizes[POS_EMB] = (size_t)c.max_seq_len * C;
+    sizes[TYPE_EMB] = (size_t)c.type_vocab_size * C;
+    sizes[EMB_LNW] = sizes[EMB_LNB] = C;
+    sizes[QKVW] = L * 3 * C * C;
+    sizes[QKVB] = L * 3 * C;
+    sizes[ATTOW] = L * C * C;
+    sizes[ATTOB] = sizes[ATTLNW] = sizes[ATTLNB] = L * C;
+    sizes[INTERW] = L * I * C;
+    sizes[INTERB] = L * I;
+    sizes[OUTW] = L * C * I;
+    sizes[OUTB] = sizes[OUTLNW] = sizes[OUTLNB] = L * C;
+    sizes[POOLW] = C * C;
+    sizes[POOLB] = C;
+    sizes[MLMW] = C * C;
+    sizes[MLMB] = sizes[MLMLNW] = sizes[MLMLNB] = C;
+    sizes[MLMDECB] = Vp;
+    sizes[CLSW] = (size_t)c.num_labels * C;
+    sizes[CLSB] = c.num_labels;
+    size_t total = 0;
+    for (int i = 0; i < NUM_BERT_TENSORS; i++) total += sizes[i];
+    return total;
+}
+
+// Weight decay applies to the matrices (embeddings and linear weights), not to biases and LayerNorm
+// parameters: the usual BERT recipe (no_decay = ["bias", "LayerNorm.weight"]).
+inline bool bert_param_decays(int i) {
+    return i == WORD_EMB || i == POS_EMB || i == TYPE_EMB || i == QKVW || i == ATTOW || i == INTERW || i == OUTW ||
+           i == POOLW || i == MLMW || i == CLSW;
+}
+
+// Pointers to the 26 tensors inside one buffer.
+template <class floatX>
+struct BertParams {
+    floatX* t[NUM_BERT_TENSORS];
+    void point_into(floatX* base, const size_t sizes[NUM_BERT_TENSORS]) {
+        for (int i = 0; i < NUM_BERT_TENSORS; i++) {
+            t[i] = base;
+            base += sizes[i];
+        }
+    }
+    floatX* layer(int i, int l, size_t per_layer) const { return t[i] + (size_t)l * per_layer; }
+};
+
+// ----------------------------------------------------------------------------
+// Activations: everything the backward pass reads, sized for micro-batch (B, T), one allocation.
+
+// What the model computes after the encoder: nothing (hidden states only), the MLM loss over the
+// masked positions, or the classification loss over the batch.
+enum class BertHead { None, MLM, Classify };
+
+template <class floatX>
+struct BertActivations {
+    floatX* encoded;    // (B,T,C) word + position + type embeddings
+    floatX* emb_ln;     // (B,T,C) their LayerNorm: the first layer's input
+    float* emb_mean;    // (B,T)
+    float* emb_rstd;    // (B,T)
+    floatX* qkv;        // (L,B,T,3C)
+    floatX* atty;       // (L,B,T,C) attention output (0 in padded rows)
+    float* lse;         // (L,B,NH,T) logsumexp per query row, for the attention backward
+    floatX* res_att;    // (L,B,T,C) x + attention output projection: the attention LayerNorm's input
+    floatX* h_att;      // (L,B,T,C) its output
+    float* att_mean;    // (L,B,T)
+    float* att_rstd;    // (L,B,T)
+    floatX* fch;        // (L,B,T,I) pre-GELU
+    floatX* fch_gelu;   // (L,B,T,I)
+    floatX* res_out;    // (L,B,T,C) h_att + MLP output: the output LayerNorm's input
+    floatX* h_out;      // (L,B,T,C) its output: the layer's output (the last one: the hidden states)
+    float* out_mean;    // (L,B,T)
+    float* out_rstd;    // (L,B,T)
+    // Heads. R = the rows a head computes: the M masked positions (MLM) or the B [CLS] rows.
+    floatX* head_in;    // (R,C) the gathered rows of the hidden states
+    floatX* head_pre;   // (R,C) the head's dense layer before its activation (GELU / tanh)
+    floatX* head_act;   // (R,C) after it (MLM: the transform's GELU; classification: the pooled output)
+    floatX* mlm_ln;     // (M,C) the transform's LayerNorm
+    float* mlm_mean;    // (M)
+    float* mlm_rstd;    // (M)
+    floatX* logits;     // (M,Vp) MLM logits; the classifier turns them into dlogits in place
+    floatX* cls_logits; // (B,num_labels) classification logits (then dlogits)
+    float* losses;      // (R)
+    // Backward-pass buffers, reused by every layer:
+    floatX* dres;       // (B,T,C) gradient of the current layer's output
+    floatX* d1;         // (B,T,C)
+    floatX* d2;         // (B,T,C)
+    floatX* dbig;       // (B,T,max(3C,I)) dqkv and the MLP's hidden gradient
+    floatX* dhead1;     // (R,C)
+    floatX* dhead2;     // (R,C)
+    floatX* btc;        // (B,T,C) forward scratch: projection outputs before their residual add
+    void* scratch;      // kernel scratch (layernorm / matmul / attention backward)
+    int* inputs;        // (B,T) token ids
+    int* token_types;   // (B,T)
+    int* valid_len;     // (B) valid tokens of each sequence; the rest is padding
+    int* rows;          // (R) the rows b*T+t the head reads
+    int* slot;          // (B,T) inverse of rows: which head row a position went to, or -1
+    int* targets;       // (R) the head's labels, compact
+};
+
+// Pointers to layer l's slice of the activations.
+template <class floatX>
+struct BertLayerActs {
+    floatX* input;      // (B,T,C) the layer's input: emb_ln or the previous layer's h_out
+    floatX* qkv;        // (B,T,3C)
+    floatX* atty;       // (B,T,C)
+    float* lse;         // (B,NH,T)
+    floatX* res_att;    // (B,T,C)
+    floatX* h_att;      // (B,T,C)
+    float* att_mean;    // (B,T)
+    float* att_rstd;    // (B,T)
+    floatX* fch;        // (B,T,I)
+    floatX* fch_gelu;   // (B,T,I)
+    floatX* res_out;    // (B,T,C)
+    floatX* h_out;      // (B,T,C)
+    float* out_mean;    // (B,T)
+    float* out_rstd;    // (B,T)
+};
+
+// AdamW's hyper-parameters (torch.optim.AdamW's defaults; weight decay on the matrices only).
+struct BertOptimizerConfig {
+    float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+    float weight_decay = 0.01f;
+};
+
+// Device memory by purpose, in bytes: exactly what build() and allocate_activations() allocate.
+struct BertMemory {
+    size_t weights = 0;      // parameters in the compute precision
+    size_t master = 0;       // fp32 master weights (16-bit storage types only)
+    size_t grads = 0;        // gradients in the compute precision
+    size_t optimizer = 0;    // AdamW m and v, fp32
+    size_t activations = 0;  // everything the backward pass reads, and its scratch
+    size_t other = 0;        // the optimizer's tensor table, the norm's scratch, the embedding-backward plan
+    size_t total() const { return weights + master + grads + optimizer + activations + other; }
+};
+
+// ----------------------------------------------------------------------------
+// The model
+
+template <class floatX>
+struct BERT {
+    BertConfig config;
+    size_t sizes[NUM_BERT_TENSORS];
+    size_t num_parameters = 0;
+    BertParams<floatX> params, grads;
+    floatX* params_memory = nullptr;  // (num_parameters) in the compute precision
+    floatX* grads_memory = nullptr;
+    float* master = nullptr;          // fp32 master weights, when floatX is not float
+    BertOptimizerConfig opt;          // set before the first update()
+    float* opt_state = nullptr;       // AdamW m (num_parameters) then v (num_parameters), fp32
+    ParamTensor* tensor_table = nullptr;  // device: offset/size/decay of each tensor for AdamW
+    void* norm_scratch = nullptr;
+    float* norm_out = nullptr;        // device scalar: squared global gradient norm
+    float* clip_scale = nullptr;      // device scalar: torch's clip factor, read by AdamW
+    float* norm_host = nullptr;       // pinned copy of *norm_out, valid after the step's sync
+    BertActivations<floatX> acts{};
+    void* acts_memory = nullptr;
+    size_t acts_bytes = 0;
+    int B = 0, T = 0;
+    int max_masked = 0;               // MLM rows the activations hold (allocate_activations)
+    BertHead head = BertHead::None;   // the current batch's head (set_batch)
+    int head_rows = 0;                // its rows: M masked positions, or B
+    EncoderBackwardPlan encoder_plan;
+    BertMemory mem;
+    cudaStream_t stream = 0;
+    // Host copies of the current batch's head rows, slot map and labels (uploaded from here).
+    std::vector<int> host_rows, host_slot, host_targets, host_types;
+
+    // Allocates parameters, gradients and optimizer state for config and fills params_memory from
+    // the fp32 host values (num_parameters of them, in the layout above).
+    void build(const BertConfig& c, const std::vector<float>& host_params) {
+        std::string problem = bert_config_problem(c);
+        if (!problem.empty()) data_error("BERT configuration: %s", problem.c_str());
+        config = c;
+        num_parameters = bert_param_sizes(c, sizes);
+        if (host_params.size() != num_parameters)
+            data_error("BERT build: %zu parameter values given, the configuration has %zu", host_params.size(),
+                       num_parameters);
+        cudaCheck(cudaMalloc(&params_memory, num_parameters * sizeof(floatX)));
+        cudaCheck(cudaMalloc(&grads_memory, num_parameters * sizeof(floatX)));
+        cudaCheck(cudaMemset(grads_memory, 0, num_parameters * sizeof(floatX)));
+        params.point_into(params_memory, sizes);
+        grads.point_into(grads_memory, sizes);
+        float* staging;
+        cudaCheck(cudaMalloc(&staging, num_parameters * sizeof(float)));
+        cudaCheck(cudaMemcpy(staging, host_params.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+        if (std::is_same<floatX, float>::value) {
+            cudaCheck(cudaMemcpy(params_memory, staging, num_parameters * sizeof(float), cudaMemcpyDeviceToDevice));
+            cudaCheck(cudaFree(staging));
+        } else {
+            master = staging;  // the fp32 values become the master weights
+            cast(params_memory, (const float*)master, num_parameters, stream);
+        }
+        std::vector<ParamTensor> table(NUM_BERT_TENSORS);
+        size_t offset = 0;
+        for (int i = 0; i < NUM_BERT_TENSORS; i++) {
+            table[i] = ParamTensor{offset, sizes[i], bert_param_decays(i) ? 1 : 0};
+            offset += sizes[i];
+        }
+        cudaCheck(cudaMalloc(&tensor_table, sizeof(ParamTensor) * NUM_BERT_TENSORS));
+        cudaCheck(cudaMemcpy(tensor_table, table.data(), sizeof(ParamTensor) * NUM_BERT_TENSORS,
+                             cudaMemcpyHostToDevice));
+        cudaCheck(cudaMalloc(&opt_state, 2 * num_parameters * sizeof(float)));
+        cudaCheck(cudaMemset(opt_state, 0, 2 * num_parameters * sizeof(float)));
+        cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_bytes(num_parameters)));
+        cudaCheck(cudaMalloc(&norm_out, sizeof(float)));
+        cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
+        cudaCheck(cudaMallocHost(&norm_host, sizeof(float)));
+        mem.weights = mem.grads = num_parameters * sizeof(floatX);
+        mem.master = master ? num_parameters * sizeof(float) : 0;
+        mem.optimizer = 2 * num_parameters * sizeof(float);
+        mem.other = sizeof(ParamTensor) * NUM_BERT_TENSORS + global_norm_scratch_bytes(num_parameters) +
+                    2 * sizeof(float);
+    }
+
+    // Sizes and allocates the activations for micro-batches of B sequences of T tokens, once.
+    // max_masked_rows: the most MLM positions one batch may carry (-1: B*T, every position). The
+    // MLM head's buffers, its (M,Vp) logits above all, are sized by it: a data pipeline masking 15% of
+    // the tokens passes its cap (e.g. original BERT's 20 per sequence of 128) and no (B,T,V) logits exist.
+    void allocate_activations(int B_, int T_, int max_masked_rows = -1) {
+        if (B_ <= 0 || T_ <= 0 || T_ > config.max_seq_len)
+            data_error("allocate_activations: need B >= 1 and 1 <= T <= %d (the model's positions), got B=%d T=%d",
+                       config.max_seq_len, B_, T_);
+        B = B_;
+        T = T_;
+        size_t BT = (size_t)B * T;
+        if (max_masked_rows > (long long)BT)
+            data_error("allocate_activations: max_masked_rows %d exceeds the B*T = %zu positions", max_masked_rows, BT);
+        max_masked = max_masked_rows < 0 ? (int)BT : max_masked_rows;
+        size_t L = config.num_layers, C = config.channels, NH = config.num_heads, I = config.intermediate,
+               Vp = config.padded_vocab_size, NL = config.num_labels, M = max_masked;
+        size_t R = std::max(M, (size_t)B);
+        size_t wide = std::max(3 * C, I);
+        size_t scratch = std::max({layernorm_backward_scratch_bytes((int)BT, (int)C),
+                                   layernorm_backward_scratch_bytes((int)M, (int)C),
+                                   matmul_backward_scratch_bytes((int)BT, (int)wide),
+                                   matmul_backward_scratch_bytes((int)BT, (int)C),
+                                   matmul_backward_scratch_bytes((int)M, (int)Vp),
+                                   matmul_backward_scratch_bytes((int)R, (int)C),
+                                   matmul_backward_scratch_bytes(B, (int)NL),
+                                   attention_backward_scratch_bytes(B, T, (int)C, (int)NH)});
+        // Every region starts 256-byte aligned (cuBLASLt and 128-bit loads want aligned rows).
+        struct Region { void** ptr; size_t bytes; };
+        std::vector<Region> regions = {
+            {(void**)&acts.encoded, BT * C * sizeof(floatX)},
+            {(void**)&acts.emb_ln, BT * C * sizeof(floatX)},
+            {(void**)&acts.emb_mean, BT * sizeof(float)},
+            {(void**)&acts.emb_rstd, BT * sizeof(float)},
+            {(void**)&acts.qkv, L * BT * 3 * C * sizeof(floatX)},
+            {(void**)&acts.atty, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.lse, L * B * NH * T * sizeof(float)},
+            {(void**)&acts.res_att, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.h_att, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.att_mean, L * BT * sizeof(float)},
+            {(void**)&acts.att_rstd, L * BT * sizeof(float)},
+            {(void**)&acts.fch, L * BT * I * sizeof(floatX)},
+            {(void**)&acts.fch_gelu, L * BT * I * sizeof(floatX)},
+            {(void**)&acts.res_out, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.h_out, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.out_mean, L * BT * sizeof(float)},
+            {(void**)&acts.out_rstd, L * BT * sizeof(float)},
+            {(void**)&acts.head_in, R * C * sizeof(floatX)},
+            {(void**)&acts.head_pre, R * C * sizeof(floatX)},
+            {(void**)&acts.head_act, R * C * sizeof(floatX)},
+            {(void**)&acts.mlm_ln, M * C * sizeof(floatX)},
+            {(void**)&acts.mlm_mean, M * sizeof(float)},
+            {(void**)&acts.mlm_rstd, M * sizeof(float)},
+            {(void**)&acts.logits, M * Vp * sizeof(floatX)},
+            {(void**)&acts.cls_logits, B * NL * sizeof(floatX)},
+            {(void**)&acts.losses, R * sizeof(float)},
+            {(void**)&acts.dres, BT * C * sizeof(floatX)},
+            {(void**)&acts.d1, BT * C * sizeof(floatX)},
+            {(void**)&acts.d2, BT * C * sizeof(floatX)},
+            {(void**)&acts.dbig, BT * wide * sizeof(floatX)},
+            {(void**)&acts.dhead1, R * C * sizeof(floatX)},
+            {(void**)&acts.dhead2, R * C * sizeof(floatX)},
+            {(void**)&acts.btc, BT * C * sizeof(floatX)},
+            {(void**)&acts.scratch, scratch},
+            {(void**)&acts.inputs, BT * sizeof(int)},
+            {(void**)&acts.token_types, BT * sizeof(int)},
+            {(void**)&acts.valid_len, B * sizeof(int)},
+            {(void**)&acts.rows, R * sizeof(int)},
+            {(void**)&acts.slot, BT * sizeof(int)},
+            {(void**)&acts.targets, R * sizeof(int)},
+        };
+        acts_bytes = 0;
+        for (auto& r : regions) acts_bytes += (r.bytes + 255) / 256 * 256;
+        cudaCheck(cudaMalloc(&acts_memory, acts_bytes));
+        char* p = static_cast<char*>(acts_memory);
+        for (auto& r : regions) {
+            *r.ptr = p;
+            p += (r.bytes + 255) / 256 * 256;
+        }
+        // The embedding backward's plan buffers, reserved now for the worst case of this shape, so
+        // that the memory anatomy is complete before the first step.
+        size_t plan_before = encoder_plan_bytes();
+        std::vector<int> zeros(BT, 0);
+        encoder_backward_plan(&encoder_plan, zeros.data(), zeros.data(), B, T, (int)C, config.vocab_size,
+                              config.type_vocab_size, stream);
+        cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
+        mem.activations = acts_bytes;
+        mem.other += encoder_plan_bytes() - plan_before;
+    }
+
+    // Device bytes the embedding backward's plan holds.
+    size_t encoder_plan_bytes() const {
+        const EncoderBackwardPlan& e = encoder_plan;
+        return e.capacity_positions * sizeof(int) + e.capacity_segments * sizeof(EncoderSegment) +
+               e.capacity_groups * sizeof(EncoderGroup) + e.capacity_partials * sizeof(float);
+    }
+
+    // Layer l's slice of every per-layer activation.
+    BertLayerActs<floatX> layer_acts(int l) const {
+        size_t BT = (size_t)B * T, C = config.channels, I = config.intermediate, btc = BT * C;
+        size_t bht = (size_t)B * config.num_heads * T;
+        const BertActivations<floatX>& a = acts;
+        return BertLayerActs<floatX>{l == 0 ? a.emb_ln : a.h_out + (l - 1) * btc,
+                                     a.qkv + l * 3 * btc, a.atty + l * btc, a.lse + l * bht,
+                                     a.res_att + l * btc, a.h_att + l * btc, a.att_mean + l * BT, a.att_rstd + l * BT,
+                                     a.fch + l * BT * I, a.fch_gelu + l * BT * I,
+                                     a.res_out + l * btc, a.h_out + l * btc, a.out_mean + l * BT, a.out_rstd + l * BT};
+    }
+
+    // The encoder's output (B,T,C) after forward(): transformers' last_hidden_state in the valid rows
+    // (padded rows differ: their attention output is 0 here, while transformers' padded queries attend
+    // to the valid keys; neither reaches a loss or a valid row).
+    const floatX* hidden() const { return layer_acts(config.num_layers - 1).h_out; }
+
+    // Copies a micro-batch to the device and prepares its head (all host arrays):
+    //   inputs (B,T) token ids in [0, V); token_types (B,T) in [0, type_vocab_size), or nullptr for all
+    //   0; valid_len (B) in [1, T]: tokens t >= valid_len[b] are padding (transformers' attention_mask
+    //   is 1 for t < valid_len[b], 0 after);
+    //   targets: MLM — (B,T) labels, -100 where no token is predicted (transformers' convention), each
+    //   predicted position inside its sequence's valid tokens; Classify — (B) labels in
+    //   [0, num_labels); None — unused (nullptr).
+    // For training, also plans the embedding backward (which groups positions by token id on the
+    // host). Exits with a message naming the first bad value.
+    void set_batch(const int* inputs, const int* token_types, const int* valid_len, const int* targets,
+                   BertHead h, bool for_training = true) {
+        const BertConfig& c = config;
+        int BT = B * T;
+        for (int i = 0; i < BT; i++) {
+            if (inputs[i] < 0 || inputs[i] >= c.vocab_size)
+                data_error("set_batch: token id %d at (b=%d, t=%d) is outside the vocabulary [0, %d)", inputs[i],
+                           i / T, i % T, c.vocab_size);
+            if (token_types && (token_types[i] < 0 || token_types[i] >= c.type_vocab_size))
+                data_error("set_batch: token type %d at (b=%d, t=%d) is outside [0, %d)", token_types[i], i / T,
+                           i % T, c.type_vocab_size);
+        }
+        for (int b = 0; b < B; b++)
+            if (valid_len[b] < 1 || valid_len[b] > T)
+                data_error("set_batch: sequence %d has %d valid tokens, must be in [1, T=%d]", b, valid_len[b], T);
+        if (h != BertHead::None && !targets) data_error("set_batch: a batch with a head needs its targets");
+        head = h;
+        host_rows.clear();
+        host_targets.clear();
+        if (h == BertHead::MLM) {
+            for (int i = 0; i < BT; i++) {
+                int label = targets[i];
+                if (label == -100) continue;
+                if (label < 0 || label >= c.vocab_size)
+                    data_error("set_batch: MLM label %d at (b=%d, t=%d) is outside the vocabulary [0, %d) (and not "
+                               "-100, no prediction)", label, i / T, i % T, c.vocab_size);
+                if (i % T >= valid_len[i / T])
+                    data_error("set_batch: MLM label at (b=%d, t=%d) lies in the padding (sequence %d has %d valid "
+                               "tokens)", i / T, i % T, i / T, valid_len[i / T]);
+                host_rows.push_back(i);
+                host_targets.push_back(label);
+            }
+            if ((int)host_rows.size() > max_masked)
+                data_error("set_batch: %zu MLM positions, but allocate_activations reserved the MLM head for %d",
+                           host_rows.size(), max_masked);
+        } else if (h == BertHead::Classify) {
+            for (int b = 0; b < B; b++) {
+                if (targets[b] < 0 || targets[b] >= c.num_labels)
+                    data_error("set_batch: label %d of sequence %d is outside [0, %d) (num_labels)", targets[b], b,
+                               c.num_labels);
+                host_rows.push_back(b * T);  // the [CLS] token
+                host_targets.push_back(targets[b]);
+            }
+        }
+        head_rows = (int)host_rows.size();
+        gather_slot_map(host_rows.data(), head_rows, BT, &host_slot);
+        if (!token_types) host_types.assign(BT, 0);
+        const int* types = token_types ? token_types : host_types.data();
+        cudaCheck(cudaMemcpyAsync(acts.inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(acts.token_types, types, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(acts.valid_len, valid_len, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(acts.slot, host_slot.data(), (size_t)BT * sizeof(int), cudaMemcpyHostToDevice,
+                                  stream));
+        if (head_rows) {
+            cudaCheck(cudaMemcpyAsync(acts.rows, host_rows.data(), host_rows.size() * sizeof(int),
+                                      cudaMemcpyHostToDevice, stream));
+            cudaCheck(cudaMemcpyAsync(acts.targets, host_targets.data(), host_targets.size() * sizeof(int),
+                                      cudaMemcpyHostToDevice, stream));
+        }
+        if (for_training)
+            encoder_backward_plan(&encoder_plan, inputs, types, B, T, c.channels, c.vocab_size, c.type_vocab_size,
+                                  stream);
+    }
+
+    // Forward pass on the batch of set_batch: the encoder, then the batch's head. Leaves the hidden
+    // states (hidden()) and, with a head, the per-row losses in acts.losses (head_rows of them) and,
+    // if with_grad, the logits' gradient in place of the logits, each row's scaled by dloss (1 /
+    // head_rows for transformers' mean; 1 / the rows of all micro-batches when accumulating).
+    void forward(bool with_grad, float dloss) {
+        const BertConfig& c = config;
+        int L = c.num_layers, C = c.channels, NH = c.num_heads, I = c.intermediate, BT = B * T;
+        float eps = c.layernorm_eps;
+        BertActivations<floatX>& a = acts;
+        const GeluKind erf = GeluKind::Erf;
+        encoder_forward(a.encoded, a.inputs, params.t[WORD_EMB], params.t[POS_EMB], a.token_types, params.t[TYPE_EMB],
+                        B, T, C, stream);
+        layernorm_forward(a.emb_ln, a.emb_mean, a.emb_rstd, a.encoded, params.t[EMB_LNW], params.t[EMB_LNB], BT, C,
+                          eps, stream);
+        // dropout: on the embeddings' LayerNorm output
+        for (int l = 0; l < L; l++) {
+            BertLayerActs<floatX> x = layer_acts(l);
+            // self-attention over the valid tokens; then x + output projection -> LayerNorm
+            matmul_forward(x.qkv, (floatX*)nullptr, x.input, params.layer(QKVW, l, (size_t)3 * C * C),
+                           params.layer(QKVB, l, 3 * C), BT, C, 3 * C, erf, stream);
+            attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, false, a.valid_len, stream);  // dropout: on P
+            matmul_forward(a.btc, (floatX*)nullptr, x.atty, params.layer(ATTOW, l, (size_t)C * C), params.layer(ATTOB, l, C),
+                           BT, C, C, erf, stream);
+            // dropout: on the projection, before the residual add
+            fused_residual_layernorm_forward(x.res_att, x.h_att, x.att_mean, x.att_rstd, x.input, a.btc,
+                                             params.layer(ATTLNW, l, C), params.layer(ATTLNB, l, C), BT, C, eps,
+                                             stream);
+            // MLP: GELU(h_att · interwᵀ + interb) · outwᵀ + outb; then h_att + that -> LayerNorm.
+            // cuBLASLt has no erf-GELU epilogue: matmul_forward runs llmc/gelu.cuh's kernel after it.
+            matmul_forward(x.fch_gelu, x.fch, x.h_att, params.layer(INTERW, l, (size_t)I * C),
+                           params.layer(INTERB, l, I), BT, C, I, erf, stream);
+            matmul_forward(a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(OUTW, l, (size_t)C * I),
+                           params.layer(OUTB, l, C), BT, I, C, erf, stream);
+            // dropout: on the MLP output, before the residual add
+            fused_residual_layernorm_forward(x.res_out, x.h_out, x.out_mean, x.out_rstd, x.h_att, a.btc,
+                                             params.layer(OUTLNW, l, C), params.layer(OUTLNB, l, C), BT, C, eps,
+                                             stream);
+        }
+        if (head == BertHead::None || head_rows == 0) return;
+        int R = head_rows;
+        gather_rows(a.head_in, hidden(), a.rows, R, C, stream);
+        if (head == BertHead::MLM) {
+            // transform: LayerNorm(GELU(x · mlmwᵀ + mlmb)); decoder: · word_embᵀ + decoder bias
+            int V = c.vocab_size, Vp = c.padded_vocab_size;
+            matmul_forward(a.head_act, a.head_pre, a.head_in, params.t[MLMW], params.t[MLMB], R, C, C, erf, stream);
+            layernorm_forward(a.mlm_ln, a.mlm_mean, a.mlm_rstd, a.head_act, params.t[MLMLNW], params.t[MLMLNB], R, C,
+                              eps, stream);
+            matmul_forward(a.logits, (floatX*)nullptr, a.mlm_ln, params.t[WORD_EMB], params.t[MLMDECB], R, C, Vp, erf,
+                           stream);
+            fused_classifier(a.logits, a.losses, a.targets, R, V, Vp, dloss, -100, with_grad, stream);
+        } else {
+            // pooler: tanh([CLS] · poolwᵀ + poolb); classifier: · clswᵀ + clsb
+            int NL = c.num_labels;
+            matmul_forward(a.head_pre, (floatX*)nullptr, a.head_in, params.t[POOLW], params.t[POOLB], R, C, C, erf,
+                           stream);
+            tanh_forward(a.head_act, a.head_pre, (size_t)R * C, stream);
+            // dropout: on the pooled output
+            matmul_forward(a.cls_logits, (floatX*)nullptr, a.head_act, params.t[CLSW], params.t[CLSB], R, C, NL, erf,
+                           stream);
+            fused_classifier(a.cls_logits, a.losses, a.targets, R, NL, NL, dloss, -100, with_grad, stream);
+        }
+    }
+
+    // Backward pass after forward(true, ...): accumulates every parameter's gradient into grads
+    // (callers zero grads_memory at the start of a step; micro-batches add up). Parameters the head
+    // does not use (the other head's) get nothing.
+    void backward() {
+        if (head == BertHead::None) data_error("backward: the batch has no head (set_batch with BertHead::None)");
+        const BertConfig& c = config;
+        int L = c.num_layers, C = c.channels, NH = c.num_heads, I = c.intermediate, BT = B * T;
+        size_t btc = (size_t)BT * C;
+        BertActivations<floatX>& a = acts;
+        const GeluKind erf = GeluKind::Erf;
+        int R = head_rows;
+        if (R > 0 && head == BertHead::MLM) {
+            int Vp = c.padded_vocab_size;
+            matmul_backward(a.dhead1, grads.t[WORD_EMB], grads.t[MLMDECB], a.scratch, a.logits, a.mlm_ln,
+                            params.t[WORD_EMB], (const floatX*)nullptr, R, C, Vp, erf, stream);
+            cudaCheck(cudaMemsetAsync(a.dhead2, 0, (size_t)R * C * sizeof(floatX), stream));
+            layernorm_backward(a.dhead2, grads.t[MLMLNW], grads.t[MLMLNB], a.scratch, a.dhead1, a.head_act,
+                               params.t[MLMLNW], a.mlm_mean, a.mlm_rstd, R, C, stream);
+            gelu_backward_inplace(a.dhead2, a.head_pre, (size_t)R * C, erf, stream);
+            matmul_backward(a.dhead1, grads.t[MLMW], grads.t[MLMB], a.scratch, a.dhead2, a.head_in, params.t[MLMW],
+                            (const floatX*)nullptr, R, C, C, erf, stream);
+        } else if (R > 0) {
+            int NL = c.num_labels;
+            matmul_backward(a.dhead2, grads.t[CLSW], grads.t[CLSB], a.scratch, a.cls_logits, a.head_act,
+                            params.t[CLSW], (const floatX*)nullptr, R, C, NL, erf, stream);
+            tanh_backward_inplace(a.dhead2, a.head_pre, (size_t)R * C, stream);
+            matmul_backward(a.dhead1, grads.t[POOLW], grads.t[POOLB], a.scratch, a.dhead2, a.head_in, params.t[POOLW],
+                            (const floatX*)nullptr, R, C, C, erf, stream);
+        }
+        // The hidden states' gradient: the head's rows, zeros elsewhere (padding and unlabeled tokens).
+        scatter_rows(a.dres, (const floatX*)a.dhead1, a.slot, BT, C, stream);
+        for (int l = L - 1; l >= 0; l--) {
+            BertLayerActs<floatX> x = layer_acts(l);
+            // a.dres: the gradient of h_out. Output LayerNorm -> d(res_out) in d1 (layernorm_backward adds).
+            cudaCheck(cudaMemsetAsync(a.d1, 0, btc * sizeof(floatX), stream));
+            layernorm_backward(a.d1, grads.layer(OUTLNW, l, C), grads.layer(OUTLNB, l, C), a.scratch, a.dres,
+                               x.res_out, params.layer(OUTLNW, l, C), x.out_mean, x.out_rstd, BT, C, stream);
+            // MLP: through the output dense and the GELU into dbig, through the intermediate dense into d2
+            matmul_backward(a.dbig, grads.layer(OUTW, l, (size_t)C * I), grads.layer(OUTB, l, C), a.scratch, a.d1,
+                            x.fch_gelu, params.layer(OUTW, l, (size_t)C * I), x.fch, BT, I, C, erf, stream);
+            matmul_backward(a.d2, grads.layer(INTERW, l, (size_t)I * C), grads.layer(INTERB, l, I), a.scratch, a.dbig,
+                            x.h_att, params.layer(INTERW, l, (size_t)I * C), (const floatX*)nullptr, BT, C, I, erf,
+                            stream);
+            residual_forward(a.d2, a.d2, a.d1, btc, stream);  // + the residual path: d(h_att)
+            // Attention LayerNorm -> d(res_att) in dres
+            cudaCheck(cudaMemsetAsync(a.dres, 0, btc * sizeof(floatX), stream));
+            layernorm_backward(a.dres, grads.layer(ATTLNW, l, C), grads.layer(ATTLNB, l, C), a.scratch, a.d2,
+                               x.res_att, params.layer(ATTLNW, l, C), x.att_mean, x.att_rstd, BT, C, stream);
+            // attention: output projection, attention, qkv projection -> d(input) through attention in d2
+            matmul_backward(a.d1, grads.layer(ATTOW, l, (size_t)C * C), grads.layer(ATTOB, l, C), a.scratch, a.dres, x.atty,
+                            params.layer(ATTOW, l, (size_t)C * C), (const floatX*)nullptr, BT, C, C, erf, stream);
+            attention_backward(a.dbig, a.d1, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, false, a.valid_len,
+                               stream);
+            matmul_backward(a.d2, grads.layer(QKVW, l, (size_t)3 * C * C), grads.layer(QKVB, l, 3 * C), a.scratch, a.dbig,
+                            x.input, params.layer(QKVW, l, (size_t)3 * C * C), (const floatX*)nullptr, BT, C, 3 * C, erf,
+                            stream);
+            residual_forward(a.dres, a.dres, a.d2, btc, stream);  // + the residual path: d(input)
+        }
+        // embeddings' LayerNorm, then the three embedding tables
+        cudaCheck(cudaMemsetAsync(a.d1, 0, btc * sizeof(floatX), stream));
+        layernorm_backward(a.d1, grads.t[EMB_LNW], grads.t[EMB_LNB], a.scratch, a.dres, a.encoded, params.t[EMB_LNW],
+                           a.emb_mean, a.emb_rstd, BT, C, stream);
+        encoder_backward(grads.t[WORD_EMB], grads.t[POS_EMB], grads.t[TYPE_EMB], encoder_plan, a.d1, a.inputs,
+                         a.token_types, B, T, C, stream);
+    }
+
+    // One AdamW step (opt's hyper-parameters, learning rate lr, 1-based step for the bias
+    // correction) after clipping the global gradient norm to max_norm (0: no clipping), without a
+    // host sync: the norm reaches the host through norm_host, valid after the stream's next sync.
+    void update(float lr, float max_norm, int step) {
+        global_norm_squared(norm_out, norm_scratch, (const floatX*)grads_memory, num_parameters, stream);
+        cudaCheck(cudaMemcpyAsync(norm_host, norm_out, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        if (max_norm > 0) grad_clip_scale(clip_scale, norm_out, max_norm, stream);
+        adamw_update(params_memory, master, (const floatX*)grads_memory, opt_state, opt_state + num_parameters,
+                     tensor_table, NUM_BERT_TENSORS, num_parameters, lr, opt.beta1, opt.beta2, opt.eps,
+                     opt.weight_decay, 1.f, step, stream, max_norm > 0 ? (const float*)clip_scale : nullptr);
+    }
+
+    // The update with dynamic loss scaling (fp16), as torch.cuda.amp.GradScaler does it: the gradients
+    // hold loss_scale times their value; if any is inf or NaN (the squared norm then is) the step is
+    // skipped — nothing is touched — and false returned. Otherwise AdamW gets the gradients unscaled and
+    // clipped by the unscaled norm, as torch's unscale_ then clip_grad_norm_ (one rounding instead of two:
+    // the scale is a power of two). Waits for the norm on the host, as GradScaler.step does.
+    bool update_scaled(float lr, float max_norm, int step, float loss_scale) {
+        global_norm_squared(norm_out, norm_scratch, (const floatX*)grads_memory, num_parameters, stream);
+        cudaCheck(cudaMemcpyAsync(norm_host, norm_out, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        if (!std::isfinite(*norm_host)) return false;
+        float inv_scale = 1.f / loss_scale;
+        *norm_host *= inv_scale * inv_scale;  // the unscaled squared norm (exact: powers of two)
+        float clip = 1.f;
+        if (max_norm > 0) clip = std::min(1.f, (1.f / (std::sqrt(*norm_host) + 1e-6f)) * max_norm);  // as grad_clip_scale
+        adamw_update(params_memory, master, (const floatX*)grads_memory, opt_state, opt_state + num_parameters,
+                     tensor_table, NUM_BERT_TENSORS, num_parameters, lr, opt.beta1, opt.beta2, opt.eps,
+                     opt.weight_decay, clip * inv_scale, step, stream, (const float*)nullptr);
+        return true;
+    }
+
+    // The gradient norm of the last update() (after the stream has been synchronized).
+    float last_grad_norm() const { return std::sqrt(*norm_host); }
+
+    // Mean of the per-row losses of the last forward pass (syncs with the device): transformers'
+    // loss, the mean over the masked tokens or over the batch. NaN for an MLM batch without masked
+    // tokens, as transformers gives.
+    float mean_loss() {
+        if (head_rows == 0) return NAN;
+        std::vector<float> losses(head_rows);
+        cudaCheck(cudaMemcpyAsync(losses.data(), acts.losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        double s = 0;
+        for (float x : losses) s += x;
+        return (float)(s / losses.size());
+    }
+
+    // The parameters as fp32 host values (the compute-precision values widened), in the layout above.
+    std::vector<float> params_host_fp32() const {
+        std::vector<floatX> p(num_parameters);
+        cudaCheck(cudaMemcpy(p.data(), params_memory, num_parameters * sizeof(floatX), cudaMemcpyDeviceToHost));
+        std::vector<float> f(num_parameters);
+        for (size_t i = 0; i < num_parameters; i++) f[i] = to_float(p[i]);
+        return f;
+    }
+
+    void free_all() {
+        for (void* p : {(void*)params_memory, (void*)grads_memory, (void*)master, (void*)opt_state,
+                        (void*)tensor_table, norm_scratch, (void*)norm_out, (void*)clip_scale, acts_memory})
+            if (p) cudaCheck(cudaFree(p));
+        cudaCheck(cudaFreeHost(norm_host));
+        encoder_backward_plan_free(&encoder_plan);
+        *this = BERT();
+    }
+};
+
+// ----------------------------------------------------------------------------
+// Initial weights: random, as transformers initializes BERT
+
+// Initializes the tensors of the parts marked in `parts` as transformers' BertPreTrainedModel.
+// _init_weights does: matrices N(0, initializer_range), biases 0, LayerNorm weight 1 and bias 0, the
+// [PAD] (id 0) row of the word embeddings 0; padded vocabulary rows and decoder-bias entries 0. Each
+// tensor draws from its own stream of the seed, so a part's values do not depend on the others'.
+void bert_init_parts(const BertConfig& c, uint64_t seed, const bool parts[NUM_BERT_PARTS], std::vector<float>* p) {
+    size_t sizes[NUM_BERT_TENSORS];
+    if (p->size() != bert_param_sizes(c, sizes)) data_error("bert_init_parts: parameter buffer of the wrong size");
+    size_t offset = 0;
+    for (int i = 0; i < NUM_BERT_TENSORS; offset += sizes[i], i++) {
+        if (!parts[bert_param_part(i)]) continue;
+        float* t = p->data() + offset;
+        std::fill(t, t + sizes[i], 0.f);
+        if (i == EMB_LNW || i == ATTLNW || i == OUTLNW || i == MLMLNW) {
+            std::fill(t, t + sizes[i], 1.f);
+        } else if (bert_param_decays(i)) {
+            NormalRNG rng(seed * 1000003 + i);
+            size_t first = i == WORD_EMB ? c.channels : 0;  // the [PAD] row
+            size_t count = i == WORD_EMB ? (size_t)c.vocab_size * c.channels : sizes[i];
+            for (size_t k = first; k < count; k++) t[k] = rng.normal(c.initializer_range);
+        }
+    }
+}
+
+// A whole BERT initialized as transformers does (see bert_init_parts).
+std::vector<float> bert_random_init(const BertConfig& c, uint64_t seed) {
+    size_t sizes[NUM_BERT_TENSORS];
+    std::vector<float> p(bert_param_sizes(c, sizes));
+    const bool all[NUM_BERT_PARTS] = {true, true, true, true};
+    bert_init_parts(c, seed, all, &p);
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// Hugging Face BERT: transformers' safetensors checkpoints in and out
+//
+// Names (BertModel; the task models put "bert." before them): embeddings.{word,position,
+// token_type}_embeddings.weight, embeddings.LayerNorm.{weight,bias}, encoder.layer.{l}.attention.
+// self.{query,key,value}.{weight,bias}, .attention.output.dense.*, .attention.output.LayerNorm.*,
+// .intermediate.dense.*, .output.dense.*, .output.LayerNorm.*, pooler.dense.*. BertForMaskedLM adds
+// cls.predictions.transform.dense.*, cls.predictions.transform.LayerNorm.*, cls.predictions.bias (and
+// the tied cls.predictions.decoder.weight/.bias, which save_pretrained leaves out);
+// BertForSequenceClassification adds classifier.*; BertForPreTraining adds the next-sentence head
+// cls.seq_relationship.*, which this model does not have (skipped). Checkpoints from the original
+// TensorFlow conversion name LayerNorm parameters gamma and beta: both spellings are read.
+
+// One tensor of a transformers checkpoint and where it goes in our parameters.
+struct BertHFTensor {
+    std::string name;            // without the "bert." prefix for the encoder and pooler
+    int param;                   // our tensor
+    size_t offset;               // element offset inside our tensor (a layer's slice, q/k/v's rows)
+    std::vector<size_t> shape;   // transformers' shape (our layout: no transposes for BERT)
+};
+
+// Every tensor transformers' BERT with config c has, in our order.
+inline std::vector<BertHFTensor> bert_hf_tensors(const BertConfig& c) {
+    size_t V = c.vocab_size, C = c.channels, I = c.intermediate, NL = c.num_labels;
+    std::vector<BertHFTensor> list = {
+        {"embeddings.word_embeddings.weight", WORD_EMB, 0, {V, C}},
+        {"embeddings.position_embeddings.weight", POS_EMB, 0, {(size_t)c.max_seq_len, C}},
+        {"embeddings.token_type_embeddings.weight", TYPE_EMB, 0, {(size_t)c.type_vocab_size, C}},
+        {"embeddings.LayerNorm.weight", EMB_LNW, 0, {C}},
+        {"embeddings.LayerNorm.bias", EMB_LNB, 0, {C}},
+    };
+    for (int l = 0; l < c.num_layers; l++) {
+        std::string p = "encoder.layer." + std::to_string(l) + ".";
+        const char* qkv[3] = {"query", "key", "value"};
+        for (size_t k = 0; k < 3; k++) {
+            list.push_back({p + "attention.self." + qkv[k] + ".weight", QKVW, (l * 3 + k) * C * C, {C, C}});
+            list.push_back({p + "attention.self." + qkv[k] + ".bias", QKVB, (l * 3 + k) * C, {C}});
+        }
+        list.push_back({p + "attention.output.dense.weight", ATTOW, l * C * C, {C, C}});
+        list.push_back({p + "attention.output.dense.bias", ATTOB, l * C, {C}});
+        list.push_back({p + "attention.output.LayerNorm.weight", ATTLNW, l * C, {C}});
+        list.push_back({p + "attention.output.LayerNorm.bias", ATTLNB, l * C, {C}});
+        list.push_back({p + "intermediate.dense.weight", INTERW, l * I * C, {I, C}});
+        list.push_back({p + "intermediate.dense.bias", INTERB, l * I, {I}});
+        list.push_back({p + "output.dense.weight", OUTW, l * C * I, {C, I}});
+        list.push_back({p + "output.dense.bias", OUTB, l * C, {C}});
+        list.push_back({p + "output.LayerNorm.weight", OUTLNW, l * C, {C}});
+        list.push_back({p + "output.LayerNorm.bias", OUTLNB, l * C, {C}});
+    }
+    list.push_back({"pooler.dense.weight", POOLW, 0, {C, C}});
+    list.push_back({"pooler.dense.bias", POOLB, 0, {C}});
+    list.push_back({"cls.predictions.transform.dense.weight", MLMW, 0, {C, C}});
+    list.push_back({"cls.predictions.transform.dense.bias", MLMB, 0, {C}});
+    list.push_back({"cls.predictions.transform.LayerNorm.weight", MLMLNW, 0, {C}});
+    list.push_back({"cls.predictions.transform.LayerNorm.bias", MLMLNB, 0, {C}});
+    list.push_back({"cls.predictions.bias", MLMDECB, 0, {V}});
+    list.push_back({"classifier.weight", CLSW, 0, {NL, C}});
+    list.push_back({"classifier.bias", CLSB, 0, {NL}});
+    return list;
+}
+
+// The name a tensor has in a file whose encoder tensors start with `prefix` ("" or "bert."): the
+// heads' names never take the prefix.
+inline std::string bert_hf_file_name(const BertHFTensor& t, const std::string& prefix) {
+    BertPart part = bert_param_part(t.param);
+    return part == PART_MLM || part == PART_CLASSIFIER ? t.name : prefix + t.name;
+}
+
+// Which parts a checkpoint held.
+struct BertParts {
+    bool has[NUM_BERT_PARTS] = {};
+};
+
+// Reads transformers' config.json (BertConfig) into *c, refusing by name what this model cannot
+// represent; keys it leaves out take BertConfig's defaults, as transformers does.
+void read_hf_bert_config(const std::string& path, BertConfig* c) {
+    std::vector<uint8_t> bytes;
+    {
+        FILE* f = fopen(path.c_str(), "rb");
+        if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
+        char buf[4096];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof(buf), f)) > 0) bytes.insert(bytes.end(), buf, buf + got);
+        fclose(f);
+    }
+    json::Value root;
+    std::string err;
+    if (!json::parse((const char*)bytes.data(), bytes.size(), &root, &err)) data_error("%s: %s", path.c_str(), err.c_str());
+    if (root.type != json::Value::Object) data_error("%s: not a JSON object", path.c_str());
+    const char* f = path.c_str();
+    auto integer = [&](const char* key, int dflt) {
+        const json::Value* v = root.get(key);
+        if (!v) return dflt;
+        if (!v->is_int || v->integer <= 0 || v->integer > (1 << 30))
+            data_error("%s: \"%s\" must be a positive integer", f, key);
+        return (int)v->integer;
+    };
+    auto number = [&](const char* key, double dflt) {
+        const json::Value* v = root.get(key);
+        if (!v) return dflt;
+        if (v->type != json::Value::Number) data_error("%s: \"%s\" must be a number", f, key);
+        return v->number;
+    };
+    auto string = [&](const char* key, const char* dflt) {
+        const json::Value* v = root.get(key);
+        if (!v || v->type == json::Value::Null) return std::string(dflt);
+        if (v->type != json::Value::String) data_error("%s: \"%s\" must be a string", f, key);
+        return v->str;
+    };
+    auto flag = [&](const char* key, bool dflt) {
+        const json::Value* v = root.get(key);
+        if (!v) return dflt;
+        if (v->type != json::Value::Bool) data_error("%s: \"%s\" must be true or false", f, key);
+        return v->boolean;
+    };
+    std::string type = string("model_type", "bert");
+    if (type != "bert")
+        data_error("%s: model_type is \"%s\", not \"bert\" (its architecture differs from BERT's)", f, type.c_str());
+    *c = BertConfig();
+    c->vocab_size = integer("vocab_size", 30522);
+    c->padded_vocab_size = bert_pad_vocab(c->vocab_size);
+    c->channels = integer("hidden_size", 768);
+    c->num_layers = integer("num_hidden_layers", 12);
+    c->num_heads = integer("num_attention_heads", 12);
+    c->intermediate = integer("intermediate_size", 3072);
+    c->max_seq_len = integer("max_position_embeddings", 512);
+    c->type_vocab_size = integer("type_vocab_size", 2);
+    c->layernorm_eps = (float)number("layer_norm_eps", 1e-12);
+    c->initializer_range = (float)number("initializer_range", 0.02);
+    // transformers' num_labels is the size of id2label (config.json does not store num_labels itself).
+    const json::Value* labels = root.get("id2label");
+    if (labels && labels->type != json::Value::Object) data_error("%s: \"id2label\" must be an object", f);
+    c->num_labels = root.get("num_labels") ? integer("num_labels", 2) : labels ? (int)labels->fields.size() : 2;
+    // "gelu" is the exact erf form; the tanh approximations and other activations are other functions.
+    std::string act = string("hidden_act", "gelu");
+    if (act != "gelu")
+        data_error("%s: hidden_act \"%s\" cannot be represented: this BERT uses the exact (erf) GELU, \"gelu\"", f,
+                   act.c_str());
+    std::string pos = string("position_embedding_type", "absolute");
+    if (pos != "absolute")
+        data_error("%s: position_embedding_type \"%s\" cannot be represented: this BERT has absolute position "
+                   "embeddings only", f, pos.c_str());
+    if (flag("is_decoder", false)) data_error("%s: is_decoder true cannot be represented (BERT here is an encoder)", f);
+    if (flag("add_cross_attention", false)) data_error("%s: add_cross_attention cannot be represented", f);
+    if (!flag("tie_word_embeddings", true))
+        data_error("%s: tie_word_embeddings false cannot be represented (the MLM decoder is the word embeddings)", f);
+    std::string problem = string("problem_type", "single_label_classification");
+    if (problem != "single_label_classification")
+        data_error("%s: problem_type \"%s\" cannot be represented: the classification head is single-label "
+                   "(softmax cross-entropy)", f, problem.c_str());
+    std::string why = bert_config_problem(*c);
+    if (!why.empty()) data_error("%s: %s", f, why.c_str());
+}
+
+// Copies the BERT tensors of a parsed safetensors file (named `file` in messages) into p, which holds
+// bert_param_sizes(c) values (entries of absent parts are left as they are), and returns which parts
+// the file has. Exits with one line naming the problem: a tensor of the wrong shape, a part present
+// only in part, a decoder weight not tied to the word embeddings, an unexpected tensor.
+BertParts read_bert_tensors(const SafeTensors& st, const std::string& file, const BertConfig& c,
+                            std::vector<float>* p) {
+    const char* f = file.c_str();
+    size_t sizes[NUM_BERT_TENSORS];
+    if (p->size() != bert_param_sizes(c, sizes)) data_error("read_bert_tensors: parameter buffer of the wrong size");
+    std::vector<size_t> start(NUM_BERT_TENSORS, 0);
+    for (int i = 1; i < NUM_BERT_TENSORS; i++) start[i] = start[i - 1] + sizes[i - 1];
+    std::string prefix = st.find("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+    // The legacy LayerNorm spelling (gamma/beta) of a name, or "" if it has none.
+    auto legacy = [](const std::string& name) {
+        size_t at = name.rfind("LayerNorm.");
+        if (at == std::string::npos) return std::string();
+        std::string tail = name.substr(at + 10);
+        return tail == "weight" ? name.substr(0, at + 10) + "gamma" : tail == "bias" ? name.substr(0, at + 10) + "beta"
+                                                                                     : std::string();
+    };
+    std::vector<BertHFTensor> list = bert_hf_tensors(c);
+    std::vector<std::string> used;
+    BertParts parts;
+    int found[NUM_BERT_PARTS] = {}, total[NUM_BERT_PARTS] = {};
+    std::string first_missing[NUM_BERT_PARTS];
+    std::vector<float> tmp;
+    for (const BertHFTensor& t : list) {
+        BertPart part = bert_param_part(t.param);
+        total[part]++;
+        std::string name = bert_hf_file_name(t, prefix);
+        const SafeTensor* x = st.find(name);
+        if (!x && !legacy(name).empty() && st.find(legacy(name))) {
+            name = legacy(name);
+            x = st.find(name);
+        }
+        if (!x) {
+            if (first_missing[part].empty()) first_missing[part] = name;
+            continue;
+        }
+        if (x->shape != t.shape)
+            data_error("%s: tensor %s has shape %s, expected %s (config.json's model)", f, name.c_str(),
+                       SafeTensors::shape_str(x->shape).c_str(), SafeTensors::shape_str(t.shape).c_str());
+        std::string why;
+        tmp.resize(x->numel);
+        if (!SafeTensors::to_float(*x, tmp.data(), &why)) data_error("%s: %s", f, why.c_str());
+        std::copy(tmp.begin(), tmp.end(), p->begin() + start[t.param] + t.offset);
+        used.push_back(name);
+        found[part]++;
+    }
+    for (int part = 0; part < NUM_BERT_PARTS; part++) {
+        if (found[part] > 0 && found[part] < total[part])
+            data_error("%s: the %s is incomplete: tensor %s is missing", f, kBertPartNames[part],
+                       first_missing[part].c_str());
+        parts.has[part] = found[part] == total[part];
+    }
+    if (!parts.has[PART_ENCODER])
+        data_error("%s: missing tensor %s: not a BERT checkpoint (or not the model of config.json)", f,
+                   first_missing[PART_ENCODER].c_str());
+    // The decoder is the word embedding matrix (and its bias cls.predictions.bias): a file that stores
+    // them must store the same values.
+    const float* word = p->data() + start[WORD_EMB];
+    size_t V = c.vocab_size, C = c.channels;
+    if (const SafeTensor* dec = st.find("cls.predictions.decoder.weight")) {
+        std::string why;
+        if (dec->shape != std::vector<size_t>{V, C}) data_error("%s: cls.predictions.decoder.weight is not (V, C)", f);
+        tmp.resize(dec->numel);
+        if (!SafeTensors::to_float(*dec, tmp.data(), &why)) data_error("%s: %s", f, why.c_str());
+        if (memcmp(tmp.data(), word, V * C * sizeof(float)) != 0)
+            data_error("%s: cls.predictions.decoder.weight differs from %sembeddings.word_embeddings.weight: an untied "
+                       "MLM decoder cannot be represented", f, prefix.c_str());
+        used.push_back(dec->name);
+    }
+    if (const SafeTensor* dec = st.find("cls.predictions.decoder.bias")) {
+        std::string why;
+        if (!parts.has[PART_MLM] || dec->shape != std::vector<size_t>{V})
+            data_error("%s: cls.predictions.decoder.bias without the MLM head, or not (V)", f);
+        tmp.resize(dec->numel);
+        if (!SafeTensors::to_float(*dec, tmp.data(), &why)) data_error("%s: %s", f, why.c_str());
+        if (memcmp(tmp.data(), p->data() + start[MLMDECB], V * sizeof(float)) != 0)
+            data_error("%s: cls.predictions.decoder.bias differs from cls.predictions.bias (transformers ties them)", f);
+        used.push_back(dec->name);
+    }
+    // Anything else is not part of this model: buffers (position_ids, token_type_ids) and the
+    // next-sentence head of BertForPreTraining are skipped, the rest refused.
+    for (const SafeTensor& x : st.tensors()) {
+        const std::string& name = x.name;
+        auto ends_with = [&](const std::string& s) {
+            return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+        };
+        if (ends_with("embeddings.position_ids") || ends_with("embeddings.token_type_ids") ||
+            name.compare(0, 20, "cls.seq_relationship") == 0)
+            continue;
+        if (std::find(used.begin(), used.end(), name) == used.end())
+            data_error("%s: unexpected tensor %s (not part of a BERT with the %d layers of config.json)", f,
+                       name.c_str(), c.num_layers);
+    }
+    return parts;
+}
+
+// Reads a transformers BERT checkpoint: path is a .safetensors file or a directory holding
+// model.safetensors, with transformers' config.json beside it. Returns the fp32 parameters in our
+// layout and fills *c (and *parts, if given, with which parts the file had). Parts the checkpoint
+// lacks — the MLM head of a BertModel, the pooler and classifier of a BertForMaskedLM — are
+// initialized as transformers initializes them (seeded), as from_pretrained does for a task model.
+// Exits with one line naming the problem if the checkpoint is not a BERT this model can represent.
+std::vector<float> load_hf_bert(const std::string& path, BertConfig* c, BertParts* parts = nullptr,
+                                uint64_t seed = 42) {
+    struct stat info;
+    bool is_dir = stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+    std::string file = is_dir ? path + "/model.safetensors" : path;
+    size_t slash = file.rfind('/');
+    std::string config_path = (slash == std::string::npos ? std::string(".") : file.substr(0, slash)) + "/config.json";
+    if (stat(config_path.c_str(), &info) != 0)
+        data_error("%s: no config.json beside it (%s): it is needed for the number of attention heads and the "
+                   "activation, which the tensors do not tell", file.c_str(), config_path.c_str());
+    read_hf_bert_config(config_path, c);
+    SafeTensors st;
+    std::string err;
+    if (!st.load(file, &err)) data_error("%s", err.c_str());
+    // The layer count the tensors have must be config.json's (the list checks every other size).
+    int layers = 0;
+    for (const SafeTensor& x : st.tensors()) {
+        size_t at = x.name.find("encoder.layer.");
+        if (at == std::string::npos) continue;
+        int l = atoi(x.name.c_str() + at + 14);
+        layers = std::max(layers, l + 1);
+    }
+    if (layers != c->num_layers)
+        data_error("%s: has %d encoder layers, %s says num_hidden_layers %d", file.c_str(), layers, config_path.c_str(),
+                   c->num_layers);
+    // A classifier's rows must be config.json's labels: said here, more clearly than a shape mismatch.
+    if (const SafeTensor* cls = st.find("classifier.weight"))
+        if (cls->shape.size() == 2 && cls->shape[0] != (size_t)c->num_labels)
+            data_error("%s: classifier.weight has %zu rows (labels), %s has %d (id2label)", file.c_str(),
+                       cls->shape[0], config_path.c_str(), c->num_labels);
+    size_t sizes[NUM_BERT_TENSORS];
+    std::vector<float> p(bert_param_sizes(*c, sizes), 0.f);
+    BertParts found = read_bert_tensors(st, file, *c, &p);
+    bool absent[NUM_BERT_PARTS];
+    for (int k = 0; k < NUM_BERT_PARTS; k++) absent[k] = !found.has[k];
+    bert_init_parts(*c, seed, absent, &p);
+    if (parts) *parts = found;
+    return p;
+}
+
+// Writes our fp32 parameters as a transformers checkpoint in dir (created if missing): model.safetensors
+// (F32, or BF16 if bf16) and config.json, for the architecture of `head`: BertForMaskedLM (MLM: the
+// encoder and the MLM head, "bert." names), BertForSequenceClassification (Classify: encoder, pooler,
+// classifier) or BertModel (None: encoder and pooler). from_pretrained(dir) of that class loads it
+// with nothing missing and nothing unexpected. Exits with one line if it cannot write.
+void export_hf_bert(const std::string& dir, const BertConfig& c, const std::vector<float>& params, bool bf16,
+                    BertHead head) {
+    size_t sizes[NUM_BERT_TENSORS];
+    if (params.size() != bert_param_sizes(c, sizes))
+        data_error("export to %s: %zu parameters given, the model has %zu", dir.c_str(), params.size(),
+                   bert_param_sizes(c, sizes));
+    std::string err;
+    if (!make_dirs(dir, &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
+    std::vector<size_t> start(NUM_BERT_TENSORS, 0);
+    for (int i = 1; i < NUM_BERT_TENSORS; i++) start[i] = start[i - 1] + sizes[i - 1];
+    bool part[NUM_BERT_PARTS] = {true, head != BertHead::MLM, head == BertHead::MLM, head == BertHead::Classify};
+    std::string prefix = head == BertHead::None ? "" : "bert.";
+    SafeTensorsWriter w;
+    for (const BertHFTensor& t : bert_hf_tensors(c))
+        if (part[bert_param_part(t.param)])
+            w.add(bert_hf_file_name(t, prefix), params.data() + start[t.param] + t.offset, t.shape, bf16);
+    if (!w.write(dir + "/model.safetensors", &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
+
+    const char* arch = head == BertHead::MLM        ? "BertForMaskedLM"
+                       : head == BertHead::Classify ? "BertForSequenceClassification"
+                                                    : "BertModel";
+    // The labels (transformers derives num_labels from id2label), for every architecture, as
+    // save_pretrained writes them.
+    std::string id2label, label2id;
+    for (int k = 0; k < c.num_labels; k++) {
+        std::string sep = k ? ", " : "";
+        id2label += sep + "\"" + std::to_string(k) + "\": \"LABEL_" + std::to_string(k) + "\"";
+        label2id += sep + "\"LABEL_" + std::to_string(k) + "\": " + std::to_string(k);
+    }
+    std::string labels = "  \"id2label\": {" + id2label + "},\n  \"label2id\": {" + label2id + "},\n";
+    if (head == BertHead::Classify) labels += "  \"problem_type\": \"single_label_classification\",\n";
+    // Floats in their shortest form that reads back as the same float (1e-12, not 9.99999996e-13).
+    auto shortest = [](float x) {
+        char buf[32];
+        for (int digits = 1; digits <= 9; digits++) {
+            snprintf(buf, sizeof(buf), "%.*g", digits, x);
+            if (strtof(buf, nullptr) == x) break;
+        }
+        return std::string(buf);
+    };
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "  \"attention_probs_dropout_prob\": 0.1,\n"
+             "  \"classifier_dropout\": null,\n"
+             "  \"hidden_act\": \"gelu\",\n"
+             "  \"hidden_dropout_prob\": 0.1,\n"
+             "  \"hidden_size\": %d,\n"
+             "  \"initializer_range\": %s,\n"
+             "  \"intermediate_size\": %d,\n"
+             "  \"layer_norm_eps\": %s,\n"
+             "  \"max_position_embeddings\": %d,\n"
+             "  \"model_type\": \"bert\",\n"
+             "  \"num_attention_heads\": %d,\n"
+             "  \"num_hidden_layers\": %d,\n"
+             "  \"pad_token_id\": 0,\n"
+             "  \"position_embedding_type\": \"absolute\",\n"
+             "  \"torch_dtype\": \"%s\",\n"
+             "  \"type_vocab_size\": %d,\n"
+             "  \"use_cache\": true,\n"
+             "  \"vocab_size\": %d\n",
+             c.channels, shortest(c.initializer_range).c_str(), c.intermediate, shortest(c.layernorm_eps).c_str(),
+             c.max_seq_len, c.num_heads, c.num_layers, bf16 ? "bfloat16" : "float32", c.type_vocab_size, c.vocab_size);
+    std::string config = std::string("{\n  \"architectures\": [\"") + arch + "\"],\n" + labels + body + "}\n";
+    if (!write_file_atomic(dir + "/config.json", {{config.data(), config.size()}}, &err))
+        data_error("export to %s: %s", dir.c_str(), err.c_str());
+}
