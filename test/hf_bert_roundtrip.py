@@ -17,7 +17,6 @@ Prints "PASS name" / "FAIL name ..." per check and "N passed, N failed"; exits n
 (needs Debian's python3-torch and transformers<4.46 for /usr/bin/python3; run from the repository root)
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -26,22 +25,13 @@ from safetensors.torch import load_file
 from transformers import BertForMaskedLM, BertForSequenceClassification
 from transformers.utils import logging
 
+from oracle_checks import check_logits, finish, report, run_export
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures")
-EPS_FP32 = 2.0 ** -23
 K = 16  # fp32 roundings of the logits' scale, as test_bert's logit budget (reasoning there)
 CLASSES = {"mlm": BertForMaskedLM, "cls": BertForSequenceClassification}
 
-passed = failed = 0
-
-
-def report(ok, name, detail=""):
-    global passed, failed
-    print(f"{'PASS' if ok else 'FAIL'} {name}" + (f"  {detail}" if detail else ""), flush=True)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
 
 
 def check_export(head, precision, directory):
@@ -84,17 +74,7 @@ def check_export(head, precision, directory):
         logits = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits.float()
     if head == "mlm":
         logits = logits[ours["mlm_labels"].long() != -100]  # the masked positions, (b, t) order
-    ref = ours["logits"]
-    if logits.shape != ref.shape:
-        report(False, f"hf_bert export {variant}: transformers' logits vs ours",
-               f"shapes {tuple(logits.shape)} vs {tuple(ref.shape)}")
-        return
-    err = (logits - ref).abs()
-    scale = ref.abs().max().item()
-    budget = K * EPS_FP32 * scale + K * EPS_FP32 * ref.abs()
-    used = (err / budget).max().item()
-    report(bool((err <= budget).all()), f"hf_bert export {variant}: transformers' logits vs ours (fp32 forward)",
-           f"max_err={err.max().item():.3g} budget_used={100 * used:.0f}% (n={err.numel()})")
+    check_logits(f"hf_bert export {variant}: transformers' logits vs ours (fp32 forward)", logits, ours["logits"], K)
 
 
 def main():
@@ -103,15 +83,11 @@ def main():
     binary = sys.argv[1]
     logging.set_verbosity_error()
     with tempfile.TemporaryDirectory(prefix="llmc_hf_bert_export_") as directory:
-        run = subprocess.run([binary, "--export", directory], capture_output=True, text=True)
-        report(run.returncode == 0, "hf_bert export: the test binary writes the exports",
-               (run.stdout + run.stderr).strip().replace("\n", " | "))
-        if run.returncode == 0:
+        if run_export(binary, directory, "hf_bert export: the test binary writes the exports"):
             for head in ("mlm", "cls"):
                 for precision in ("fp32", "bf16"):
                     check_export(head, precision, directory)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 if __name__ == "__main__":

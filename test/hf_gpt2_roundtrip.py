@@ -14,7 +14,6 @@ Prints "PASS name" / "FAIL name ..." per check and "N passed, N failed"; exits n
 (needs Debian's python3-torch and transformers<4.46 for /usr/bin/python3; run from the repository root)
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -23,21 +22,12 @@ from safetensors.torch import load_file
 from transformers import GPT2LMHeadModel
 from transformers.utils import logging
 
+from oracle_checks import check_logits, finish, report, run_export
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "hf_gpt2_tiny")
-EPS_FP32 = 2.0 ** -23
 K = 16  # fp32 roundings of the logits' scale, as test_hf_gpt2's kFp32LogitK (reasoning there)
 
-passed = failed = 0
-
-
-def report(ok, name, detail=""):
-    global passed, failed
-    print(f"{'PASS' if ok else 'FAIL'} {name}" + (f"  {detail}" if detail else ""), flush=True)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
 
 
 def check_export(variant, directory, reference):
@@ -74,13 +64,7 @@ def check_export(variant, directory, reference):
     tokens = ours["tokens"].long()
     with torch.no_grad():
         logits = model(tokens).logits.float()
-    ref = ours["logits"]
-    err = (logits - ref).abs()
-    scale = ref.abs().max().item()
-    budget = K * EPS_FP32 * scale + K * EPS_FP32 * ref.abs()
-    used = (err / budget).max().item()
-    report(bool((err <= budget).all()), f"hf_gpt2 export {variant}: transformers' logits vs ours (fp32 forward)",
-           f"max_err={err.max().item():.3g} budget_used={100 * used:.0f}% (n={err.numel()})")
+    check_logits(f"hf_gpt2 export {variant}: transformers' logits vs ours (fp32 forward)", logits, ours["logits"], K)
 
 
 def main():
@@ -90,14 +74,10 @@ def main():
     logging.set_verbosity_error()
     reference = GPT2LMHeadModel.from_pretrained(FIXTURE).eval()
     with tempfile.TemporaryDirectory(prefix="llmc_hf_export_") as directory:
-        run = subprocess.run([binary, "--export", directory], capture_output=True, text=True)
-        report(run.returncode == 0, "hf_gpt2 export: the test binary writes the exports",
-               (run.stdout + run.stderr).strip().replace("\n", " | "))
-        if run.returncode == 0:
+        if run_export(binary, directory, "hf_gpt2 export: the test binary writes the exports"):
             for variant in ("fp32", "bf16"):
                 check_export(variant, directory, reference)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 if __name__ == "__main__":
