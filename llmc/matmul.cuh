@@ -117,6 +117,42 @@ template <> constexpr cudaDataType_t cuda_dtype<float>() { return CUDA_R_32F; }
 template <> constexpr cudaDataType_t cuda_dtype<__nv_bfloat16>() { return CUDA_R_16BF; }
 template <> constexpr cudaDataType_t cuda_dtype<__half>() { return CUDA_R_16F; }
 
+// The end of every cuBLASLt call here: the cached heuristic for `key` (asked once per shape, type and
+// epilogue), then the matmul D = alpha * op(A) op(B) + beta * D (D in place of C) if cuBLASLt
+// supports it; destroys the descriptors either way. Any refusal (NOT_SUPPORTED, or INVALID_VALUE
+// for e.g. a GELU aux leading dimension that is not a multiple of 8) returns false, which callers
+// take as "use the unfused path"; the unfused DEFAULT epilogue is always supported, and its failure
+// is reported by the caller.
+inline bool cublaslt_run(const std::tuple<int, int, int, int, int, int, int, int>& key, cublasLtMatmulDesc_t desc,
+                         cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, float alpha,
+                         const void* a, const void* b, float beta, void* d, cudaStream_t stream) {
+    MatmulContext& ctx = matmul_context();
+    auto it = ctx.algos.find(key);
+    if (it == ctx.algos.end()) {
+        cublasLtMatmulPreference_t pref;
+        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &ctx.workspace_size, sizeof(ctx.workspace_size)));
+        cublasLtMatmulHeuristicResult_t result;
+        int found = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la, lb, ld, ld, pref, 1, &result, &found);
+        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+        it = ctx.algos.emplace(key, std::make_pair(ok, ok ? result.algo : cublasLtMatmulAlgo_t{})).first;
+    }
+    bool supported = it->second.first;
+    if (supported) {
+        cublasCheck(cublasLtMatmul(ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &it->second.second,
+                                   ctx.workspace, ctx.workspace_size, stream));
+        ctx.calls++;
+    }
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return supported;
+}
+
 // D (m,n) = alpha * op(A) op(B) + beta * D, column-major, with an epilogue (bias (m), aux (m,n)
 // with leading dimension ldaux). Returns false, without computing, when cuBLASLt does not support
 // this combination (so callers can fall back); any other failure exits.
@@ -150,33 +186,7 @@ bool cublaslt_matmul(T* d, const T* a, const T* b, int m, int n, int k, bool tra
     cublasCheck(cublasLtMatrixLayoutCreate(&ld, cuda_dtype<T>(), m, n, ldd));
 
     auto key = std::make_tuple(m, n, k, (int)transa, (int)transb, (int)epilogue, (int)cuda_dtype<T>(), (int)compute);
-    auto it = ctx.algos.find(key);
-    if (it == ctx.algos.end()) {
-        cublasLtMatmulPreference_t pref;
-        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &ctx.workspace_size, sizeof(ctx.workspace_size)));
-        cublasLtMatmulHeuristicResult_t result;
-        int found = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la, lb, ld, ld, pref, 1, &result, &found);
-        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        // Any refusal (NOT_SUPPORTED, or INVALID_VALUE for e.g. a GELU aux leading dimension that
-        // is not a multiple of 8) means "use the unfused path"; the unfused DEFAULT epilogue is
-        // always supported, and its failure is reported by the caller.
-        bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-        it = ctx.algos.emplace(key, std::make_pair(ok, ok ? result.algo : cublasLtMatmulAlgo_t{})).first;
-    }
-    bool supported = it->second.first;
-    if (supported) {
-        cublasCheck(cublasLtMatmul(ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &it->second.second,
-                                   ctx.workspace, ctx.workspace_size, stream));
-        ctx.calls++;
-    }
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return supported;
+    return cublaslt_run(key, desc, la, lb, ld, alpha, a, b, beta, d, stream);
 }
 
 // D (m,n) bf16, column-major, = epilogue(scale_a * scale_b * op(A) B + beta * D) for fp8 operands in
@@ -189,7 +199,6 @@ inline bool cublaslt_matmul_fp8(__nv_bfloat16* d, const void* a, __nv_fp8_interp
                                 __nv_fp8_interpretation_t fb, int m, int n, int k, int lda, int ldb, int ldd,
                                 const float* scale_a, const float* scale_b, float beta, cublasLtEpilogue_t epilogue,
                                 const __nv_bfloat16* bias, __nv_bfloat16* aux, int ldaux, cudaStream_t stream) {
-    MatmulContext& ctx = matmul_context();
     const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
     const cudaDataType_t ta = fa == __NV_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
     const cudaDataType_t tb = fb == __NV_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
@@ -221,31 +230,7 @@ inline bool cublaslt_matmul_fp8(__nv_bfloat16* d, const void* a, __nv_fp8_interp
     // (all below 256) can collide with an fp8 entry.
     int types = (1 << 16) | ((int)ta << 8) | (int)tb;
     auto key = std::make_tuple(m, n, k, 1, 0, (int)epilogue, types, (int)compute);
-    auto it = ctx.algos.find(key);
-    if (it == ctx.algos.end()) {
-        cublasLtMatmulPreference_t pref;
-        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &ctx.workspace_size, sizeof(ctx.workspace_size)));
-        cublasLtMatmulHeuristicResult_t result;
-        int found = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la, lb, ld, ld, pref, 1, &result, &found);
-        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;  // as in cublaslt_matmul: a refusal means "unfused"
-        it = ctx.algos.emplace(key, std::make_pair(ok, ok ? result.algo : cublasLtMatmulAlgo_t{})).first;
-    }
-    bool supported = it->second.first;
-    if (supported) {
-        const float alpha = 1.f;
-        cublasCheck(cublasLtMatmul(ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &it->second.second,
-                                   ctx.workspace, ctx.workspace_size, stream));
-        ctx.calls++;
-    }
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return supported;
+    return cublaslt_run(key, desc, la, lb, ld, 1.f, a, b, beta, d, stream);
 }
 
 // ----------------------------------------------------------------------------
