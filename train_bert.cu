@@ -32,7 +32,6 @@
 
 #include <sys/stat.h>
 
-#include "llmc/adamw.cuh"
 #include "llmc/attention.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/cuda_common.h"
@@ -41,10 +40,10 @@
 #include "llmc/fused_classifier.cuh"
 #include "llmc/gather.cuh"
 #include "llmc/gelu.cuh"
-#include "llmc/global_norm.cuh"
 #include "llmc/json.h"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/model_state.cuh"
 #include "llmc/precision.cuh"
 #include "llmc/rng.h"
 #include "llmc/safetensors.h"
@@ -207,16 +206,29 @@ inline bool bert_param_decays(int i) {
 
 // Pointers to the 26 tensors inside one buffer.
 template <class floatX>
-struct BertParams {
-    floatX* t[NUM_BERT_TENSORS];
-    void point_into(floatX* base, const size_t sizes[NUM_BERT_TENSORS]) {
-        for (int i = 0; i < NUM_BERT_TENSORS; i++) {
-            t[i] = base;
-            base += sizes[i];
-        }
-    }
-    floatX* layer(int i, int l, size_t per_layer) const { return t[i] + (size_t)l * per_layer; }
-};
+using BertParams = TensorViews<floatX, NUM_BERT_TENSORS>;
+
+// The 26 tensors as the optimizers see them (llmc/model_state.cuh): shapes of one copy (nn.Linear's
+// (out, in)), L copies of the per-layer tensors.
+inline std::vector<ParamSpec> bert_param_specs(const BertConfig& c) {
+    size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, I = c.intermediate;
+    size_t NL = c.num_labels;
+    std::vector<ParamSpec> s(NUM_BERT_TENSORS);
+    for (int i = 0; i < NUM_BERT_TENSORS; i++) s[i] = ParamSpec{{C}, bert_param_per_layer(i) ? L : 1, bert_param_decays(i)};
+    s[WORD_EMB].shape = {Vp, C};
+    s[POS_EMB].shape = {(size_t)c.max_seq_len, C};
+    s[TYPE_EMB].shape = {(size_t)c.type_vocab_size, C};
+    s[QKVW].shape = {3 * C, C};
+    s[QKVB].shape = {3 * C};
+    s[ATTOW].shape = s[POOLW].shape = s[MLMW].shape = {C, C};
+    s[INTERW].shape = {I, C};
+    s[INTERB].shape = {I};
+    s[OUTW].shape = {C, I};
+    s[MLMDECB].shape = {Vp};
+    s[CLSW].shape = {NL, C};
+    s[CLSB].shape = {NL};
+    return s;
+}
 
 // ----------------------------------------------------------------------------
 // Activations: everything the backward pass reads, sized for micro-batch (B, T), one allocation.
@@ -290,42 +302,19 @@ struct BertLayerActs {
     float* out_rstd;    // (B,T)
 };
 
-// AdamW's hyper-parameters (torch.optim.AdamW's defaults; weight decay on the matrices only).
-struct BertOptimizerConfig {
-    float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-    float weight_decay = 0.01f;
-};
-
-// Device memory by purpose, in bytes: exactly what build() and allocate_activations() allocate.
-struct BertMemory {
-    size_t weights = 0;      // parameters in the compute precision
-    size_t master = 0;       // fp32 master weights (16-bit storage types only)
-    size_t grads = 0;        // gradients in the compute precision
-    size_t optimizer = 0;    // AdamW m and v, fp32
-    size_t activations = 0;  // everything the backward pass reads, and its scratch
-    size_t other = 0;        // the optimizer's tensor table, the norm's scratch, the embedding-backward plan
-    size_t total() const { return weights + master + grads + optimizer + activations + other; }
-};
-
 // ----------------------------------------------------------------------------
 // The model
 
+// The parameters, gradients, master weights, optimizer and its update are the shared ModelState
+// (llmc/model_state.cuh); BERT adds the named tensors, the activations and the passes over them.
 template <class floatX>
-struct BERT {
+struct BERT : ModelState<floatX> {
+    using State = ModelState<floatX>;
+    using State::num_parameters, State::params_memory, State::grads_memory, State::master, State::opt,
+        State::mem, State::stream;
     BertConfig config;
     size_t sizes[NUM_BERT_TENSORS];
-    size_t num_parameters = 0;
     BertParams<floatX> params, grads;
-    floatX* params_memory = nullptr;  // (num_parameters) in the compute precision
-    floatX* grads_memory = nullptr;
-    float* master = nullptr;          // fp32 master weights, when floatX is not float
-    BertOptimizerConfig opt;          // set before the first update()
-    float* opt_state = nullptr;       // AdamW m (num_parameters) then v (num_parameters), fp32
-    ParamTensor* tensor_table = nullptr;  // device: offset/size/decay of each tensor for AdamW
-    void* norm_scratch = nullptr;
-    float* norm_out = nullptr;        // device scalar: squared global gradient norm
-    float* clip_scale = nullptr;      // device scalar: torch's clip factor, read by AdamW
-    float* norm_host = nullptr;       // pinned copy of *norm_out, valid after the step's sync
     BertActivations<floatX> acts{};
     void* acts_memory = nullptr;
     size_t acts_bytes = 0;
@@ -334,10 +323,15 @@ struct BERT {
     BertHead head = BertHead::None;   // the current batch's head (set_batch)
     int head_rows = 0;                // its rows: M masked positions, or B
     EncoderBackwardPlan encoder_plan;
-    BertMemory mem;
-    cudaStream_t stream = 0;
     // Host copies of the current batch's head rows, slot map and labels (uploaded from here).
     std::vector<int> host_rows, host_slot, host_targets, host_types;
+
+    // BERT's optimizer defaults: torch.optim.AdamW's betas (0.9, 0.999) and eps, weight decay 0.01 on
+    // the matrices (the usual fine-tuning recipe); set opt before build().
+    BERT() {
+        opt.beta2 = 0.999f;
+        opt.weight_decay = 0.01f;
+    }
 
     // Allocates parameters, gradients and optimizer state for config and fills params_memory from
     // the fp32 host values (num_parameters of them, in the layout above).
@@ -345,45 +339,10 @@ struct BERT {
         std::string problem = bert_config_problem(c);
         if (!problem.empty()) data_error("BERT configuration: %s", problem.c_str());
         config = c;
-        num_parameters = bert_param_sizes(c, sizes);
-        if (host_params.size() != num_parameters)
-            data_error("BERT build: %zu parameter values given, the configuration has %zu", host_params.size(),
-                       num_parameters);
-        cudaCheck(cudaMalloc(&params_memory, num_parameters * sizeof(floatX)));
-        cudaCheck(cudaMalloc(&grads_memory, num_parameters * sizeof(floatX)));
-        cudaCheck(cudaMemset(grads_memory, 0, num_parameters * sizeof(floatX)));
+        bert_param_sizes(c, sizes);
+        this->build_state(bert_param_specs(c), host_params);
         params.point_into(params_memory, sizes);
         grads.point_into(grads_memory, sizes);
-        float* staging;
-        cudaCheck(cudaMalloc(&staging, num_parameters * sizeof(float)));
-        cudaCheck(cudaMemcpy(staging, host_params.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
-        if (std::is_same<floatX, float>::value) {
-            cudaCheck(cudaMemcpy(params_memory, staging, num_parameters * sizeof(float), cudaMemcpyDeviceToDevice));
-            cudaCheck(cudaFree(staging));
-        } else {
-            master = staging;  // the fp32 values become the master weights
-            cast(params_memory, (const float*)master, num_parameters, stream);
-        }
-        std::vector<ParamTensor> table(NUM_BERT_TENSORS);
-        size_t offset = 0;
-        for (int i = 0; i < NUM_BERT_TENSORS; i++) {
-            table[i] = ParamTensor{offset, sizes[i], bert_param_decays(i) ? 1 : 0};
-            offset += sizes[i];
-        }
-        cudaCheck(cudaMalloc(&tensor_table, sizeof(ParamTensor) * NUM_BERT_TENSORS));
-        cudaCheck(cudaMemcpy(tensor_table, table.data(), sizeof(ParamTensor) * NUM_BERT_TENSORS,
-                             cudaMemcpyHostToDevice));
-        cudaCheck(cudaMalloc(&opt_state, 2 * num_parameters * sizeof(float)));
-        cudaCheck(cudaMemset(opt_state, 0, 2 * num_parameters * sizeof(float)));
-        cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_bytes(num_parameters)));
-        cudaCheck(cudaMalloc(&norm_out, sizeof(float)));
-        cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
-        cudaCheck(cudaMallocHost(&norm_host, sizeof(float)));
-        mem.weights = mem.grads = num_parameters * sizeof(floatX);
-        mem.master = master ? num_parameters * sizeof(float) : 0;
-        mem.optimizer = 2 * num_parameters * sizeof(float);
-        mem.other = sizeof(ParamTensor) * NUM_BERT_TENSORS + global_norm_scratch_bytes(num_parameters) +
-                    2 * sizeof(float);
     }
 
     // Sizes and allocates the activations for micro-batches of B sequences of T tokens, once.
@@ -701,41 +660,6 @@ struct BERT {
                          a.token_types, B, T, C, stream);
     }
 
-    // One AdamW step (opt's hyper-parameters, learning rate lr, 1-based step for the bias
-    // correction) after clipping the global gradient norm to max_norm (0: no clipping), without a
-    // host sync: the norm reaches the host through norm_host, valid after the stream's next sync.
-    void update(float lr, float max_norm, int step) {
-        global_norm_squared(norm_out, norm_scratch, (const floatX*)grads_memory, num_parameters, stream);
-        cudaCheck(cudaMemcpyAsync(norm_host, norm_out, sizeof(float), cudaMemcpyDeviceToHost, stream));
-        if (max_norm > 0) grad_clip_scale(clip_scale, norm_out, max_norm, stream);
-        adamw_update(params_memory, master, (const floatX*)grads_memory, opt_state, opt_state + num_parameters,
-                     tensor_table, NUM_BERT_TENSORS, num_parameters, lr, opt.beta1, opt.beta2, opt.eps,
-                     opt.weight_decay, 1.f, step, stream, max_norm > 0 ? (const float*)clip_scale : nullptr);
-    }
-
-    // The update with dynamic loss scaling (fp16), as torch.cuda.amp.GradScaler does it: the gradients
-    // hold loss_scale times their value; if any is inf or NaN (the squared norm then is) the step is
-    // skipped — nothing is touched — and false returned. Otherwise AdamW gets the gradients unscaled and
-    // clipped by the unscaled norm, as torch's unscale_ then clip_grad_norm_ (one rounding instead of two:
-    // the scale is a power of two). Waits for the norm on the host, as GradScaler.step does.
-    bool update_scaled(float lr, float max_norm, int step, float loss_scale) {
-        global_norm_squared(norm_out, norm_scratch, (const floatX*)grads_memory, num_parameters, stream);
-        cudaCheck(cudaMemcpyAsync(norm_host, norm_out, sizeof(float), cudaMemcpyDeviceToHost, stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        if (!std::isfinite(*norm_host)) return false;
-        float inv_scale = 1.f / loss_scale;
-        *norm_host *= inv_scale * inv_scale;  // the unscaled squared norm (exact: powers of two)
-        float clip = 1.f;
-        if (max_norm > 0) clip = std::min(1.f, (1.f / (std::sqrt(*norm_host) + 1e-6f)) * max_norm);  // as grad_clip_scale
-        adamw_update(params_memory, master, (const floatX*)grads_memory, opt_state, opt_state + num_parameters,
-                     tensor_table, NUM_BERT_TENSORS, num_parameters, lr, opt.beta1, opt.beta2, opt.eps,
-                     opt.weight_decay, clip * inv_scale, step, stream, (const float*)nullptr);
-        return true;
-    }
-
-    // The gradient norm of the last update() (after the stream has been synchronized).
-    float last_grad_norm() const { return std::sqrt(*norm_host); }
-
     // Mean of the per-row losses of the last forward pass (syncs with the device): transformers'
     // loss, the mean over the masked tokens or over the batch. NaN for an MLM batch without masked
     // tokens, as transformers gives.
@@ -750,20 +674,9 @@ struct BERT {
         return (float)(s / losses.size());
     }
 
-    // The parameters as fp32 host values (the compute-precision values widened), in the layout above.
-    std::vector<float> params_host_fp32() const {
-        std::vector<floatX> p(num_parameters);
-        cudaCheck(cudaMemcpy(p.data(), params_memory, num_parameters * sizeof(floatX), cudaMemcpyDeviceToHost));
-        std::vector<float> f(num_parameters);
-        for (size_t i = 0; i < num_parameters; i++) f[i] = to_float(p[i]);
-        return f;
-    }
-
     void free_all() {
-        for (void* p : {(void*)params_memory, (void*)grads_memory, (void*)master, (void*)opt_state,
-                        (void*)tensor_table, norm_scratch, (void*)norm_out, (void*)clip_scale, acts_memory})
-            if (p) cudaCheck(cudaFree(p));
-        cudaCheck(cudaFreeHost(norm_host));
+        this->free_state();
+        if (acts_memory) cudaCheck(cudaFree(acts_memory));
         encoder_backward_plan_free(&encoder_plan);
         *this = BERT();
     }

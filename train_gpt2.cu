@@ -20,9 +20,6 @@
 
 #include <sys/stat.h>
 
-#include "llmc/adafactor.cuh"
-#include "llmc/adamw.cuh"
-#include "llmc/adamw8bit.cuh"
 #include "llmc/attention.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/cli.h"
@@ -31,17 +28,16 @@
 #include "llmc/encoder.cuh"
 #include "llmc/fused_classifier.cuh"
 #include "llmc/gelu.cuh"
-#include "llmc/global_norm.cuh"
 #include "llmc/kv_cache.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/logger.h"
 #include "llmc/matmul.cuh"
 #include "llmc/mfu.h"
+#include "llmc/model_state.cuh"
 #include "llmc/precision.cuh"
 #include "llmc/safetensors.h"
 #include "llmc/rng.h"
 #include "llmc/schedulers.h"
-#include "llmc/sgd.cuh"
 #include "llmc/tokenizer.h"
 
 // ----------------------------------------------------------------------------
@@ -116,16 +112,25 @@ inline bool param_decays(int i) {
 
 // Pointers to the 16 tensors inside one buffer.
 template <class floatX>
-struct ParameterTensors {
-    floatX* t[NUM_PARAMETER_TENSORS];
-    void point_into(floatX* base, const size_t sizes[NUM_PARAMETER_TENSORS]) {
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            t[i] = base;
-            base += sizes[i];
-        }
-    }
-    floatX* layer(int i, int l, size_t per_layer) const { return t[i] + (size_t)l * per_layer; }
-};
+using ParameterTensors = TensorViews<floatX, NUM_PARAMETER_TENSORS>;
+
+// The 16 tensors as the optimizers see them (llmc/model_state.cuh): shapes of one copy, L copies of
+// the per-layer tensors.
+inline std::vector<ParamSpec> param_specs(const GPT2Config& c) {
+    size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
+    std::vector<ParamSpec> s(NUM_PARAMETER_TENSORS);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) s[i] = ParamSpec{{C}, L, param_decays(i)};
+    s[WTE].shape = {Vp, C};
+    s[WPE].shape = {maxT, C};
+    s[WTE].copies = s[WPE].copies = s[LNFW].copies = s[LNFB].copies = 1;
+    s[QKVW].shape = {3 * C, C};
+    s[QKVB].shape = {3 * C};
+    s[ATTPROJW].shape = {C, C};
+    s[FCW].shape = {4 * C, C};
+    s[FCB].shape = {4 * C};
+    s[FCPROJW].shape = {C, 4 * C};
+    return s;
+}
 
 // ----------------------------------------------------------------------------
 // Activations: everything the backward pass reads, sized for micro-batch (B, T), one allocation.
@@ -196,59 +201,16 @@ struct LayerActs {
 // ----------------------------------------------------------------------------
 // The model
 
-// ----------------------------------------------------------------------------
-// Optimizers: AdamW (fp32 moments), AdamW with 8-bit block-quantized moments, Adafactor (factored
-// second moments), SGD with momentum. Each keeps its state in one device allocation, saved in
-// checkpoints byte for byte.
-
-enum class OptimizerKind { AdamW, AdamW8bit, Adafactor, SGD };
-inline const char* optimizer_name(OptimizerKind k) {
-    static const char* names[] = {"adamw", "adamw8bit", "adafactor", "sgd"};
-    return names[(int)k];
-}
-
-struct OptimizerConfig {
-    OptimizerKind kind = OptimizerKind::AdamW;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // AdamW, AdamW 8-bit
-    float weight_decay = 0.f;                         // all of them; matrices only (SGD: L2, as torch)
-    float momentum = 0.9f;                            // SGD (0: no momentum buffer)
-    bool nesterov = false;                            // SGD
-    AdafactorConfig adafactor;                        // Adafactor (its lr, relative step, beta1, clipping)
-};
-
-// Device memory by purpose, in bytes: exactly what build() and allocate_activations() allocate.
-struct MemoryAnatomy {
-    size_t weights = 0;      // parameters in the compute precision
-    size_t master = 0;       // fp32 master weights (low precision only)
-    size_t grads = 0;        // gradients in the compute precision
-    size_t optimizer = 0;    // optimizer state (AdamW: m and v in fp32; see OptimizerKind)
-    size_t activations = 0;  // everything the backward pass reads, and its scratch
-    size_t other = 0;        // the optimizer's tensor table, the norm's scratch, the embedding-backward plan
-    size_t model_state() const { return weights + master + grads + optimizer; }
-    size_t total() const { return model_state() + activations + other; }
-};
-
+// The parameters, gradients, master weights, optimizer and its update are the shared ModelState
+// (llmc/model_state.cuh); GPT2 adds the named tensors, the activations and the passes over them.
 template <class floatX>
-struct GPT2 {
+struct GPT2 : ModelState<floatX> {
+    using State = ModelState<floatX>;
+    using State::num_parameters, State::params_memory, State::grads_memory, State::master, State::opt,
+        State::opt_state_bytes, State::mem, State::stream;
     GPT2Config config;
     size_t sizes[NUM_PARAMETER_TENSORS];
-    size_t num_parameters = 0;
     ParameterTensors<floatX> params, grads;
-    floatX* params_memory = nullptr;  // (num_parameters) in the compute precision
-    floatX* grads_memory = nullptr;
-    float* master = nullptr;          // fp32 master weights, when floatX is not float
-    OptimizerConfig opt;              // set before build()
-    void* opt_state = nullptr;        // the optimizer's state (opt_state_bytes), see build()
-    size_t opt_state_bytes = 0;
-    float* opt_scratch = nullptr;     // Adafactor's per-step scratch (not state)
-    AdamW8bitState adamw8bit;         // views into opt_state
-    AdafactorLayout adafactor;        // Adafactor's per-matrix table (host), also on the device:
-    FactoredTensor* adafactor_table = nullptr;
-    ParamTensor* tensor_table = nullptr;  // device: offset/size/decay of each tensor for the optimizers
-    void* norm_scratch = nullptr;
-    float* norm_out = nullptr;        // device scalar: squared global gradient norm
-    float* clip_scale = nullptr;      // device scalar: torch's clip factor, read by AdamW
-    float* norm_host = nullptr;       // pinned copy of *norm_out, read after the step's one sync
     Activations<floatX> acts{};
     void* acts_memory = nullptr;
     size_t acts_bytes = 0;
@@ -265,38 +227,15 @@ struct GPT2 {
     // the matmul; recomputation needs the kernel (the backward pass recomputes exactly its bits).
     bool gelu_fusion = true;
     EncoderBackwardPlan encoder_plan;
-    MemoryAnatomy mem;
-    cudaStream_t stream = 0;
 
     // Allocates parameters, gradients and optimizer state for config and fills params_memory
     // from the fp32 host values (which must hold num_parameters floats).
     void build(const GPT2Config& c, const std::vector<float>& host_params) {
         config = c;
-        num_parameters = param_sizes(c, sizes);
-        cudaCheck(cudaMalloc(&params_memory, num_parameters * sizeof(floatX)));
-        cudaCheck(cudaMalloc(&grads_memory, num_parameters * sizeof(floatX)));
+        param_sizes(c, sizes);
+        this->build_state(param_specs(c), host_params);
         params.point_into(params_memory, sizes);
         grads.point_into(grads_memory, sizes);
-        float* staging;
-        cudaCheck(cudaMalloc(&staging, num_parameters * sizeof(float)));
-        cudaCheck(cudaMemcpy(staging, host_params.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
-        if (std::is_same<floatX, float>::value) {
-            cudaCheck(cudaMemcpy(params_memory, staging, num_parameters * sizeof(float), cudaMemcpyDeviceToDevice));
-            cudaCheck(cudaFree(staging));
-        } else {
-            master = staging;  // the fp32 values become the master weights
-            cast(params_memory, (const float*)master, num_parameters, stream);
-        }
-        std::vector<ParamTensor> table(NUM_PARAMETER_TENSORS);
-        size_t offset = 0;
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            table[i] = ParamTensor{offset, sizes[i], param_decays(i) ? 1 : 0};
-            offset += sizes[i];
-        }
-        cudaCheck(cudaMalloc(&tensor_table, sizeof(ParamTensor) * NUM_PARAMETER_TENSORS));
-        cudaCheck(cudaMemcpy(tensor_table, table.data(), sizeof(ParamTensor) * NUM_PARAMETER_TENSORS,
-                             cudaMemcpyHostToDevice));
-        size_t other = allocate_optimizer(table);
         if (fp8) {
             size_t one = fp8_linear_bytes(kFp8History), n = (size_t)c.num_layers * NUM_LINEAR;
             cudaCheck(cudaMalloc(&fp8_memory, n * one));
@@ -304,70 +243,8 @@ struct GPT2 {
             fp8_layers.resize(n);
             for (size_t k = 0; k < n; k++)
                 fp8_linear_init(&fp8_layers[k], (char*)fp8_memory + k * one, kFp8History, 0, stream);
-            other += n * one;
+            mem.other += n * one;
         }
-        cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_bytes(num_parameters)));
-        cudaCheck(cudaMalloc(&norm_out, sizeof(float)));
-        cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
-        cudaCheck(cudaMallocHost(&norm_host, sizeof(float)));
-        mem.weights = mem.grads = num_parameters * sizeof(floatX);
-        mem.master = master ? num_parameters * sizeof(float) : 0;
-        mem.optimizer = opt_state_bytes;
-        mem.other = sizeof(ParamTensor) * NUM_PARAMETER_TENSORS + global_norm_scratch_bytes(num_parameters) +
-                    2 * sizeof(float) + other;
-    }
-
-    // Allocates the optimizer's state (zero: the state before the first step) in opt_state; returns
-    // the bytes of the other buffers it needs (tables, scratch).
-    size_t allocate_optimizer(const std::vector<ParamTensor>& table) {
-        size_t N = num_parameters, other = 0;
-        switch (opt.kind) {
-            case OptimizerKind::AdamW: opt_state_bytes = 2 * N * sizeof(float); break;  // m, v
-            case OptimizerKind::SGD: opt_state_bytes = opt.momentum > 0 ? N * sizeof(float) : 0; break;
-            case OptimizerKind::AdamW8bit: opt_state_bytes = adamw8bit_plan(table).total_bytes; break;
-            case OptimizerKind::Adafactor: {
-                // One entry per matrix and vector as transformers sees them: llm.c's stacked (L, r, c)
-                // tensors split into L matrices (Adafactor's statistics and RMS are per matrix).
-                std::vector<std::vector<size_t>> shapes;
-                std::vector<int> decay;
-                size_t C = config.channels, L = config.num_layers;
-                for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-                    std::vector<size_t> shape;
-                    size_t copies = L;
-                    switch (i) {
-                        case WTE: shape = {(size_t)config.padded_vocab_size, C}; copies = 1; break;
-                        case WPE: shape = {(size_t)config.max_seq_len, C}; copies = 1; break;
-                        case QKVW: shape = {3 * C, C}; break;
-                        case ATTPROJW: shape = {C, C}; break;
-                        case FCW: shape = {4 * C, C}; break;
-                        case FCPROJW: shape = {C, 4 * C}; break;
-                        case QKVB: shape = {3 * C}; break;
-                        case FCB: shape = {4 * C}; break;
-                        case LNFW: case LNFB: shape = {C}; copies = 1; break;
-                        default: shape = {C}; break;  // layernorm weights and biases, projection biases
-                    }
-                    for (size_t k = 0; k < copies; k++) {
-                        shapes.push_back(shape);
-                        decay.push_back(param_decays(i) ? 1 : 0);
-                    }
-                }
-                adafactor = adafactor_layout(shapes, decay);
-                opt_state_bytes = sizeof(float) * (adafactor.second_moment_size +
-                                                   (opt.adafactor.use_first_moment ? N : 0));
-                size_t table_bytes = sizeof(FactoredTensor) * adafactor.tensors.size();
-                cudaCheck(cudaMalloc(&adafactor_table, table_bytes));
-                cudaCheck(cudaMemcpy(adafactor_table, adafactor.tensors.data(), table_bytes, cudaMemcpyHostToDevice));
-                cudaCheck(cudaMalloc(&opt_scratch, adafactor.scratch_size * sizeof(float)));
-                other = table_bytes + adafactor.scratch_size * sizeof(float);
-                break;
-            }
-        }
-        if (opt_state_bytes) {
-            cudaCheck(cudaMalloc(&opt_state, opt_state_bytes));
-            cudaCheck(cudaMemset(opt_state, 0, opt_state_bytes));
-        }
-        if (opt.kind == OptimizerKind::AdamW8bit) adamw8bit = adamw8bit_init(opt_state, adamw8bit_plan(table));
-        return other;
     }
 
     // Sizes and allocates the activations for micro-batch (B, T), once.
@@ -629,72 +506,6 @@ struct GPT2 {
                          (const int*)nullptr, B, T, C, stream);
     }
 
-    // One optimizer step: the global gradient norm, torch's clip factor (max_norm 0: no clipping)
-    // and the optimizer (opt) over all parameters, without a host sync — the norm reaches the host
-    // through norm_host, valid after the stream's next synchronization (see last_grad_norm()).
-    // step is the 1-based count of updates (bias correction, Adafactor's schedule, SGD's first step).
-    void update(float lr, float max_norm, int step) {
-        global_norm_squared(norm_out, norm_scratch, (const floatX*)grads_memory, num_parameters, stream);
-        cudaCheck(cudaMemcpyAsync(norm_host, norm_out, sizeof(float), cudaMemcpyDeviceToHost, stream));
-        if (max_norm > 0) grad_clip_scale(clip_scale, norm_out, max_norm, stream);
-        apply_optimizer(lr, step, 1.f, max_norm > 0 ? (const float*)clip_scale : nullptr);
-    }
-
-    // The update with dynamic loss scaling (fp16), as torch.cuda.amp.GradScaler does it: the
-    // gradients hold loss_scale times their value; if any is inf or NaN (the squared norm then is)
-    // the step is skipped — nothing is touched — and false returned. Otherwise the optimizer gets
-    // the gradients unscaled and clipped by the unscaled norm, as torch's unscale_ then
-    // clip_grad_norm_: grad * (clip / loss_scale) in one rounding equals torch's two, since the
-    // scale is a power of two. This waits for the norm on the host, as GradScaler.step does.
-    bool update_scaled(float lr, float max_norm, int step, float loss_scale) {
-        global_norm_squared(norm_out, norm_scratch, (const floatX*)grads_memory, num_parameters, stream);
-        cudaCheck(cudaMemcpyAsync(norm_host, norm_out, sizeof(float), cudaMemcpyDeviceToHost, stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        if (!std::isfinite(*norm_host)) return false;
-        float inv_scale = 1.f / loss_scale;
-        *norm_host *= inv_scale * inv_scale;  // the unscaled squared norm (exact: powers of two)
-        float clip = 1.f;
-        if (max_norm > 0) clip = std::min(1.f, (1.f / (std::sqrt(*norm_host) + 1e-6f)) * max_norm);  // as grad_clip_scale
-        apply_optimizer(lr, step, clip * inv_scale, nullptr);
-        return true;
-    }
-
-    // The optimizer step itself; grad_scale (times *grad_scale_device when given) multiplies every
-    // gradient first.
-    void apply_optimizer(float lr, int step, float grad_scale, const float* grad_scale_device) {
-        const float* clip = grad_scale_device;
-        const floatX* g = grads_memory;
-        size_t N = num_parameters;
-        float* state = (float*)opt_state;
-        switch (opt.kind) {
-            case OptimizerKind::AdamW:
-                adamw_update(params_memory, master, g, state, state + N, tensor_table, NUM_PARAMETER_TENSORS, N, lr,
-                             opt.beta1, opt.beta2, opt.eps, opt.weight_decay, grad_scale, step, stream, clip);
-                break;
-            case OptimizerKind::AdamW8bit:
-                adamw8bit_update(params_memory, master, g, adamw8bit, tensor_table, NUM_PARAMETER_TENSORS, N, lr,
-                                 opt.beta1, opt.beta2, opt.eps, opt.weight_decay, grad_scale, step, stream, clip);
-                break;
-            case OptimizerKind::SGD:
-                sgd_update(params_memory, master, g, state, tensor_table, NUM_PARAMETER_TENSORS, N, lr, opt.momentum,
-                           0.f, opt.weight_decay, opt.nesterov, grad_scale, step, stream, clip);
-                break;
-            case OptimizerKind::Adafactor: {
-                AdafactorConfig cfg = opt.adafactor;
-                if (!cfg.relative_step) cfg.lr = lr;  // relative steps make their own step sizes
-                cfg.weight_decay = opt.weight_decay;
-                adafactor_update(params_memory, master, g, cfg.use_first_moment ? state + adafactor.second_moment_size
-                                                                                : nullptr,
-                                 state, opt_scratch, adafactor_table, (int)adafactor.tensors.size(), N, cfg, grad_scale, step,
-                                 stream, clip);
-                break;
-            }
-        }
-    }
-
-    // The gradient norm of the last update() (after the stream has been synchronized).
-    float last_grad_norm() const { return std::sqrt(*norm_host); }
-
     // Starts copying the per-token losses of the last forward pass to host (pinned, B*T floats).
     void fetch_losses(float* host) {
         cudaCheck(cudaMemcpyAsync(host, acts.losses, (size_t)B * T * sizeof(float), cudaMemcpyDeviceToHost, stream));
@@ -726,42 +537,14 @@ struct GPT2 {
     size_t fp8_bytes() const { return fp8_layers.size() * fp8_linear_bytes(kFp8History); }
     size_t state_bytes() const { return opt_state_bytes + fp8_bytes(); }
 
-    // Host copies of what a checkpoint holds: the parameters in the compute precision (exactly as
-    // stored, so a resumed run continues from the same bits), the AdamW moments and, in low
-    // precision, the fp32 master weights.
-    std::vector<floatX> params_host() const {
-        std::vector<floatX> p(num_parameters);
-        cudaCheck(cudaMemcpy(p.data(), params_memory, num_parameters * sizeof(floatX), cudaMemcpyDeviceToHost));
-        return p;
-    }
-    // The optimizer's state, then (fp8) the GEMMs' delayed-scaling states, which a resumed run needs
-    // to scale exactly as an uninterrupted one.
-    void optimizer_state_host(TrainState* s) const {
-        s->optimizer = (int)opt.kind;
-        s->num_params = num_parameters;
-        s->optimizer_state.resize(state_bytes());
-        if (opt_state_bytes)
-            cudaCheck(cudaMemcpy(s->optimizer_state.data(), opt_state, opt_state_bytes, cudaMemcpyDeviceToHost));
-        if (fp8_memory)
-            cudaCheck(cudaMemcpy(s->optimizer_state.data() + opt_state_bytes, fp8_memory, fp8_bytes(),
-                                 cudaMemcpyDeviceToHost));
-        s->has_master = master != nullptr;
-        s->master.resize(master ? num_parameters : 0);
-        if (master)
-            cudaCheck(cudaMemcpy(s->master.data(), master, num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
-    }
+    // What a checkpoint saves besides the parameters: the optimizer's state, then (fp8) the GEMMs'
+    // delayed-scaling states, which a resumed run needs to scale exactly as an uninterrupted one.
+    void optimizer_state_host(TrainState* s) const { State::optimizer_state_host(s, fp8_memory, fp8_bytes()); }
     // Restores what optimizer_state_host() saved (sizes checked by the caller).
     void set_optimizer_state(const TrainState& s) {
-        if (opt_state_bytes)
-            cudaCheck(cudaMemcpy(opt_state, s.optimizer_state.data(), opt_state_bytes, cudaMemcpyHostToDevice));
-        if (fp8_memory) {
-            cudaCheck(cudaMemcpy(fp8_memory, s.optimizer_state.data() + opt_state_bytes, fp8_bytes(),
-                                 cudaMemcpyHostToDevice));
-            for (Fp8Linear& f : fp8_layers)  // every state was used by the steps before the checkpoint
-                f.inp.primed = f.weight.primed = f.grad.primed = s.step > 0;
-        }
-        if (master)
-            cudaCheck(cudaMemcpy(master, s.master.data(), num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+        State::set_optimizer_state(s, fp8_memory, fp8_bytes());
+        for (Fp8Linear& f : fp8_layers)  // every state was used by the steps before the checkpoint
+            f.inp.primed = f.weight.primed = f.grad.primed = s.step > 0;
     }
 
     // ---- Decoding with a KV cache (generation) ----
@@ -859,12 +642,9 @@ struct GPT2 {
     }
 
     void free_all() {
-        for (void* p : {(void*)params_memory, (void*)grads_memory, (void*)master, opt_state, (void*)opt_scratch,
-                        fp8_memory, fp8_scratch,
-                        (void*)adafactor_table,
-                        (void*)tensor_table, norm_scratch, (void*)norm_out, (void*)clip_scale, acts_memory})
+        this->free_state();
+        for (void* p : {fp8_memory, fp8_scratch, acts_memory})
             if (p) cudaCheck(cudaFree(p));
-        cudaCheck(cudaFreeHost(norm_host));
         encoder_backward_plan_free(&encoder_plan);
         if (decode_memory) cudaCheck(cudaFree(decode_memory));
     }

@@ -364,7 +364,7 @@ void check_memory_anatomy() {
     m.update(1e-3f, 1.f, 1);
     cudaCheck(cudaDeviceSynchronize());
     size_t after = used() - before;
-    const BertMemory& a = m.mem;
+    const MemoryAnatomy& a = m.mem;
     size_t n = m.num_parameters, per = sizeof(floatX);
     bool parts = a.weights == n * per && a.grads == n * per && a.master == (per == 4 ? 0 : n * 4) &&
                  a.optimizer == n * 8 && a.activations == m.acts_bytes;
