@@ -83,6 +83,7 @@ help:
 	@echo "make test-nvcc      only the nvcc compile checks (CUDA_ARCHS='$(CUDA_ARCHS)')"
 	@echo "make bench          CPU-backend cost per kernel vs plain C++, then training throughput (scripts/bench_gpt2.sh)"
 	@echo "make tokenize       build the text -> token shards tool, $(BUILD)/tokenize (dev/data/README.md)"
+	@echo "make bert_data      build the text -> BERT shards tool (MLM, classification), $(BUILD)/bert_data"
 	@echo "make fuzz-NAME      build and run the libFuzzer target test/fuzz/fuzz_NAME.cpp for FUZZ_SECONDS (test/fuzz/README.md)"
 	@echo "variables: GPU=1 CPU=1 CUDA_ARCHS='80 90' SIMT_THREADS=n (workers) SIMT_ORDER=forward|reverse|random[:seed]"
 
@@ -172,6 +173,13 @@ bench: $(BUILD)/cpu/bench_simt
 .PHONY: tokenize
 tokenize: $(BUILD)/tokenize
 $(BUILD)/tokenize: dev/data/tokenize.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 -std=c++17 -Wall -Wextra -MMD -MP $< -o $@
+
+# Text -> BERT shards for MLM and classification (dev/data/README.md): $(BUILD)/bert_data.
+.PHONY: bert_data
+bert_data: $(BUILD)/bert_data
+$(BUILD)/bert_data: dev/data/bert_data.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) -O2 -std=c++17 -Wall -Wextra -MMD -MP $< -o $@
 
