@@ -35,16 +35,17 @@ constexpr int SHARD_MAGIC = 20240520;
 constexpr int SHARD_VERSION = 1;
 constexpr int SHARD_HEADER_INTS = 256;
 
-// Prints one error line and exits: bad input files are not worth continuing with.
+// Prints one error line and exits: bad input files are not worth continuing with. In a multi-rank
+// run the line names the rank and the whole job stops (fatal_error_prefix/fatal_exit, cuda_common.h).
 [[noreturn]] inline void data_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 inline void data_error(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "error: ");
+    fprintf(stderr, "%s", *fatal_error_prefix ? fatal_error_prefix : "error: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    exit(EXIT_FAILURE);
+    fatal_exit();
 }
 
 // The files matching a glob pattern, sorted (one file name is a pattern too).

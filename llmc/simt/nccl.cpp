@@ -392,10 +392,11 @@ static ncclResult_t check_root(const char* fn, ncclComm_t comm, int root) {
     return ncclSuccess;
 }
 
-// Returns the communicator's scratch space grown to at least bytes (NULL when out of memory).
+// Returns the communicator's scratch space grown to at least bytes (NULL when out of memory). At
+// least one byte, so that a rank whose share is empty (count < nranks) still gets a non-NULL pointer.
 static unsigned char* scratch(ncclComm_t comm, size_t bytes) {
     try {
-        if (comm->scratch.size() < bytes) comm->scratch.resize(bytes);
+        if (comm->scratch.size() < std::max<size_t>(bytes, 1)) comm->scratch.resize(std::max<size_t>(bytes, 1));
     } catch (const std::bad_alloc&) {
         fail(ncclSystemError, "out of host memory for %zu bytes of collective scratch", bytes);
         return NULL;
