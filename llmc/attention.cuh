@@ -25,6 +25,18 @@
 // outputs can under a large loss scale, and then become inf (never clamped), which the trainer's
 // overflow check must see; small P and dS round to fp16 subnormals (absolute error <= 2^-25).
 //
+// Dropout (AttentionDropout, off by default), with FlashAttention's semantics: the softmax statistics
+// and lse are those of the undropped scores; out = (P∘M/(1-p)) V; the backward uses D = rowsum(dO∘O) of
+// that (dropped) output, dV = (P∘M)^T dO / (1-p) and dS = P∘(dP∘M/(1-p) - D). M is never stored: every
+// kernel regenerates it per (b, h, query, key) from the counter-based generator of llmc/dropout.cuh
+// (dropout_attention_keep is the reference), each lane computing the keep bits of its 32 elements of a
+// tile with 8 Philox calls (the 2×2 groups of llmc/dropout.cuh lie in one lane in all three kernels)
+// next to the tile loads, and parking them in shared memory (one word per thread) until used.
+// M is applied as a select on the P tile (the rounded P or 0, so that l still sums the undropped
+// weights) and 1/(1-p) is folded into the final row scaling of out and dV: no extra pass. The kernels
+// are compiled with and without dropout (a template flag): without, none of this code exists, and
+// p = 0 gives exactly the bits it gave before dropout was added.
+//
 // Determinism. No atomics: the backward runs one kernel over key tiles for dK, dV and one over
 // query tiles for dQ (FlashAttention-2 accumulates dQ with fp32 atomics instead, which makes the
 // result depend on the order blocks finish). The cost: both kernels recompute S = QK^T, and each
@@ -40,6 +52,7 @@
 // of kernels); this file is the portable, tested baseline for them.
 #pragma once
 #include "cuda_common.h"
+#include "dropout.cuh"
 #include "precision.cuh"
 
 #include <mma.h>
@@ -78,10 +91,14 @@ struct AttnTile {
     static constexpr size_t kWarpScratchBytes = (size_t)16 * kLdX * sizeof(float);
     static constexpr size_t kWarpBytes = kWarpPBytes + kWarpScratchBytes;
     static constexpr size_t kAlign = 128;  // slack for aligning the dynamic shared memory (attn_smem_base)
-    // Forward: Q, K, V tiles + per warp P and scratch. Backward: Q, dO, K, V tiles + per warp P/dS and
-    // scratch + lse and D of the current query tile (dK/dV kernel).
-    static constexpr size_t kForwardSmem = kAlign + 3 * kTileBytes + kWarps * kWarpBytes;
-    static constexpr size_t kBackwardSmem = kAlign + 4 * kTileBytes + kWarps * kWarpBytes + 2 * kCols * sizeof(float);
+    // Forward: Q, K, V tiles + per warp P and scratch + the dropout keep bits (one word per thread).
+    // Backward: Q, dO, K, V tiles + per warp P/dS and scratch + lse and D of the current query tile (dK/dV
+    // kernel) + the keep bits.
+    static constexpr size_t kMaskBytes = kThreads * sizeof(uint32_t);
+    static constexpr size_t kForwardMask = 3 * kTileBytes + kWarps * kWarpBytes;  // offsets of the keep bits
+    static constexpr size_t kBackwardMask = 4 * kTileBytes + kWarps * kWarpBytes + 2 * kCols * sizeof(float);
+    static constexpr size_t kForwardSmem = kAlign + kForwardMask + kMaskBytes;
+    static constexpr size_t kBackwardSmem = kAlign + kBackwardMask + kMaskBytes;
 };
 
 // The dynamic shared memory, rounded up to 128 bytes: WMMA needs 32-byte aligned pointers, and
@@ -314,13 +331,14 @@ __device__ inline float attn_row_max(float x) {
 }
 
 // One online-softmax step on a warp's (16, 64) tile of scores s (log2 units, -inf where masked):
-// raises the running row max m, writes P = exp2(s - m) rounded to floatX into the warp's P tile,
-// rescales this lane's partial row sums l by alpha = exp2(m_old - m_new) and adds its share of the
-// rounded P (so that l normalizes exactly the weights the PV product uses); returns alpha, the factor
-// for the output accumulator. A row with every score masked so far keeps m = -inf and P = 0.
+// raises the running row max m, writes P = exp2(s - m) rounded to floatX into the warp's P tile, or 0
+// where bit 8i + j of the dropout keep bits is clear, rescales this lane's partial row sums l by
+// alpha = exp2(m_old - m_new) and adds its share of the rounded, undropped P (so that l normalizes
+// exactly the weights the PV product uses, before dropout); returns alpha, the factor for the output
+// accumulator. A row with every score masked so far keeps m = -inf and P = 0.
 template <class floatX, int HS>
 __device__ void attn_online_softmax(const float (&s)[4][8], float (&m)[4], float (&l)[4], float (&alpha)[4],
-                                    floatX* P) {
+                                    floatX* P, uint32_t keep) {
     int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
     for (int i = 0; i < 4; i++) {
         float tile_max = s[i][0];
@@ -332,19 +350,46 @@ __device__ void attn_online_softmax(const float (&s)[4][8], float (&m)[4], float
         float sum = 0.f;
         for (int j = 0; j < 8; j++) {
             floatX p = from_float<floatX>(exp2f(s[i][j] - m_ref));
-            P[(rg + 4 * i) * AttnTile<floatX, HS>::kLdP + cg + 8 * j] = p;
+            bool kept = (keep >> (8 * i + j)) & 1;
+            P[(rg + 4 * i) * AttnTile<floatX, HS>::kLdP + cg + 8 * j] = kept ? p : from_float<floatX>(0.f);
             sum += to_float(p);
         }
         l[i] = l[i] * alpha[i] + sum;
     }
 }
 
+// Dropout keep bits of this lane's 32 elements of a warp's (16, 64) tile, in the warp lane layout: bit
+// 8i + j for row r0 + rg + 4i, column c0 + cg + 8j. Rows are queries and columns keys, or the reverse
+// (kRowsAreKeys: the dK/dV kernel's P^T). r0 is a multiple of 16 and c0 of 64, so for i < 2 and even j
+// row i + 2 is row i with bit 3 set and column j + 1 is column j with bit 3 set: each of the 8 Philox
+// calls gives the 4 words of one group {q, q^8} × {k, k^8} of dropout_attention_keep, all this lane's.
+template <bool kRowsAreKeys>
+__device__ inline uint32_t attn_dropout_bits(const DropoutArgs& d, uint32_t bh, int r0, int c0) {
+    int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+    uint32_t bits = 0;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 8; j += 2) {
+            int r = r0 + rg + 4 * i, c = c0 + cg + 8 * j;
+            uint4 w = dropout_random4(d.seed, d.offset,
+                                      dropout_attention_index(bh, kRowsAreKeys ? c : r, kRowsAreKeys ? r : c));
+            // Words x (q, k), y (q, k+8), z (q+8, k), w (q+8, k+8): which is the next column's depends
+            // on whether columns are keys or queries.
+            uint32_t next_col = kRowsAreKeys ? w.z : w.y, next_row = kRowsAreKeys ? w.y : w.z;
+            bits |= (uint32_t)(w.x >= d.threshold) << (8 * i + j) |
+                    (uint32_t)(next_col >= d.threshold) << (8 * i + j + 1) |
+                    (uint32_t)(next_row >= d.threshold) << (8 * i + 16 + j) |
+                    (uint32_t)(w.w >= d.threshold) << (8 * i + 16 + j + 1);
+        }
+    return bits;
+}
+
 // Forward. Grid (ceil(T/64), NH, B), 128 threads; block x owns query rows q0 .. q0+63 of head
-// blockIdx.y of sequence blockIdx.z and streams the key/value tiles its rows can see.
-template <class floatX, int HS>
+// blockIdx.y of sequence blockIdx.z and streams the key/value tiles its rows can see. kDropout: dropout
+// on P as `drop` says.
+template <class floatX, int HS, bool kDropout>
 __global__ void __launch_bounds__(128, 1)
     attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
-                             const int* valid_len) {
+                             const int* valid_len, DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS>;
     using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y;
@@ -373,6 +418,7 @@ __global__ void __launch_bounds__(128, 1)
     unsigned char* warp_mem = smem + 3 * Tile::kTileBytes + warp * Tile::kWarpBytes;
     floatX* P = reinterpret_cast<floatX*>(warp_mem);                         // (16, 64)
     float* scratch = reinterpret_cast<float*>(warp_mem + Tile::kWarpPBytes);  // (16, max(64, HS))
+    uint32_t* keep_s = reinterpret_cast<uint32_t*>(smem + Tile::kForwardMask);  // (128) dropout keep bits
 
     attn_load_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0));
     const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;  // keys any row of the block sees
@@ -390,6 +436,10 @@ __global__ void __launch_bounds__(128, 1)
         __syncthreads();  // every warp is done with the previous K, V tiles
         attn_load_tile<floatX, HS>(Ks, k + k0 * stride, stride, min(Tile::kCols, kend - k0));
         attn_load_tile<floatX, HS>(Vs, v + k0 * stride, stride, min(Tile::kCols, kend - k0));
+        // The dropout keep bits of this lane's 32 elements of the tile, computed next to the tile loads and
+        // parked in shared memory until the softmax reads them (in a register through the score product
+        // they pushed the backward kernels, at 255 registers for HS = 64 and 128, into spills).
+        if (kDropout && active) keep_s[threadIdx.x] = attn_dropout_bits<false>(drop, b * NH + h, row0, k0);
         __syncthreads();
         if (!active) continue;
         float s[4][8];  // scaled scores in log2 units, -inf where masked
@@ -399,17 +449,18 @@ __global__ void __launch_bounds__(128, 1)
             s[i][j] = keep ? dot * Tile::kScaleLog2 : -INFINITY;
         });
         float alpha[4];
-        attn_online_softmax<floatX, HS>(s, m, l, alpha, P);
+        attn_online_softmax<floatX, HS>(s, m, l, alpha, P, kDropout ? keep_s[threadIdx.x] : ~0u);
         Math::scale_rows(acc, alpha, scratch);
         __syncwarp();  // the P tile is complete
         Math::accumulate(acc, P, Vs);
     }
 
-    // out = acc / l; lse = (m + log2 l) * ln 2 (m is in log2 units).
+    // out = acc / l (times 1/(1-p) with dropout); lse = (m + log2 l) * ln 2 (m is in log2 units).
     float inv_l[4];
     for (int i = 0; i < 4; i++) {
         l[i] = attn_row_sum(l[i]);
         inv_l[i] = l[i] > 0.f ? 1.f / l[i] : 0.f;
+        if (kDropout) inv_l[i] *= drop.scale;
     }
     __syncwarp();
     Math::store(acc, scratch);
@@ -444,11 +495,13 @@ __global__ void attention_backward_preprocess_kernel(float* D, const floatX* dou
 
 // Backward, step 2: dK and dV. Grid (ceil(T/64), NH, B), 128 threads; block x owns key rows
 // k0 .. k0+63 and streams the query tiles that see them (causal: from k0 on), recomputing
-// P^T = exp(K Q^T * scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T ∘ (dP^T - D), dK += dS^T Q.
-template <class floatX, int HS>
+// P^T = exp(K Q^T * scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T ∘ (dP^T - D), dK += dS^T Q
+// (with dropout: dV += (P∘M)^T dO, dP^T ∘ M / (1-p) in dS^T, and dV scaled by 1/(1-p) at the end).
+template <class floatX, int HS, bool kDropout>
 __global__ void __launch_bounds__(128, 1)
     attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                   const float* D, int T, int C, int NH, bool causal, const int* valid_len) {
+                                   const float* D, int T, int C, int NH, bool causal, const int* valid_len,
+                                   DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS>;
     using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * Tile::kRows;  // under a causal mask the
@@ -479,6 +532,7 @@ __global__ void __launch_bounds__(128, 1)
     float* scratch = reinterpret_cast<float*>(warp_mem + Tile::kWarpPBytes);  // (16, max(64, HS))
     float* lse2_s = reinterpret_cast<float*>(smem + 4 * Tile::kTileBytes + Tile::kWarps * Tile::kWarpBytes);
     float* D_s = lse2_s + Tile::kCols;  // lse (in log2 units) and D of the current query tile
+    uint32_t* keep_s = reinterpret_cast<uint32_t*>(smem + Tile::kBackwardMask);  // (128) dropout keep bits
 
     attn_load_tile<floatX, HS>(Ks, k, stride, min(rows, valid - k0));
     attn_load_tile<floatX, HS>(Vs, k + C, stride, min(rows, valid - k0));
@@ -497,33 +551,39 @@ __global__ void __launch_bounds__(128, 1)
             lse2_s[r] = r < nq ? lse_bh[q0 + r] * 1.4426950408889634f : 0.f;
             D_s[r] = r < nq ? D_bh[q0 + r] : 0.f;
         }
+        if (kDropout && active)  // as in the forward
+            keep_s[threadIdx.x] = attn_dropout_bits<true>(drop, b * NH + h, key0, q0);
         __syncthreads();
         if (!active) continue;
-        float p[4][8];  // P^T: rows keys key0 + rg + 4i, columns queries q0 + cg + 8j
+        float p[4][8];  // P^T (undropped): rows keys key0 + rg + 4i, columns queries q0 + cg + 8j
         Math::scores(Ks + 16 * warp * Tile::kLd, Qs, scratch, [&](int i, int j, float dot) {
             int kj = key0 + rg + 4 * i, qc = cg + 8 * j, qi = q0 + qc;
             bool keep = qi < valid && kj < valid && (!causal || kj <= qi);
             p[i][j] = keep ? exp2f(dot * Tile::kScaleLog2 - lse2_s[qc]) : 0.f;
-            X[(rg + 4 * i) * Tile::kLdP + qc] = from_float<floatX>(p[i][j]);
+            bool kept = !kDropout || (keep_s[threadIdx.x] >> (8 * i + j)) & 1;
+            X[(rg + 4 * i) * Tile::kLdP + qc] = from_float<floatX>(kept ? p[i][j] : 0.f);
         });
         __syncwarp();
         Math::accumulate(dv_acc, X, dOs);
         __syncwarp();  // every lane's reads of P^T are done before dS^T overwrites it
         Math::scores(Vs + 16 * warp * Tile::kLd, dOs, scratch, [&](int i, int j, float dp) {  // dP^T
             int qc = cg + 8 * j;
+            if (kDropout) dp *= (keep_s[threadIdx.x] >> (8 * i + j)) & 1 ? drop.scale : 0.f;  // dP^T ∘ M / (1-p)
             X[(rg + 4 * i) * Tile::kLdP + qc] = from_float<floatX>(p[i][j] * (dp - D_s[qc]));
         });
         __syncwarp();
         Math::accumulate(dk_acc, X, Qs);
     }
 
-    // dV = sum P^T dO; dK = scale * sum dS^T Q (dS is the gradient of the scaled scores).
-    const float one[4] = {1.f, 1.f, 1.f, 1.f};
+    // dV = sum P^T dO (times 1/(1-p) with dropout); dK = scale * sum dS^T Q (dS is the gradient of the
+    // scaled scores).
+    const float dv_factor = kDropout ? drop.scale : 1.f;
+    const float dv_scale[4] = {dv_factor, dv_factor, dv_factor, dv_factor};
     const float scale[4] = {Tile::kScale, Tile::kScale, Tile::kScale, Tile::kScale};
     __syncwarp();
     Math::store(dv_acc, scratch);
     __syncwarp();
-    attn_store_rows<floatX, HS>(dv + 16 * warp * stride, stride, scratch, key0, valid, T, one);
+    attn_store_rows<floatX, HS>(dv + 16 * warp * stride, stride, scratch, key0, valid, T, dv_scale);
     __syncwarp();
     Math::store(dk_acc, scratch);
     __syncwarp();
@@ -532,11 +592,12 @@ __global__ void __launch_bounds__(128, 1)
 
 // Backward, step 3: dQ. Grid (ceil(T/64), NH, B), 128 threads; block x owns query rows q0 .. q0+63
 // and streams the key tiles they see, recomputing P = exp(Q K^T * scale - lse), dP = dO V^T,
-// dS = P ∘ (dP - D), dQ += dS K.
-template <class floatX, int HS>
+// dS = P ∘ (dP - D), dQ += dS K (with dropout: dP ∘ M / (1-p) in place of dP).
+template <class floatX, int HS, bool kDropout>
 __global__ void __launch_bounds__(128, 1)
     attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                 const float* D, int T, int C, int NH, bool causal, const int* valid_len) {
+                                 const float* D, int T, int C, int NH, bool causal, const int* valid_len,
+                                 DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS>;
     using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y;
@@ -563,6 +624,7 @@ __global__ void __launch_bounds__(128, 1)
     unsigned char* warp_mem = smem + 4 * Tile::kTileBytes + warp * Tile::kWarpBytes;
     floatX* dS = reinterpret_cast<floatX*>(warp_mem);                         // (16, 64)
     float* scratch = reinterpret_cast<float*>(warp_mem + Tile::kWarpPBytes);  // (16, max(64, HS))
+    uint32_t* keep_s = reinterpret_cast<uint32_t*>(smem + Tile::kBackwardMask);  // (128) dropout keep bits
 
     attn_load_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0));
     attn_load_tile<floatX, HS>(dOs, do_, C, min(rows, valid - q0));
@@ -584,6 +646,8 @@ __global__ void __launch_bounds__(128, 1)
         __syncthreads();  // every warp is done with the previous K, V tiles
         attn_load_tile<floatX, HS>(Ks, k + k0 * stride, stride, min(Tile::kCols, kend - k0));
         attn_load_tile<floatX, HS>(Vs, v + k0 * stride, stride, min(Tile::kCols, kend - k0));
+        if (kDropout && active)  // as in the forward
+            keep_s[threadIdx.x] = attn_dropout_bits<false>(drop, b * NH + h, row0, k0);
         __syncthreads();
         if (!active) continue;
         float p[4][8];  // rows: queries row0 + rg + 4i; columns: keys k0 + cg + 8j
@@ -593,6 +657,7 @@ __global__ void __launch_bounds__(128, 1)
             p[i][j] = keep ? exp2f(dot * Tile::kScaleLog2 - lse2[i]) : 0.f;
         });
         Math::scores(dOs + 16 * warp * Tile::kLd, Vs, scratch, [&](int i, int j, float dp) {
+            if (kDropout) dp *= (keep_s[threadIdx.x] >> (8 * i + j)) & 1 ? drop.scale : 0.f;
             dS[(rg + 4 * i) * Tile::kLdP + cg + 8 * j] = from_float<floatX>(p[i][j] * (dp - Drow[i]));
         });
         __syncwarp();
@@ -608,6 +673,16 @@ __global__ void __launch_bounds__(128, 1)
 
 // ----------------------------------------------------------------------------
 // kernel launchers
+
+// Dropout on the attention probabilities, off by default (p = 0): each P_ij is dropped with
+// probability p and the kept ones are scaled by 1/(1-p). The mask is a function of (seed, offset,
+// b*NH + h, query, key) (dropout_attention_keep in llmc/dropout.cuh), so attention_backward, given the
+// forward call's seed and offset, regenerates it. Give every call (layer, step) its own offset.
+struct AttentionDropout {
+    float p = 0.f;
+    uint64_t seed = 0;
+    uint64_t offset = 0;
+};
 
 // Checks the shapes and alignments every attention launcher needs and returns the head size; on a
 // violation prints which constraint failed and exits.
@@ -629,28 +704,46 @@ inline int attention_check_shape(const char* who, int B, int T, int C, int NH,
     return C / NH;
 }
 
+// The kernels' dropout arguments; exits with a message unless 0 <= p < 1 and, with dropout on, the
+// shape fits the mask's counter (queries and keys < 2^21, B*NH < 2^22: llmc/dropout.cuh).
+inline DropoutArgs attention_dropout_args(const char* who, const AttentionDropout& dropout, int B, int T, int NH) {
+    DropoutArgs d = dropout_args(who, dropout.p, dropout.seed, dropout.offset);
+    if (dropout.p > 0.f && (T > (1 << 21) || (long long)B * NH > (1 << 22))) {
+        fprintf(stderr, "%s: attention dropout needs T <= 2^21 and B*NH <= 2^22 (got T=%d, B*NH=%lld)\n", who, T,
+                (long long)B * NH);
+        exit(EXIT_FAILURE);
+    }
+    return d;
+}
+
 template <class floatX, int HS>
 void attention_forward_hs(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
-                          const int* valid_len, cudaStream_t stream) {
+                          const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
     using Tile = AttnTile<floatX, HS>;
-    auto kernel = attention_forward_kernel<floatX, HS>;
+    auto kernel = dropout ? attention_forward_kernel<floatX, HS, true> : attention_forward_kernel<floatX, HS, false>;
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kForwardSmem));
     dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
     cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), Tile::kForwardSmem, stream, out, lse, qkv, T, C, NH,
-                            causal, valid_len));
+                            causal, valid_len, drop));
 }
 
 // out (B,T,C) = softmax(Q K^T / sqrt(HS) + mask) V per head, and lse (B,NH,T) = the logsumexp of each
 // query row's scaled scores (saved for the backward). qkv (B,T,3C). valid_len: (B) device ints or nullptr.
+// dropout: on the softmax probabilities (AttentionDropout; lse stays the undropped softmax's).
 template <class floatX>
 void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
-                       const int* valid_len, cudaStream_t stream) {
+                       const int* valid_len, cudaStream_t stream,
+                       const AttentionDropout& dropout = AttentionDropout()) {
     int HS = attention_check_shape("attention_forward", B, T, C, NH, {out, qkv});
+    DropoutArgs d = attention_dropout_args("attention_forward", dropout, B, T, NH);
+    bool on = dropout.p > 0.f;
     switch (HS) {
-        case 16: attention_forward_hs<floatX, 16>(out, lse, qkv, B, T, C, NH, causal, valid_len, stream); break;
-        case 32: attention_forward_hs<floatX, 32>(out, lse, qkv, B, T, C, NH, causal, valid_len, stream); break;
-        case 64: attention_forward_hs<floatX, 64>(out, lse, qkv, B, T, C, NH, causal, valid_len, stream); break;
-        default: attention_forward_hs<floatX, 128>(out, lse, qkv, B, T, C, NH, causal, valid_len, stream); break;
+        case 16: attention_forward_hs<floatX, 16>(out, lse, qkv, B, T, C, NH, causal, valid_len, d, on, stream); break;
+        case 32: attention_forward_hs<floatX, 32>(out, lse, qkv, B, T, C, NH, causal, valid_len, d, on, stream); break;
+        case 64: attention_forward_hs<floatX, 64>(out, lse, qkv, B, T, C, NH, causal, valid_len, d, on, stream); break;
+        default:
+            attention_forward_hs<floatX, 128>(out, lse, qkv, B, T, C, NH, causal, valid_len, d, on, stream);
+            break;
     }
 }
 
@@ -662,30 +755,35 @@ inline size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
 
 template <class floatX, int HS>
 void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                           float* D, int B, int T, int C, int NH, bool causal, const int* valid_len,
-                           cudaStream_t stream) {
+                           float* D, int B, int T, int C, int NH, bool causal, const int* valid_len, DropoutArgs drop,
+                           bool dropout, cudaStream_t stream) {
     using Tile = AttnTile<floatX, HS>;
     const int block = 256;
     cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, HS>, dim3(CEIL_DIV(B * T * NH, block)),
                             dim3(block), 0, stream, D, dout, out, B, T, C, NH, valid_len));
     dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
-    auto dkdv = attention_backward_dkdv_kernel<floatX, HS>;
+    auto dkdv = dropout ? attention_backward_dkdv_kernel<floatX, HS, true>
+                        : attention_backward_dkdv_kernel<floatX, HS, false>;
     cudaCheck(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kBackwardSmem));
     cudaCheck(launch_kernel(dkdv, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse,
-                            (const float*)D, T, C, NH, causal, valid_len));
-    auto dq = attention_backward_dq_kernel<floatX, HS>;
+                            (const float*)D, T, C, NH, causal, valid_len, drop));
+    auto dq = dropout ? attention_backward_dq_kernel<floatX, HS, true>
+                      : attention_backward_dq_kernel<floatX, HS, false>;
     cudaCheck(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kBackwardSmem));
     cudaCheck(launch_kernel(dq, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse,
-                            (const float*)D, T, C, NH, causal, valid_len));
+                            (const float*)D, T, C, NH, causal, valid_len, drop));
 }
 
 // dqkv (B,T,3C, overwritten) = the gradient of the loss with respect to qkv, given dout (B,T,C) and the
 // forward's qkv, out and lse; scratch: attention_backward_scratch_bytes(...) bytes of device memory.
+// dropout: the forward call's (same p, seed and offset), whose mask is regenerated.
 template <class floatX>
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const AttentionDropout& dropout = AttentionDropout()) {
     int HS = attention_check_shape("attention_backward", B, T, C, NH, {dqkv, dout, qkv, out});
+    DropoutArgs d = attention_dropout_args("attention_backward", dropout, B, T, NH);
+    bool on = dropout.p > 0.f;
     if (B * (long long)T * NH > 0x7fffffffLL) {
         fprintf(stderr, "attention_backward: B*T*NH = %lld exceeds 2^31-1\n", B * (long long)T * NH);
         exit(EXIT_FAILURE);
@@ -697,16 +795,20 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
     float* D = static_cast<float*>(scratch);
     switch (HS) {
         case 16:
-            attention_backward_hs<floatX, 16>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, stream);
+            attention_backward_hs<floatX, 16>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, d, on,
+                                              stream);
             break;
         case 32:
-            attention_backward_hs<floatX, 32>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, stream);
+            attention_backward_hs<floatX, 32>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, d, on,
+                                              stream);
             break;
         case 64:
-            attention_backward_hs<floatX, 64>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, stream);
+            attention_backward_hs<floatX, 64>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, d, on,
+                                              stream);
             break;
         default:
-            attention_backward_hs<floatX, 128>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, stream);
+            attention_backward_hs<floatX, 128>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, d, on,
+                                               stream);
             break;
     }
 }

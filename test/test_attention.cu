@@ -37,6 +37,16 @@
 // Padded rows (t >= valid_len) must be exactly zero in out, lse and dqkv; buffers start as NaN so an
 // element the kernels forget to write fails. Every case runs under th::run_orders (bit-identical
 // results under forward, reverse and random thread orders).
+//
+// Dropout on P (AttentionDropout): the references take the mask from dropout_attention_keep, the host
+// twin of what the kernels compute per tile, and use the exact 1/(1-p) (the kernels' fp32 rounding of
+// it is one more rounding, inside the budgets' constant terms). The magnitudes above then carry the
+// mask: p_ij becomes p_ij M_ij/(1-p) in out, dv and A_ij's |v_j| term; dS = p_ij (M_ij dP_ij/(1-p) - D_i).
+// Same tolerances; the fp16 subnormal allowance of out and dv grows by 1/(1-p), the factor the kernels
+// apply to the rounded P after the product. Also: p = 0 (and a p so small that nothing is dropped and
+// 1/(1-p) rounds to 1 in fp32, which runs the dropout kernels) gives the dropout-free bits; the mask
+// does not depend on the padded length T; padded rows stay zero; the keep rate of the visible elements
+// is within 5 sigma of the binomial's 1-p.
 #include "../llmc/attention.cuh"
 #include "harness.h"
 
@@ -52,6 +62,7 @@ struct Case {
     int B, T, NH, HS;
     bool causal;
     std::vector<int> valid;  // per sequence; empty: valid_len = nullptr
+    float dropout = 0.f;     // drop probability of P (seed and offset: kDropSeed, kDropOffset)
     int C() const { return NH * HS; }
     int valid_of(int b) const { return valid.empty() ? T : std::min(std::max(valid[b], 0), T); }
     std::string name(const char* dtype) const {
@@ -60,7 +71,25 @@ struct Case {
         for (size_t b = 0; b < valid.size(); b++) v += (b ? "," : "") + std::to_string(valid[b]);
         snprintf(buf, sizeof(buf), "%s B=%d T=%d NH=%d HS=%d %s valid_len=%s", dtype, B, T, NH, HS,
                  causal ? "causal" : "full", valid.empty() ? "null" : ("{" + v + "}").c_str());
-        return buf;
+        std::string n = buf;
+        if (dropout > 0) n += " dropout=" + std::to_string(dropout).substr(0, 4);
+        return n;
+    }
+};
+
+constexpr uint64_t kDropSeed = 0x5eed0123456789abull, kDropOffset = 42;
+
+// The case's dropout as the launchers take it.
+AttentionDropout attention_dropout(const Case& cs) { return AttentionDropout{cs.dropout, kDropSeed, kDropOffset}; }
+
+// The case's mask factor for (b, h, query i, key j): M_ij / (1-p), in double (1 without dropout).
+struct MaskFactor {
+    const Case& cs;
+    DropoutArgs d;
+    explicit MaskFactor(const Case& c) : cs(c), d(dropout_args("test", c.dropout, kDropSeed, kDropOffset)) {}
+    double operator()(int b, int h, int i, int j) const {
+        if (cs.dropout == 0) return 1;
+        return dropout_attention_keep(d, b * cs.NH + h, i, j) ? 1 / (1 - (double)cs.dropout) : 0;
     }
 };
 
@@ -82,6 +111,8 @@ struct Reference {
 Reference reference(const Case& cs, const std::vector<float>& qkv, const std::vector<float>& dout) {
     const int B = cs.B, T = cs.T, NH = cs.NH, HS = cs.HS, C = cs.C();
     const double scale = 1.0 / std::sqrt((double)HS);
+    const MaskFactor mask(cs);
+    const double rp = 1 / (1 - (double)cs.dropout);  // what the rounded P is scaled by, after the product
     Reference ref;
     ref.r.out.assign((size_t)B * T * C, 0);
     ref.r.lse.assign((size_t)B * NH * T, 0);
@@ -117,10 +148,14 @@ Reference reference(const Case& cs, const std::vector<float>& qkv, const std::ve
                 size_t lse_i = ((size_t)b * NH + h) * T + i;
                 ref.r.lse[lse_i] = m + std::log(sum);
                 ref.mag_lse[lse_i] = 1 + std::fabs(ref.r.lse[lse_i]);  // + amax, added below
-                std::vector<double> o(HS, 0), mo(HS, 0), so(HS, 0);
-                for (int j = 0; j < nk; j++)
-                    for (int d = 0; d < HS; d++)
-                        o[d] += p[j] * v(j, d), mo[d] += p[j] * std::fabs(v(j, d)), so[d] += std::fabs(v(j, d));
+                std::vector<double> o(HS, 0), mo(HS, 0), so(HS, 0), md(nk);  // md: M_ij / (1-p)
+                for (int j = 0; j < nk; j++) {
+                    md[j] = mask(b, h, i, j);
+                    for (int d = 0; d < HS; d++) {
+                        o[d] += p[j] * md[j] * v(j, d), mo[d] += p[j] * md[j] * std::fabs(v(j, d));
+                        so[d] += rp * std::fabs(v(j, d));
+                    }
+                }
                 double D = 0;
                 for (int d = 0; d < HS; d++) {
                     ref.r.out[((size_t)b * T + i) * C + h * HS + d] = o[d];
@@ -132,19 +167,19 @@ Reference reference(const Case& cs, const std::vector<float>& qkv, const std::ve
                     double dp = 0, A = 0;
                     for (int d = 0; d < HS; d++) {
                         dp += g(i, d) * v(j, d);
-                        A += std::fabs(g(i, d)) * (std::fabs(v(j, d)) + mo[d]);
+                        A += std::fabs(g(i, d)) * (md[j] * std::fabs(v(j, d)) + mo[d]);
                     }
-                    double ds = p[j] * (dp - D);
+                    double ds = p[j] * (md[j] * dp - D);
                     for (int d = 0; d < HS; d++) {
                         at(ref.r.dqkv, i, 0, d) += scale * ds * k(j, d);
                         at(ref.r.dqkv, j, 1, d) += scale * ds * q(i, d);
-                        at(ref.r.dqkv, j, 2, d) += p[j] * g(i, d);
+                        at(ref.r.dqkv, j, 2, d) += p[j] * md[j] * g(i, d);
                         at(ref.mag_dqkv, i, 0, d) += scale * p[j] * A * std::fabs(k(j, d));
                         at(ref.mag_dqkv, j, 1, d) += scale * p[j] * A * std::fabs(q(i, d));
-                        at(ref.mag_dqkv, j, 2, d) += p[j] * std::fabs(g(i, d));
+                        at(ref.mag_dqkv, j, 2, d) += p[j] * md[j] * std::fabs(g(i, d));
                         at(ref.sub_dqkv, i, 0, d) += scale * std::fabs(k(j, d));
                         at(ref.sub_dqkv, j, 1, d) += scale * std::fabs(q(i, d));
-                        at(ref.sub_dqkv, j, 2, d) += std::fabs(g(i, d));
+                        at(ref.sub_dqkv, j, 2, d) += rp * std::fabs(g(i, d));
                     }
                 }
             }
@@ -156,12 +191,13 @@ Reference reference(const Case& cs, const std::vector<float>& qkv, const std::ve
 }
 
 // A naive attention in a 16-bit type: the textbook algorithm in fp32 with the operands of every
-// product (Q, K, V, dO are floatX values already; P and dS) and every output rounded to floatX: the
-// error any attention in that type makes, against which the kernel is judged.
+// product (Q, K, V, dO are floatX values already; P, dropped and scaled, and dS) and every output
+// rounded to floatX: the error any attention in that type makes, against which the kernel is judged.
 template <class floatX>
 Results naive_lowp(const Case& cs, const std::vector<float>& qkv, const std::vector<float>& dout) {
     const int B = cs.B, T = cs.T, NH = cs.NH, HS = cs.HS, C = cs.C();
     const float scale = 1.f / std::sqrt((float)HS);
+    const MaskFactor mask(cs);
     Results r;
     r.out.assign((size_t)B * T * C, 0);
     r.dqkv.assign((size_t)B * T * 3 * C, 0);
@@ -183,8 +219,12 @@ Results naive_lowp(const Case& cs, const std::vector<float>& qkv, const std::vec
                     s[j] = dot * scale;
                     m = std::max(m, s[j]);
                 }
+                std::vector<float> md(nk(i));  // M_ij / (1-p)
                 for (int j = 0; j < nk(i); j++) sum += p[j] = std::exp(s[j] - m);
-                for (int j = 0; j < nk(i); j++) P[(size_t)i * T + j] = round_to<floatX>(p[j] /= sum);
+                for (int j = 0; j < nk(i); j++) {
+                    md[j] = (float)mask(b, h, i, j);
+                    P[(size_t)i * T + j] = round_to<floatX>((p[j] /= sum) * md[j]);
+                }
                 for (int d = 0; d < HS; d++) {
                     float o = 0;
                     for (int j = 0; j < nk(i); j++) o += P[(size_t)i * T + j] * x(j, 2, d);
@@ -196,6 +236,7 @@ Results naive_lowp(const Case& cs, const std::vector<float>& qkv, const std::vec
                 for (int j = 0; j < nk(i); j++) {
                     dp[j] = 0;
                     for (int d = 0; d < HS; d++) dp[j] += g(i, d) * x(j, 2, d);
+                    dp[j] *= md[j];
                     Dsum += p[j] * dp[j];
                 }
                 for (int j = 0; j < nk(i); j++) dS[(size_t)i * T + j] = round_to<floatX>(p[j] * (dp[j] - Dsum));
@@ -226,7 +267,8 @@ Results naive_lowp(const Case& cs, const std::vector<float>& qkv, const std::vec
 // run_orders can compare them bit for bit).
 template <class floatX>
 std::vector<unsigned char> run_kernels(const Case& cs, const std::vector<float>& qkv_h,
-                                       const std::vector<float>& dout_h) {
+                                       const std::vector<float>& dout_h,
+                                       const AttentionDropout* dropout = nullptr) {
     const int B = cs.B, T = cs.T, NH = cs.NH, C = cs.C();
     size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_lse = (size_t)B * NH * T;
     th::DeviceBuffer<floatX> qkv(th::round_to<floatX>(qkv_h)), dout(th::round_to<floatX>(dout_h));
@@ -236,8 +278,15 @@ std::vector<unsigned char> run_kernels(const Case& cs, const std::vector<float>&
     th::DeviceBuffer<float> lse(n_lse, th::Fill::NaN);
     th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
     const int* valid_len = cs.valid.empty() ? nullptr : valid.ptr;
-    attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, cs.causal, valid_len, 0);
-    attention_backward(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, cs.causal, valid_len, 0);
+    if (dropout) {
+        attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, cs.causal, valid_len, 0, *dropout);
+        attention_backward(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, cs.causal,
+                           valid_len, 0, *dropout);
+    } else {  // the call sites that predate dropout
+        attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, cs.causal, valid_len, 0);
+        attention_backward(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, cs.causal,
+                           valid_len, 0);
+    }
     cudaCheck(cudaDeviceSynchronize());
     size_t bytes_out = n_out * sizeof(floatX), bytes_lse = n_lse * sizeof(float), bytes_dqkv = n_qkv * sizeof(floatX);
     std::vector<unsigned char> all(bytes_out + bytes_lse + bytes_dqkv);
@@ -302,21 +351,47 @@ bool check_padding_zero(const std::string& name, const Case& cs, const Results& 
     return th::report(nonzero == 0, name.c_str(), "%zu of %zu padded-row elements are not exactly 0", nonzero, checked);
 }
 
+// Inputs of a case, values of floatX so that the reference sees exactly the kernel's inputs: qkv (B,T,3C)
+// and dout (B,T,C). Q and K in [-2, 2) make the scores spread (std ~1.3), so the running max moves and
+// rows are peaked.
 template <class floatX>
-void test_case(const Case& cs, uint64_t seed) {
-    const bool lowp = !std::is_same<floatX, float>::value;
-    const std::string name = cs.name(th::dtype_name<floatX>());
+void make_inputs(const Case& cs, uint64_t seed, std::vector<float>& qkv, std::vector<float>& dout) {
     const int C = cs.C();
-    std::vector<float> qkv((size_t)cs.B * cs.T * 3 * C), dout((size_t)cs.B * cs.T * C);
-    // Q and K in [-2, 2) make the scores spread (std ~1.3), so the running max moves and rows are peaked.
+    qkv.resize((size_t)cs.B * cs.T * 3 * C);
+    dout.resize((size_t)cs.B * cs.T * C);
     th::fill_uniform(qkv.data(), qkv.size(), seed, -1.f, 1.f);
     for (size_t i = 0; i < qkv.size(); i++)
         if ((i % (3 * C)) < (size_t)(2 * C)) qkv[i] *= 2.f;
     th::fill_uniform(dout.data(), dout.size(), seed + 1, -1.f, 1.f);
     for (auto* x : {&qkv, &dout})
-        for (float& e : *x) e = round_to<floatX>(e);  // the reference sees exactly the kernel's inputs
+        for (float& e : *x) e = round_to<floatX>(e);
+}
 
-    auto raw = th::run_orders((name + " thread orders").c_str(), [&] { return run_kernels<floatX>(cs, qkv, dout); });
+// The share of the case's visible (b, h, query, key) elements the dropout mask keeps must be within 5
+// sigma of the binomial's 1-p: |kept/n - (1-p)| <= 5 sqrt(p(1-p)/n) (a false alarm once in ~1.7 million).
+void check_keep_rate(const std::string& name, const Case& cs) {
+    const MaskFactor mask(cs);
+    size_t n = 0, kept = 0;
+    for (int b = 0; b < cs.B; b++)
+        for (int h = 0; h < cs.NH; h++)
+            for (int i = 0; i < cs.valid_of(b); i++)
+                for (int j = 0; j < (cs.causal ? i + 1 : cs.valid_of(b)); j++, n++) kept += mask(b, h, i, j) != 0;
+    double p = cs.dropout, rate = (double)kept / n, bound = 5 * std::sqrt(p * (1 - p) / n);
+    th::report(std::fabs(rate - (1 - p)) <= bound, name.c_str(), "kept %zu of %zu = %.4f, 1-p = %.4f, bound %.4f", kept,
+               n, rate, 1 - p, bound);
+}
+
+template <class floatX>
+void test_case(const Case& cs, uint64_t seed) {
+    const bool lowp = !std::is_same<floatX, float>::value;
+    const std::string name = cs.name(th::dtype_name<floatX>());
+    const int C = cs.C();
+    std::vector<float> qkv, dout;
+    make_inputs<floatX>(cs, seed, qkv, dout);
+
+    const AttentionDropout dropout = attention_dropout(cs);
+    auto raw = th::run_orders((name + " thread orders").c_str(),
+                              [&] { return run_kernels<floatX>(cs, qkv, dout, cs.dropout > 0 ? &dropout : nullptr); });
     Results got = unpack<floatX>(cs, raw);
     Reference ref = reference(cs, qkv, dout);
 
@@ -352,6 +427,82 @@ void test_case(const Case& cs, uint64_t seed) {
                     part_of(got.dqkv, C, part), part_of(naive.dqkv, C, part));
     }
     if (!cs.valid.empty()) check_padding_zero(name + " padded rows zero", cs, got);
+    if (cs.dropout > 0 && std::is_same<floatX, float>::value) check_keep_rate(name + " dropout keep rate", cs);
+}
+
+// Dropout off gives the dropout-free bits: p = 0 with any seed and offset, and p = 1e-9, which runs the
+// dropout kernels (threshold round(1e-9 * 2^32) = 4: a word below 4 is dropped, once in ~10^9, and the
+// case is checked to drop nothing) with 1/(1-p) = 1 exactly in fp32, so that their extra arithmetic
+// (the select of P, dP times 1, out and dV times 1) must change no bit.
+template <class floatX>
+void test_dropout_off(const Case& cs, uint64_t seed) {
+    std::vector<float> qkv, dout;
+    make_inputs<floatX>(cs, seed, qkv, dout);
+    const std::string name = cs.name(th::dtype_name<floatX>());
+    auto plain = run_kernels<floatX>(cs, qkv, dout);
+    const AttentionDropout zero{0.f, 1234, 5}, tiny{1e-9f, kDropSeed, kDropOffset};
+    auto with_zero = run_kernels<floatX>(cs, qkv, dout, &zero);
+    th::check_bitwise((name + " dropout p=0 vs no dropout").c_str(), plain.data(), with_zero.data(), plain.size());
+    DropoutArgs d = dropout_args("test", tiny.p, tiny.seed, tiny.offset);
+    size_t dropped = 0;
+    for (int bh = 0; bh < cs.B * cs.NH; bh++)
+        for (int i = 0; i < cs.T; i++)
+            for (int j = 0; j < cs.T; j++) dropped += !dropout_attention_keep(d, bh, i, j);
+    th::report(dropped == 0 && d.scale == 1.f && d.threshold == 4, (name + " dropout p=1e-9: nothing dropped").c_str(),
+               "threshold %u, scale %.9g, %zu dropped", d.threshold, d.scale, dropped);
+    auto with_tiny = run_kernels<floatX>(cs, qkv, dout, &tiny);
+    th::check_bitwise((name + " dropout p=1e-9 (dropout kernels) vs no dropout").c_str(), plain.data(),
+                      with_tiny.data(), plain.size());
+}
+
+// The mask depends on (b, h, query, key), not on the padded length: the same sequences padded to T and to
+// T2 > T give bit-identical out, lse and dqkv on the valid rows with dropout on. Another offset gives
+// another mask: out changes.
+template <class floatX>
+void test_dropout_padding_invariance(const Case& cs, int T2, uint64_t seed) {
+    Case wide = cs;
+    wide.T = T2;
+    std::vector<float> qkv, dout, qkv2, dout2;
+    make_inputs<floatX>(cs, seed, qkv, dout);
+    make_inputs<floatX>(wide, seed + 100, qkv2, dout2);  // padding rows: other values
+    const int C = cs.C();
+    for (int b = 0; b < cs.B; b++)
+        for (int t = 0; t < cs.T; t++) {
+            std::copy_n(&qkv[((size_t)b * cs.T + t) * 3 * C], 3 * C, &qkv2[((size_t)b * T2 + t) * 3 * C]);
+            std::copy_n(&dout[((size_t)b * cs.T + t) * C], C, &dout2[((size_t)b * T2 + t) * C]);
+        }
+    const AttentionDropout dropout = attention_dropout(cs);
+    Results a = unpack<floatX>(cs, run_kernels<floatX>(cs, qkv, dout, &dropout));
+    Results w = unpack<floatX>(wide, run_kernels<floatX>(wide, qkv2, dout2, &dropout));
+    size_t differ = 0, checked = 0;
+    for (int b = 0; b < cs.B; b++)
+        for (int t = 0; t < cs.valid_of(b); t++) {
+            for (int c = 0; c < C; c++, checked++)
+                differ += a.out[((size_t)b * cs.T + t) * C + c] != w.out[((size_t)b * T2 + t) * C + c];
+            for (int c = 0; c < 3 * C; c++, checked++)
+                differ += a.dqkv[((size_t)b * cs.T + t) * 3 * C + c] != w.dqkv[((size_t)b * T2 + t) * 3 * C + c];
+            for (int h = 0; h < cs.NH; h++, checked++)
+                differ += a.lse[((size_t)b * cs.NH + h) * cs.T + t] != w.lse[((size_t)b * cs.NH + h) * T2 + t];
+        }
+    std::string name = cs.name(th::dtype_name<floatX>()) + " dropout mask independent of padding (T=" +
+                       std::to_string(T2) + ")";
+    th::report(differ == 0, name.c_str(), "%zu of %zu valid-row elements differ", differ, checked);
+    AttentionDropout other = dropout;
+    other.offset++;
+    Results o = unpack<floatX>(cs, run_kernels<floatX>(cs, qkv, dout, &other));
+    size_t changed = 0;
+    for (size_t i = 0; i < a.out.size(); i++) changed += a.out[i] != o.out[i];
+    name = cs.name(th::dtype_name<floatX>()) + " dropout offset+1 changes the mask";
+    th::report(changed > a.out.size() / 4, name.c_str(), "%zu of %zu out elements changed", changed, a.out.size());
+}
+
+// Valid lengths for B sequences of length T: T and 1 first, then pseudo-random ones in [1, T].
+std::vector<int> random_lengths(int B, int T, uint64_t seed) {
+    std::vector<float> u(B);
+    th::fill_uniform(u.data(), B, seed, 0.f, 1.f);
+    std::vector<int> v(B);
+    for (int b = 0; b < B; b++) v[b] = b == 0 ? T : b == 1 ? 1 : 1 + std::min(T - 1, (int)(u[b] * T));
+    return v;
 }
 
 // Loss-scaled fp16 gradients: a dv beyond fp16's range must be stored as inf, not clamped, and an
@@ -444,6 +595,27 @@ int main(int argc, char** argv) {
         test_case<__half>(cs, seed);
         seed += 2;
     }
+    // Dropout on P: BERT's p = 0.1 and heavier ones; random valid lengths including 1 and T; causal and
+    // padded; every head size; T across several tiles and not a multiple of 64.
+    const std::vector<Case> dropout_cases = {
+        {2, 17, 2, 16, false, {}, 0.1f},
+        {4, 100, 2, 32, false, random_lengths(4, 100, 11), 0.1f},
+        {3, 130, 2, 64, true, random_lengths(3, 130, 12), 0.1f},
+        {2, 77, 3, 16, true, {}, 0.5f},
+        {3, 70, 2, 128, false, random_lengths(3, 70, 13), 0.25f},
+        {2, 150, 2, 32, true, random_lengths(2, 150, 14), 0.1f},
+    };
+    for (const Case& cs : dropout_cases) {
+        test_case<float>(cs, seed);
+        test_case<__nv_bfloat16>(cs, seed);
+        test_case<__half>(cs, seed);
+        seed += 2;
+    }
+    test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
+    test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);
+    test_dropout_off<__half>({1, 130, 2, 128, true, {}}, seed);
+    test_dropout_padding_invariance<float>({2, 40, 2, 32, false, {33, 17}, 0.1f}, 130, seed);
+    test_dropout_padding_invariance<__nv_bfloat16>({2, 40, 2, 64, true, {40, 1}, 0.1f}, 72, seed);
     test_backward_nonfinite_fp16();
     test_bad_head_size(argv[0]);
     return th::finish();

@@ -10,7 +10,9 @@
 //                   -I/usr/include/x86_64-linux-gnu/openblas-pthread -rdynamic -lboost_context -lopenblas
 //                   -lpthread $(mpicxx --showme:link) -o /tmp/attention && /tmp/attention   (one line)
 // Validation runs everywhere and sets the exit code; the benchmark prints time and TFLOP/s against
-// the device's peak (on the CPU backend the figures say nothing about a GPU).
+// the device's peak (on the CPU backend the figures say nothing about a GPU). Dropout on P is validated
+// for the flash kernels only (variant 1 has none): the reference takes its mask from
+// dropout_attention_keep, the host twin of what the kernels regenerate.
 //
 // Why flash attention is faster than variant 1. Variant 1 writes the scores, reads them back for
 // the softmax, writes P, and reads it again for P V (the backward adds dP and dS): O(B·NH·T²) bytes
@@ -36,14 +38,24 @@ struct Shape {
     int B, T, C, NH;
     bool causal;
     std::vector<int> valid;  // empty: no padding
+    float dropout = 0.f;     // drop probability of P (seed kDropSeed, offset kDropOffset)
     int HS() const { return C / NH; }
     int valid_of(int b) const { return valid.empty() ? T : std::min(std::max(valid[b], 0), T); }
 };
 
+constexpr uint64_t kDropSeed = 77, kDropOffset = 3;
+
+// With dropout, P_ij is multiplied by M_ij / (1-p), M from dropout_attention_keep (the mask the kernels
+// regenerate), in out, dV and dP (FlashAttention's semantics; lse and D as without dropout, D from the
+// dropped out).
 void attention_cpu(std::vector<double>& out, std::vector<double>& lse, std::vector<double>& dqkv,
                    const std::vector<float>& qkv, const std::vector<float>& dout, const Shape& s) {
     const int B = s.B, T = s.T, C = s.C, NH = s.NH, HS = s.HS();
     const double scale = 1.0 / std::sqrt((double)HS);
+    const DropoutArgs drop = dropout_args("attention_cpu", s.dropout, kDropSeed, kDropOffset);
+    auto mask = [&](int b, int h, int i, int j) {
+        return s.dropout == 0 || dropout_attention_keep(drop, b * NH + h, i, j) ? 1 / (1 - (double)s.dropout) : 0.0;
+    };
     out.assign((size_t)B * T * C, 0);
     lse.assign((size_t)B * NH * T, 0);
     dqkv.assign((size_t)B * T * 3 * C, 0);
@@ -65,21 +77,23 @@ void attention_cpu(std::vector<double>& out, std::vector<double>& lse, std::vect
                 }
                 for (int j = 0; j < nk; j++) sum += p[j] = std::exp(p[j] - m);
                 lse[((size_t)b * NH + h) * T + i] = m + std::log(sum);
+                std::vector<double> md(nk);
+                for (int j = 0; j < nk; j++) md[j] = mask(b, h, i, j);
                 double D = 0;
                 for (int d = 0; d < HS; d++) {
                     double o = 0;
-                    for (int j = 0; j < nk; j++) o += p[j] / sum * x(j, 2, d);
+                    for (int j = 0; j < nk; j++) o += p[j] / sum * md[j] * x(j, 2, d);
                     out[((size_t)b * T + i) * C + h * HS + d] = o;
                     D += o * g(i, d);
                 }
                 for (int j = 0; j < nk; j++) {
                     double pj = p[j] / sum, dp = 0;
                     for (int d = 0; d < HS; d++) dp += g(i, d) * x(j, 2, d);
-                    double ds = pj * (dp - D) * scale;
+                    double ds = pj * (md[j] * dp - D) * scale;
                     for (int d = 0; d < HS; d++) {
                         dx(i, 0, d) += ds * x(j, 1, d);
                         dx(j, 1, d) += ds * x(i, 0, d);
-                        dx(j, 2, d) += pj * g(i, d);
+                        dx(j, 2, d) += pj * md[j] * g(i, d);
                     }
                 }
             }
@@ -242,8 +256,9 @@ void validate(const Shape& s, uint64_t seed) {
         double scale = 0;
         for (double r : ref) scale = std::max(scale, std::fabs(r));
         char name[256];
-        snprintf(name, sizeof(name), "%s %s B=%d T=%d C=%d NH=%d %s%s: %s", variant, th::dtype_name<floatX>(), B, T, C,
-                 NH, s.causal ? "causal" : "full", s.valid.empty() ? "" : " padded", what);
+        snprintf(name, sizeof(name), "%s %s B=%d T=%d C=%d NH=%d %s%s%s: %s", variant, th::dtype_name<floatX>(), B, T,
+                 C, NH, s.causal ? "causal" : "full", s.valid.empty() ? "" : " padded",
+                 s.dropout > 0 ? " dropout" : "", what);
         th::check_close(name, ref.data(), got.data(), ref.size(), th::tol(eps, k, k * eps * scale));
     };
 
@@ -253,7 +268,8 @@ void validate(const Shape& s, uint64_t seed) {
     th::DeviceBuffer<float> lse((size_t)B * NH * T, th::Fill::NaN);
     th::DeviceBuffer<int> valid(s.valid);
     const int* vl = s.valid.empty() ? nullptr : valid.ptr;
-    for (int variant = 1; variant <= 2; variant++) {
+    const AttentionDropout dropout{s.dropout, kDropSeed, kDropOffset};
+    for (int variant = s.dropout > 0 ? 2 : 1; variant <= 2; variant++) {  // variant 1 has no dropout
         const char* label = variant == 1 ? "variant 1 (naive)" : "flash (llmc)";
         if (variant == 1) {
             th::DeviceBuffer<char> scratch(attention1_scratch_bytes(B, T, NH), th::Fill::NaN);
@@ -261,9 +277,9 @@ void validate(const Shape& s, uint64_t seed) {
             attention_backward1(dqkv.ptr, d_dout.ptr, d_qkv.ptr, scratch.ptr, B, T, C, NH, s.causal, vl, 0);
         } else {
             th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
-            attention_forward(out.ptr, lse.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0);
+            attention_forward(out.ptr, lse.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0, dropout);
             attention_backward(dqkv.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
-                               vl, 0);
+                               vl, 0, dropout);
         }
         check(label, "out", out_ref, th::widen(out.host()));
         check(label, "lse", lse_ref, th::widen(lse.host()));
@@ -307,6 +323,15 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     flops_line("forward (llmc, flash)", time_ms(fwd, reps), fwd_flops, peak);
     flops_line("backward variant 1 (naive, scores in DRAM)", time_ms(bwd1, reps), 2.5 * fwd_flops, peak);
     flops_line("backward (llmc, flash)", time_ms(bwd, reps), 2.5 * fwd_flops, peak);
+    // The cost of dropout on P (BERT's p = 0.1): 8 Philox calls per lane and tile in each kernel.
+    const AttentionDropout drop{0.1f, 1, 0};
+    auto fwd_drop = [&] { attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0, drop); };
+    auto bwd_drop = [&] {
+        attention_backward(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal, nullptr, 0,
+                           drop);
+    };
+    flops_line("forward (llmc, flash) with dropout 0.1", time_ms(fwd_drop, reps), fwd_flops, peak);
+    flops_line("backward (llmc, flash) with dropout 0.1", time_ms(bwd_drop, reps), 2.5 * fwd_flops, peak);
 }
 
 int main() {
@@ -316,6 +341,9 @@ int main() {
         {2, 77, 96, 3, false, {77, 30}},   // HS = 32, padded
         {1, 130, 128, 2, true, {}},        // HS = 64
         {2, 65, 256, 2, false, {1, 65}},   // HS = 128, padded
+        // Dropout on P (the flash kernels only): BERT's p = 0.1, padded and causal.
+        {3, 90, 128, 2, false, {90, 1, 47}, 0.1f},  // HS = 64
+        {2, 77, 96, 3, true, {}, 0.3f},             // HS = 32
     };
     uint64_t seed = 1;
     for (const Shape& s : shapes) {
