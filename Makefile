@@ -68,8 +68,9 @@ SIMT_SRCS := llmc/simt/scheduler.cpp llmc/simt/runtime.cpp llmc/simt/cublaslt.cp
 CPU_SIMT_OBJS  := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/cpu/simt/%.o)
 ASAN_SIMT_OBJS := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/asan/simt/%.o)
 
-# Every test/test_<name>.cu is a test; the NCCL and distributed ones need MPI.
-TESTS      := $(filter-out $(if $(HAVE_MPI),,nccl distributed),$(patsubst test/test_%.cu,%,$(wildcard test/test_*.cu)))
+# Every test/test_<name>.cu is a test; the multi-rank ones need MPI.
+MPI_TESTS  := nccl distributed data_parallel
+TESTS      := $(filter-out $(if $(HAVE_MPI),,$(MPI_TESTS)),$(patsubst test/test_%.cu,%,$(wildcard test/test_*.cu)))
 CU_SOURCES := $(wildcard test/*.cu dev/cuda/*.cu *.cu)
 
 .PHONY: all help test test-asan test-nvcc test-gpu bench clean
@@ -153,7 +154,7 @@ test-asan:
 	@BUILD_DIR=$(BUILD)/asan ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
 
 # The kernel tests on a real GPU (needs nvidia-smi to find one).
-GPU_TESTS := $(filter-out simt $(if $(HAVE_MPI),,nccl distributed),$(TESTS))
+GPU_TESTS := $(filter-out simt $(if $(HAVE_MPI),,$(MPI_TESTS)),$(TESTS))
 test-gpu:
 	@$(MAKE) --no-print-directory -j$(NPROC) $(GPU_TESTS:%=$(BUILD)/gpu/test_%)
 	@BUILD_DIR=$(BUILD)/gpu TESTS="$(GPU_TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh

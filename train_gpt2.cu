@@ -119,10 +119,14 @@ using ParameterTensors = TensorViews<floatX, NUM_PARAMETER_TENSORS>;
 inline std::vector<ParamSpec> param_specs(const GPT2Config& c) {
     size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
     std::vector<ParamSpec> s(NUM_PARAMETER_TENSORS);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) s[i] = ParamSpec{{C}, L, param_decays(i)};
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) s[i] = ParamSpec{{C}, L, param_decays(i), GradReady::PerLayer};
     s[WTE].shape = {Vp, C};
     s[WPE].shape = {maxT, C};
     s[WTE].copies = s[WPE].copies = s[LNFW].copies = s[LNFB].copies = 1;
+    // The final layernorm's gradients are final before the layers' backward; the embeddings' after
+    // them (the tied wte gets the LM head's part first and the encoder's last).
+    s[LNFW].ready = s[LNFB].ready = GradReady::BeforeLayers;
+    s[WTE].ready = s[WPE].ready = GradReady::AfterLayers;
     s[QKVW].shape = {3 * C, C};
     s[QKVB].shape = {3 * C};
     s[ATTPROJW].shape = {C, C};
@@ -235,7 +239,7 @@ struct GPT2 : ModelState<floatX> {
         param_sizes(c, sizes);
         this->build_state(param_specs(c), host_params);
         params.point_into(params_memory, sizes);
-        grads.point_into(grads_memory, sizes);
+        grads.point_into(grads_memory, this->grad_sizes.data(), this->grad_layer_slots);
         if (fp8) {
             size_t one = fp8_linear_bytes(kFp8History), n = (size_t)c.num_layers * NUM_LINEAR;
             cudaCheck(cudaMalloc(&fp8_memory, n * one));
@@ -474,14 +478,17 @@ struct GPT2 : ModelState<floatX> {
         int BT = B * T;
         size_t btc = (size_t)BT * C;
         Activations<floatX>& a = acts;
+        this->grads_begin_backward();
         cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(floatX), stream));
         // LM head and final layernorm
         matmul_backward(a.dbtc, grads.t[WTE], (floatX*)nullptr, a.scratch, a.logits, a.lnf, params.t[WTE],
                         (const floatX*)nullptr, BT, C, Vp, GeluKind::Tanh, stream);
         layernorm_backward(a.dresidual, grads.t[LNFW], grads.t[LNFB], a.scratch, a.dbtc, a.residual3 + (L - 1) * btc,
                            params.t[LNFW], a.lnf_mean, a.lnf_rstd, BT, C, stream);
+        this->grads_final_before();  // data parallel: the final layernorm's gradients go out now
         for (int l = L - 1; l >= 0; l--) {
             LayerActs<floatX> x = layer_acts(l);
+            this->grads_begin_layer(l);
             if (recompute != Recompute::None) recompute_layer(l, x);
             // MLP block: dresidual is the gradient of the block's output
             linear_backward(LinFCProj, l, a.dbt4c, grads.layer(FCPROJW, l, 4 * C * C), grads.layer(FCPROJB, l, C),
@@ -501,9 +508,11 @@ struct GPT2 : ModelState<floatX> {
             layernorm_backward(a.dresidual, grads.layer(LN1W, l, C), grads.layer(LN1B, l, C), a.scratch, a.dbtc,
                                x.residual, params.layer(LN1W, l, C), x.ln1_mean,
                                x.ln1_rstd, BT, C, stream);
+            this->grads_final_layer(l);  // ... layer l's, while the layers below compute
         }
         encoder_backward(grads.t[WTE], grads.t[WPE], (floatX*)nullptr, encoder_plan, a.dresidual, a.inputs,
                          (const int*)nullptr, B, T, C, stream);
+        this->grads_final_after();
     }
 
     // Starts copying the per-token losses of the last forward pass to host (pinned, B*T floats).

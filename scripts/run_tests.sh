@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# scripts/run_tests.sh — runs the test suite that `make test` built: every test binary (the NCCL and
-# distributed ones under mpirun with 2 and 3 ranks), then nvcc compile checks; prints each test's own
-# lines and a final tally, and exits non-zero if anything failed. Called by the Makefile with:
+# scripts/run_tests.sh — runs the test suite that `make test` built: every test binary (the multi-rank
+# ones — nccl, distributed, data_parallel — under mpirun with 2 and 3 ranks), then nvcc compile
+# checks; prints each test's own lines and a final tally, and exits non-zero if anything failed. Called by the Makefile with:
 #   BUILD_DIR   directory of the test binaries (empty: skip them)
 #   ASAN_DIR    directory of the ASan build of test_simt (runs the planted ASan bugs)
 #   TESTS       test names (test_<name>)
@@ -60,6 +60,9 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
             distributed)
                 run "test_distributed (2 ranks)" "${MPIRUN[@]}" -np 2 "$BUILD_DIR/test_distributed"
                 run "test_distributed (3 ranks)" "${MPIRUN[@]}" -np 3 "$BUILD_DIR/test_distributed" ;;
+            data_parallel)
+                run "test_data_parallel (2 ranks)" "${MPIRUN[@]}" -np 2 "$BUILD_DIR/test_data_parallel"
+                run "test_data_parallel (3 ranks)" "${MPIRUN[@]}" -np 3 "$BUILD_DIR/test_data_parallel" ;;
             *) run "test_$t" "$BUILD_DIR/test_$t" ;;
         esac
     done

@@ -11,6 +11,7 @@
 #include "../llmc/adamw.cuh"  // ParamTensor, the table the optimizers take
 #include "../llmc/distributed.h"
 #include "harness.h"
+#include "harness_mpi.h"
 
 #include <chrono>
 #include <random>
@@ -18,31 +19,6 @@
 #include <vector>
 
 static Distributed g_d;
-
-// Collects every rank's verdict on rank 0, which prints one line: rank 0's detail when all passed,
-// otherwise each failing rank's detail.
-static bool report_all(const char* name, bool ok, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool report_all(const char* name, bool ok, const char* fmt, ...) {
-    struct Msg {
-        int ok;
-        char detail[240];
-    } mine{ok, ""};
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(mine.detail, sizeof(mine.detail), fmt, ap);
-    va_end(ap);
-    std::vector<Msg> all(g_d.world);
-    MPI_Gather(&mine, sizeof(Msg), MPI_BYTE, all.data(), sizeof(Msg), MPI_BYTE, 0, MPI_COMM_WORLD);
-    if (g_d.rank != 0) return ok;
-    bool all_ok = true;
-    std::string text;
-    for (int r = 0; r < g_d.world; r++)
-        if (!all[r].ok) {
-            all_ok = false;
-            text += "rank " + std::to_string(r) + ": " + all[r].detail + "; ";
-        }
-    return th::report(all_ok, name, "%s", all_ok ? mine.detail : text.c_str());
-}
 
 // ----------------------------------------------------------------------------
 // Start-up
@@ -56,17 +32,17 @@ static void test_init() {
     int env_local_size = distributed_env_int(getenv("OMPI_COMM_WORLD_LOCAL_SIZE"));
     bool ok = d.mpi && d.rank == mpi_rank && d.world == mpi_world && d.local_rank == env_local &&
               d.local_world == env_local_size && d.device == 0 && d.comm_stream != nullptr;
-    report_all("init: rank/world from MPI, local rank/world from the node split agree with mpirun's", ok,
+    th::report_all(g_d, "init: rank/world from MPI, local rank/world from the node split agree with mpirun's", ok,
                "rank %d/%d, local %d/%d, device %d", d.rank, d.world, d.local_rank, d.local_world, d.device);
     int count = -1, user_rank = -1;
     bool comm_ok = d.comm && ncclCommCount(d.comm, &count) == ncclSuccess &&
                    ncclCommUserRank(d.comm, &user_rank) == ncclSuccess && count == d.world && user_rank == d.rank;
-    report_all("init: NCCL communicator over all ranks (ncclUniqueId broadcast by rank 0)", comm_ok,
+    th::report_all(g_d, "init: NCCL communicator over all ranks (ncclUniqueId broadcast by rank 0)", comm_ok,
                "ncclCommCount %d, ncclCommUserRank %d", count, user_rank);
     char want[48];
     snprintf(want, sizeof(want), "rank %d/%d: ", d.rank, d.world);
     bool prefix = strcmp(fatal_error_prefix, want) == 0 && fatal_error_hook == distributed_abort_job;
-    report_all("init: fatal errors are prefixed with the rank and abort the job", prefix, "prefix \"%s\"",
+    th::report_all(g_d, "init: fatal errors are prefixed with the rank and abort the job", prefix, "prefix \"%s\"",
                fatal_error_prefix);
 }
 
@@ -107,7 +83,7 @@ static void test_launch_env() {
                3, 2, 0, 1);
     ok &= same(launch_of({{"PMIX_RANK", "0"}}), "PMIx", -1, 0, -1, -1);
     ok &= same(launch_of({{"OMPI_COMM_WORLD_SIZE", "two"}, {"OMPI_COMM_WORLD_RANK", "-1"}}), "mpirun", -1, -1, -1, -1);
-    report_all("launch env: mpirun, srun, PMI, PMIx, sbatch without srun, mpirun inside Slurm, malformed values", ok,
+    th::report_all(g_d, "launch env: mpirun, srun, PMI, PMIx, sbatch without srun, mpirun inside Slurm, malformed values", ok,
                "as expected");
 
     LaunchEnv two = launch_of({{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}});
@@ -117,7 +93,7 @@ static void test_launch_env() {
     r &= distributed_no_mpi_refusal(launch_of({})).empty() &&
          distributed_no_mpi_refusal(launch_of({{"OMPI_COMM_WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", "0"}})).empty() &&
          !distributed_no_mpi_refusal(launch_of({{"PMIX_RANK", "0"}})).empty();
-    report_all("launch env: a build without MPI refuses a launch of several processes (runs alone or as 1 of 1)", r,
+    th::report_all(g_d, "launch env: a build without MPI refuses a launch of several processes (runs alone or as 1 of 1)", r,
                "\"%.120s...\"", refuse.c_str());
 
     std::string world_mm = distributed_launch_mismatch(two, 1, 0, 0);
@@ -126,7 +102,7 @@ static void test_launch_env() {
                  std::string::npos &&
              world_mm.find("--mpi=pmix") != std::string::npos && local_mm.find("local rank 0") != std::string::npos &&
              distributed_launch_mismatch(two, 2, 0, 0).empty() && distributed_launch_mismatch(LaunchEnv{}, 5, 3, 1).empty();
-    report_all("launch env: launcher and MPI disagreeing (world, rank, local rank) is named", m, "\"%.100s...\"",
+    th::report_all(g_d, "launch env: launcher and MPI disagreeing (world, rank, local rank) is named", m, "\"%.100s...\"",
                world_mm.c_str());
 
     std::string err;
@@ -140,7 +116,7 @@ static void test_launch_env() {
     c[0] = 7;
     dev &= distributed_shared_device({a, b, c}, 1) == -1 && distributed_shared_device({a, b, a}, 2) == 0 &&
            distributed_shared_device({a, b, a}, 0) == 2;
-    report_all("devices: local rank i -> GPU i; one visible GPU per process; too few GPUs and shared GPUs are named",
+    th::report_all(g_d, "devices: local rank i -> GPU i; one visible GPU per process; too few GPUs and shared GPUs are named",
                dev, "\"%.100s...\"", err.c_str());
 }
 
@@ -162,14 +138,14 @@ static void test_scalars() {
     double got_md = all_reduce_mean_scalar(d, xd(d.rank));
     float got_mf = all_reduce_mean_scalar(d, xf(d.rank));
     bool ok = got_sd == sd && got_sf == sf_ref && got_md == sd / d.world && got_mf == (float)(sf / d.world);
-    report_all("scalars: sum and mean (float, double) equal the rank-order serial sum, bit for bit", ok,
+    th::report_all(g_d, "scalars: sum and mean (float, double) equal the rank-order serial sum, bit for bit", ok,
                "sum %.17g, mean %.9g", got_sd, got_mf);
     int mi = all_reduce_max_scalar(d, (d.rank * 7) % 5 - 2);
     int want_mi = -100;
     for (int r = 0; r < d.world; r++) want_mi = std::max(want_mi, (r * 7) % 5 - 2);
     float mf = all_reduce_max_scalar(d, 2.f - 1.5f * d.rank);
     float nan_any = all_reduce_max_scalar(d, d.rank == d.world - 1 ? NAN : 1.f);
-    report_all("scalars: max (int flags, float) and NaN on any rank gives NaN", mi == want_mi && mf == 2.f &&
+    th::report_all(g_d, "scalars: max (int flags, float) and NaN on any rank gives NaN", mi == want_mi && mf == 2.f &&
                std::isnan(nan_any), "max int %d, max float %g, with one NaN: %g", mi, mf, nan_any);
 }
 
@@ -233,7 +209,7 @@ static void test_all_reduce_chunks() {
         char name[160];
         snprintf(name, sizeof(name), "all_reduce_chunks %s %s: 7 spans (1..1000 elements) = serial %s, gaps untouched", tn,
                  op == ReduceOp::Sum ? "sum" : "avg", op == ReduceOp::Sum ? "sum (exact)" : "mean");
-        report_all(name, ok, "max |err| %.3g", max_err);
+        th::report_all(g_d, name, ok, "max |err| %.3g", max_err);
     }
 }
 
@@ -304,7 +280,7 @@ static void test_reduce_scatter_all_gather(size_t align) {
         snprintf(name, sizeof(name),
                  "reduce_scatter_chunks %s %s, align %zu: each rank's slots hold the %s of its pieces, padding untouched",
                  tn, op == ReduceOp::Sum ? "sum" : "avg", align, op == ReduceOp::Sum ? "serial sum" : "mean");
-        report_all(name, ok, "%zu chunks in %zu groups: %d via ncclReduceScatter, %d via per-owner ncclReduce; S=%zu N=%zu",
+        th::report_all(g_d, name, ok, "%zu chunks in %zu groups: %d via ncclReduceScatter, %d via per-owner ncclReduce; S=%zu N=%zu",
                    plan.chunks.size(), plan.groups.size(), fast, per_root, S, N);
     }
 
@@ -326,7 +302,7 @@ static void test_reduce_scatter_all_gather(size_t align) {
     for (size_t i = 0; i < N; i++) ok &= owner[i] >= 0 && th::to_double(full[i]) == param_value(owner[i], i);
     char name[160];
     snprintf(name, sizeof(name), "all_gather_chunks %s, align %zu: every rank gets every owner's pieces, exactly", tn, align);
-    report_all(name, ok, "%zu elements from %d ranks", N, d.world);
+    th::report_all(g_d, name, ok, "%zu elements from %d ranks", N, d.world);
 
     cudaCheck(cudaEventDestroy(ready));
     cudaCheck(cudaEventDestroy(done));
@@ -353,7 +329,7 @@ static void test_zero0_groups() {
         for (int r = 0; r < d.world; r++) ref += grad_value(r, i);
         ok &= out[i] == ref;
     }
-    report_all("ZeRO-0: all_reduce_chunks over chunk_spans of every group = serial sum of the whole buffer", ok,
+    th::report_all(g_d, "ZeRO-0: all_reduce_chunks over chunk_spans of every group = serial sum of the whole buffer", ok,
                "%zu elements in %zu groups", plan.num_params, plan.groups.size());
 }
 
@@ -404,7 +380,7 @@ static void test_zero1_step() {
         // The mean: world + 1 roundings (see test_all_reduce_chunks); the update: 2 more.
         ok &= err <= (d.world + 3) * th::EPS_FP32 * (std::fabs(ref) + lr * std::fabs(mean));
     }
-    report_all("ZeRO-1 step (extract_shard, reduce-scatter avg, update via shard table, all-gather) = single-GPU step",
+    th::report_all(g_d, "ZeRO-1 step (extract_shard, reduce-scatter avg, update via shard table, all-gather) = single-GPU step",
                ok, "max |err| %.3g over %zu parameters; padding stays zero", max_err, N);
 }
 
