@@ -472,6 +472,30 @@ __global__ void adafactor_update_rms_kernel(const T* grads, const float* second_
     if (threadIdx.x == 0) scratch[adafactor_slots(t, 2) + block] = block_sum;
 }
 
+// The update of element k = (row, col) of tensor t (its gradient times scale): the clipped,
+// RMS-scaled step, the optional first moment, weight decay, the write of the parameter (and its
+// master). Shared by the production kernel and dev/cuda/adafactor.cu's simpler variant, which differ
+// only in how they walk the elements.
+template <class T>
+__device__ inline void adafactor_apply_element(T* params, float* master, const T* grads, float* exp_avg,
+                                               const float* second_moment, const FactoredTensor& t,
+                                               const AdafactorCoefficients& c, const AdafactorTensorScalars& s,
+                                               float scale, size_t k, size_t row, size_t col) {
+    const size_t i = t.offset + k;
+    float g = __fmul_rn(to_float(grads[i]), scale);
+    float u = adafactor_unclipped(second_moment, t, row, col, t.state_offset + k, g, s.row_mean);
+    u = __fmul_rn(__fdiv_rn(u, s.clip_divisor), s.lr);
+    if (c.use_first_moment) {
+        u = fmaf(u, c.one_minus_beta1, __fmul_rn(exp_avg[i], c.beta1));
+        exp_avg[i] = u;
+    }
+    float p = master ? master[i] : to_float(params[i]);
+    if (t.weight_decay && c.neg_wd != 0.0f) p = fmaf(p, s.neg_wd_lr, p);
+    p = __fadd_rn(p, -u);
+    if (master) master[i] = p;
+    params[i] = from_float<T>(p);
+}
+
 // Launch 4: u = unclipped / clip_divisor * lr; with beta1 m = beta1*m + (1-beta1)*u and u = m; then
 // param += param * (-wd*lr) (flagged tensors) and param += -u, in fp32 (master when there is one;
 // params receives the result rounded to T).
@@ -489,19 +513,7 @@ __global__ void adafactor_apply_kernel(T* params, float* master, const T* grads,
     const size_t stride = (size_t)t.num_blocks * blockDim.x, row_step = stride / cols, col_step = stride % cols;
     size_t k = (size_t)block * blockDim.x + threadIdx.x, row = k / cols, col = k % cols;
     for (; k < size; k += stride) {
-        const size_t i = t.offset + k;
-        float g = __fmul_rn(to_float(grads[i]), scale);
-        float u = adafactor_unclipped(second_moment, t, row, col, t.state_offset + k, g, s.row_mean);
-        u = __fmul_rn(__fdiv_rn(u, s.clip_divisor), s.lr);
-        if (c.use_first_moment) {
-            u = fmaf(u, c.one_minus_beta1, __fmul_rn(exp_avg[i], c.beta1));
-            exp_avg[i] = u;
-        }
-        float p = master ? master[i] : to_float(params[i]);
-        if (t.weight_decay && c.neg_wd != 0.0f) p = fmaf(p, s.neg_wd_lr, p);
-        p = __fadd_rn(p, -u);
-        if (master) master[i] = p;
-        params[i] = from_float<T>(p);
+        adafactor_apply_element(params, master, grads, exp_avg, second_moment, t, c, s, scale, k, row, col);
         row += row_step;
         col += col_step;
         if (col >= cols) { col -= cols; row++; }

@@ -215,20 +215,8 @@ __global__ void naive_apply_kernel(T* params, float* master, const T* grads, flo
                                    FactoredTensor t, AdafactorCoefficients c, const AdafactorTensorScalars* scalars) {
     const size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= (size_t)t.rows * t.cols) return;
-    const AdafactorTensorScalars s = *scalars;
-    const size_t i = t.offset + k;
-    float g = __fmul_rn(to_float(grads[i]), c.grad_scale);
-    float u = adafactor_unclipped(second_moment, t, k / t.cols, k % t.cols, t.state_offset + k, g, s.row_mean);
-    u = __fmul_rn(__fdiv_rn(u, s.clip_divisor), s.lr);
-    if (c.use_first_moment) {
-        u = fmaf(u, c.one_minus_beta1, __fmul_rn(exp_avg[i], c.beta1));
-        exp_avg[i] = u;
-    }
-    float p = master ? master[i] : to_float(params[i]);
-    if (t.weight_decay && c.neg_wd != 0.0f) p = fmaf(p, s.neg_wd_lr, p);
-    p = __fadd_rn(p, -u);
-    if (master) master[i] = p;
-    params[i] = from_float<T>(p);
+    adafactor_apply_element(params, master, grads, exp_avg, second_moment, t, c, *scalars, c.grad_scale, k, k / t.cols,
+                            k % t.cols);
 }
 
 // Variant 1's step: four launches per tensor of the host-side layout; scalars is one device
