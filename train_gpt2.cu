@@ -39,6 +39,7 @@
 #include "llmc/rng.h"
 #include "llmc/schedulers.h"
 #include "llmc/tokenizer.h"
+#include "llmc/train_common.h"
 
 // ----------------------------------------------------------------------------
 // Configuration
@@ -549,11 +550,19 @@ struct GPT2 : ModelState<floatX> {
     // What a checkpoint saves besides the parameters: the optimizer's state, then (fp8) the GEMMs'
     // delayed-scaling states, which a resumed run needs to scale exactly as an uninterrupted one.
     void optimizer_state_host(TrainState* s) const { State::optimizer_state_host(s, fp8_memory, fp8_bytes()); }
-    // Restores what optimizer_state_host() saved (sizes checked by the caller).
+    // Restores what optimizer_state_host() saved (sizes checked by the caller): this rank's own
+    // state, or (resharded) the shards old[r] of a run with another partition.
     void set_optimizer_state(const TrainState& s) {
         State::set_optimizer_state(s, fp8_memory, fp8_bytes());
+        prime_fp8(s.step);
+    }
+    void set_optimizer_state_resharded(const std::vector<TrainState>& old) {
+        State::set_optimizer_state_resharded(old, fp8_memory, fp8_bytes());
+        prime_fp8(old[0].step);
+    }
+    void prime_fp8(long long step) {
         for (Fp8Linear& f : fp8_layers)  // every state was used by the steps before the checkpoint
-            f.inp.primed = f.weight.primed = f.grad.primed = s.step > 0;
+            f.inp.primed = f.weight.primed = f.grad.primed = step > 0;
     }
 
     // ---- Decoding with a KV cache (generation) ----
@@ -1095,6 +1104,8 @@ struct TrainOptions {
     float loss_scale = 65536.f;   // fp16: initial dynamic loss scale (PyTorch GradScaler's defaults)
     int loss_scale_window = 2000; // fp16: clean steps before the scale doubles
     std::string label;         // the run's name in the log
+    int zero = 0;              // data parallel: ZeRO stage (llmc/model_state.cuh)
+    bool log_ranks = false;    // with --output-dir: every rank writes its own log (log_rank<r>.jsonl)
 };
 
 // Draws the next token from a row of logits (host, at least V values): softmax(logits / temperature)
@@ -1218,33 +1229,6 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
     return sample;
 }
 
-// Prints where device memory goes (MemoryAnatomy), with bytes per parameter for the model state —
-// compare with 16 B/param for fp32 AdamW and 18 B/param for mixed precision with fp32 master weights.
-inline void print_memory_anatomy(const MemoryAnatomy& m, size_t num_parameters, size_t workspace,
-                                 const TrainOptions& o) {
-    auto line = [&](const char* what, size_t bytes, const char* note) {
-        printf("  %-15s %10.1f MiB  %5.2f B/param  %s\n", what, bytes / 1048576.0, (double)bytes / num_parameters, note);
-    };
-    printf("memory anatomy (device):\n");
-    line("weights", m.weights, precision_name(o.precision));
-    if (m.master) line("master weights", m.master, "fp32");
-    line("gradients", m.grads, precision_name(o.precision));
-    const char* state = o.opt.kind == OptimizerKind::AdamW       ? "AdamW m, v (fp32)"
-                        : o.opt.kind == OptimizerKind::AdamW8bit ? "AdamW m, v (8-bit blocks of 256 + fp32 absmax)"
-                        : o.opt.kind == OptimizerKind::Adafactor ? "Adafactor row/column statistics (fp32)"
-                        : o.opt.momentum > 0                     ? "SGD momentum (fp32)"
-                                                                 : "SGD (none)";
-    line("optimizer", m.optimizer, state);
-    line("= model state", m.model_state(), "");
-    char note[64];
-    snprintf(note, sizeof(note), "B=%d T=%d, recompute %s", o.B, o.T, recompute_name(o.recompute));
-    line("activations", m.activations, note);
-    line("other", m.other, o.fp8 ? "optimizer table, norm scratch, embedding-backward plan, fp8 scaling + scratch"
-                                 : "optimizer table, norm scratch, embedding-backward plan");
-    line("workspace", workspace, "cuBLASLt");
-    line("= total", m.total() + workspace, "");
-}
-
 // The run's precision as saved in training states: Precision's codes, and 3 for fp8 (bf16 storage
 // with fp8 GEMMs), with its name.
 inline int precision_code(const TrainOptions& o) { return o.fp8 ? 3 : (int)o.precision; }
@@ -1256,27 +1240,51 @@ inline const char* precision_code_name(int code) {
 template <class floatX>
 void check_resumable(const TrainState& s, const TrainOptions& o, const GPT2<floatX>& model, long long tokens_per_step,
                      const std::string& path) {
-    auto refuse = [&](const char* what, const std::string& was, const std::string& now) {
-        data_error("%s: the checkpoint was trained with %s %s, this run has %s (resuming must not change it)",
-                   path.c_str(), what, was.c_str(), now.c_str());
+    TrainState now;
+    now.precision = precision_code(o);
+    now.B = o.B;
+    now.T = o.T;
+    now.tokens_per_step = tokens_per_step;
+    now.seed = o.seed;
+    now.shuffle = o.shuffle;
+    now.world = model.plan.world;
+    now.ranks = model.world();
+    now.optimizer = (int)model.opt.kind;
+    now.num_params = model.update_size();
+    now.has_master = model.master != nullptr;
+    check_resumable(s, now, model.state_bytes(), ResumeNames{"--seq-len", "tokens per step", precision_code_name}, path);
+}
+
+// Loads the optimizer state of a resumed run into model: its own file (the state of file 0 read
+// by main(), or this rank's shard), or — when the checkpoint's partition differs (another number of
+// ranks or ZeRO stage) — every old shard, re-sharded (llmc/zero.h).
+template <class floatX>
+void restore_optimizer_state(GPT2<floatX>& model, const TrainState& first, const std::string& dir,
+                             const std::string& path) {
+    auto read = [&](int r) {
+        TrainState st;
+        std::string err, file = state_file(dir, (int)first.step, r);
+        if (!read_train_state(file, &st, &err)) data_error("%s", err.c_str());
+        if (st.step != first.step || st.world != first.world || st.rank != r || st.optimizer_state.size() !=
+            first.optimizer_state.size())
+            data_error("%s: does not belong with %s (step, shard or size differ)", file.c_str(), path.c_str());
+        return st;
     };
-    if (s.precision != precision_code(o))
-        refuse("--precision", precision_code_name(s.precision), precision_code_name(precision_code(o)));
-    if (s.B != o.B) refuse("--batch-size", std::to_string(s.B), std::to_string(o.B));
-    if (s.T != o.T) refuse("--seq-len", std::to_string(s.T), std::to_string(o.T));
-    if (s.tokens_per_step != tokens_per_step)
-        refuse("tokens per step", std::to_string(s.tokens_per_step), std::to_string(tokens_per_step));
-    if (s.seed != o.seed) refuse("--seed", std::to_string(s.seed), std::to_string(o.seed));
-    if (s.shuffle != o.shuffle) refuse("--shuffle", s.shuffle ? "on" : "off", o.shuffle ? "on" : "off");
-    if (s.world != 1) refuse("world size", std::to_string(s.world), "1");
-    if (s.optimizer != (int)model.opt.kind)
-        refuse("--optimizer", optimizer_name((OptimizerKind)s.optimizer), optimizer_name(model.opt.kind));
-    if (s.num_params != model.num_parameters || s.has_master != (model.master != nullptr) ||
-        s.optimizer_state.size() != model.state_bytes())
-        data_error("%s: state for %llu parameters%s and %zu bytes of optimizer state does not fit the model (%zu "
-                   "parameters, %zu bytes of %s state)", path.c_str(), (unsigned long long)s.num_params,
-                   s.has_master ? " with master weights" : "", s.optimizer_state.size(), model.num_parameters,
-                   model.state_bytes(), optimizer_name(model.opt.kind));
+    if (first.world == model.plan.world) {
+        model.set_optimizer_state(model.plan.world > 1 && model.rank() > 0 ? read(model.rank()) : first);
+        return;
+    }
+    if (!model.can_reshard())
+        data_error("%s: the optimizer state was saved by %d rank%s (ZeRO shards) and this run partitions it over %d; "
+                   "%s state cannot be re-sharded (its layout follows the shards): resume with the same number of "
+                   "ranks and --zero", path.c_str(), first.world, first.world > 1 ? "s" : "", model.plan.world,
+                   optimizer_name(model.opt.kind));
+    std::vector<TrainState> old(first.world);
+    old[0] = first;
+    for (int r = 1; r < first.world; r++) old[r] = read(r);
+    model.set_optimizer_state_resharded(old);
+    printf("re-sharded the optimizer state of %d rank%s onto %d\n", first.world, first.world > 1 ? "s" : "",
+           model.plan.world);
 }
 
 // Runs the training loop for storage type floatX, from scratch or (resume != nullptr) from a
@@ -1302,36 +1310,40 @@ int auto_batch_size(GPT2<floatX>& model, int T, long long total_tokens) {
 }
 
 template <class floatX>
-int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& init,
+int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& init, const Distributed& dist,
           const TrainState* resume = nullptr, const std::string& resume_path = "") {
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    cudaCheck(cudaGetDeviceProperties(&prop, dist.device));
     matmul_init(o.tf32);
     GPT2<floatX> model;
+    model.dist = &dist;
+    model.zero = o.zero;
     model.fp8 = o.fp8;
     model.opt = o.opt;
     model.recompute = o.recompute;
     model.gelu_fusion = o.gelu_fusion;
     model.build(config, init);
     if (o.B == 0) {  // --batch-size auto
-        o.B = auto_batch_size(model, o.T, o.total_batch_tokens);
-        printf("batch size auto: B=%d (the largest multiple of 8 that fits and divides %lld tokens per step)\n", o.B,
-               o.total_batch_tokens);
+        o.B = auto_batch_size(model, o.T, o.total_batch_tokens / dist.world);
+        printf("batch size auto: B=%d (the largest multiple of 8 that fits and divides %lld tokens per step%s)\n",
+               o.B, o.total_batch_tokens / dist.world, dist.world > 1 ? " and rank" : "");
     }
     model.allocate_activations(o.B, o.T);
     const GPT2Config& c = model.config;
 
-    long long tokens_per_micro = (long long)o.B * o.T;
-    long long total = o.total_batch_tokens > 0 ? o.total_batch_tokens : tokens_per_micro;
-    if (total % tokens_per_micro != 0) {
-        fprintf(stderr, "error: --total-batch-size %lld is not a multiple of B*T = %lld\n", total, tokens_per_micro);
-        return 2;
-    }
-    int accum = (int)(total / tokens_per_micro);
+    // Tokens per micro-step on this rank and on all of them; --total-batch-size is the global batch,
+    // whatever the number of ranks (each reads a disjoint part of every batch: llmc/dataloader.h).
+    long long tokens_per_micro = (long long)o.B * o.T, global_micro = tokens_per_micro * dist.world;
+    long long total = o.total_batch_tokens > 0 ? o.total_batch_tokens : global_micro;
+    if (total % global_micro != 0)
+        data_error("--total-batch-size %lld is not a multiple of B*T%s = %lld", total,
+                   dist.world > 1 ? "*ranks" : "", global_micro);
+    int accum = (int)(total / global_micro);
 
-    DataLoader train_loader(o.train_pattern, o.B, o.T, 0, 1, o.shuffle, o.seed, c.vocab_size);
+    DataLoader train_loader(o.train_pattern, o.B, o.T, dist.rank, dist.world, o.shuffle, o.seed, c.vocab_size);
     std::unique_ptr<DataLoader> val_loader;
-    if (!o.val_pattern.empty()) val_loader.reset(new DataLoader(o.val_pattern, o.B, o.T, 0, 1, false, 0, c.vocab_size));
+    if (!o.val_pattern.empty())
+        val_loader.reset(new DataLoader(o.val_pattern, o.B, o.T, dist.rank, dist.world, false, 0, c.vocab_size));
     int steps = o.max_steps > 0 ? o.max_steps : (int)std::max<size_t>(1, train_loader.batches_per_epoch() / accum);
     LRScheduler sched = o.schedule;
     sched.total = steps;
@@ -1343,14 +1355,11 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     // fp16: dynamic loss scaling (see GPT2::update_scaled): the scale halves on an overflow (the step
     // is skipped) and doubles after loss_scale_window clean steps.
     const bool scaling = std::is_same<floatX, __half>::value;
-    float loss_scale = scaling ? o.loss_scale : 1.f;
-    int growth_tracker = 0, skipped = 0;
+    LossScaler scaler(scaling, o.loss_scale, o.loss_scale_window);
     if (resume) {
-        loss_scale = resume->loss_scale;
-        growth_tracker = resume->growth_tracker;
-        skipped = resume->skipped_steps;
+        scaler.restore(*resume);
         check_resumable(*resume, o, model, total, resume_path);
-        model.set_optimizer_state(*resume);
+        restore_optimizer_state(model, *resume, o.output_dir, resume_path);
         train_loader.seek(resume->data_position);
         start_step = (int)resume->step;
         rng = resume->rng;
@@ -1358,11 +1367,13 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
             data_error("%s: the checkpoint is at step %d, past the run's %d steps (raise --max-steps to go on)",
                        resume_path.c_str(), start_step, steps);
     }
+    // The log: rank 0's log.jsonl (global losses), and with --log-ranks every other rank's own.
     RunLog log;
-    if (!o.output_dir.empty()) {
+    if (!o.output_dir.empty() && (dist.rank == 0 || o.log_ranks)) {
         std::string err;
         if (!make_dirs(o.output_dir, &err)) data_error("option --output-dir: %s", err.c_str());
-        if (!log.open(o.output_dir + "/log.jsonl", resume ? start_step : -1, &err)) data_error("%s", err.c_str());
+        std::string name = dist.rank == 0 ? "/log.jsonl" : "/log_rank" + std::to_string(dist.rank) + ".jsonl";
+        if (!log.open(o.output_dir + name, resume ? start_step : -1, &err)) data_error("%s", err.c_str());
     }
 
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", c.num_layers, c.channels,
@@ -1370,13 +1381,26 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     printf("precision: %s%s | device: %s\n", precision_name(o.precision),
            o.tf32 ? " (tf32 matmuls)" : o.fp8 ? " with fp8 GEMMs in the blocks (E4M3 forward, E5M2 gradients)" : "",
            prop.name);
-    print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o);
+    if (dist.world > 1)
+        printf("data parallel: %d ranks on %d node%s, ZeRO-%d (%s); memory below is per rank\n", dist.world,
+               dist.world / dist.local_world, dist.world / dist.local_world > 1 ? "s" : "", o.zero,
+               o.zero == 0   ? "gradients all-reduced, state replicated"
+               : o.zero == 1 ? "optimizer state and master weights sharded"
+                             : "gradients, optimizer state and master weights sharded");
+    char activations_note[64];
+    snprintf(activations_note, sizeof(activations_note), "B=%d T=%d, recompute %s", o.B, o.T, recompute_name(o.recompute));
+    print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o.precision, o.opt,
+                         {activations_note, o.fp8 ? "optimizer table, norm scratch, embedding-backward plan, fp8 "
+                                                    "scaling + scratch"
+                                                  : "optimizer table, norm scratch, embedding-backward plan"});
     printf("batch: B=%d T=%d, %d micro-step%s -> %lld tokens per step; %d steps; lr %s max %.2e warmup %d\n", o.B,
            o.T, accum, accum > 1 ? "s" : "", total, steps, lr_schedule_name(sched.kind), sched.max_lr, sched.warmup);
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
                   ",\"label\":" + json::quote(o.label) + ",\"params\":" + std::to_string(model.num_parameters) +
+                      ",\"rank\":" + std::to_string(dist.rank) + ",\"ranks\":" + std::to_string(dist.world) +
+                      ",\"zero\":" + std::to_string(o.zero) + ",\"memory\":" + memory_json(model.mem) +
                       ",\"precision\":\"" + precision_name(o.precision) + (o.tf32 ? "+tf32" : o.fp8 ? "+fp8" : "") +
                       "\",\"B\":" + std::to_string(o.B) + ",\"T\":" + std::to_string(o.T) +
                       ",\"tokens_per_step\":" + std::to_string(total) + ",\"steps\":" + std::to_string(steps) +
@@ -1397,16 +1421,23 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         st.seed = o.seed;
         st.data_position = train_loader.position();
         st.rng = rng;
-        st.loss_scale = loss_scale;
-        st.growth_tracker = growth_tracker;
-        st.skipped_steps = skipped;
-        model.optimizer_state_host(&st);
-        if (!save_checkpoint(model_path, model, &err) ||
-            !write_train_state(state_file(o.output_dir, done, 0), st, &err) ||
-            !write_file_atomic(checkpoint_file(o.output_dir, "DONE", done), {}, &err))
-            data_error("checkpoint at step %d: %s", done, err.c_str());
-        prune_checkpoints(o.output_dir, o.keep_checkpoints, 1);
-        printf("checkpoint: %s (+ state, DONE)\n", model_path.c_str());
+        scaler.save(&st);
+        model.optimizer_state_host(&st);  // sets world/rank: the shard's, or 1/0 when every rank holds all
+        // Rank 0 writes the model and, when the state is replicated, the state; with sharded state
+        // every rank writes its shard. DONE comes last, after every rank has written.
+        bool ok = true;
+        if (dist.rank == 0) ok = save_checkpoint(model_path, model, &err);
+        if (ok && (dist.rank == 0 || st.world > 1))
+            ok = write_train_state(state_file(o.output_dir, done, st.rank), st, &err);
+        if (!ok) data_error("checkpoint at step %d: %s", done, err.c_str());
+        all_reduce_max_scalar(dist, 0);  // a barrier: every rank's files are on disk
+        if (dist.rank == 0) {
+            if (!write_file_atomic(checkpoint_file(o.output_dir, "DONE", done), {}, &err))
+                data_error("checkpoint at step %d: %s", done, err.c_str());
+            prune_checkpoints(o.output_dir, o.keep_checkpoints, std::max(st.world, 1));
+        }
+        printf("checkpoint: %s (+ %s, DONE)\n", model_path.c_str(),
+               st.world > 1 ? (std::to_string(st.world) + " state shards").c_str() : "state");
         log.write("checkpoint", done, ",\"path\":" + json::quote(model_path));
     };
 
@@ -1427,21 +1458,23 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
             sum += model.mean_loss();
             val_loader->next_batch();
         }
-        printf("step %d | val loss %.6f\n", step, sum / o.val_steps);
+        double val = all_reduce_mean_scalar(dist, sum / o.val_steps);  // every rank read its own windows
+        printf("step %d | val loss %.6f\n", step, val);
         fflush(stdout);
-        log.write("val", step, ",\"loss\":" + json_number(sum / o.val_steps));
+        log.write("val", step, ",\"loss\":" + json_number(val));
     };
     bool validate = val_loader && o.val_every > 0;
-    double timed_ms = 0;  // sum of step times after the first of this run
+    StepClock clock;
     int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
     for (int step = start_step; step < end_step; step++) {
         if (validate && step % o.val_every == 0) evaluate(step);
         long long launches0 = kernel_launch_count(), matmuls0 = matmul_context().calls;
         cudaCheck(cudaEventRecord(t0, model.stream));
-        cudaCheck(cudaMemsetAsync(model.grads_memory, 0, model.num_parameters * sizeof(floatX), model.stream));
+        model.zero_grads();
         for (int micro = 0; micro < accum; micro++) {
+            model.sync_grads = micro == accum - 1;  // gradients are communicated on the last micro-step only
             model.set_batch(train_loader.inputs(), train_loader.targets());
-            model.forward(true, loss_scale / (float)(tokens_per_micro * accum));
+            model.forward(true, scaler.scale / (float)(tokens_per_micro * accum));
             model.backward();
             model.fetch_losses(step_losses + (size_t)micro * tokens_per_micro);
             // The batch buffers must not change while their copy to the device may be in flight.
@@ -1450,25 +1483,19 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         }
         float lr = sched.lr(step);
         bool applied = true;
-        float step_scale = loss_scale;
+        float step_scale = scaler.scale;
         if (scaling) {  // the optimizer counts applied updates only (its bias correction), as torch's does
-            applied = model.update_scaled(lr, o.grad_clip, step + 1 - skipped, loss_scale);
-            if (!applied) {
-                skipped++;
-                loss_scale *= 0.5f;
-                growth_tracker = 0;
-            } else if (++growth_tracker == o.loss_scale_window) {
-                loss_scale *= 2.f;
-                growth_tracker = 0;
-            }
+            applied = model.update_scaled(lr, o.grad_clip, scaler.update_number(step), scaler.scale);
+            scaler.after_update(applied);
         } else {
             model.update(lr, o.grad_clip, step + 1);
         }
         cudaCheck(cudaEventRecord(t1, model.stream));
         cudaCheck(cudaEventSynchronize(t1));
-        double loss = 0;
-        for (size_t i = 0; i < (size_t)accum * tokens_per_micro; i++) loss += step_losses[i];
-        loss /= (double)accum * tokens_per_micro;
+        double local_loss = 0;
+        for (size_t i = 0; i < (size_t)accum * tokens_per_micro; i++) local_loss += step_losses[i];
+        local_loss /= (double)accum * tokens_per_micro;
+        double loss = all_reduce_mean_scalar(dist, local_loss);
         float norm = model.last_grad_norm();
         float ms;
         cudaCheck(cudaEventElapsedTime(&ms, t0, t1));
@@ -1477,25 +1504,19 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         char mfu[48];
         if (peak > 0) snprintf(mfu, sizeof(mfu), "MFU %.1f%%", mfu_pct);
         else snprintf(mfu, sizeof(mfu), on_cpu_backend() ? "MFU n/a (CPU backend)" : "MFU n/a (unknown GPU)");
-        // ETA from the mean step time so far, leaving out the first step (warm-up: allocations,
-        // cuBLASLt heuristics) once there is another.
-        int done = step + 1, timed = step - start_step;
-        if (timed > 0) timed_ms += ms;
-        double mean_ms = timed > 0 ? timed_ms / timed : ms;
-        long eta_s = (long)(mean_ms * (end_step - done) / 1000.0);
-        char eta[32];
-        if (eta_s >= 3600) snprintf(eta, sizeof(eta), "%ldh%02ldm", eta_s / 3600, eta_s / 60 % 60);
-        else snprintf(eta, sizeof(eta), "%ldm%02lds", eta_s / 60, eta_s % 60);
+        int done = step + 1;
+        std::string eta = clock.add(ms, end_step - done);
         char scale[64] = "";
         if (scaling)
             snprintf(scale, sizeof(scale), " | scale %g%s", step_scale, applied ? "" : " SKIPPED (inf/nan gradients)");
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s | eta %s%s\n", done, steps,
-               loss, norm, lr, ms, tok_s, mfu, eta, scale);
+               loss, norm, lr, ms, tok_s, mfu, eta.c_str(), scale);
         log.write("step", done,
                   ",\"loss\":" + json_number(loss) + ",\"grad_norm\":" + json_number(norm) + ",\"lr\":" +
                       json_number(lr) + ",\"ms\":" + json_number(ms, "%.3f") + ",\"tokens_per_s\":" +
                       json_number(tok_s, "%.1f") + ",\"mfu\":" + json_number(mfu_pct, "%.3f") +
                       ",\"tokens\":" + std::to_string((long long)done * total) +
+                      (dist.rank > 0 ? ",\"rank_loss\":" + json_number(local_loss) : std::string()) +
                       (scaling ? ",\"loss_scale\":" + json_number(step_scale) + ",\"skipped\":" +
                                      (applied ? "false" : "true")
                                : std::string()));
@@ -1511,7 +1532,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         fflush(stdout);
         bool last = done == end_step;
         if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) save(done);
-        if (o.sample_every > 0 && done % o.sample_every == 0 && done < steps && o.gen_tokens > 0)
+        if (o.sample_every > 0 && done % o.sample_every == 0 && done < steps && o.gen_tokens > 0 && dist.rank == 0)
             log.write("sample", done, ",\"text\":" + json::quote(generate(model, o, &rng)));
     }
     if (end_step < steps) {
@@ -1519,8 +1540,9 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
                o.output_dir.empty() ? "" : "; continue with --resume");
     } else {
         if (validate) evaluate(steps);
-        if (o.gen_tokens > 0) log.write("sample", steps, ",\"text\":" + json::quote(generate(model, o, &rng)));
-        if (!o.export_hf.empty()) {  // the parameters as trained: fp32, or bf16 written as BF16
+        if (o.gen_tokens > 0 && dist.rank == 0)
+            log.write("sample", steps, ",\"text\":" + json::quote(generate(model, o, &rng)));
+        if (!o.export_hf.empty() && dist.rank == 0) {  // the parameters as trained: fp32, or bf16 written as BF16
             std::vector<floatX> p = model.params_host();
             std::vector<float> p32(p.size());
             for (size_t i = 0; i < p.size(); i++) p32[i] = to_float(p[i]);
@@ -1537,11 +1559,14 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
 }
 
 // ----------------------------------------------------------------------------
-// main (left out when test/test_gpt2.cu includes this file to test the model)
+// main: the program (tests that include this file with -DTESTING run it as train_gpt2_main)
 
-#ifndef TESTING
-int main(int argc, char** argv) {
-    Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards (GPU, or the CPU backend when built with CPU=1).");
+int train_gpt2_main(int argc, char** argv) {
+    // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
+    Distributed dist = distributed_init(&argc, &argv);
+    if (dist.rank > 0 && !freopen("/dev/null", "w", stdout)) distributed_fatal("cannot silence stdout");  // rank 0 prints
+    Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards (GPU, or the CPU backend when built with CPU=1). "
+                          "Data parallel on N GPUs: mpirun -np N ./train_gpt2 ... (scripts/run_multi_gpu.sh).");
     cli.add("train-data", "i", "GLOB", "dev/data/shakespeare/shakespeare_train.bin", "training token shards");
     cli.add("val-data", "j", "GLOB", "dev/data/shakespeare/shakespeare_val.bin", "validation token shards ('' for none)");
     cli.add("init", "e", "FILE|DIR|dN", "auto",
@@ -1566,24 +1591,14 @@ int main(int argc, char** argv) {
     cli.add("lr-schedule", "k", "NAME", "cosine", "cosine | linear | constant | wsd");
     cli.add("warmup", "u", "STEPS", "0", "linear warmup steps");
     cli.add("final-lr-frac", "q", "FLOAT", "1.0", "final learning rate as a fraction of the peak");
-    cli.add("optimizer", nullptr, "NAME", "adamw", "adamw | adamw8bit (8-bit moments) | adafactor | sgd");
-    cli.add("weight-decay", "c", "FLOAT", "0.0", "weight decay, matrices only (AdamW/Adafactor: decoupled; SGD: L2)");
-    cli.add("beta1", nullptr, "FLOAT", "0.9", "AdamW beta1");
-    cli.add("beta2", nullptr, "FLOAT", "0.95", "AdamW beta2");
-    cli.add("adam-eps", nullptr, "FLOAT", "1e-8", "AdamW epsilon");
-    cli.add("momentum", nullptr, "FLOAT", "0.9", "SGD momentum (0: plain SGD)");
-    cli.add_flag("nesterov", nullptr, "SGD: Nesterov momentum");
-    cli.add("adafactor-beta1", nullptr, "FLOAT", "0", "Adafactor first-moment decay (0: none, as transformers' default)");
-    cli.add("adafactor-clip", nullptr, "FLOAT", "1.0", "Adafactor update clipping threshold (RMS)");
-    cli.add("adafactor-decay-rate", nullptr, "FLOAT", "-0.8", "Adafactor second-moment decay exponent");
+    add_optimizer_options(cli, "0.95", "0.0");
     cli.add("grad-clip", nullptr, "FLOAT", "1.0", "clip the global gradient norm to this (0: off)");
     cli.add("max-steps", "x", "INT", "auto", "optimizer steps; -1: one epoch of the training data (auto: -1 on a GPU, 150 on the CPU backend)");
     cli.add("val-every", "v", "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: 20 on a GPU, 25 on the CPU backend)");
     cli.add("val-steps", "m", "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU backend)");
     cli.add("precision", nullptr, "NAME", "fp32", "fp32 | tf32 | bf16 | fp16 (with dynamic loss scaling) | fp8 (bf16 "
             "with the blocks' matmuls in fp8, delayed scaling; compute capability 8.9+)");
-    cli.add("loss-scale", nullptr, "FLOAT", "65536", "fp16: initial loss scale (a power of two)");
-    cli.add("loss-scale-window", nullptr, "STEPS", "2000", "fp16: clean steps before the loss scale doubles");
+    add_loss_scale_options(cli);
     cli.add("tf32", "f", "0|1", "0", "with fp32: TF32 tensor-core matmuls (llm.c's -f; same as --precision tf32)");
     cli.add("recompute", "r", "WHAT", "none", "recompute in the backward pass instead of storing: none | gelu | ln "
             "(gelu + layernorms) | layer (whole blocks); llm.c's 0/1/2 also work");
@@ -1599,10 +1614,14 @@ int main(int argc, char** argv) {
     cli.add("export-hf", nullptr, "DIR", "", "after training, write the model for Hugging Face transformers "
             "(model.safetensors + config.json) into DIR");
     cli.add("label", nullptr, "NAME", "", "the run's name in the log and plots (default: model and precision)");
+    cli.add("zero", "z", "0|1|2", "0", "data parallel (several ranks): 0 all-reduces the gradients; 1 also shards the "
+            "optimizer state and master weights across ranks (ZeRO-1); 2 also the gradients (ZeRO-2)");
+    cli.add_flag("log-ranks", nullptr, "with --output-dir and several ranks: every rank also writes its own "
+                 "log_rank<R>.jsonl (its loss and memory)");
     cli.add_flag("shuffle", nullptr, "shuffle the order of batches and shards every epoch (seeded)");
     cli.add_flag("overfit-batch", "a", "train on the first batch only (debugging)");
     cli.parse(argc, argv);
-    use_all_cpu_cores();
+    use_all_cpu_cores(dist.local_world);
     // Machine-dependent defaults: a GPU trains GPT-2 124M; the CPU backend a model small enough
     // that the first run finishes in a few minutes.
     bool cpu = on_cpu_backend();
@@ -1629,33 +1648,18 @@ int main(int argc, char** argv) {
         cli.fail("option --lr-schedule: '%s' is not one of cosine, linear, constant, wsd", cli.str("lr-schedule").c_str());
     o.schedule.warmup = (int)cli.integer("warmup", 0, 1 << 30);
     o.schedule.final_fraction = (float)cli.number("final-lr-frac", 0, 1);
-    std::string optimizer = cli.str("optimizer");
-    if (optimizer == "adamw") o.opt.kind = OptimizerKind::AdamW;
-    else if (optimizer == "adamw8bit") o.opt.kind = OptimizerKind::AdamW8bit;
-    else if (optimizer == "adafactor") o.opt.kind = OptimizerKind::Adafactor;
-    else if (optimizer == "sgd") o.opt.kind = OptimizerKind::SGD;
-    else cli.fail("option --optimizer: '%s' is not one of adamw, adamw8bit, adafactor, sgd", optimizer.c_str());
-    o.opt.weight_decay = (float)cli.number("weight-decay", 0, 10);
-    o.opt.beta1 = (float)cli.number("beta1", 0, 1);
-    o.opt.beta2 = (float)cli.number("beta2", 0, 1);
-    o.opt.eps = (float)cli.number("adam-eps", 0, 1);
-    o.opt.momentum = (float)cli.number("momentum", 0, 1);
-    o.opt.nesterov = cli.flag("nesterov");
-    if (o.opt.nesterov && o.opt.momentum <= 0) cli.fail("option --nesterov: needs --momentum > 0");
-    // Adafactor: transformers' defaults (relative step sizes scaled by each matrix's RMS, no first
-    // moment) unless --lr is given, which then sets the step size (and the schedule applies).
-    AdafactorConfig& af = o.opt.adafactor;
-    af.use_first_moment = cli.number("adafactor-beta1", 0, 1) > 0;
-    af.beta1 = cli.number("adafactor-beta1", 0, 1);
-    af.clip_threshold = cli.number("adafactor-clip", 1e-6, 1e6);
-    af.decay_rate = cli.number("adafactor-decay-rate", -1, 0);
-    af.relative_step = !cli.given("lr");
+    read_optimizer_options(cli, &o.opt);
     o.grad_clip = (float)cli.number("grad-clip", 0, 1e9);
     o.max_steps = (int)cli.integer("max-steps", -1, 1 << 30);
     o.val_every = (int)cli.integer("val-every", 0, 1 << 30);
     o.val_steps = (int)cli.integer("val-steps", 1, 1 << 30);
     o.seed = (uint64_t)cli.integer("seed", 0);
     o.shuffle = cli.flag("shuffle");
+    o.zero = (int)cli.integer("zero", 0, 2);
+    o.log_ranks = cli.flag("log-ranks");
+    if (o.zero > 0 && o.opt.kind == OptimizerKind::Adafactor && dist.world > 1)
+        cli.fail("option --zero: %d shards the optimizer state element by element, and Adafactor's factored "
+                 "statistics need whole matrices (use --zero 0 with adafactor)", o.zero);
     o.overfit_batch = cli.flag("overfit-batch");
     o.gen_tokens = (int)cli.integer("gen-tokens", 0, 1 << 20);
     o.sample_every = (int)cli.integer("sample-every", 0, 1 << 30);
@@ -1688,18 +1692,13 @@ int main(int argc, char** argv) {
     else cli.fail("option --recompute: '%s' is not one of none, gelu, ln, layer (or 0-3)", rec.c_str());
     o.gelu_fusion = cli.integer("gelu-fusion", 0, 1) == 1;
     std::string prec = cli.str("precision");
-    if (prec == "fp32") o.precision = Precision::FP32;
-    else if (prec == "tf32") { o.precision = Precision::FP32; o.tf32 = true; }
-    else if (prec == "bf16") o.precision = Precision::BF16;
-    else if (prec == "fp16") o.precision = Precision::FP16;
-    else if (prec == "fp8") { o.precision = Precision::BF16; o.fp8 = true; }
-    else cli.fail("option --precision: '%s' is not one of fp32, tf32, bf16, fp16, fp8", prec.c_str());
+    PrecisionChoice pc = read_precision_option(cli);
+    o.precision = pc.precision;
+    o.tf32 = pc.tf32;
+    o.fp8 = pc.fp8;
     std::string why;
     if (o.fp8 && !fp8_supported(0, &why)) cli.fail("option --precision: %s", why.c_str());
-    o.loss_scale = (float)cli.number("loss-scale", 1, 1e30);
-    int exponent;
-    if (std::frexp(o.loss_scale, &exponent) != 0.5) cli.fail("option --loss-scale: %g is not a power of two", o.loss_scale);
-    o.loss_scale_window = (int)cli.integer("loss-scale-window", 1, 1 << 30);
+    read_loss_scale_options(cli, &o.loss_scale, &o.loss_scale_window);
     if (cli.integer("tf32", 0, 1)) {
         if (o.precision != Precision::FP32) cli.fail("option --tf32: applies to --precision fp32 only");
         o.tf32 = true;
@@ -1749,11 +1748,18 @@ int main(int argc, char** argv) {
                                        " " + prec + (o.tf32 && prec == "fp32" ? "+tf32" : "");
 
     if (auto_batch && !done.empty()) o.B = state.B;  // a resumed run keeps its batch
+    if (auto_batch && !done.empty() && state.ranks != dist.world) o.B = state.B * state.ranks / dist.world;
     const TrainState* from = done.empty() ? nullptr : &state;
+    int rc;
     switch (o.precision) {
-        case Precision::BF16: return train<__nv_bfloat16>(o, config, init, from, state_path);
-        case Precision::FP16: return train<__half>(o, config, init, from, state_path);
-        default: return train<float>(o, config, init, from, state_path);
+        case Precision::BF16: rc = train<__nv_bfloat16>(o, config, init, dist, from, state_path); break;
+        case Precision::FP16: rc = train<__half>(o, config, init, dist, from, state_path); break;
+        default: rc = train<float>(o, config, init, dist, from, state_path); break;
     }
+    distributed_finalize(dist);
+    return rc;
 }
+
+#ifndef TESTING
+int main(int argc, char** argv) { return train_gpt2_main(argc, argv); }
 #endif  // TESTING

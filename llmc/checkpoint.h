@@ -17,8 +17,8 @@
 //   [14..15] seed  [16..17] tokens per optimizer step  [18..19] data position (batches read)
 //   [20..21] sampling RNG state  [22] loss scale (fp32 bits)  [23] optimizer steps skipped
 //   [24] optimizer code (the trainer's)  [25] loss-scale growth tracker (clean steps since a change)
-//   [26..27] bytes of optimizer state  [28] element alignment of the ZeRO shard layout (llmc/zero.h;
-//   0 in files written before sharding existed)
+//   [26..27] bytes of optimizer state  [28] element alignment of the ZeRO shard layout (llmc/zero.h)
+//   [29] processes of the run (data-parallel ranks; 0 in files written before they existed: 1)
 // World and rank are the partition's: a state sharded over W ranks (ZeRO-1/2) is W files, one per
 // rank, each holding its shard; a replicated state (one process, ZeRO-0) is one file, world 1.
 // then, when [4] is 1, fp32 master weights[N], then the optimizer's state as the optimizer keeps it
@@ -153,6 +153,7 @@ struct TrainState {
     int growth_tracker = 0;       // clean steps since the loss scale last changed
     int optimizer = 0;
     int shard_align = 0;                  // the shard layout's alignment (llmc/zero.h)
+    int ranks = 1;                        // processes of the run that saved it (data parallel)
     uint64_t num_params = 0;              // N, or the shard's size S
     std::vector<float> master;            // (N) when has_master
     std::vector<uint8_t> optimizer_state;  // the optimizer's device state, byte for byte
@@ -191,6 +192,7 @@ inline bool write_train_state(const std::string& path, const TrainState& s, std:
     h[25] = s.growth_tracker;
     put64(h, 26, s.optimizer_state.size());
     h[28] = s.shard_align;
+    h[29] = s.ranks;
     std::vector<std::pair<const void*, size_t>> parts = {{h, sizeof(h)}};
     if (s.has_master) parts.push_back({s.master.data(), s.master.size() * sizeof(float)});
     parts.push_back({s.optimizer_state.data(), s.optimizer_state.size()});
@@ -216,7 +218,8 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
         return false;
     }
     if (h[2] < 1 || h[3] < 0 || h[3] >= h[2] || (h[4] != 0 && h[4] != 1) || (h[5] != 0 && h[5] != 1) || h[7] < 1 ||
-        h[8] < 1 || (int64_t)get64(h, 10) < 0 || (int64_t)get64(h, 16) < 1 || h[23] < 0 || h[24] < 0 || h[25] < 0 || h[28] < 0) {
+        h[8] < 1 || (int64_t)get64(h, 10) < 0 || (int64_t)get64(h, 16) < 1 || h[23] < 0 || h[24] < 0 || h[25] < 0 ||
+        h[28] < 0 || h[29] < 0) {
         *err = "implausible header (world " + std::to_string(h[2]) + ", rank " + std::to_string(h[3]) + ", B " +
                std::to_string(h[7]) + ", T " + std::to_string(h[8]) + ", step " +
                std::to_string((int64_t)get64(h, 10)) + ")";
@@ -248,6 +251,7 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
     s->optimizer = h[24];
     s->growth_tracker = h[25];
     s->shard_align = h[28];
+    s->ranks = h[29] > 0 ? h[29] : 1;
     s->num_params = n;
     const uint8_t* body = data + 1024;  // memcpy: the buffer need not be float-aligned
     s->master.resize(s->has_master ? n : 0);

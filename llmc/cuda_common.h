@@ -79,10 +79,14 @@ constexpr bool on_cpu_backend() {
 #endif
 }
 
-// On the CPU backend, runs blocks on every core unless SIMT_THREADS chose otherwise (the kernels are
-// deterministic, so the worker count does not change results); nothing to do on a GPU.
-inline void use_all_cpu_cores() {
+// On the CPU backend, runs blocks on every core (shared among the `processes` of this node, e.g. the
+// ranks of a data-parallel run) unless SIMT_THREADS chose otherwise (the kernels are deterministic,
+// so the worker count does not change results); nothing to do on a GPU.
+inline void use_all_cpu_cores(int processes = 1) {
 #if defined(SIMT_CPU)
-    if (!getenv("SIMT_THREADS")) simt::set_workers((int)std::thread::hardware_concurrency());
+    int cores = (int)std::thread::hardware_concurrency();
+    if (!getenv("SIMT_THREADS")) simt::set_workers(std::max(1, cores / std::max(1, processes)));
+#else
+    (void)processes;
 #endif
 }

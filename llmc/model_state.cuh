@@ -151,7 +151,7 @@ struct ModelState {
     void* opt_state = nullptr;        // the optimizer's state (opt_state_bytes), see allocate_optimizer()
     size_t opt_state_bytes = 0;
     float* opt_scratch = nullptr;     // Adafactor's per-step scratch (not state)
-    AdamW8bitState adamw8bit;         // views into opt_state
+    AdamW8bitState adamw8bit{};       // views into opt_state
     AdafactorLayout adafactor;        // Adafactor's per-matrix table (host), also on the device:
     FactoredTensor* adafactor_table = nullptr;
     ParamTensor* tensor_table = nullptr;  // device: offset/size/decay of what the optimizer updates
@@ -498,6 +498,7 @@ struct ModelState {
         s->world = plan.world;
         s->rank = sharded() ? rank() : 0;
         s->shard_align = (int)plan.align;
+        s->ranks = world();
         s->num_params = n;
         s->optimizer_state.resize(opt_state_bytes + extra_bytes);
         if (opt_state_bytes)

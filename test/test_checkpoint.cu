@@ -78,7 +78,8 @@ int quiet_train(TrainOptions o, const TrainState* resume = nullptr, const std::s
         std::vector<int> done = complete_checkpoints(o.output_dir);
         init = load_checkpoint(checkpoint_file(o.output_dir, "model", done.back()), &c);
     }
-    int rc = train<floatX>(o, c, init, resume, state_path);
+    Distributed one;  // a single process
+    int rc = train<floatX>(o, c, init, one, resume, state_path);
     fflush(stdout);
     dup2(saved, 1);
     close(saved);
