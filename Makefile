@@ -79,6 +79,7 @@ all: $(BUILD)/cpu/test_simt
 
 help:
 	@echo "make train_gpt2     build the GPT-2 trainer (GPU if one is found or GPU=1, else CPU backend; CPU=1 forces it)"
+	@echo "make train_bert     build the BERT trainer (classification fine-tuning, MLM pretraining; same targets)"
 	@echo "make test           build and run the whole CPU-backend suite + nvcc compile checks for CUDA_ARCHS"
 	@echo "make test-asan      the CPU suite under AddressSanitizer + UBSan"
 	@echo "make test-nvcc      only the nvcc compile checks (CUDA_ARCHS='$(CUDA_ARCHS)')"
@@ -126,8 +127,12 @@ TRAINER_DEPS := $(wildcard llmc/*.cuh llmc/*.h)
 ifeq ($(TARGET),gpu)
 train_gpt2: train_gpt2.cu $(TRAINER_DEPS)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+train_bert: train_bert.cu $(TRAINER_DEPS)
+	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
 else
 train_gpt2: train_gpt2.cu $(TRAINER_DEPS) $(CPU_SIMT_OBJS)
+	$(CXX) $(filter-out -MMD -MP,$(CPU_CXXFLAGS)) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
+train_bert: train_bert.cu $(TRAINER_DEPS) $(CPU_SIMT_OBJS)
 	$(CXX) $(filter-out -MMD -MP,$(CPU_CXXFLAGS)) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
 endif
 

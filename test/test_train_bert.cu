@@ -1,0 +1,459 @@
+// test/test_train_bert.cu — the train_bert program (train_bert.cu's main), run as a user runs it: this
+// binary contains it (train_bert.cu included with TESTING) and runs itself as `test_train_bert
+// --train-bert ARGS...` in a child process for each case. On small shards written here (and the
+// bundled default task) and the tiny BERT fixtures of test/fixtures:
+//   --help lists the options with their defaults; every bad input (a missing or corrupt shard, a label
+//   beyond the model's num_labels, a shard of another vocabulary, a corrupt safetensors header, bad
+//   option values, shards of the other task) stops with one line naming the problem and a non-zero
+//   exit; a short classification run on the bundled task's sentences lowers the loss and reports
+//   accuracy, the majority-class rate and F1; a run stopped with --stop-after and resumed is
+//   bit-identical to an uninterrupted one (fp32 and bf16, dropout on: the same losses, the same final
+//   model and optimizer state, byte for byte); two runs with the same seed are identical and different
+//   seeds differ (dropout on); MLM pretraining runs and reports MLM accuracy; --export-hf writes what
+//   our own loader reads back. And in this process, on the model: with dropout on, backward()'s
+//   gradient is the gradient of the loss under the masks forward() drew (both heads).
+//
+// `test_train_bert --export DIR` instead writes what test/hf_train_bert_export.py hands to
+// transformers: DIR/cls (fp32) and DIR/mlm (bf16), exports of short fine-tuning / MLM runs, and
+// DIR/ours_{cls,mlm}.safetensors: a batch and our logits for it, computed in fp32 from the exported
+// weights.
+#define TESTING
+#include "../train_bert.cu"
+#include "harness.h"
+
+#include <sys/wait.h>
+
+static std::string g_self, g_tmp;
+static const std::string kFixtures = "test/fixtures/";
+
+// ----------------------------------------------------------------------------
+// Shards and runs
+
+// A shard of n sequences for the tests, vocabulary V (bert-base-uncased's special ids): lengths 3 to
+// max_len; classification with `labels` classes, class k's tokens drawn from its own (overlapping)
+// range so that a small model can learn it; MLM (labels = 0): tokens from [999, V).
+std::string write_shard(const std::string& name, BertShardKind kind, int n, int max_len, int V, int labels,
+                        uint64_t seed) {
+    BertShard s;
+    s.kind = kind;
+    s.max_len = max_len;
+    s.vocab_size = V;
+    s.cls_id = 101, s.sep_id = 102, s.pad_id = 0, s.mask_id = 103, s.unk_id = 100;
+    BertRng rng({seed, 77});
+    int lo = 110, span = V - lo;
+    for (int i = 0; i < n; i++) {
+        int len = 3 + (int)rng.below(max_len - 2);
+        int label = labels ? (int)rng.below(labels) : 0;
+        s.tokens.push_back(101);
+        for (int t = 1; t < len - 1; t++) {
+            int from = labels ? lo + label * span / (labels + 1) : lo;
+            int width = labels ? 2 * span / (labels + 1) : span;
+            s.tokens.push_back((uint16_t)(from + rng.below(width)));
+        }
+        s.tokens.push_back(102);
+        s.lengths.push_back(len);
+        if (labels) s.labels.push_back(label);
+    }
+    for (int k = 0; k < labels; k++) s.label_names.push_back(std::string("class") + char('a' + k));
+    std::string path = g_tmp + "/" + name, err;
+    if (!write_bert_shard(path, s, &err)) data_error("%s", err.c_str());
+    return path;
+}
+
+// Runs the program with args (this binary, --train-bert mode); returns its status and output
+// (stdout and stderr together, or stderr only).
+th::ChildOutput run(const std::string& args, bool stderr_only = false) {
+    return th::run_command(g_self + " --train-bert " + args + (stderr_only ? " 2>&1 >/dev/null" : " 2>&1"));
+}
+
+bool exited(const th::ChildOutput& c, int code) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == code; }
+
+// The run must fail (non-zero exit) with `expect` in its one line on stderr.
+void expect_error(const char* name, const std::string& args, const char* expect) {
+    th::ChildOutput c = run(args, true);
+    std::string err = c.text;
+    while (!err.empty() && err.back() == '\n') err.pop_back();
+    bool one_line = !err.empty() && err.find('\n') == std::string::npos;
+    bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) != 0 && err.find(expect) != std::string::npos && one_line;
+    th::report(ok, name, "exit %d, stderr: %s", WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1, err.c_str());
+}
+
+std::string slurp(const std::string& path) {
+    std::vector<uint8_t> b;
+    std::string err;
+    if (!read_whole_file(path, &b, &err)) return "<missing " + path + ">";
+    return std::string(b.begin(), b.end());
+}
+
+// The lines of a run's log.jsonl that hold its losses: every "step" line up to its timing fields,
+// every "val" line.
+std::string losses_of(const std::string& dir) {
+    std::string log = slurp(dir + "/log.jsonl"), out;
+    for (size_t at = 0; at < log.size();) {
+        size_t end = log.find('\n', at);
+        std::string line = log.substr(at, end - at);
+        if (line.rfind("{\"event\":\"val\"", 0) == 0) out += line + "\n";
+        if (line.rfind("{\"event\":\"step\"", 0) == 0) out += line.substr(0, line.find(",\"ms\"")) + "\n";
+        at = end == std::string::npos ? log.size() : end + 1;
+    }
+    return out;
+}
+
+// The "loss X" figures of a run's step lines on stdout.
+std::vector<double> step_losses(const std::string& out) {
+    std::vector<double> losses;
+    for (size_t at = out.find("\nstep "); at != std::string::npos; at = out.find("\nstep ", at + 1)) {
+        size_t l = out.find("| loss ", at);
+        if (l != std::string::npos && l < out.find('\n', at + 1)) losses.push_back(atof(out.c_str() + l + 7));
+    }
+    return losses;
+}
+
+// ----------------------------------------------------------------------------
+// The checks
+
+void test_help() {
+    th::ChildOutput c = run("--help");
+    bool every = true;
+    std::string missing;
+    for (const char* want : {"--task NAME", "[classify]", "-i,  --train-data GLOB", "-e,  --init DIR|FILE", "--config NAME",
+                             "-t,  --max-len INT", "[256]", "--epochs INT", "[2]", "--dropout P", "[0.1]",
+                             "--mask-rate FRACTION", "[0.15]", "--weight-decay FLOAT", "[0.01]", "--optimizer NAME",
+                             "--precision NAME", "-o,  --output-dir DIR", "-y,  --resume", "--export-hf DIR",
+                             "--bench", "--num-labels INT", "-d,  --total-batch-size"})
+        if (c.text.find(want) == std::string::npos) {
+            every = false;
+            missing = want;
+        }
+    th::report(exited(c, 0) && every, "--help lists every option with its default, exit 0", "%s%s",
+               missing.empty() ? "" : "missing: ", missing.c_str());
+}
+
+void test_refusals(const std::string& cls3, const std::string& cls4, const std::string& v200, const std::string& mlm) {
+    std::string base = " --eval-first 0 -b 4 -t 32 --max-steps 1 ";
+    expect_error("refused: a missing shard", base + "--config tiny -i " + g_tmp + "/nope_*.bin", "no BERT shards match");
+    {
+        std::string bytes = slurp(cls3);
+        std::string cut = g_tmp + "/truncated.bin";
+        FILE* f = fopen(cut.c_str(), "wb");
+        fwrite(bytes.data(), 1, bytes.size() - 10, f);
+        fclose(f);
+        expect_error("refused: a truncated shard", base + "--config tiny -i " + cut, "truncated or corrupt");
+        std::string bad = bytes;
+        bad[0] = 'X';
+        std::string junk = g_tmp + "/bad_magic.bin";
+        f = fopen(junk.c_str(), "wb");
+        fwrite(bad.data(), 1, bad.size(), f);
+        fclose(f);
+        expect_error("refused: a shard with a bad magic", base + "--config tiny -i " + junk, "bad magic");
+    }
+    expect_error("refused: labels beyond --num-labels", base + "--config tiny --num-labels 2 -i " + cls3,
+                 "outside the model's num_labels 2 (--num-labels)");
+    expect_error("refused: labels beyond the checkpoint's classifier",
+                 base + "--init " + kFixtures + "bert_tiny_cls -i " + cls4, "outside the model's num_labels 3 (the "
+                 "checkpoint's classifier)");
+    expect_error("refused: a shard of another vocabulary", base + "--init " + kFixtures + "bert_tiny_mlm -i " + v200,
+                 "tokenized with a vocabulary of 200 tokens, the model");
+    {
+        std::string dir = g_tmp + "/corrupt_model";
+        th::run_command("mkdir -p " + dir + " && cp " + kFixtures + "bert_tiny_mlm/* " + dir);
+        std::string bytes = slurp(dir + "/model.safetensors");
+        uint64_t huge = 1ull << 40;
+        memcpy(&bytes[0], &huge, 8);
+        FILE* f = fopen((dir + "/model.safetensors").c_str(), "wb");
+        fwrite(bytes.data(), 1, bytes.size(), f);
+        fclose(f);
+        expect_error("refused: a corrupt safetensors header", base + "--init " + dir + " -i " + cls3, "header");
+    }
+    expect_error("refused: MLM shards for --task classify", base + "--config tiny -i " + mlm,
+                 "MLM shards, but --task classify needs classification shards");
+    expect_error("refused: classification shards for --task mlm", base + "--task mlm --config tiny -i " + cls3,
+                 "classification shards, but --task mlm needs MLM shards");
+    expect_error("refused: --task mlm without shards", "--task mlm", "needs MLM shards, -i GLOB");
+    expect_error("refused: --dropout out of range", base + "--config tiny -i " + cls3 + " --dropout 1.5",
+                 "option --dropout: 1.5 is out of range");
+    expect_error("refused: --precision fp8", base + "--config tiny -i " + cls3 + " --precision fp8",
+                 "fp8 is not built for BERT");
+    expect_error("refused: an unknown --task", "--task ner", "option --task: 'ner' is not one of classify, mlm");
+    expect_error("refused: --warmup neither fraction nor steps", "--warmup 2.5", "option --warmup: 2.5 is neither");
+    expect_error("refused: --max-len beyond the model's positions",
+                 base + "--init " + kFixtures + "bert_tiny_cls -i " + cls3 + " -t 100",
+                 "option --max-len: 100 is longer than the model's 64 positions");
+    expect_error("refused: --batch-size 0", "-b 0", "option --batch-size: 0 is out of range");
+    expect_error("refused: an unknown --config", base + "--config huge -i " + cls3,
+                 "option --config: 'huge' is not one of tiny, mini, small, base, large");
+    expect_error("refused: --init with --config", "--init x --config tiny", "excludes --init");
+    expect_error("refused: --resume without --output-dir", "--resume", "option --resume: needs --output-dir");
+    expect_error("refused: --total-batch-size not a multiple of B",
+                 base + "--config tiny -i " + cls3 + " -d 6", "--total-batch-size 6 is not a multiple");
+}
+
+// A balanced slice of a classification shard: its first per_label sequences of each label, written to
+// dst. False with *err if src cannot be read.
+bool write_slice(const std::string& src, const std::string& dst, int per_label, std::string* err) {
+    BertShard all;
+    if (!read_bert_shard(src, &all, err)) return false;
+    BertShard part = all;
+    part.tokens.clear(), part.lengths.clear(), part.labels.clear();
+    std::vector<int> taken(all.num_labels(), 0);
+    for (size_t i = 0; i < all.num_sequences(); i++) {
+        int label = all.labels[i];
+        if (taken[label] == per_label) continue;
+        taken[label]++;
+        part.tokens.insert(part.tokens.end(), all.tokens.begin() + all.offsets[i], all.tokens.begin() + all.offsets[i + 1]);
+        part.lengths.push_back(all.lengths[i]);
+        part.labels.push_back(label);
+    }
+    return write_bert_shard(dst, part, err);
+}
+
+// The tiny random BERT on the bundled task's real sentences: trained on a 64-sentence slice of its
+// train split (a random BERT needs ~100 steps of the whole split before its loss moves; on a slice it
+// fits the sentences in a few epochs), evaluated on a 256-sentence slice of its val split: the loss
+// falls, accuracy, the majority-class rate and F1 are reported, and the first lines say which model.
+void test_default_task() {
+    std::string train = g_tmp + "/genre_train_64.bin", val = g_tmp + "/genre_val_256.bin", err;
+    if (!write_slice("dev/data/bert/genre_train.bin", train, 32, &err) ||
+        !write_slice("dev/data/bert/genre_val.bin", val, 128, &err)) {
+        th::report(false, "bundled task: shards readable", "%s", err.c_str());
+        return;
+    }
+    th::ChildOutput c = run("--config tiny -i " + train + " -j " + val + " -b 16 --max-steps 30 -l 3e-3 -k constant -u 4 --seed 3");
+    std::vector<double> l = step_losses(c.text);
+    double first = 0, last = 0;
+    if (l.size() == 30)
+        for (int i = 0; i < 4; i++) first += l[i] / 4, last += l[26 + i] / 4;
+    size_t at = c.text.rfind("eval step 30");
+    bool reports = at != std::string::npos && c.text.find("accuracy", at) != std::string::npos &&
+                   c.text.find("majority class 50.00%", at) != std::string::npos &&
+                   c.text.find("F1", at) != std::string::npos && c.text.find("eval step 0 ") != std::string::npos;
+    double acc = reports ? atof(c.text.c_str() + c.text.find("accuracy", at) + 9) : 0;
+    bool said = c.text.rfind("init: a random tiny BERT", 0) == 0;
+    th::report(exited(c, 0) && l.size() == 30 && last < first - 0.2 && reports && said,
+               "bundled task (64-sentence slice), tiny BERT, 30 steps: the loss falls; accuracy, majority rate, F1",
+               "exit %d, loss %.4f -> %.4f (means of 4 steps), val accuracy %.2f%%", WEXITSTATUS(c.status), first, last,
+               acc);
+}
+
+// A run of `steps` steps stopped after `stop` and resumed equals an uninterrupted one: losses, final
+// model and state bit for bit.
+void test_resume(const char* name, const std::string& args, int steps, int stop) {
+    std::string a = g_tmp + "/resume_" + name + "_straight", b = g_tmp + "/resume_" + name + "_parts";
+    std::string common = args + " -n 3 ";
+    th::ChildOutput straight = run(common + "-o " + a);
+    th::ChildOutput first = run(common + "-o " + b + " --stop-after " + std::to_string(stop));
+    th::ChildOutput second = run(common + "-o " + b + " -y");
+    std::string why;
+    for (std::string f : {checkpoint_file("", "model", steps), state_file("", steps, 0)}) {
+        std::string x = slurp(a + f), y = slurp(b + f);
+        if (x.rfind("<missing", 0) == 0 || x != y) why = f.substr(1) + " differs";
+    }
+    if (why.empty() && (losses_of(a) != losses_of(b) || losses_of(a).empty())) why = "the logged losses differ";
+    bool resumed = second.text.find("resuming from") != std::string::npos &&
+                   first.text.find("stopped after step " + std::to_string(stop)) != std::string::npos;
+    bool ok = exited(straight, 0) && exited(first, 0) && exited(second, 0) && resumed && why.empty();
+    std::string label = std::string("resume after --stop-after is bit-identical (") + name + ")";
+    th::report(ok, label.c_str(), "%s%s", why.c_str(),
+               ok ? "" : (" | " + second.text.substr(second.text.size() > 300 ? second.text.size() - 300 : 0)).c_str());
+}
+
+// Same seed: the same losses; another seed: other losses (dropout on).
+void test_seeds(const std::string& args) {
+    std::vector<double> a = step_losses(run(args + " --seed 5").text), b = step_losses(run(args + " --seed 5").text),
+                        c = step_losses(run(args + " --seed 6").text);
+    th::report(a.size() == 4 && a == b, "two runs with the same seed are identical (dropout 0.1)", "%zu steps", a.size());
+    th::report(a.size() == 4 && c.size() == 4 && a != c, "runs with different seeds differ (dropout 0.1)",
+               "first losses %.6f vs %.6f", a.empty() ? 0 : a[0], c.empty() ? 0 : c[0]);
+    // Only the dropout masks differ between these two (same seed for data and init).
+    std::vector<double> d = step_losses(run(args + " --seed 5 --dropout 0").text);
+    th::report(d.size() == 4 && d != a && d[0] != a[0], "dropout changes the training losses (0.1 vs 0)",
+               "step 1: %.6f vs %.6f", a.empty() ? 0 : a[0], d.empty() ? 0 : d[0]);
+}
+
+void test_mlm(const std::string& mlm_train, const std::string& mlm_val) {
+    th::ChildOutput c = run("--task mlm --init " + kFixtures + "bert_tiny_mlm -i " + mlm_train + " -j " + mlm_val +
+                            " -b 8 -t 48 --max-steps 6 -l 1e-3 --mask-rate 0.3");
+    size_t at = c.text.rfind("eval step 6");
+    bool ok = exited(c, 0) && at != std::string::npos && c.text.find("MLM accuracy", at) != std::string::npos &&
+              step_losses(c.text).size() == 6;
+    th::report(ok, "MLM pretraining runs (dynamic masking, 30%) and reports MLM accuracy", "%s",
+               ok ? c.text.substr(at, c.text.find('\n', at) - at).c_str() : c.text.c_str());
+}
+
+// --export-hf writes a BertForSequenceClassification that our loader reads back with the labels'
+// names, bit-identical to the final checkpoint's tensors.
+void test_export(const std::string& cls3) {
+    std::string out = g_tmp + "/export_run", hf = g_tmp + "/export_hf";
+    th::ChildOutput c = run("--init " + kFixtures + "bert_tiny_cls -i " + cls3 + " -b 4 -t 32 --max-steps 2 " +
+                            "--eval-first 0 -o " + out + " --export-hf " + hf);
+    BertConfig a, b;
+    BertParts pa, pb;
+    std::vector<float> exported = load_hf_bert(hf, &a, &pa), checkpoint = load_hf_bert(checkpoint_file(out, "model", 2), &b, &pb);
+    // The export holds the classification model only: compare the encoder, pooler and classifier.
+    size_t sizes[NUM_BERT_TENSORS];
+    bert_param_sizes(a, sizes);
+    bool same = exported.size() == checkpoint.size() && pa.has[PART_CLASSIFIER] && !pa.has[PART_MLM];
+    size_t at = 0;
+    for (int i = 0; i < NUM_BERT_TENSORS && same; at += sizes[i], i++)
+        if (bert_param_part(i) != PART_MLM)
+            same = memcmp(exported.data() + at, checkpoint.data() + at, sizes[i] * sizeof(float)) == 0;
+    std::string config = slurp(hf + "/config.json");
+    bool names = config.find("\"0\": \"classa\"") != std::string::npos &&
+                 config.find("\"BertForSequenceClassification\"") != std::string::npos;
+    th::report(exited(c, 0) && same && names, "--export-hf: our loader reads it back, label names in config.json",
+               "exit %d", WEXITSTATUS(c.status));
+}
+
+// The gradients with dropout on are those of the loss with those masks: backward() redraws every
+// site's mask as forward() drew it. Checked as a directional derivative over all parameters at once
+// (the tiny fixture model, a batch of uneven lengths, p = 0.2): g·v from backward() against the central
+// difference (L(θ + hv) - L(θ - hv)) / 2h of training passes with the same dropout_pass (the same masks).
+// The difference's own error at h = 1e-3: truncation ~h^2 (measured 2.3e-2, 3e-3, 8.7e-4 relative at h =
+// 1e-2, 3e-3, 1e-3: it shrinks as h^2 towards g·v) plus fp32 rounding of the two losses (~1e-6) / 2h,
+// ~5e-4 absolute, up to 6e-3 of the classification's |g·v| ~ 0.08: hence 1e-2 relative. A mask applied
+// at the wrong site or with the wrong offset in the backward is off by about as much as dropping no mask
+// at all (30-70% here), which the check requires to be 20x the error.
+void test_dropout_gradients(BertHead head) {
+    BertConfig c;
+    std::vector<float> p = load_hf_bert(kFixtures + (head == BertHead::MLM ? "bert_tiny_mlm" : "bert_tiny_cls"), &c);
+    const int B = 4, T = 32;
+    matmul_init(false);
+    BERT<float> m;
+    m.dropout = 0.2f;
+    m.dropout_seed = 99;
+    m.dropout_pass = 7;
+    m.build(c, p);
+    m.allocate_activations(B, T);
+    std::vector<int> ids(B * T, 0), valid = {32, 20, 9, 3}, targets(head == BertHead::MLM ? B * T : B, -100);
+    BertRng rng({5});
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < valid[b]; t++) ids[b * T + t] = t == 0 ? 101 : 110 + (int)rng.below(c.vocab_size - 110);
+    if (head == BertHead::MLM) {
+        for (int b = 0; b < B; b++)
+            for (int t = 1; t < valid[b]; t += 3) targets[b * T + t] = ids[b * T + t];
+    } else {
+        for (int b = 0; b < B; b++) targets[b] = b % c.num_labels;
+    }
+    m.set_batch(ids.data(), nullptr, valid.data(), targets.data(), head);
+    auto loss_at = [&](const std::vector<float>& params) {
+        cudaCheck(cudaMemcpy(m.params_memory, params.data(), params.size() * sizeof(float), cudaMemcpyHostToDevice));
+        m.forward(true, 1.f / m.head_rows);
+        return (double)m.mean_loss();
+    };
+    loss_at(p);
+    cudaCheck(cudaMemset(m.grads_memory, 0, m.num_parameters * sizeof(float)));
+    m.backward();
+    std::vector<float> g(m.num_parameters);
+    cudaCheck(cudaMemcpy(g.data(), m.grads_memory, g.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    std::vector<float> v(p.size()), plus(p.size()), minus(p.size());
+    double gv = 0, h = 1e-3;
+    for (size_t i = 0; i < p.size(); i++) {
+        v[i] = (float)(rng.uniform() * 2 - 1);
+        gv += (double)g[i] * v[i];
+        plus[i] = p[i] + (float)h * v[i];
+        minus[i] = p[i] - (float)h * v[i];
+    }
+    double fd = (loss_at(plus) - loss_at(minus)) / (2 * h);
+    // and the same at p = 0 (the eval-mode model): the two must differ, or no mask was applied
+    m.dropout = 0.f;
+    double no_drop = (loss_at(plus) - loss_at(minus)) / (2 * h);
+    double err = std::fabs(gv - fd) / std::fabs(fd);
+    char name[128];
+    snprintf(name, sizeof(name), "dropout 0.2, %s head: backward's gradient = the masked loss's (directional derivative)",
+             head == BertHead::MLM ? "MLM" : "classification");
+    th::report(err < 1e-2 && std::fabs(no_drop - fd) > 20 * std::fabs(gv - fd), name,
+               "g.v %.7g, central difference %.7g (rel err %.1e); without dropout %.7g", gv, fd, err, no_drop);
+    m.free_all();
+    matmul_destroy();
+}
+
+// ----------------------------------------------------------------------------
+// Export mode for test/hf_train_bert_export.py
+
+// Our fp32 logits for a batch of `n` sequences of shard `path` (width T) from the export in dir.
+void write_ours(const std::string& dir, const std::string& path, BertHead head, const std::string& out) {
+    BertConfig c;
+    std::vector<float> p = load_hf_bert(dir, &c);
+    BertDataLoader::Options lo;
+    lo.B = 4;
+    lo.T = 32;
+    lo.eval = true;
+    lo.mask_rate = 0.3;
+    BertDataLoader data(path, lo);
+    matmul_init(false);
+    BERT<float> m;
+    m.build(c, p);
+    m.allocate_activations(lo.B, lo.T, data.max_masked_rows() ? data.max_masked_rows() : -1);
+    m.set_batch(data.inputs(), data.token_types(), data.valid_len(), data.targets(), head, false, data.T());
+    m.forward(false, 0.f);
+    int R = m.head_rows, W = head == BertHead::MLM ? c.padded_vocab_size : c.num_labels;
+    int V = head == BertHead::MLM ? c.vocab_size : c.num_labels;
+    std::vector<float> logits((size_t)R * W), real((size_t)R * V);
+    cudaCheck(cudaMemcpy(logits.data(), head == BertHead::MLM ? m.acts.logits : m.acts.cls_logits,
+                         logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < R; r++) std::copy(logits.begin() + (size_t)r * W, logits.begin() + (size_t)r * W + V, real.begin() + (size_t)r * V);
+    int B = lo.B, T = data.T();
+    std::vector<float> ids(data.inputs(), data.inputs() + B * T), valid(data.valid_len(), data.valid_len() + B);
+    bool per_token = head == BertHead::MLM;
+    std::vector<float> labels(data.targets(), data.targets() + (per_token ? B * T : B));
+    SafeTensorsWriter w;
+    w.add("input_ids", ids.data(), {(size_t)B, (size_t)T});
+    w.add("valid_len", valid.data(), {(size_t)B});
+    w.add("labels", labels.data(), per_token ? std::vector<size_t>{(size_t)B, (size_t)T} : std::vector<size_t>{(size_t)B});
+    w.add("logits", real.data(), {(size_t)R, (size_t)V});
+    std::string err;
+    if (!w.write(out, &err)) data_error("%s", err.c_str());
+    m.free_all();
+    matmul_destroy();
+}
+
+int export_mode(const std::string& dir) {
+    g_tmp = dir;
+    std::string cls3 = write_shard("cls3.bin", BertShardKind::Classify, 96, 32, 500, 3, 1);
+    std::string mlm = write_shard("mlm.bin", BertShardKind::MLM, 96, 48, 500, 0, 2);
+    std::string self = g_self;
+    if (run("--init " + kFixtures + "bert_tiny_cls -i " + cls3 + " -b 4 -t 32 --max-steps 3 --eval-first 0 " +
+            "--export-hf " + dir + "/cls").status != 0 ||
+        run("--task mlm --init " + kFixtures + "bert_tiny_mlm -i " + mlm + " -b 4 -t 32 --max-steps 3 " +
+            "--precision bf16 --mask-rate 0.3 --export-hf " + dir + "/mlm").status != 0) {
+        fprintf(stderr, "the training runs failed\n");
+        return 1;
+    }
+    write_ours(dir + "/cls", cls3, BertHead::Classify, dir + "/ours_cls.safetensors");
+    write_ours(dir + "/mlm", mlm, BertHead::MLM, dir + "/ours_mlm.safetensors");
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    g_self = argv[0];
+    if (argc >= 2 && !strcmp(argv[1], "--train-bert")) return train_bert_main(argc - 1, argv + 1);
+    if (argc == 3 && !strcmp(argv[1], "--export")) return export_mode(argv[2]);
+    char tmpl[] = "/tmp/test_train_bert_XXXXXX";
+    if (!mkdtemp(tmpl)) data_error("cannot create a temporary directory");
+    g_tmp = tmpl;
+
+    std::string cls3 = write_shard("cls3.bin", BertShardKind::Classify, 96, 32, 500, 3, 1);
+    std::string cls3_val = write_shard("cls3_val.bin", BertShardKind::Classify, 24, 32, 500, 3, 11);
+    std::string cls4 = write_shard("cls4.bin", BertShardKind::Classify, 64, 32, 500, 4, 3);
+    std::string v200 = write_shard("v200.bin", BertShardKind::Classify, 64, 32, 200, 2, 4);
+    std::string mlm = write_shard("mlm.bin", BertShardKind::MLM, 96, 48, 500, 0, 5);
+    std::string mlm_val = write_shard("mlm_val.bin", BertShardKind::MLM, 24, 48, 500, 0, 6);
+
+    test_help();
+    test_refusals(cls3, cls4, v200, mlm);
+    test_default_task();
+    std::string fixture = "--init " + kFixtures + "bert_tiny_cls -i " + cls3 + " -j " + cls3_val + " -b 4 -t 32";
+    // fp32: one epoch (24 steps) with --lr and --max-steps left at auto (the resumed run must take the
+    // first part's values, though it no longer starts from a pretrained checkpoint); bf16: gradient
+    // accumulation, 5 steps.
+    test_resume("fp32", fixture + " --epochs 1", 24, 4);
+    test_resume("bf16", fixture + " -l 1e-3 --precision bf16 -d 8 --max-steps 5", 5, 2);
+    test_seeds("--config tiny -i " + cls3 + " -b 4 -t 32 --max-steps 4 --eval-first 0 -l 1e-3");
+    test_mlm(mlm, mlm_val);
+    test_dropout_gradients(BertHead::Classify);
+    test_dropout_gradients(BertHead::MLM);
+    test_export(cls3);
+
+    if (!getenv("KEEP_TMP")) th::run_command("rm -rf " + g_tmp);
+    return th::finish();
+}
