@@ -69,7 +69,7 @@ CPU_SIMT_OBJS  := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/cpu/simt/%.o)
 ASAN_SIMT_OBJS := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/asan/simt/%.o)
 
 # Every test/test_<name>.cu is a test; the multi-rank ones need MPI.
-MPI_TESTS  := nccl distributed data_parallel train_gpt2_ranks
+MPI_TESTS  := nccl distributed data_parallel train_gpt2_ranks train_bert_ranks
 TESTS      := $(filter-out $(if $(HAVE_MPI),,$(MPI_TESTS)),$(patsubst test/test_%.cu,%,$(wildcard test/test_*.cu)))
 CU_SOURCES := $(wildcard test/*.cu dev/cuda/*.cu *.cu)
 

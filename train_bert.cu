@@ -240,6 +240,14 @@ inline std::vector<ParamSpec> bert_param_specs(const BertConfig& c) {
     s[MLMDECB].shape = {Vp};
     s[CLSW].shape = {NL, C};
     s[CLSB].shape = {NL};
+    // When each gradient is final in BERT::backward (data parallel): the layers' copy l after layer
+    // l's backward; the heads' before the layers' (the backward starts with them); the embeddings'
+    // after the layers (the word embeddings, tied to the MLM decoder, get the encoder's part last).
+    for (int i = 0; i < NUM_BERT_TENSORS; i++)
+        s[i].ready = bert_param_per_layer(i) ? GradReady::PerLayer
+                     : i == WORD_EMB || i == POS_EMB || i == TYPE_EMB || i == EMB_LNW || i == EMB_LNB
+                         ? GradReady::AfterLayers
+                         : GradReady::BeforeLayers;
     return s;
 }
 
@@ -350,6 +358,14 @@ struct BERT : ModelState<floatX> {
     uint64_t dropout_seed = 0;
     uint64_t dropout_pass = 0;
     float pass_dropout = 0.f;  // the probability the last forward() applied (0 in eval passes)
+    // Recomputation (llmc/train_common.h), set before allocate_activations(); what is kept for one
+    // layer only and recomputed in the backward pass:
+    //   gelu   the GELU output fch_gelu (B,T,I), from fch
+    //   ln     also the attention LayerNorm's output h_att (B,T,C), from res_att. The output
+    //          LayerNorm's h_out stays: in post-LN layers it is the next layer's input, the checkpoint.
+    //   layer  everything but each layer's input h_out: block_forward runs again, and redraws the
+    //          forward's dropout masks (a function of the seed and the site's offset in this pass).
+    Recompute recompute = Recompute::None;
 
     // BERT's optimizer defaults: torch.optim.AdamW's betas (0.9, 0.999) and eps, weight decay 0.01 on
     // the matrices (the usual fine-tuning recipe); set opt before build().
@@ -367,7 +383,7 @@ struct BERT : ModelState<floatX> {
         bert_param_sizes(c, sizes);
         this->build_state(bert_param_specs(c), host_params);
         params.point_into(params_memory, sizes);
-        grads.point_into(grads_memory, sizes);
+        grads.point_into(grads_memory, this->grad_sizes.data(), this->grad_layer_slots);
     }
 
     // Sizes and allocates the activations for micro-batches of B sequences of T tokens, once.
@@ -396,6 +412,9 @@ struct BERT : ModelState<floatX> {
                                    matmul_backward_scratch_bytes((int)R, (int)C),
                                    matmul_backward_scratch_bytes(B, (int)NL),
                                    attention_backward_scratch_bytes(B, T, (int)C, (int)NH)});
+        // Layers kept per activation: L, or 1 when the backward pass recomputes it (see recompute).
+        size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
+               Lall = recompute >= Recompute::Layer ? 1 : L;
         // Every region starts 256-byte aligned (cuBLASLt and 128-bit loads want aligned rows).
         struct Region { void** ptr; size_t bytes; };
         std::vector<Region> regions = {
@@ -403,19 +422,19 @@ struct BERT : ModelState<floatX> {
             {(void**)&acts.emb_ln, BT * C * sizeof(floatX)},
             {(void**)&acts.emb_mean, BT * sizeof(float)},
             {(void**)&acts.emb_rstd, BT * sizeof(float)},
-            {(void**)&acts.qkv, L * BT * 3 * C * sizeof(floatX)},
-            {(void**)&acts.atty, L * BT * C * sizeof(floatX)},
-            {(void**)&acts.lse, L * B * NH * T * sizeof(float)},
-            {(void**)&acts.res_att, L * BT * C * sizeof(floatX)},
-            {(void**)&acts.h_att, L * BT * C * sizeof(floatX)},
-            {(void**)&acts.att_mean, L * BT * sizeof(float)},
-            {(void**)&acts.att_rstd, L * BT * sizeof(float)},
-            {(void**)&acts.fch, L * BT * I * sizeof(floatX)},
-            {(void**)&acts.fch_gelu, L * BT * I * sizeof(floatX)},
-            {(void**)&acts.res_out, L * BT * C * sizeof(floatX)},
+            {(void**)&acts.qkv, Lall * BT * 3 * C * sizeof(floatX)},
+            {(void**)&acts.atty, Lall * BT * C * sizeof(floatX)},
+            {(void**)&acts.lse, Lall * B * NH * T * sizeof(float)},
+            {(void**)&acts.res_att, Lall * BT * C * sizeof(floatX)},
+            {(void**)&acts.h_att, Lln * BT * C * sizeof(floatX)},
+            {(void**)&acts.att_mean, Lall * BT * sizeof(float)},
+            {(void**)&acts.att_rstd, Lall * BT * sizeof(float)},
+            {(void**)&acts.fch, Lall * BT * I * sizeof(floatX)},
+            {(void**)&acts.fch_gelu, Lgelu * BT * I * sizeof(floatX)},
+            {(void**)&acts.res_out, Lall * BT * C * sizeof(floatX)},
             {(void**)&acts.h_out, L * BT * C * sizeof(floatX)},
-            {(void**)&acts.out_mean, L * BT * sizeof(float)},
-            {(void**)&acts.out_rstd, L * BT * sizeof(float)},
+            {(void**)&acts.out_mean, Lall * BT * sizeof(float)},
+            {(void**)&acts.out_rstd, Lall * BT * sizeof(float)},
             {(void**)&acts.head_in, R * C * sizeof(floatX)},
             {(void**)&acts.head_pre, R * C * sizeof(floatX)},
             {(void**)&acts.head_act, R * C * sizeof(floatX)},
@@ -466,16 +485,18 @@ struct BERT : ModelState<floatX> {
                e.capacity_groups * sizeof(EncoderGroup) + e.capacity_partials * sizeof(float);
     }
 
-    // Layer l's slice of every per-layer activation.
+    // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only).
     BertLayerActs<floatX> layer_acts(int l) const {
         size_t BT = (size_t)B * T, C = config.channels, I = config.intermediate, btc = BT * C;
         size_t bht = (size_t)B * config.num_heads * T;
+        size_t g = recompute >= Recompute::Gelu ? 0 : l, n = recompute >= Recompute::LN ? 0 : l,
+               k = recompute >= Recompute::Layer ? 0 : l;
         const BertActivations<floatX>& a = acts;
         return BertLayerActs<floatX>{l == 0 ? a.emb_ln : a.h_out + (l - 1) * btc,
-                                     a.qkv + l * 3 * btc, a.atty + l * btc, a.lse + l * bht,
-                                     a.res_att + l * btc, a.h_att + l * btc, a.att_mean + l * BT, a.att_rstd + l * BT,
-                                     a.fch + l * BT * I, a.fch_gelu + l * BT * I,
-                                     a.res_out + l * btc, a.h_out + l * btc, a.out_mean + l * BT, a.out_rstd + l * BT};
+                                     a.qkv + k * 3 * btc, a.atty + k * btc, a.lse + k * bht,
+                                     a.res_att + k * btc, a.h_att + n * btc, a.att_mean + k * BT, a.att_rstd + k * BT,
+                                     a.fch + k * BT * I, a.fch_gelu + g * BT * I,
+                                     a.res_out + k * btc, a.h_out + l * btc, a.out_mean + k * BT, a.out_rstd + k * BT};
     }
 
     // The encoder's output (B,T,C) after forward(): transformers' last_hidden_state in the valid rows
@@ -584,6 +605,55 @@ struct BERT : ModelState<floatX> {
         return d;
     }
 
+    // Layer l's forward pass from x.input to x.h_out (dropout as the current pass's): what forward()
+    // runs per layer, and what the backward pass reruns for Recompute::Layer with the same inputs,
+    // parameters and dropout offsets, so it writes the same bits.
+    void block_forward(int l, const BertLayerActs<floatX>& x) {
+        const BertConfig& c = config;
+        int C = c.channels, NH = c.num_heads, I = c.intermediate, BT = B * T;
+        size_t btc = (size_t)BT * C;
+        float eps = c.layernorm_eps;
+        BertActivations<floatX>& a = acts;
+        const GeluKind erf = GeluKind::Erf;
+        // self-attention over the valid tokens (dropout on its probabilities); then x + dropout(output
+        // projection) -> LayerNorm
+        matmul_forward(x.qkv, (floatX*)nullptr, x.input, params.layer(QKVW, l, (size_t)3 * C * C),
+                       params.layer(QKVB, l, 3 * C), BT, C, 3 * C, erf, stream);
+        attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, false, a.valid_len, stream, attention_dropout(l));
+        matmul_forward(a.btc, (floatX*)nullptr, x.atty, params.layer(ATTOW, l, (size_t)C * C), params.layer(ATTOB, l, C),
+                       BT, C, C, erf, stream);
+        drop(a.btc, btc, 2 + 3 * l);
+        fused_residual_layernorm_forward(x.res_att, x.h_att, x.att_mean, x.att_rstd, x.input, a.btc,
+                                         params.layer(ATTLNW, l, C), params.layer(ATTLNB, l, C), BT, C, eps,
+                                         stream);
+        // MLP: GELU(h_att · interwᵀ + interb) · outwᵀ + outb; then h_att + dropout(that) -> LayerNorm.
+        // cuBLASLt has no erf-GELU epilogue: matmul_forward runs llmc/gelu.cuh's kernel after it.
+        matmul_forward(x.fch_gelu, x.fch, x.h_att, params.layer(INTERW, l, (size_t)I * C),
+                       params.layer(INTERB, l, I), BT, C, I, erf, stream);
+        matmul_forward(a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(OUTW, l, (size_t)C * I),
+                       params.layer(OUTB, l, C), BT, I, C, erf, stream);
+        drop(a.btc, btc, 3 + 3 * l);  // the MLP output, before the residual add
+        fused_residual_layernorm_forward(x.res_out, x.h_out, x.out_mean, x.out_rstd, x.h_att, a.btc,
+                                         params.layer(OUTLNW, l, C), params.layer(OUTLNB, l, C), BT, C, eps,
+                                         stream);
+    }
+
+    // Before layer l's backward pass: recompute what was not kept (see recompute). The same kernels
+    // as the forward pass's give the same bits: the GELU is llmc/gelu.cuh's kernel there too
+    // (matmul_forward has no erf epilogue), and layernorm_forward normalizes as the fused residual
+    // LayerNorm does once the residual is rounded (it rewrites the same mean and rstd).
+    void recompute_layer(int l, const BertLayerActs<floatX>& x) {
+        int C = config.channels, BT = B * T;
+        if (recompute == Recompute::Layer) {
+            block_forward(l, x);
+            return;
+        }
+        if (recompute >= Recompute::LN)
+            layernorm_forward(x.h_att, x.att_mean, x.att_rstd, x.res_att, params.layer(ATTLNW, l, C),
+                              params.layer(ATTLNB, l, C), BT, C, config.layernorm_eps, stream);
+        gelu_forward(x.fch_gelu, x.fch, (size_t)BT * config.intermediate, GeluKind::Erf, stream);
+    }
+
     // Forward pass on the batch of set_batch: the encoder, then the batch's head. Leaves the hidden
     // states (hidden()) and, with a head, the per-row losses in acts.losses (head_rows of them) and,
     // if with_grad, the logits' gradient in place of the logits, each row's scaled by dloss (1 /
@@ -591,7 +661,7 @@ struct BERT : ModelState<floatX> {
     // with_grad is a training pass: dropout applies (if `dropout` > 0).
     void forward(bool with_grad, float dloss) {
         const BertConfig& c = config;
-        int L = c.num_layers, C = c.channels, NH = c.num_heads, I = c.intermediate, BT = B * T;
+        int L = c.num_layers, C = c.channels, BT = B * T;
         size_t btc = (size_t)BT * C;
         float eps = c.layernorm_eps;
         BertActivations<floatX>& a = acts;
@@ -603,30 +673,7 @@ struct BERT : ModelState<floatX> {
                           eps, stream);
         // In place: the LayerNorm's backward reads its input and statistics, not its output.
         drop(a.emb_ln, btc, 0);
-        for (int l = 0; l < L; l++) {
-            BertLayerActs<floatX> x = layer_acts(l);
-            // self-attention over the valid tokens (dropout on its probabilities); then x + dropout(output
-            // projection) -> LayerNorm
-            matmul_forward(x.qkv, (floatX*)nullptr, x.input, params.layer(QKVW, l, (size_t)3 * C * C),
-                           params.layer(QKVB, l, 3 * C), BT, C, 3 * C, erf, stream);
-            attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, false, a.valid_len, stream, attention_dropout(l));
-            matmul_forward(a.btc, (floatX*)nullptr, x.atty, params.layer(ATTOW, l, (size_t)C * C), params.layer(ATTOB, l, C),
-                           BT, C, C, erf, stream);
-            drop(a.btc, btc, 2 + 3 * l);
-            fused_residual_layernorm_forward(x.res_att, x.h_att, x.att_mean, x.att_rstd, x.input, a.btc,
-                                             params.layer(ATTLNW, l, C), params.layer(ATTLNB, l, C), BT, C, eps,
-                                             stream);
-            // MLP: GELU(h_att · interwᵀ + interb) · outwᵀ + outb; then h_att + dropout(that) -> LayerNorm.
-            // cuBLASLt has no erf-GELU epilogue: matmul_forward runs llmc/gelu.cuh's kernel after it.
-            matmul_forward(x.fch_gelu, x.fch, x.h_att, params.layer(INTERW, l, (size_t)I * C),
-                           params.layer(INTERB, l, I), BT, C, I, erf, stream);
-            matmul_forward(a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(OUTW, l, (size_t)C * I),
-                           params.layer(OUTB, l, C), BT, I, C, erf, stream);
-            drop(a.btc, btc, 3 + 3 * l);  // the MLP output, before the residual add
-            fused_residual_layernorm_forward(x.res_out, x.h_out, x.out_mean, x.out_rstd, x.h_att, a.btc,
-                                             params.layer(OUTLNW, l, C), params.layer(OUTLNB, l, C), BT, C, eps,
-                                             stream);
-        }
+        for (int l = 0; l < L; l++) block_forward(l, layer_acts(l));
         if (head == BertHead::None || head_rows == 0) return;
         int R = head_rows;
         gather_rows(a.head_in, hidden(), a.rows, R, C, stream);
@@ -663,6 +710,7 @@ struct BERT : ModelState<floatX> {
         BertActivations<floatX>& a = acts;
         const GeluKind erf = GeluKind::Erf;
         int R = head_rows;
+        this->grads_begin_backward();
         if (R > 0 && head == BertHead::MLM) {
             int Vp = c.padded_vocab_size;
             matmul_backward(a.dhead1, grads.t[WORD_EMB], grads.t[MLMDECB], a.scratch, a.logits, a.mlm_ln,
@@ -684,8 +732,11 @@ struct BERT : ModelState<floatX> {
         }
         // The hidden states' gradient: the head's rows, zeros elsewhere (padding and unlabeled tokens).
         scatter_rows(a.dres, (const floatX*)a.dhead1, a.slot, BT, C, stream);
+        this->grads_final_before();  // data parallel: the heads' gradients go out now
         for (int l = L - 1; l >= 0; l--) {
             BertLayerActs<floatX> x = layer_acts(l);
+            this->grads_begin_layer(l);
+            if (recompute != Recompute::None) recompute_layer(l, x);
             // a.dres: the gradient of h_out. Output LayerNorm -> d(res_out) in d1 (layernorm_backward adds).
             cudaCheck(cudaMemsetAsync(a.d1, 0, btc * sizeof(floatX), stream));
             layernorm_backward(a.d1, grads.layer(OUTLNW, l, C), grads.layer(OUTLNB, l, C), a.scratch, a.dres,
@@ -715,6 +766,7 @@ struct BERT : ModelState<floatX> {
                             x.input, params.layer(QKVW, l, (size_t)3 * C * C), (const floatX*)nullptr, BT, C, 3 * C, erf,
                             stream);
             residual_forward(a.dres, a.dres, a.d2, btc, stream);  // + the residual path: d(input)
+            this->grads_final_layer(l);  // ... layer l's, while the layers below compute
         }
         // embeddings' dropout (in place) and LayerNorm, then the three embedding tables
         drop_backward(a.dres, a.dres, btc, 0);
@@ -723,6 +775,7 @@ struct BERT : ModelState<floatX> {
                            a.emb_mean, a.emb_rstd, BT, C, stream);
         encoder_backward(grads.t[WORD_EMB], grads.t[POS_EMB], grads.t[TYPE_EMB], encoder_plan, a.d1, a.inputs,
                          a.token_types, B, T, C, stream);
+        this->grads_final_after();
     }
 
     // Mean of the per-row losses of the last forward pass (syncs with the device): transformers'
@@ -1238,6 +1291,7 @@ struct BertTrainOptions {
     int eval_every = 0;                  // steps between evaluations besides each epoch's end (0: none)
     bool eval_first = true;              // also evaluate before the first step
     float dropout = 0.1f;
+    Recompute recompute = Recompute::None;
     double mask_rate = 0.15;
     uint64_t seed = 42;
     Precision precision = Precision::FP32;
@@ -1247,6 +1301,7 @@ struct BertTrainOptions {
     std::string output_dir, export_hf;
     int checkpoint_every = 0, keep_checkpoints = 0, stop_after = 0;
     bool bench = false;                  // --bench: time the steps only (no evaluation), print a summary line
+    int zero = 0;                        // data parallel: ZeRO stage (llmc/model_state.cuh)
     std::string label;                   // the run's name in the log
 };
 
@@ -1304,20 +1359,79 @@ BertEval bert_evaluate(BERT<floatX>& model, BertDataLoader& val, BertHead head) 
     return e;
 }
 
+// Sums an evaluation over the ranks (each evaluated its own rows): the loss, accuracy and F1 of all of
+// them. The counts are integers far below 2^53, exact in the doubles all_reduce_sum_scalar adds.
+inline BertEval all_reduce_eval(const Distributed& d, BertEval e) {
+    if (d.world == 1) return e;
+    auto sum = [&](long long x) { return (long long)all_reduce_sum_scalar(d, (double)x); };
+    e.loss_sum = all_reduce_sum_scalar(d, e.loss_sum);
+    e.rows = sum(e.rows);
+    e.correct = sum(e.correct);
+    e.tp = sum(e.tp);
+    e.fp = sum(e.fp);
+    e.fn = sum(e.fn);
+    for (long long& n : e.class_counts) n = sum(n);
+    return e;
+}
+
 // Writes checkpoint `step` of a run in dir: model_%08d.bin (every tensor as F32 in a safetensors
 // file with transformers' names — the compute-precision values widened exactly, so a resumed run
 // continues from the same bits; dir/config.json, written at the start of the run, describes it),
-// the training state, then the DONE marker.
+// the training state (one file, or with sharded state one per rank), then the DONE marker. Every
+// rank calls it: rank 0 writes the model, each rank its shard, and DONE comes after all have written.
 template <class floatX>
-void save_bert_checkpoint(const std::string& dir, int step, BERT<floatX>& model, const TrainState& st, int keep) {
+void save_bert_checkpoint(const std::string& dir, int step, BERT<floatX>& model, const TrainState& st, int keep,
+                          const Distributed& dist) {
     std::string err, model_path = checkpoint_file(dir, "model", step);
-    const bool all[NUM_BERT_PARTS] = {true, true, true, true};
-    SafeTensorsWriter w = bert_safetensors(model.config, model.params_host_fp32(), false, all, "bert.");
-    if (!w.write(model_path, &err) || !write_train_state(state_file(dir, step, 0), st, &err) ||
-        !write_file_atomic(checkpoint_file(dir, "DONE", step), {}, &err))
-        data_error("checkpoint at step %d: %s", step, err.c_str());
-    prune_checkpoints(dir, keep, 1);
-    printf("checkpoint: %s (+ state, DONE)\n", model_path.c_str());
+    bool ok = true;
+    if (dist.rank == 0) {
+        const bool all[NUM_BERT_PARTS] = {true, true, true, true};
+        SafeTensorsWriter w = bert_safetensors(model.config, model.params_host_fp32(), false, all, "bert.");
+        ok = w.write(model_path, &err);
+    }
+    if (ok && (dist.rank == 0 || st.world > 1)) ok = write_train_state(state_file(dir, step, st.rank), st, &err);
+    if (!ok) data_error("checkpoint at step %d: %s", step, err.c_str());
+    all_reduce_max_scalar(dist, 0);  // a barrier: every rank's files are on disk
+    if (dist.rank == 0) {
+        if (!write_file_atomic(checkpoint_file(dir, "DONE", step), {}, &err))
+            data_error("checkpoint at step %d: %s", step, err.c_str());
+        prune_checkpoints(dir, keep, std::max(st.world, 1));
+    }
+    printf("checkpoint: %s (+ %s, DONE)\n", model_path.c_str(),
+           st.world > 1 ? (std::to_string(st.world) + " state shards").c_str() : "state");
+}
+
+// Loads the optimizer state of a resumed run: its own file (first, read by train_bert_main, or this
+// rank's shard), or — when the checkpoint's partition differs (another number of ranks or ZeRO
+// stage) — every old shard, re-sharded (llmc/zero.h); optimizers whose state cannot be re-sharded
+// are refused.
+template <class floatX>
+void restore_bert_optimizer_state(BERT<floatX>& model, const TrainState& first, const std::string& dir,
+                                  const std::string& path) {
+    auto read = [&](int r) {
+        TrainState st;
+        std::string err, file = state_file(dir, (int)first.step, r);
+        if (!read_train_state(file, &st, &err)) data_error("%s", err.c_str());
+        if (st.step != first.step || st.world != first.world || st.rank != r ||
+            st.optimizer_state.size() != first.optimizer_state.size())
+            data_error("%s: does not belong with %s (step, shard or size differ)", file.c_str(), path.c_str());
+        return st;
+    };
+    if (first.world == model.plan.world) {
+        model.set_optimizer_state(model.plan.world > 1 && model.rank() > 0 ? read(model.rank()) : first);
+        return;
+    }
+    if (!model.can_reshard())
+        data_error("%s: the optimizer state was saved by %d rank%s (ZeRO shards) and this run partitions it over %d; "
+                   "%s state cannot be re-sharded (its layout follows the shards): resume with the same number of "
+                   "ranks and --zero", path.c_str(), first.world, first.world > 1 ? "s" : "", model.plan.world,
+                   optimizer_name(model.opt.kind));
+    std::vector<TrainState> old(first.world);
+    old[0] = first;
+    for (int r = 1; r < first.world; r++) old[r] = read(r);
+    model.set_optimizer_state_resharded(old);
+    printf("re-sharded the optimizer state of %d rank%s onto %d\n", first.world, first.world > 1 ? "s" : "",
+           model.plan.world);
 }
 
 // Model FLOPs of one training pass (forward and backward: 3x the forward's 2 per multiply-add) over
@@ -1363,14 +1477,19 @@ inline int bert_shards_max_len(const std::string& pattern) {
 template <class floatX>
 int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<float>& init,
                BertDataLoader& train, BertDataLoader* val, const std::vector<std::string>& label_names,
-               const TrainState* resume = nullptr, const std::string& resume_path = "") {
+               const Distributed& dist, const TrainState* resume = nullptr, const std::string& resume_path = "") {
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    cudaCheck(cudaGetDeviceProperties(&prop, dist.device));
     matmul_init(o.tf32);
     BERT<floatX> model;
+    model.dist = &dist;
+    model.zero = o.zero;
     model.opt = o.opt;
     model.dropout = o.dropout;
+    model.recompute = o.recompute;
     model.dropout_seed = o.seed * 0x9E3779B97F4A7C15ull + 0xD20F;  // a key of its own, not the init's
+    // Data parallel: each rank's rows get masks of their own (rank 0 keeps the one-process key).
+    model.dropout_seed += (uint64_t)dist.rank * 0xBF58476D1CE4E5B9ull;
     model.build(config, init);
     // The widest batch: --max-len, or the longest sequence of the shards rounded up to 8 if shorter.
     int longest = bert_shards_max_len(o.train_pattern);
@@ -1380,12 +1499,14 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     const BertConfig& c = model.config;
     const BertHead head = o.head;
 
-    long long total = o.total_batch > 0 ? o.total_batch : o.B;
-    if (total % o.B != 0) {
-        fprintf(stderr, "error: --total-batch-size %lld is not a multiple of the micro-batch B = %d\n", total, o.B);
-        return 2;
-    }
-    int accum = (int)(total / o.B);
+    // Sequences per micro-step on all ranks; --total-batch-size is the global batch, whatever the
+    // number of ranks (each reads its rows of every global batch: llmc/bert_dataloader.h).
+    long long global_micro = (long long)o.B * dist.world;
+    long long total = o.total_batch > 0 ? o.total_batch : global_micro;
+    if (total % global_micro != 0)
+        data_error("--total-batch-size %lld is not a multiple of the micro-batch B%s = %lld", total,
+                   dist.world > 1 ? "*ranks" : "", global_micro);
+    int accum = (int)(total / global_micro);
     int steps_per_epoch = (int)(train.batches_per_epoch() / accum);
     if (steps_per_epoch < 1)
         data_error("%s: %zu batches per epoch, fewer than the %d micro-steps of one optimizer step",
@@ -1408,21 +1529,23 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     now.tokens_per_step = total;
     now.seed = o.seed;
     now.optimizer = (int)model.opt.kind;
-    now.num_params = model.num_parameters;
+    now.world = model.plan.world;
+    now.ranks = model.world();
+    now.num_params = model.update_size();
     now.has_master = model.master != nullptr;
     if (resume) {
         check_resumable(*resume, now, model.opt_state_bytes,
                         ResumeNames{"--max-len", "sequences per step", bert_precision_code_name}, resume_path);
         scaler.restore(*resume);
-        model.set_optimizer_state(*resume);
+        restore_bert_optimizer_state(model, *resume, o.output_dir, resume_path);
         train.seek(resume->data_position);
         start_step = (int)resume->step;
         if (start_step > steps)
             data_error("%s: the checkpoint is at step %d, past the run's %d steps (raise --epochs or --max-steps to go "
                        "on)", resume_path.c_str(), start_step, steps);
     }
-    RunLog log;
-    if (!o.output_dir.empty()) {
+    RunLog log;  // rank 0's, with the global losses
+    if (!o.output_dir.empty() && dist.rank == 0) {
         std::string err;
         if (!make_dirs(o.output_dir, &err)) data_error("option --output-dir: %s", err.c_str());
         if (!log.open(o.output_dir + "/log.jsonl", resume ? start_step : -1, &err)) data_error("%s", err.c_str());
@@ -1440,9 +1563,16 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
            c.num_heads, c.intermediate, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6,
            head == BertHead::Classify ? (", " + std::to_string(c.num_labels) + " labels").c_str() : "");
     printf("precision: %s%s | device: %s\n", precision_name(o.precision), o.tf32 ? " (tf32 matmuls)" : "", prop.name);
+    if (dist.world > 1)
+        printf("data parallel: %d ranks on %d node%s, ZeRO-%d (%s); memory below is per rank\n", dist.world,
+               dist.world / dist.local_world, dist.world / dist.local_world > 1 ? "s" : "", o.zero,
+               o.zero == 0   ? "gradients all-reduced, state replicated"
+               : o.zero == 1 ? "optimizer state and master weights sharded"
+                             : "gradients, optimizer state and master weights sharded");
     char acts_note[96];
-    snprintf(acts_note, sizeof(acts_note), "B=%d T<=%d%s", o.B, width,
-             head == BertHead::MLM ? (", MLM rows <= " + std::to_string(model.max_masked)).c_str() : "");
+    snprintf(acts_note, sizeof(acts_note), "B=%d T<=%d%s, recompute %s", o.B, width,
+             head == BertHead::MLM ? (", MLM rows <= " + std::to_string(model.max_masked)).c_str() : "",
+             recompute_name(o.recompute));
     print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o.precision, o.opt,
                          {acts_note, "optimizer table, norm scratch, embedding-backward plan"});
     char warm[32];
@@ -1467,7 +1597,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     // Evaluation at `step` (steps completed), printed and logged.
     auto evaluate = [&](int step) {
         auto t0 = std::chrono::steady_clock::now();
-        BertEval e = bert_evaluate(model, *val, head);
+        BertEval e = all_reduce_eval(dist, bert_evaluate(model, *val, head));  // each rank read its rows
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         char what[160];
         if (head == BertHead::Classify) {
@@ -1507,18 +1637,20 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         if (eval_due(step)) evaluate(step);
         auto t0 = std::chrono::steady_clock::now();
         long long launches0 = kernel_launch_count(), matmuls0 = matmul_context().calls;
-        cudaCheck(cudaMemsetAsync(model.grads_memory, 0, model.num_parameters * sizeof(floatX), model.stream));
+        model.zero_grads();
         double loss = 0, flops = 0;
         int counted = 0;
         long long rows = 0;
         for (int micro = 0; micro < accum; micro++) {
             model.dropout_pass = (uint64_t)step * accum + micro;  // new masks every pass, the same on resume
+            model.sync_grads = micro == accum - 1;  // gradients are communicated on the last micro-step only
             model.set_batch(train.inputs(), train.token_types(), train.valid_len(), train.targets(), head, true,
                             train.T());
             int R = model.head_rows;
             flops += bert_train_flops(c, train.valid_len(), o.B, R, head);
             if (R > 0) {  // an MLM batch may have no masked token: then nothing to learn from it
                 // transformers' loss is the mean over the rows; accumulated micro-batches count equally
+                // (and ranks too: the gradients are averaged over them)
                 model.forward(true, scaler.scale / (float)((double)R * accum));
                 model.backward();
                 model.fetch_losses(&losses);  // (and the batch's copy to the device is done: next_batch may
@@ -1527,10 +1659,16 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
                 loss += sum / R;
                 counted++;
                 rows += R;
+            } else if (dist.world > 1) {  // the others communicate this pass's gradients: join with zeros
+                model.forward(true, 0.f);
+                model.backward();
             }
             train.next_batch();
         }
         loss = counted ? loss / counted : NAN;
+        double local_loss = loss;
+        loss = all_reduce_mean_scalar(dist, loss);
+        rows = (long long)all_reduce_sum_scalar(dist, (double)rows);
         float lr = sched.lr(step);
         bool applied = true;
         float step_scale = scaler.scale;
@@ -1560,18 +1698,13 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
                       json_number(lr) + ",\"ms\":" + json_number(ms, "%.3f") + ",\"sequences_per_s\":" +
                       json_number(seq_s, "%.2f") + ",\"mfu\":" + json_number(mfu_pct, "%.3f") +
                       ",\"rows\":" + std::to_string(rows) +
+                      (dist.world > 1 ? ",\"rank0_loss\":" + json_number(local_loss) : std::string()) +
                       (scaling ? ",\"loss_scale\":" + json_number(step_scale) + ",\"skipped\":" +
                                      (applied ? "false" : "true")
                                : std::string()));
         if (step == start_step) {
-            size_t free_b, total_b;
-            cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-            printf("device memory in use after the first step: %.1f MiB of %.1f MiB\n", (total_b - free_b) / 1048576.0,
-                   total_b / 1048576.0);
-            if (launches0 >= 0)
-                printf("launches per step: %lld kernels + %lld cuBLASLt matmuls (counted by the CPU backend)\n",
-                       kernel_launch_count() - launches0, matmul_context().calls - matmuls0);
-            if (o.bench) bench_mib = (total_b - free_b) / 1048576.0;
+            double used = print_first_step_figures(launches0, matmuls0);
+            if (o.bench) bench_mib = used;
         } else if (o.bench) {
             bench_ms += ms;
         }
@@ -1583,7 +1716,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             st.data_position = train.position();
             scaler.save(&st);
             model.optimizer_state_host(&st);
-            save_bert_checkpoint(o.output_dir, done, model, st, o.keep_checkpoints);
+            save_bert_checkpoint(o.output_dir, done, model, st, o.keep_checkpoints, dist);
             log.write("checkpoint", done, ",\"path\":" + json::quote(checkpoint_file(o.output_dir, "model", done)));
         }
     }
@@ -1599,7 +1732,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
                o.output_dir.empty() ? "" : "; continue with --resume");
     } else {
         if (validate) evaluate(steps);
-        if (!o.export_hf.empty()) {  // the parameters as trained: fp32, or bf16 written as BF16
+        if (!o.export_hf.empty() && dist.rank == 0) {  // the parameters as trained: fp32, or bf16 written as BF16
             export_hf_bert(o.export_hf, c, model.params_host_fp32(), std::is_same<floatX, __nv_bfloat16>::value,
                            head, label_names, o.dropout);
             printf("exported for transformers: %s/model.safetensors + config.json (%s)\n", o.export_hf.c_str(),
@@ -1643,6 +1776,9 @@ std::string write_bench_shard(const std::string& dir, BertShardKind kind, size_t
 }
 
 int train_bert_main(int argc, char** argv) {
+    // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
+    Distributed dist = distributed_init(&argc, &argv);
+    if (dist.rank > 0 && !freopen("/dev/null", "w", stdout)) distributed_fatal("cannot silence stdout");  // rank 0 prints
     Cli cli("train_bert", "Fine-tunes BERT for sequence classification, or pretrains it with masked-language "
             "modeling, on BERT shards (GPU, or the CPU backend when built with CPU=1). With no arguments: the "
             "bundled default task, from the real all-MiniLM-L6-v2 if dev/data/bert/fetch_minilm.sh fetched it.");
@@ -1678,6 +1814,8 @@ int train_bert_main(int argc, char** argv) {
     add_loss_scale_options(cli);
     cli.add("dropout", nullptr, "P", "0.1", "dropout on hidden states and attention probabilities in training "
             "(transformers' hidden_dropout_prob, attention_probs_dropout_prob); 0: off");
+    cli.add("recompute", "r", "WHAT", "none", "recompute in the backward pass instead of storing: none | gelu | ln "
+            "(gelu + the attention LayerNorm) | layer (whole layers, gradient checkpointing); llm.c's 0-3 also work");
     cli.add("mask-rate", nullptr, "FRACTION", "0.15", "mlm: fraction of the tokens to predict (80% [MASK], 10% random, "
             "10% unchanged; masks drawn anew each epoch)");
     cli.add("seed", nullptr, "INT", "42", "seed for initialization, data order, masking and dropout");
@@ -1689,10 +1827,12 @@ int train_bert_main(int argc, char** argv) {
     cli.add("export-hf", nullptr, "DIR", "", "after training, write the model for Hugging Face transformers "
             "(model.safetensors + config.json: BertForSequenceClassification or BertForMaskedLM) into DIR");
     cli.add("label", nullptr, "NAME", "", "the run's name in the log and plots (default: model, task and precision)");
+    cli.add("zero", "z", "0|1|2", "0", "data parallel (mpirun -np N): 0 all-reduces the gradients; 1 also shards the "
+            "optimizer state and master weights across ranks (ZeRO-1); 2 also the gradients (ZeRO-2)");
     cli.add_flag("bench", nullptr, "measure speed: synthetic shards of --max-len tokens per sequence (nothing "
                  "downloaded), --max-steps steps, no evaluation; prints a summary line (scripts/bench_bert.sh)");
     cli.parse(argc, argv);
-    use_all_cpu_cores();
+    use_all_cpu_cores(dist.local_world);
     const bool cpu = on_cpu_backend();
 
     BertTrainOptions o;
@@ -1723,9 +1863,14 @@ int train_bert_main(int argc, char** argv) {
     o.tf32 = pc.tf32;
     read_loss_scale_options(cli, &o.loss_scale, &o.loss_scale_window);
     o.dropout = (float)cli.number("dropout", 0, 0.99);
+    o.recompute = read_recompute_option(cli, {Recompute::None, Recompute::Gelu, Recompute::LN, Recompute::Layer});
     o.mask_rate = cli.number("mask-rate", 0, 1);
     if (mlm && o.mask_rate == 0) cli.fail("option --mask-rate: 0 leaves nothing to predict");
     o.seed = (uint64_t)cli.integer("seed", 0);
+    o.zero = (int)cli.integer("zero", 0, 2);
+    if (o.zero > 0 && o.opt.kind == OptimizerKind::Adafactor && dist.world > 1)
+        cli.fail("option --zero: %d shards the optimizer state element by element, and Adafactor's factored "
+                 "statistics need whole matrices (use --zero 0 with adafactor)", o.zero);
     o.output_dir = cli.str("output-dir");
     o.export_hf = cli.str("export-hf");
     o.checkpoint_every = (int)cli.integer("checkpoint-every", 0, 1 << 30);
@@ -1825,7 +1970,7 @@ int train_bert_main(int argc, char** argv) {
         char tmpl[] = "/tmp/train_bert_bench_XXXXXX";
         if (!mkdtemp(tmpl)) data_error("--bench: cannot create a temporary directory: %s", strerror(errno));
         bench_dir = tmpl;
-        long long per_step = o.total_batch > 0 ? o.total_batch : o.B;
+        long long per_step = o.total_batch > 0 ? o.total_batch : (long long)o.B * dist.world;
         o.train_pattern = write_bench_shard(bench_dir, mlm ? BertShardKind::MLM : BertShardKind::Classify,
                                             (size_t)(per_step * (o.max_steps + 1)), o.max_len, config.vocab_size, o.seed);
         o.val_pattern = "";
@@ -1845,6 +1990,8 @@ int train_bert_main(int argc, char** argv) {
     lo.T = o.max_len;
     lo.seed = o.seed;
     lo.mask_rate = o.mask_rate;
+    lo.rank = dist.rank;
+    lo.world = dist.world;
     BertDataLoader train(o.train_pattern, lo);
     // The shards must be of the task and the model's vocabulary (a random init takes the shards').
     auto check_data = [&](const BertDataLoader& d, const std::string& pattern) {
@@ -1907,17 +2054,20 @@ int train_bert_main(int argc, char** argv) {
     int status;
     switch (o.precision) {
         case Precision::BF16:
-            status = train_bert<__nv_bfloat16>(o, config, init, train, val.get(), label_names, from, state_path);
+            status = train_bert<__nv_bfloat16>(o, config, init, train, val.get(), label_names, dist, from, state_path);
             break;
         case Precision::FP16:
-            status = train_bert<__half>(o, config, init, train, val.get(), label_names, from, state_path);
+            status = train_bert<__half>(o, config, init, train, val.get(), label_names, dist, from, state_path);
             break;
-        default: status = train_bert<float>(o, config, init, train, val.get(), label_names, from, state_path); break;
+        default:
+            status = train_bert<float>(o, config, init, train, val.get(), label_names, dist, from, state_path);
+            break;
     }
     if (!bench_dir.empty()) {
         unlink(o.train_pattern.c_str());
         rmdir(bench_dir.c_str());
     }
+    distributed_finalize(dist);
     return status;
 }
 

@@ -140,18 +140,11 @@ inline std::vector<ParamSpec> param_specs(const GPT2Config& c) {
 // ----------------------------------------------------------------------------
 // Activations: everything the backward pass reads, sized for micro-batch (B, T), one allocation.
 //
-// Recomputation trades compute for memory: instead of keeping an activation for every layer, keep
-// one layer's worth and recompute it in the backward pass from what is kept.
+// Recomputation (Recompute, llmc/train_common.h) keeps one layer's worth of an activation instead of
+// every layer's and recomputes it in the backward pass from what is kept:
 //   gelu   the MLP's GELU output (B,T,4C) per layer -> recomputed from its input (kept)
 //   ln     also the two layernorm outputs (B,T,C) per layer -> recomputed from the residual stream
-//   layer  everything but each layer's input (the residual stream): the block's forward pass runs
-//          again in the backward pass (gradient checkpointing, one checkpoint per layer)
-// Recomputing runs the same kernels on the same inputs, so gradients are bit-identical to storing.
-enum class Recompute { None, Gelu, LN, Layer };
-inline const char* recompute_name(Recompute r) {
-    static const char* names[] = {"none", "gelu", "ln", "layer"};
-    return names[(int)r];
-}
+//   layer  everything but each layer's input (the residual stream)
 
 template <class floatX>
 struct Activations {
@@ -1520,15 +1513,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
                       (scaling ? ",\"loss_scale\":" + json_number(step_scale) + ",\"skipped\":" +
                                      (applied ? "false" : "true")
                                : std::string()));
-        if (step == start_step) {
-            size_t free_b, total_b;
-            cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-            printf("device memory in use after the first step: %.1f MiB of %.1f MiB\n", (total_b - free_b) / 1048576.0,
-                   total_b / 1048576.0);
-            if (launches0 >= 0)
-                printf("launches per step: %lld kernels + %lld cuBLASLt matmuls (counted by the CPU backend)\n",
-                       kernel_launch_count() - launches0, matmul_context().calls - matmuls0);
-        }
+        if (step == start_step) print_first_step_figures(launches0, matmuls0);
         fflush(stdout);
         bool last = done == end_step;
         if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) save(done);
@@ -1684,12 +1669,7 @@ int train_gpt2_main(int argc, char** argv) {
     if ((cli.given("checkpoint-every") || cli.given("keep-checkpoints")) && o.output_dir.empty())
         cli.fail("option --%s: needs --output-dir (where to write them)",
                  cli.given("checkpoint-every") ? "checkpoint-every" : "keep-checkpoints");
-    std::string rec = cli.str("recompute");
-    if (rec == "none" || rec == "0") o.recompute = Recompute::None;
-    else if (rec == "gelu" || rec == "1") o.recompute = Recompute::Gelu;
-    else if (rec == "ln" || rec == "2") o.recompute = Recompute::LN;
-    else if (rec == "layer" || rec == "3") o.recompute = Recompute::Layer;
-    else cli.fail("option --recompute: '%s' is not one of none, gelu, ln, layer (or 0-3)", rec.c_str());
+    o.recompute = read_recompute_option(cli, {Recompute::None, Recompute::Gelu, Recompute::LN, Recompute::Layer});
     o.gelu_fusion = cli.integer("gelu-fusion", 0, 1) == 1;
     std::string prec = cli.str("precision");
     PrecisionChoice pc = read_precision_option(cli);

@@ -99,6 +99,7 @@
 #include <string>
 #include <vector>
 
+#include "fatal.h"
 #include "file_io.h"
 
 constexpr int32_t BERT_SHARD_MAGIC = 0x54524542;  // "BERT" in a little-endian dump
@@ -329,11 +330,11 @@ inline bool write_bert_shard(const std::string& path, const BertShard& s, std::s
 inline void bert_data_error(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "error: ");
+    fprintf(stderr, "%s", *fatal_error_prefix ? fatal_error_prefix : "error: ");  // "rank R/W: " when several
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    exit(EXIT_FAILURE);
+    fatal_exit();
 }
 
 // splitmix64: the loader's random numbers, the same on every platform (std::shuffle's are not), from

@@ -8,18 +8,10 @@
 #include <thread>
 #include <utility>
 
+#include "fatal.h"
+
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
-// Fatal errors print their message after fatal_error_prefix, then end the program with fatal_exit().
-// A single process leaves both alone; a multi-process run (llmc/distributed.h) sets the prefix to
-// "rank R/W: " and the hook to MPI_Abort, so the message names the rank and the whole job stops
-// instead of leaving the other ranks waiting in a collective.
-inline const char* fatal_error_prefix = "";
-inline void (*fatal_error_hook)() = nullptr;
-[[noreturn]] inline void fatal_exit() {
-    if (fatal_error_hook) fatal_error_hook();
-    exit(EXIT_FAILURE);
-}
 
 // Evaluates a CUDA runtime call once; on failure prints the error, the statement, file and line,
 // and exits (a failed allocation or launch leaves nothing worth continuing with).

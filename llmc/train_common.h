@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 
 #include "checkpoint.h"
 #include "cli.h"
 #include "dataloader.h"
+#include "matmul.cuh"
 #include "model_state.cuh"
 #include "precision.cuh"
 
@@ -77,6 +79,30 @@ inline PrecisionChoice read_precision_option(const Cli& cli) {
     else if (name == "fp8") p.precision = Precision::BF16, p.fp8 = true;
     else cli.fail("option --precision: '%s' is not one of fp32, tf32, bf16, fp16, fp8", name.c_str());
     return p;
+}
+
+// Recomputation trades compute for memory: instead of keeping an activation for every layer, keep
+// one layer's worth and recompute it in the backward pass from what is kept (each trainer's
+// activations say which tensors each level drops). Levels, each including the ones before it:
+//   gelu   the MLP's GELU output -> recomputed from its input (kept)
+//   ln     also the layernorm outputs that can be recomputed from kept inputs
+//   layer  everything but each layer's input: the block's forward pass runs again in the backward
+//          pass (gradient checkpointing, one checkpoint per layer)
+// Recomputing runs the same kernels on the same inputs, so gradients are bit-identical to storing.
+enum class Recompute { None, Gelu, LN, Layer };
+inline const char* recompute_name(Recompute r) {
+    static const char* names[] = {"none", "gelu", "ln", "layer"};
+    return names[(int)r];
+}
+
+// Reads --recompute: a level's name or llm.c's number (0-3), one of the levels the trainer offers.
+inline Recompute read_recompute_option(const Cli& cli, std::initializer_list<Recompute> offered) {
+    std::string name = cli.str("recompute"), list;
+    for (Recompute r : offered) {
+        if (name == recompute_name(r) || name == std::to_string((int)r)) return r;
+        list += std::string(list.empty() ? "" : ", ") + recompute_name(r) + " (" + std::to_string((int)r) + ")";
+    }
+    cli.fail("option --recompute: '%s' is not one of %s", name.c_str(), list.c_str());
 }
 
 // Declares fp16's loss-scale options (PyTorch GradScaler's defaults).
@@ -225,6 +251,19 @@ inline void check_resumable(const TrainState& saved, const TrainState& now, size
 
 // ----------------------------------------------------------------------------
 // Progress
+
+// After a run's first step: the device memory in use (returned, MiB) and, on the CPU backend, the
+// kernel launches and cuBLASLt calls the step made (launches0/matmuls0: the counters before it).
+inline double print_first_step_figures(long long launches0, long long matmuls0) {
+    size_t free_b, total_b;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    double used = (total_b - free_b) / 1048576.0;
+    printf("device memory in use after the first step: %.1f MiB of %.1f MiB\n", used, total_b / 1048576.0);
+    if (launches0 >= 0)
+        printf("launches per step: %lld kernels + %lld cuBLASLt matmuls (counted by the CPU backend)\n",
+               kernel_launch_count() - launches0, matmul_context().calls - matmuls0);
+    return used;
+}
 
 // Step times of a run, for the time left: the mean step time so far, leaving out the run's first
 // step (warm-up: allocations, cuBLASLt heuristics) once there is another.

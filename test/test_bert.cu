@@ -342,10 +342,55 @@ void check_determinism() {
                       y.data(), x.size() * sizeof(float));
 }
 
+// Each recomputation level gives the same losses and gradients as storing everything, bit for bit,
+// with dropout on (the recomputed layers redraw the forward's masks from the same offsets), and
+// fewer activation bytes than the level before it.
+template <class floatX>
+void check_recompute(BertHead head) {
+    Model f = load_model(head);
+    Batch b = load_batch();
+    const int* labels = head == BertHead::MLM ? b.mlm_labels.data() : b.cls_labels.data();
+    auto grads_with = [&](Recompute r, float dropout, size_t* bytes) {
+        BERT<floatX> m;
+        m.recompute = r;
+        m.dropout = dropout;
+        m.dropout_seed = 1234;
+        m.dropout_pass = 3;
+        m.build(f.config, f.init);
+        m.allocate_activations(b.B, b.T);
+        m.set_batch(b.ids.data(), b.types.data(), b.valid.data(), labels, head);
+        cudaCheck(cudaMemset(m.grads_memory, 0, m.num_parameters * sizeof(floatX)));
+        m.forward(true, 1.f / m.head_rows);
+        m.backward();
+        auto g = th::to_host(m.grads_memory, m.num_parameters);
+        auto losses = th::to_host(m.acts.losses, (size_t)m.head_rows);
+        *bytes = m.acts_bytes;
+        m.free_all();
+        std::vector<float> out(losses.begin(), losses.end());
+        for (auto x : g) out.push_back(to_float(x));
+        return out;
+    };
+    size_t base_bytes, bytes;
+    std::vector<float> base = grads_with(Recompute::None, 0.1f, &base_bytes);
+    // Dropout must be doing something for the check to mean anything.
+    std::vector<float> plain = grads_with(Recompute::None, 0.f, &bytes);
+    bool dropped = memcmp(plain.data(), base.data(), base.size() * 4) != 0;
+    size_t previous = base_bytes;
+    for (Recompute r : {Recompute::Gelu, Recompute::LN, Recompute::Layer}) {
+        std::vector<float> got = grads_with(r, 0.1f, &bytes);
+        char name[160];
+        snprintf(name, sizeof(name), "recompute %s <%s, %s, dropout 0.1>: losses and gradients bit-identical to none",
+                 recompute_name(r), th::dtype_name<floatX>(), head_name(head));
+        bool same = got.size() == base.size() && memcmp(got.data(), base.data(), got.size() * 4) == 0;
+        th::report(dropped && same && bytes < previous, name, "activations %zu B (none: %zu B)", bytes, base_bytes);
+        previous = bytes;
+    }
+}
+
 // The memory anatomy's figures are what is allocated: the device's bytes in use grow by exactly its
 // total when a model is built and its activations allocated, and not at all during a step.
 template <class floatX>
-void check_memory_anatomy() {
+void check_memory_anatomy(Recompute r) {
     Model f = load_model(BertHead::MLM);
     Batch b = load_batch();
     auto used = [] {
@@ -355,6 +400,7 @@ void check_memory_anatomy() {
     };
     size_t before = used();
     BERT<floatX> m;
+    m.recompute = r;
     m.build(f.config, f.init);
     m.allocate_activations(b.B, b.T, 32);
     size_t allocated = used() - before;
@@ -369,9 +415,11 @@ void check_memory_anatomy() {
     bool parts = a.weights == n * per && a.grads == n * per && a.master == (per == 4 ? 0 : n * 4) &&
                  a.optimizer == n * 8 && a.activations == m.acts_bytes;
     char name[128];
-    snprintf(name, sizeof(name), "memory anatomy <%s> = bytes allocated", th::dtype_name<floatX>());
+    snprintf(name, sizeof(name), "memory anatomy <%s, recompute %s> = bytes allocated", th::dtype_name<floatX>(),
+             recompute_name(r));
     th::report(parts && allocated == a.total() && after == allocated, name,
-               "anatomy %zu B, allocated %zu B, after a step %zu B", a.total(), allocated, after);
+               "anatomy %zu B (activations %zu B), allocated %zu B, after a step %zu B", a.total(), a.activations,
+               allocated, after);
     m.free_all();
 }
 
@@ -796,8 +844,14 @@ int main(int argc, char** argv) {
     check_padding_invariance<__nv_bfloat16>(BertHead::MLM, 4);
     check_padding_invariance<__nv_bfloat16>(BertHead::Classify, 4);
     check_determinism();
-    check_memory_anatomy<float>();
-    check_memory_anatomy<__nv_bfloat16>();
+    check_recompute<float>(BertHead::MLM);
+    check_recompute<float>(BertHead::Classify);
+    check_recompute<__nv_bfloat16>(BertHead::MLM);
+    check_recompute<__nv_bfloat16>(BertHead::Classify);
+    for (Recompute r : {Recompute::None, Recompute::Gelu, Recompute::LN, Recompute::Layer}) {
+        check_memory_anatomy<float>(r);
+        check_memory_anatomy<__nv_bfloat16>(r);
+    }
     check_checkpoint_variants();
     check_checkpoint_refusals();
     check_export_import();

@@ -1,0 +1,15 @@
+// llmc/fatal.h — how a fatal error ends the program, shared by the CUDA and the host-only code.
+//
+// Fatal errors print their message after fatal_error_prefix, then end the program with fatal_exit().
+// A single process leaves both alone; a multi-process run (llmc/distributed.h) sets the prefix to
+// "rank R/W: " and the hook to MPI_Abort, so the message names the rank and the whole job stops
+// instead of leaving the other ranks waiting in a collective.
+#pragma once
+#include <cstdlib>
+
+inline const char* fatal_error_prefix = "";
+inline void (*fatal_error_hook)() = nullptr;
+[[noreturn]] inline void fatal_exit() {
+    if (fatal_error_hook) fatal_error_hook();
+    exit(EXIT_FAILURE);
+}
