@@ -1401,38 +1401,6 @@ void save_bert_checkpoint(const std::string& dir, int step, BERT<floatX>& model,
            st.world > 1 ? (std::to_string(st.world) + " state shards").c_str() : "state");
 }
 
-// Loads the optimizer state of a resumed run: its own file (first, read by train_bert_main, or this
-// rank's shard), or — when the checkpoint's partition differs (another number of ranks or ZeRO
-// stage) — every old shard, re-sharded (llmc/zero.h); optimizers whose state cannot be re-sharded
-// are refused.
-template <class floatX>
-void restore_bert_optimizer_state(BERT<floatX>& model, const TrainState& first, const std::string& dir,
-                                  const std::string& path) {
-    auto read = [&](int r) {
-        TrainState st;
-        std::string err, file = state_file(dir, (int)first.step, r);
-        if (!read_train_state(file, &st, &err)) data_error("%s", err.c_str());
-        if (st.step != first.step || st.world != first.world || st.rank != r ||
-            st.optimizer_state.size() != first.optimizer_state.size())
-            data_error("%s: does not belong with %s (step, shard or size differ)", file.c_str(), path.c_str());
-        return st;
-    };
-    if (first.world == model.plan.world) {
-        model.set_optimizer_state(model.plan.world > 1 && model.rank() > 0 ? read(model.rank()) : first);
-        return;
-    }
-    if (!model.can_reshard())
-        data_error("%s: the optimizer state was saved by %d rank%s (ZeRO shards) and this run partitions it over %d; "
-                   "%s state cannot be re-sharded (its layout follows the shards): resume with the same number of "
-                   "ranks and --zero", path.c_str(), first.world, first.world > 1 ? "s" : "", model.plan.world,
-                   optimizer_name(model.opt.kind));
-    std::vector<TrainState> old(first.world);
-    old[0] = first;
-    for (int r = 1; r < first.world; r++) old[r] = read(r);
-    model.set_optimizer_state_resharded(old);
-    printf("re-sharded the optimizer state of %d rank%s onto %d\n", first.world, first.world > 1 ? "s" : "",
-           model.plan.world);
-}
 
 // Model FLOPs of one training pass (forward and backward: 3x the forward's 2 per multiply-add) over
 // a batch: the linear layers over every valid token, attention over each sequence's valid tokens,
@@ -1537,7 +1505,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         check_resumable(*resume, now, model.opt_state_bytes,
                         ResumeNames{"--max-len", "sequences per step", bert_precision_code_name}, resume_path);
         scaler.restore(*resume);
-        restore_bert_optimizer_state(model, *resume, o.output_dir, resume_path);
+        restore_optimizer_state(model, *resume, o.output_dir, resume_path);
         train.seek(resume->data_position);
         start_step = (int)resume->step;
         if (start_step > steps)

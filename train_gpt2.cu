@@ -1248,37 +1248,6 @@ void check_resumable(const TrainState& s, const TrainOptions& o, const GPT2<floa
     check_resumable(s, now, model.state_bytes(), ResumeNames{"--seq-len", "tokens per step", precision_code_name}, path);
 }
 
-// Loads the optimizer state of a resumed run into model: its own file (the state of file 0 read
-// by main(), or this rank's shard), or — when the checkpoint's partition differs (another number of
-// ranks or ZeRO stage) — every old shard, re-sharded (llmc/zero.h).
-template <class floatX>
-void restore_optimizer_state(GPT2<floatX>& model, const TrainState& first, const std::string& dir,
-                             const std::string& path) {
-    auto read = [&](int r) {
-        TrainState st;
-        std::string err, file = state_file(dir, (int)first.step, r);
-        if (!read_train_state(file, &st, &err)) data_error("%s", err.c_str());
-        if (st.step != first.step || st.world != first.world || st.rank != r || st.optimizer_state.size() !=
-            first.optimizer_state.size())
-            data_error("%s: does not belong with %s (step, shard or size differ)", file.c_str(), path.c_str());
-        return st;
-    };
-    if (first.world == model.plan.world) {
-        model.set_optimizer_state(model.plan.world > 1 && model.rank() > 0 ? read(model.rank()) : first);
-        return;
-    }
-    if (!model.can_reshard())
-        data_error("%s: the optimizer state was saved by %d rank%s (ZeRO shards) and this run partitions it over %d; "
-                   "%s state cannot be re-sharded (its layout follows the shards): resume with the same number of "
-                   "ranks and --zero", path.c_str(), first.world, first.world > 1 ? "s" : "", model.plan.world,
-                   optimizer_name(model.opt.kind));
-    std::vector<TrainState> old(first.world);
-    old[0] = first;
-    for (int r = 1; r < first.world; r++) old[r] = read(r);
-    model.set_optimizer_state_resharded(old);
-    printf("re-sharded the optimizer state of %d rank%s onto %d\n", first.world, first.world > 1 ? "s" : "",
-           model.plan.world);
-}
 
 // Runs the training loop for storage type floatX, from scratch or (resume != nullptr) from a
 // checkpoint's training state, the model having been loaded from the same checkpoint.

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "checkpoint.h"
 #include "cli.h"
@@ -247,6 +248,38 @@ inline void check_resumable(const TrainState& saved, const TrainState& now, size
                    "parameters, %zu bytes of %s state)", path.c_str(), (unsigned long long)s.num_params,
                    s.has_master ? " with master weights" : "", s.optimizer_state.size(),
                    (unsigned long long)now.num_params, state_bytes, optimizer_name((OptimizerKind)now.optimizer));
+}
+
+// Loads the optimizer state of a resumed run into model (a ModelState, e.g. GPT2 or BERT): its own
+// file (first: state file 0, which the trainer read to learn the step, or this rank's shard), or —
+// when the checkpoint's partition differs (another number of ranks or ZeRO stage) — every old shard,
+// re-sharded (llmc/zero.h); optimizers whose state cannot be re-sharded are refused by name.
+template <class Model>
+void restore_optimizer_state(Model& model, const TrainState& first, const std::string& dir, const std::string& path) {
+    auto read = [&](int r) {
+        TrainState st;
+        std::string err, file = state_file(dir, (int)first.step, r);
+        if (!read_train_state(file, &st, &err)) data_error("%s", err.c_str());
+        if (st.step != first.step || st.world != first.world || st.rank != r || st.optimizer_state.size() !=
+            first.optimizer_state.size())
+            data_error("%s: does not belong with %s (step, shard or size differ)", file.c_str(), path.c_str());
+        return st;
+    };
+    if (first.world == model.plan.world) {
+        model.set_optimizer_state(model.plan.world > 1 && model.rank() > 0 ? read(model.rank()) : first);
+        return;
+    }
+    if (!model.can_reshard())
+        data_error("%s: the optimizer state was saved by %d rank%s (ZeRO shards) and this run partitions it over %d; "
+                   "%s state cannot be re-sharded (its layout follows the shards): resume with the same number of "
+                   "ranks and --zero", path.c_str(), first.world, first.world > 1 ? "s" : "", model.plan.world,
+                   optimizer_name(model.opt.kind));
+    std::vector<TrainState> old(first.world);
+    old[0] = first;
+    for (int r = 1; r < first.world; r++) old[r] = read(r);
+    model.set_optimizer_state_resharded(old);
+    printf("re-sharded the optimizer state of %d rank%s onto %d\n", first.world, first.world > 1 ? "s" : "",
+           model.plan.world);
 }
 
 // ----------------------------------------------------------------------------
