@@ -13,48 +13,22 @@
 #define TESTING
 #include "../train_bert.cu"
 #include "harness.h"
+#include "program_runs.h"
 
 #include <sys/wait.h>
 
 static std::string g_self, g_tmp;
+using th::exited_ok, th::last_lines, th::slurp, th::step_losses;
 
 // A run of the program: `ranks` processes under mpirun, or 0 for one process without it.
 static th::ChildOutput run(int ranks, const std::string& args) {
-    std::string cmd;
-    if (ranks > 0) {
-        cmd = "mpirun --oversubscribe" + std::string(getuid() == 0 ? " --allow-run-as-root" : "") + " -np " +
-              std::to_string(ranks) + (getenv("LSAN_OPTIONS") ? " -x LSAN_OPTIONS" : "") + " ";
-    }
-    return th::run_command(cmd + g_self + " --train-bert " + args + " 2>&1");
-}
-
-static bool exited_ok(const th::ChildOutput& c) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0; }
-
-// The "loss X" figures of the step lines of a run's output.
-static std::vector<double> step_losses(const std::string& out) {
-    std::vector<double> losses;
-    for (size_t at = out.find("step "); at != std::string::npos; at = out.find("\nstep ", at + 1)) {
-        size_t l = out.find("| loss ", at), eol = out.find('\n', at + 1);
-        if (l != std::string::npos && l < eol) losses.push_back(atof(out.c_str() + l + 7));
-    }
-    return losses;
+    return th::run_command(th::mpirun_prefix(ranks) + g_self + " --train-bert " + args + " 2>&1");
 }
 
 // The last evaluation's "val loss X" (NaN if none).
 static double val_loss(const std::string& out) {
     size_t at = out.rfind("| val loss ");
     return at == std::string::npos ? NAN : atof(out.c_str() + at + 11);
-}
-
-static std::string slurp(const std::string& path) {
-    std::vector<uint8_t> b;
-    std::string err;
-    if (!read_whole_file(path, &b, &err)) return "<missing " + path + ">";
-    return std::string(b.begin(), b.end());
-}
-
-static std::string last_lines(const std::string& out) {
-    return out.size() > 600 ? out.substr(out.size() - 600) : out;
 }
 
 // Largest |difference| of two runs' losses (infinite unless both have `n`).

@@ -12,47 +12,21 @@
 #define TESTING
 #include "../train_gpt2.cu"
 #include "harness.h"
+#include "program_runs.h"
 
 #include <sys/wait.h>
 
 static std::string g_self, g_tmp;
+using th::exited_ok, th::last_lines, th::slurp, th::step_losses;
 
 // A run of the program: `ranks` processes under mpirun, or 0 for one process without it.
 static th::ChildOutput run(int ranks, const std::string& args) {
-    std::string cmd;
-    if (ranks > 0) {
-        cmd = "mpirun --oversubscribe" + std::string(getuid() == 0 ? " --allow-run-as-root" : "") + " -np " +
-              std::to_string(ranks) + (getenv("LSAN_OPTIONS") ? " -x LSAN_OPTIONS" : "") + " ";
-    }
-    return th::run_command(cmd + g_self + " --train-gpt2 " + args + " 2>&1");
-}
-
-static bool exited_ok(const th::ChildOutput& c) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0; }
-
-// The "loss X" figures of the step lines of a run's output.
-static std::vector<double> step_losses(const std::string& out) {
-    std::vector<double> losses;
-    for (size_t at = out.find("step "); at != std::string::npos; at = out.find("\nstep ", at + 1)) {
-        size_t l = out.find("| loss ", at), eol = out.find('\n', at + 1);
-        if (l != std::string::npos && l < eol) losses.push_back(atof(out.c_str() + l + 7));
-    }
-    return losses;
-}
-
-static std::string slurp(const std::string& path) {
-    std::vector<uint8_t> b;
-    std::string err;
-    if (!read_whole_file(path, &b, &err)) return "<missing " + path + ">";
-    return std::string(b.begin(), b.end());
+    return th::run_command(th::mpirun_prefix(ranks) + g_self + " --train-gpt2 " + args + " 2>&1");
 }
 
 // A small random GPT-2 on the bundled shards, 6 AdamW steps of 256 tokens, no sampling.
 static const std::string kModelArgs = "-e d2 --channels 64 --heads 4 --max-seq-len 64 -t 32 -d 256 -x 6 -v 0 -g 0 "
                                       "-l 1e-3 --seed 7 ";
-
-static std::string last_lines(const std::string& out) {
-    return out.size() > 600 ? out.substr(out.size() - 600) : out;
-}
 
 // 2 ranks with B=2 and 2 micro-steps vs one process with B=4: the same global batches.
 static void test_stages() {
