@@ -10,10 +10,14 @@
 // tensor's amax = max |x| (per block, no atomics), and an update kernel run after the GEMM pushes it
 // into a history of the last H amaxes and sets
 //     s = (fp8_max / max(history)) / 2^margin        (fp8_max: 448 for E4M3, 57344 for E5M2)
-// keeping the previous s when that maximum is 0, inf or NaN, and capping s at 2^126 (a tensor with
-// amax below fp8_max / 2^126, ~5e-36 for E4M3: Transformer Engine caps at FLT_MAX, but then 1/s is subnormal and a
-// flush-to-zero build, --use_fast_math, would zero the GEMM). Nothing goes through the host: one
-// training step needs no synchronization for it.
+// keeping the previous s when that maximum is 0, inf or NaN, and clamping s to [2^-126, 2^126],
+// where s and 1/s are both normal floats: a flush-to-zero build (--use_fast_math) would read a
+// subnormal one as 0 and zero the cast or the GEMM (Transformer Engine caps s at FLT_MAX only). The
+// cap binds for an amax below fp8_max / 2^126, ~5e-36 for E4M3; the floor only with a margin of 7 or
+// more (14 for E5M2). An amax below FLT_MIN (subnormal) counts as 0 on every backend, as a
+// flush-to-zero GPU reads it in every fp32 instruction (its cast, too, turns a subnormal x into 0),
+// so the GPU and the CPU backend keep the same scales and histories. Nothing goes through the host:
+// one training step needs no synchronization for it.
 // One deviation from Transformer Engine, whose scales start at 1: the first use of a state primes
 // it from the tensor itself (an amax-only pass, then the update), so the first step's gradients,
 // typically 1e-4 and below, are not flushed to zero by E5M2's 2^-16 floor.
@@ -46,8 +50,9 @@ constexpr int FP8_CAST_ROWS = 8;  // blockDim.y
 constexpr int FP8_UPDATE_THREADS = 256;
 constexpr int FP8_MAX_HISTORY = 4 * FP8_UPDATE_THREADS;
 constexpr int FP8_MAX_UPDATES = 4;
-// Largest scale the update sets: 2^126, whose inverse 2^-126 is still a normal float.
+// Largest and smallest scale the update sets: 2^126 and 2^-126, whose inverses are normal floats too.
 constexpr float FP8_MAX_SCALE = 8.507059173023462e37f;
+constexpr float FP8_MIN_SCALE = FLT_MIN;
 
 // Largest finite value of an fp8 format.
 inline float fp8_max(__nv_fp8_interpretation_t format) { return format == __NV_E4M3 ? 448.f : 57344.f; }
@@ -175,10 +180,10 @@ struct Fp8UpdateBatch {
     Fp8UpdateArgs u[FP8_MAX_UPDATES];
 };
 
-// Block b updates state batch.u[b]: amax = max of its partials; history <- (amax, history[0..H-2]);
-// scale = scaled_max / max(history), unless that maximum is 0 or not finite (scale kept), capped at
-// FP8_MAX_SCALE; scale_inv = 1 / scale. __fdiv_rn/__frcp_rn: correctly rounded even under
-// --use_fast_math, so the GPU and the host reference agree bit for bit.
+// Block b updates state batch.u[b]: amax = max of its partials (0 if subnormal); history <- (amax,
+// history[0..H-2]); scale = scaled_max / max(history), unless that maximum is 0 or not finite (scale
+// kept), clamped to [FP8_MIN_SCALE, FP8_MAX_SCALE]; scale_inv = 1 / scale. __fdiv_rn/__frcp_rn:
+// correctly rounded even under --use_fast_math, so the GPU and the host reference agree bit for bit.
 __global__ void fp8_update_kernel(Fp8UpdateBatch batch) {
     __shared__ float slots[32];
     Fp8UpdateArgs a = batch.u[0];
@@ -188,6 +193,7 @@ __global__ void fp8_update_kernel(Fp8UpdateBatch batch) {
     float amax = 0.f;
     for (int i = threadIdx.x; i < a.num_partials; i += blockDim.x) amax = fmaxf(amax, a.partials[i]);
     amax = fp8_block_max(amax, slots);
+    amax = amax >= FLT_MIN ? amax : 0.f;  // explicit, for backends that keep subnormals (see the file comment)
     // Each thread keeps the entries it shifts by one; the barrier inside fp8_block_max orders every
     // read before any write.
     constexpr int K = FP8_MAX_HISTORY / FP8_UPDATE_THREADS;
@@ -209,7 +215,8 @@ __global__ void fp8_update_kernel(Fp8UpdateBatch batch) {
         a.history[0] = amax;
         const float m = fmaxf(amax, older);
         float s = *a.scale;
-        if (m > 0.f && m <= FLT_MAX) s = fminf(__fdiv_rn(a.scaled_max, m), FP8_MAX_SCALE);  // false for inf, NaN
+        if (m > 0.f && m <= FLT_MAX)  // false for inf, NaN
+            s = fmaxf(fminf(__fdiv_rn(a.scaled_max, m), FP8_MAX_SCALE), FP8_MIN_SCALE);
         *a.scale = s;
         *a.scale_inv = __frcp_rn(s);
     }
@@ -248,9 +255,11 @@ inline bool fp8_supported(int device, std::string* why) {
     return false;
 }
 
-// Bytes of device memory one Fp8Scaling keeps (scale, scale_inv, history), rounded to 16.
+// Bytes of device memory one Fp8Scaling keeps, rounded to 16: scale_inv, scale and the history, each
+// starting on a 16-byte boundary (4 floats apart). cuBLASLt refuses an fp8 GEMM whose scale pointer
+// is only 4- or 8-byte aligned (seen on an H100: NOT_SUPPORTED from cublasLtMatmul).
 inline size_t fp8_scaling_bytes(int history_len) {
-    return CEIL_DIV((2 + (size_t)history_len) * sizeof(float), 16) * 16;
+    return CEIL_DIV((8 + (size_t)history_len) * sizeof(float), 16) * 16;
 }
 
 // Points st at mem (fp8_scaling_bytes(history_len) bytes of device memory) and resets it: scale 1,
@@ -264,7 +273,7 @@ inline void fp8_scaling_init(Fp8Scaling* st, void* mem, __nv_fp8_interpretation_
         exit(EXIT_FAILURE);
     }
     float* f = static_cast<float*>(mem);
-    *st = Fp8Scaling{format, history_len, margin, f, f + 1, f + 2, false};
+    *st = Fp8Scaling{format, history_len, margin, /*scale=*/f + 4, /*scale_inv=*/f, /*history=*/f + 8, false};
     cudaCheck(launch_kernel(fp8_scaling_reset_kernel, dim3(1), dim3(256), 0, stream, st->scale, st->scale_inv,
                             st->history, history_len));
 }

@@ -28,6 +28,7 @@
 
 #include <initializer_list>
 #include <map>
+#include <string>
 #include <tuple>
 
 #define cublasCheck(call)                                                                          \
@@ -76,7 +77,12 @@ __global__ void bias_backward_final_kernel(T* dbias /*(OC)*/, const float* parti
 }
 
 // ----------------------------------------------------------------------------
-// cuBLASLt context: one handle, one workspace, one cached heuristic per GEMM shape
+// cuBLASLt context: one handle, one workspace, one cached heuristic per GEMM shape and alignment
+
+// What a cached heuristic is for: (m, n, k, transa, transb, epilogue, dtype, compute) and the
+// alignments of the A, B and D pointers (log2 of the bytes, up to 256).
+using MatmulKey = std::tuple<int, int, int, int, int, int, int, int>;
+using MatmulCacheKey = std::tuple<MatmulKey, int, int, int>;
 
 struct MatmulContext {
     cublasLtHandle_t handle = nullptr;
@@ -84,11 +90,9 @@ struct MatmulContext {
     size_t workspace_size = 0;
     bool tf32 = false;  // fp32 storage with TF32 tensor-core compute (--precision tf32)
     long long calls = 0;  // cublasLtMatmul calls so far (each is at least one GPU kernel)
-    // (m, n, k, transa, transb, epilogue, dtype, compute) -> the heuristic's algorithm, or
-    // nullopt-like "unsupported" (then the caller falls back to an unfused path).
-    std::map<std::tuple<int, int, int, int, int, int, int, int>, std::pair<bool, cublasLtMatmulAlgo_t>> algos;
+    // The heuristic's algorithm, or "unsupported" (then the caller falls back to an unfused path).
+    std::map<MatmulCacheKey, std::pair<bool, cublasLtMatmulAlgo_t>> algos;
 };
-
 inline MatmulContext& matmul_context() {
     static MatmulContext ctx;
     return ctx;
@@ -117,40 +121,62 @@ template <> constexpr cudaDataType_t cuda_dtype<float>() { return CUDA_R_32F; }
 template <> constexpr cudaDataType_t cuda_dtype<__nv_bfloat16>() { return CUDA_R_16BF; }
 template <> constexpr cudaDataType_t cuda_dtype<__half>() { return CUDA_R_16F; }
 
-// The end of every cuBLASLt call here: the cached heuristic for `key` (asked once per shape, type and
-// epilogue), then the matmul D = alpha * op(A) op(B) + beta * D (D in place of C) if cuBLASLt
-// supports it; destroys the descriptors either way. Any refusal (NOT_SUPPORTED, or INVALID_VALUE
-// for e.g. a GELU aux leading dimension that is not a multiple of 8) returns false, which callers
-// take as "use the unfused path"; the unfused DEFAULT epilogue is always supported, and its failure
-// is reported by the caller.
-inline bool cublaslt_run(const std::tuple<int, int, int, int, int, int, int, int>& key, cublasLtMatmulDesc_t desc,
-                         cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, float alpha,
-                         const void* a, const void* b, float beta, void* d, cudaStream_t stream) {
+// The largest power of two (up to 256) dividing a pointer's address: cuBLASLt's kernels are chosen
+// for an alignment, and one picked for 256-byte aligned operands may refuse a pointer that is only
+// 16-byte aligned (a per-layer slice of a bf16 tensor, a KV-cache row).
+inline uint32_t pointer_alignment(const void* p) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    uint32_t align = 256;
+    while (align > 1 && a % align != 0) align /= 2;
+    return align;
+}
+
+// The end of every cuBLASLt call here: the cached heuristic for `key` and the pointers' alignments
+// (asked once per shape, type, epilogue and alignment, with the real alignments as preferences),
+// then the matmul D = alpha * op(A) op(B) + beta * D (D in place of C) if cuBLASLt supports it;
+// destroys the descriptors either way. Any refusal (no algorithm; NOT_SUPPORTED, or INVALID_VALUE for
+// e.g. a GELU aux leading dimension that is not a multiple of 8, whether from the heuristic or from
+// cublasLtMatmul itself) returns false and is remembered, which callers take as "use the unfused
+// path"; the caller reports a refusal of the plain DEFAULT epilogue.
+inline bool cublaslt_run(const MatmulKey& key, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                         cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, float alpha, const void* a,
+                         const void* b, float beta, void* d, cudaStream_t stream) {
     MatmulContext& ctx = matmul_context();
-    auto it = ctx.algos.find(key);
+    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
+    MatmulCacheKey cache_key{key, __builtin_ctz(align_a), __builtin_ctz(align_b), __builtin_ctz(align_d)};
+    auto it = ctx.algos.find(cache_key);
     if (it == ctx.algos.end()) {
         cublasLtMatmulPreference_t pref;
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                          &ctx.workspace_size, sizeof(ctx.workspace_size)));
+        const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
+        for (const auto& [attr, bytes] : aligns)
+            cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
         cublasLtMatmulHeuristicResult_t result;
         int found = 0;
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la, lb, ld, ld, pref, 1, &result, &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
         bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-        it = ctx.algos.emplace(key, std::make_pair(ok, ok ? result.algo : cublasLtMatmulAlgo_t{})).first;
+        it = ctx.algos.emplace(cache_key, std::make_pair(ok, ok ? result.algo : cublasLtMatmulAlgo_t{})).first;
     }
-    bool supported = it->second.first;
-    if (supported) {
-        cublasCheck(cublasLtMatmul(ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &it->second.second,
-                                   ctx.workspace, ctx.workspace_size, stream));
-        ctx.calls++;
+    if (it->second.first) {
+        cublasStatus_t st = cublasLtMatmul(ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,
+                                           &it->second.second, ctx.workspace, ctx.workspace_size, stream);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+            it->second.first = false;  // the heuristic offered what the call refuses: fall back, now and later
+        } else {
+            cublasCheck(st);
+            ctx.calls++;
+        }
     }
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return supported;
+    return it->second.first;
 }
 
 // D (m,n) = alpha * op(A) op(B) + beta * D, column-major, with an epilogue (bias (m), aux (m,n)
@@ -185,7 +211,7 @@ bool cublaslt_matmul(T* d, const T* a, const T* b, int m, int n, int k, bool tra
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, cuda_dtype<T>(), transb ? n : k, transb ? k : n, ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&ld, cuda_dtype<T>(), m, n, ldd));
 
-    auto key = std::make_tuple(m, n, k, (int)transa, (int)transb, (int)epilogue, (int)cuda_dtype<T>(), (int)compute);
+    MatmulKey key{m, n, k, (int)transa, (int)transb, (int)epilogue, (int)cuda_dtype<T>(), (int)compute};
     return cublaslt_run(key, desc, la, lb, ld, alpha, a, b, beta, d, stream);
 }
 
@@ -229,7 +255,7 @@ inline bool cublaslt_matmul_fp8(__nv_bfloat16* d, const void* a, __nv_fp8_interp
     // The cache's dtype slot holds both input types, above 2^16 so that no plain cudaDataType_t
     // (all below 256) can collide with an fp8 entry.
     int types = (1 << 16) | ((int)ta << 8) | (int)tb;
-    auto key = std::make_tuple(m, n, k, 1, 0, (int)epilogue, types, (int)compute);
+    MatmulKey key{m, n, k, 1, 0, (int)epilogue, types, (int)compute};
     return cublaslt_run(key, desc, la, lb, ld, 1.f, a, b, beta, d, stream);
 }
 
@@ -265,6 +291,33 @@ inline size_t matmul_backward_scratch_bytes(int N, int OC) {
     return (size_t)slices * OC * sizeof(float);
 }
 
+// dinp (N,C) = dout · weight (see matmul_backward), times gelu'(pre_gelu) when pre_gelu is non-null.
+template <class T>
+void matmul_backward_input(T* dinp, const T* dout, const T* weight, const T* pre_gelu, int N, int C, int OC,
+                           GeluKind gelu_kind, cudaStream_t stream) {
+    bool fused = pre_gelu && gelu_kind == GeluKind::Tanh &&
+                 cublaslt_matmul(dinp, weight, dout, C, N, OC, false, false, C, OC, C, 1.f, 0.f,
+                                 CUBLASLT_EPILOGUE_DGELU, (const T*)nullptr, const_cast<T*>(pre_gelu), C, stream);
+    if (fused) return;
+    if (!cublaslt_matmul(dinp, weight, dout, C, N, OC, false, false, C, OC, C, 1.f, 0.f, CUBLASLT_EPILOGUE_DEFAULT,
+                         (const T*)nullptr, (T*)nullptr, 0, stream)) {
+        fprintf(stderr, "matmul_backward: cuBLASLt supports no algorithm for N=%d C=%d OC=%d\n", N, C, OC);
+        exit(EXIT_FAILURE);
+    }
+    if (pre_gelu) gelu_backward_inplace(dinp, pre_gelu, (size_t)N * C, gelu_kind, stream);
+}
+
+// dweight (OC,C) += doutᵀ · inp (see matmul_backward).
+template <class T>
+void matmul_backward_weight(T* dweight, const T* dout, const T* inp, int N, int C, int OC, cudaStream_t stream) {
+    if (!cublaslt_matmul(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.f, 1.f, CUBLASLT_EPILOGUE_DEFAULT,
+                         (const T*)nullptr, (T*)nullptr, 0, stream)) {
+        fprintf(stderr, "matmul_backward: cuBLASLt supports no weight-gradient algorithm for N=%d C=%d OC=%d\n", N,
+                C, OC);
+        exit(EXIT_FAILURE);
+    }
+}
+
 // Gradients of out = inp · weightᵀ + bias:
 //   dinp (N,C) = dout · weight, overwritten; with pre_gelu (N,C) non-null, multiplied by
 //     gelu'(pre_gelu) (the layer's input was GELU(pre_gelu)): fused into cuBLASLt when possible;
@@ -273,23 +326,8 @@ inline size_t matmul_backward_scratch_bytes(int N, int OC) {
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight,
                      const T* pre_gelu, int N, int C, int OC, GeluKind gelu_kind, cudaStream_t stream) {
-    bool fused = pre_gelu && gelu_kind == GeluKind::Tanh &&
-                 cublaslt_matmul(dinp, weight, dout, C, N, OC, false, false, C, OC, C, 1.f, 0.f,
-                                 CUBLASLT_EPILOGUE_DGELU, (const T*)nullptr, const_cast<T*>(pre_gelu), C, stream);
-    if (!fused) {
-        if (!cublaslt_matmul(dinp, weight, dout, C, N, OC, false, false, C, OC, C, 1.f, 0.f,
-                             CUBLASLT_EPILOGUE_DEFAULT, (const T*)nullptr, (T*)nullptr, 0, stream)) {
-            fprintf(stderr, "matmul_backward: cuBLASLt supports no algorithm for N=%d C=%d OC=%d\n", N, C, OC);
-            exit(EXIT_FAILURE);
-        }
-        if (pre_gelu) gelu_backward_inplace(dinp, pre_gelu, (size_t)N * C, gelu_kind, stream);
-    }
-    if (!cublaslt_matmul(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.f, 1.f, CUBLASLT_EPILOGUE_DEFAULT,
-                         (const T*)nullptr, (T*)nullptr, 0, stream)) {
-        fprintf(stderr, "matmul_backward: cuBLASLt supports no weight-gradient algorithm for N=%d C=%d OC=%d\n", N,
-                C, OC);
-        exit(EXIT_FAILURE);
-    }
+    matmul_backward_input(dinp, dout, weight, pre_gelu, N, C, OC, gelu_kind, stream);
+    matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
     if (dbias) {
         int rows_per_slice = 256;
         int slices = CEIL_DIV(N, rows_per_slice);
@@ -361,6 +399,15 @@ inline Fp8MatmulScratch fp8_matmul_scratch_layout(int N, int C, int OC) {
 // backward: for GPT-2's MLP at N = 8192 tokens, C = 768, under 60 MB.
 inline size_t matmul_fp8_scratch_bytes(int N, int C, int OC) { return fp8_matmul_scratch_layout(N, C, OC).bytes; }
 
+// When cuBLASLt refuses an fp8 GEMM (a shape or alignment its fp8 kernels do not take on this GPU),
+// that product runs in bf16 on the original tensors instead; says so once per GEMM, on stderr.
+inline void fp8_refused_notice(const char* who, int N, int C, int OC) {
+    static std::map<std::tuple<std::string, int, int, int>, bool> told;
+    if (told.emplace(std::make_tuple(std::string(who), N, C, OC), true).second)
+        fprintf(stderr, "%s: cuBLASLt has no fp8 kernel for N=%d C=%d OC=%d here; this product runs in bf16\n", who,
+                N, C, OC);
+}
+
 // Refuses shapes and pointers the fp8 GEMMs cannot take, naming the constraint.
 inline void matmul_fp8_check(const char* who, int N, int C, int OC, std::initializer_list<const void*> outputs) {
     if (N < 1 || C < 8 || OC < 8 || C % 8 != 0 || OC % 8 != 0) {
@@ -410,13 +457,14 @@ inline void matmul_forward_fp8(__nv_bfloat16* out, __nv_bfloat16* pre_gelu, cons
                                      pre_gelu, OC, stream);
     if (!fused) {
         __nv_bfloat16* target = pre_gelu ? pre_gelu : out;
-        if (!cublaslt_matmul_fp8(target, wq, __NV_E4M3, xq, __NV_E4M3, OC, N, ldc, ldc, ldc, OC, fp8.weight.scale_inv,
-                                 fp8.inp.scale_inv, 0.f, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
-                                 bias, (__nv_bfloat16*)nullptr, 0, stream)) {
-            fprintf(stderr, "matmul_forward_fp8: cuBLASLt supports no fp8 algorithm for N=%d C=%d OC=%d\n", N, C, OC);
-            exit(EXIT_FAILURE);
+        if (cublaslt_matmul_fp8(target, wq, __NV_E4M3, xq, __NV_E4M3, OC, N, ldc, ldc, ldc, OC, fp8.weight.scale_inv,
+                                fp8.inp.scale_inv, 0.f, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias,
+                                (__nv_bfloat16*)nullptr, 0, stream)) {
+            if (pre_gelu) gelu_forward(out, (const __nv_bfloat16*)pre_gelu, (size_t)N * OC, gelu_kind, stream);
+        } else {
+            fp8_refused_notice("matmul_forward_fp8", N, C, OC);
+            matmul_forward(out, pre_gelu, inp, weight, bias, N, C, OC, gelu_kind, stream);
         }
-        if (pre_gelu) gelu_forward(out, (const __nv_bfloat16*)pre_gelu, (size_t)N * OC, gelu_kind, stream);
     }
     Fp8AmaxRecord records[2] = {{&fp8.inp, xp, fp8_cast_num_partials(N, C)},
                                 {&fp8.weight, wp, fp8_cast_num_partials(OC, C)}};
@@ -460,21 +508,21 @@ inline void matmul_backward_fp8(__nv_bfloat16* dinp, __nv_bfloat16* dweight, __n
                                      fp8.grad.scale_inv, 0.f, CUBLASLT_EPILOGUE_DGELU, (const __nv_bfloat16*)nullptr,
                                      const_cast<__nv_bfloat16*>(pre_gelu), C, stream);
     if (!fused) {
-        if (!cublaslt_matmul_fp8(dinp, wt, __NV_E4M3, gq, __NV_E5M2, C, N, ldo, ldo, ldo, C, fp8.weight.scale_inv,
-                                 fp8.grad.scale_inv, 0.f, CUBLASLT_EPILOGUE_DEFAULT, (const __nv_bfloat16*)nullptr,
-                                 (__nv_bfloat16*)nullptr, 0, stream)) {
-            fprintf(stderr, "matmul_backward_fp8: cuBLASLt supports no fp8 algorithm for N=%d C=%d OC=%d\n", N, C, OC);
-            exit(EXIT_FAILURE);
+        if (cublaslt_matmul_fp8(dinp, wt, __NV_E4M3, gq, __NV_E5M2, C, N, ldo, ldo, ldo, C, fp8.weight.scale_inv,
+                                fp8.grad.scale_inv, 0.f, CUBLASLT_EPILOGUE_DEFAULT, (const __nv_bfloat16*)nullptr,
+                                (__nv_bfloat16*)nullptr, 0, stream)) {
+            if (pre_gelu) gelu_backward_inplace(dinp, pre_gelu, (size_t)N * C, gelu_kind, stream);
+        } else {
+            fp8_refused_notice("matmul_backward_fp8 (input gradient)", N, C, OC);
+            matmul_backward_input(dinp, dout, weight, pre_gelu, N, C, OC, gelu_kind, stream);
         }
-        if (pre_gelu) gelu_backward_inplace(dinp, pre_gelu, (size_t)N * C, gelu_kind, stream);
     }
     // dweightᵀ (C,OC) += xt · gt: xt column-major (ldn, C) read transposed, gt column-major (ldn, OC).
     if (!cublaslt_matmul_fp8(dweight, xt, __NV_E4M3, gt, __NV_E5M2, C, OC, ldn, ldn, ldn, C, fp8.inp.scale_inv,
                              fp8.grad.scale_inv, 1.f, CUBLASLT_EPILOGUE_DEFAULT, (const __nv_bfloat16*)nullptr,
                              (__nv_bfloat16*)nullptr, 0, stream)) {
-        fprintf(stderr, "matmul_backward_fp8: cuBLASLt supports no fp8 weight-gradient algorithm for N=%d C=%d OC=%d\n",
-                N, C, OC);
-        exit(EXIT_FAILURE);
+        fp8_refused_notice("matmul_backward_fp8 (weight gradient)", N, C, OC);
+        matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
     }
     Fp8AmaxRecord record{&fp8.grad, gp, fp8_cast_num_partials(N, OC)};
     fp8_update_scales(&record, 1, stream);

@@ -10,7 +10,8 @@
 //     for fp32 and bf16 inputs, both formats, shapes that are not multiples of 8/16/64, both the
 //     paired and the scalar read paths;
 //   - the scale update, bit for bit, against a host model of the recipe (history roll, max, kept
-//     scale on 0/inf, the 2^126 cap, margin, histories longer than the block);
+//     scale on 0/inf, subnormal amaxes as 0, the 2^126 cap and the 2^-126 floor, margin, histories
+//     longer than the block);
 //   - delayed scaling end to end: casts under scales from earlier steps (saturating when a tensor
 //     grows, as the recipe accepts), bit for bit against the host model;
 //   - the fp8 GEMMs (forward with bias / tanh or erf GELU, dinp with dGELU, dweight accumulation,
@@ -22,6 +23,7 @@
 #include "../llmc/matmul.cuh"
 #include "harness.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -60,19 +62,20 @@ double reference_fp8(double x, __nv_fp8_interpretation_t f) {
     return std::copysign(std::min(r, maxv), x);
 }
 
-// The recipe's update on the host: history <- (amax, history[:-1]); scale from its maximum, capped at
-// 2^126.
+// The recipe's update on the host: a subnormal amax counts as 0; history <- (amax, history[:-1]); scale
+// from its maximum, clamped to [2^-126, 2^126].
 struct HostScaling {
     std::vector<float> history;
     float scale = 1.f, scale_inv = 1.f, scaled_max;
     HostScaling(int h, __nv_fp8_interpretation_t f, int margin)
         : history(h, 0.f), scaled_max(std::ldexp(f == __NV_E4M3 ? 448.f : 57344.f, -margin)) {}
     void update(float amax) {
-        history.insert(history.begin(), amax);
+        history.insert(history.begin(), amax >= FLT_MIN ? amax : 0.f);
         history.pop_back();
         float m = 0.f;
         for (float v : history) m = std::fmax(m, v);
-        if (std::isfinite(m) && m > 0.f) scale = std::fmin(scaled_max / m, std::ldexp(1.f, 126));
+        if (std::isfinite(m) && m > 0.f)
+            scale = std::fmax(std::fmin(scaled_max / m, std::ldexp(1.f, 126)), std::ldexp(1.f, -126));
         scale_inv = 1.f / scale;
     }
 };
@@ -87,8 +90,9 @@ float host_amax(const std::vector<T>& x) {
 
 // Sets a state's device scale (and its inverse) to s.
 void set_scale(const Fp8Scaling& st, float s) {
-    float v[2] = {s, 1.f / s};
-    cudaCheck(cudaMemcpy(st.scale, v, sizeof(v), cudaMemcpyHostToDevice));
+    float inv = 1.f / s;
+    cudaCheck(cudaMemcpy(st.scale, &s, sizeof(s), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(st.scale_inv, &inv, sizeof(inv), cudaMemcpyHostToDevice));
 }
 
 float get_scale(const Fp8Scaling& st) {
@@ -213,7 +217,8 @@ void check_update_sequence(const char* what, __nv_fp8_interpretation_t f, int H,
             Fp8AmaxRecord rec{&st, partials.ptr, parts};
             fp8_update_scales(&rec, 1, 0);
             float sc[2];
-            cudaCheck(cudaMemcpy(sc, st.scale, sizeof(sc), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(&sc[0], st.scale, sizeof(float), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(&sc[1], st.scale_inv, sizeof(float), cudaMemcpyDeviceToHost));
             std::vector<float> h = th::to_host(st.history, H);
             trace.push_back(sc[0]);
             trace.push_back(sc[1]);
@@ -665,7 +670,12 @@ int main() {
 
     check_update_sequence("steps", __NV_E4M3, 4, 0,
                           {3.f, 0.5f, 0.f, 7.f, 0.1f, 0.1f, 0.1f, 0.1f, INFINITY, 0.2f, 0.2f, 0.2f, 0.2f, 1e-3f}, 5);
-    check_update_sequence("amax 1e-38 (scale capped at 2^126), then 0", __NV_E5M2, 1, 0, {1e-38f, 0.f, 2.f}, 1);
+    check_update_sequence("amax 1e-37 (scale capped at 2^126), then 0", __NV_E5M2, 1, 0, {1e-37f, 0.f, 2.f}, 1);
+    // Subnormal amaxes count as 0 on every backend (a flush-to-zero GPU and the CPU backend agree): the
+    // scale from 2 stays while 2 is in the history, and after it.
+    check_update_sequence("subnormal amaxes 1e-38, 1e-40 (count as 0)", __NV_E4M3, 2, 0, {2.f, 1e-38f, 1e-40f, 3.f},
+                          3);
+    check_update_sequence("amax 1e38, margin 10 (scale floored at 2^-126)", __NV_E4M3, 1, 10, {1e38f, 1.f}, 1);
     check_update_sequence("600 partials", __NV_E4M3, 16, 0, {1.5f, 2e-3f, 80.f, 80.f, 3.f}, 600);
     check_update_sequence("long history", __NV_E5M2, 1000, 2, {1e-6f, 3e-6f, 2e-7f, 4e-6f, 1e-6f, 5e-7f}, 3);
     check_update_batch();

@@ -793,10 +793,17 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle,
         ((adds_bias(p.epilogue) || writes_bias_grad(p.epilogue)) && !o.bias) ||
         (uses_aux(p.epilogue) && !o.aux))
         return CUBLAS_STATUS_INVALID_VALUE;
-    // fp8 kernels read and write 16-byte aligned base pointers (Tensor Core usage rules).
-    if (is_fp8(p.a.type))
+    // fp8 kernels read and write 16-byte aligned base pointers (Tensor Core usage rules), and take
+    // their scales from 16-byte aligned addresses too: on an H100 (cuBLASLt 13.1) a scale pointer 4
+    // or 8 bytes past a 16-byte boundary makes cublasLtMatmul return NOT_SUPPORTED for every
+    // algorithm the heuristic offered.
+    if (is_fp8(p.a.type)) {
         for (const void* ptr : {A, B, C, (const void*)D})
             if ((uintptr_t)ptr % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+        for (int attr : {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                         CUBLASLT_MATMUL_DESC_D_SCALE_POINTER})
+            if ((uintptr_t)get<const float*>(d, attr) % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
 
     float amax = 0.0f;
     for (int64_t b = 0; b < p.d.batch; b++) multiply(*lightHandle, p, o, b, &amax);
