@@ -19,7 +19,8 @@
 // (Python-double scalars rounded to fp32 where they meet a tensor; `a.add_(b, alpha=s)` is one fused
 // multiply-add on AVX2 CPUs; rsqrt is 1/sqrt, two roundings; a mean is a sum divided by the count).
 // The kernels perform the same element-wise operations in the same order with explicitly rounded
-// intrinsics, so they match bit for bit wherever no reduction is involved; the five reductions (row
+// intrinsics, so they match bit for bit wherever no reduction and no subnormal is involved (a GPU
+// build reads and writes subnormals as zero, llmc/adamw.cuh says why); the five reductions (row
 // sums, column sums, the mean of R, RMS(param), RMS(u)) add the same terms in a different order than
 // torch, which is where results can differ by a few fp32 roundings per reduction level (test/
 // test_optimizers.cu derives the bound).
@@ -42,7 +43,8 @@
 // the rest of the table): a thread adds its share (stride num_blocks blocks) in order, a block
 // reduces through a fixed tree into its own partial slot, and every block of a later launch adds
 // the tensor's num_blocks slots in the same fixed order (at most 256 floats a reduction, cheaper
-// than another launch). No atomics: the same bits on every run and on every GPU (and the CPU backend).
+// than another launch). No atomics: the same bits on every run and on every GPU (and on the CPU
+// backend, up to the subnormals a GPU flushes).
 #pragma once
 #include "precision.cuh"
 

@@ -19,7 +19,12 @@
 // first: g = grad * grad_scale, one rounding. The kernel does these operations in this order with
 // explicitly rounded intrinsics (__fmul_rn, __fadd_rn, __fdiv_rn, __fsqrt_rn, fmaf), so nvcc can
 // neither contract a multiply and an add into an FMA nor, under --use_fast_math, approximate the
-// division or square root: a GPU, the CPU backend and a host reference get the same bits.
+// division or square root: a GPU, the CPU backend and a host reference get the same bits, as long as
+// no operand or result is subnormal (below 2^-126 ~ 1.2e-38). A GPU build reads and writes those as
+// zero: --use_fast_math implies -ftz=true, which holds for every fp32 instruction, these intrinsics
+// included, and CUDA has no per-function switch. So a gradient, moment or weight that small is 0 on a
+// GPU and kept on the CPU backend and in torch; it changes a weight's bits only where nothing larger
+// absorbs it (a weight at or near 0). test/test_adamw.cu checks both arithmetics.
 // The scalar hyper-parameters arrive as float (0.9f is not Python's 0.9): the scalars derived from
 // them differ from torch's by at most an ulp or two of fp32 when the trainer's values are not exactly
 // representable.

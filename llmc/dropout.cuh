@@ -130,7 +130,9 @@ __global__ void dropout_forward_kernel(T* out, const T* residual, const T* inp, 
     }
     auto apply = [&](int e, T x, T res) -> T {
         if (!kDrop && !kResidual) return x;
-        T dropped = kDrop ? from_float<T>(to_float(x) * factor[e]) : x;
+        // __fmul_rn: never contracted with the residual add into one FMA, whose single rounding would
+        // differ from dropout_forward's product and residual_forward's sum.
+        T dropped = kDrop ? from_float<T>(__fmul_rn(to_float(x), factor[e])) : x;
         return kResidual ? from_float<T>(to_float(res) + to_float(dropped)) : dropped;
     };
     if (packed && i + P <= n) {

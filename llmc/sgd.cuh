@@ -19,7 +19,8 @@
 // its DEFAULT (no-AVX2) build rounds the product and the sum separately. Gradient clipping multiplies
 // the gradients by the clip factor first (g = grad * grad_scale, one rounding), as in llmc/adamw.cuh.
 // The kernel does these operations in this order with explicitly rounded intrinsics (fmaf, __fmul_rn),
-// so nvcc cannot fuse or reorder them: a GPU, the CPU backend and torch get the same bits.
+// so nvcc cannot fuse or reorder them: a GPU, the CPU backend and torch get the same bits, up to
+// subnormals (below 2^-126), which a GPU build reads and writes as zero (llmc/adamw.cuh says why).
 #pragma once
 #include "adamw.cuh"
 

@@ -6,13 +6,16 @@
 // Two references for AdamW:
 //  - torch order (fp32): the operations of torch.optim.AdamW's single-tensor CPU path, in its order,
 //    each rounded to fp32 (scalars computed in double as Python does). The kernel performs exactly
-//    these IEEE-rounded operations in this order, so the budget is 0: any difference is a bug.
+//    these IEEE-rounded operations in this order, so the budget is 0: any difference is a bug. One
+//    case has subnormal gradients, moments and weights, which a GPU build flushes to zero
+//    (llmc/adamw.cuh): there the reference computes as the device does, which a probe kernel tells.
 //  - textbook (double): AdamW's formulas in double precision, to check the fp32 result is accurate
 //    (budgets below, derived from the number of fp32 roundings per step).
 // Every result must also be bit-identical under forward, reverse and random thread orders.
 #include "../llmc/adamw.cuh"
 #include "harness.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -78,10 +81,12 @@ struct Hyper {
     float lr, beta1, beta2, eps, weight_decay;
 };
 
-// One AdamW step in torch's order of fp32 operations (see llmc/adamw.cuh for the torch code).
+// One AdamW step in torch's order of fp32 operations (see llmc/adamw.cuh for the torch code). flush: as
+// a flush-to-zero device computes it, every subnormal input and result read as (signed) zero.
 static void ref_step_torch_order(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v,
                                  const std::vector<float>& grad, const std::vector<ParamTensor>& tensors,
-                                 const Hyper& h, float grad_scale, int step) {
+                                 const Hyper& h, float grad_scale, int step, bool flush = false) {
+    auto z = [flush](float x) { return flush && std::fabs(x) < FLT_MIN ? std::copysign(0.f, x) : x; };
     double bc1 = 1.0 - std::pow((double)h.beta1, (double)step);
     double bc2 = 1.0 - std::pow((double)h.beta2, (double)step);
     float decay = (float)(1.0 - (double)h.lr * (double)h.weight_decay);
@@ -91,14 +96,15 @@ static void ref_step_torch_order(std::vector<float>& p, std::vector<float>& m, s
     float neg_step = (float)(-((double)h.lr / bc1));
     for (const ParamTensor& t : tensors) {
         for (size_t i = t.offset; i < t.offset + t.size; i++) {
-            float g = grad[i] * grad_scale;
-            if (t.weight_decay) p[i] = p[i] * decay;
-            m[i] = std::fma(w1, g - m[i], m[i]);
-            v[i] = v[i] * h.beta2;
-            v[i] = v[i] + (w2 * g) * g;
-            float denom = std::sqrt(v[i]) / bc2_sqrt;
-            denom = denom + h.eps;
-            p[i] = p[i] + (neg_step * m[i]) / denom;
+            float g = z(z(grad[i]) * grad_scale);
+            p[i] = z(p[i]), m[i] = z(m[i]), v[i] = z(v[i]);
+            if (t.weight_decay) p[i] = z(p[i] * decay);
+            m[i] = z(std::fma(w1, z(g - m[i]), m[i]));
+            v[i] = z(v[i] * h.beta2);
+            v[i] = z(v[i] + z(z(w2 * g) * g));
+            float denom = z(std::sqrt(v[i]) / bc2_sqrt);
+            denom = z(denom + h.eps);
+            p[i] = z(p[i] + z(z(neg_step * m[i]) / denom));
         }
     }
 }
@@ -254,6 +260,54 @@ static void test_adamw(const Case& c) {
     }
 }
 
+// Whether the device flushes subnormal fp32 operands to zero: a GPU build does (--use_fast_math implies
+// -ftz=true), the CPU backend does not. x[0] = 2^-140 times x[1] = 1.
+__global__ void flush_probe_kernel(float* x) { x[0] = __fmul_rn(x[0], x[1]); }
+static bool device_flushes_subnormals() {
+    th::DeviceBuffer<float> x(std::vector<float>{0x1p-140f, 1.f});
+    cudaCheck(launch_kernel(flush_probe_kernel, dim3(1), dim3(1), 0, 0, x.ptr));
+    return x.host()[0] == 0.f;
+}
+
+// Subnormals (below 2^-126): a gradient whose m (and update) is subnormal, one whose g^2 term of v is,
+// a subnormal weight under weight decay with a zero gradient, each at weight 0 or so small that the
+// subnormal part shows in the weight; and a normal element. Two steps, fp32, bit for bit against the
+// torch-order reference computed the way this device computes: IEEE on the CPU backend, flushing to
+// zero on a GPU. And the case must tell the two ways apart.
+static void test_subnormal() {
+    const std::vector<float> p0 = {0.f, 0.f, 1e-39f, -3e-39f, 0.5f}, g0 = {1e-39f, 1e-19f, 0.f, 0.f, 0.25f};
+    const size_t N = p0.size();
+    const std::vector<ParamTensor> tensors = {{0, N, 1}};
+    const Hyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    const bool flush = device_flushes_subnormals();
+    std::vector<float> rp[2] = {p0, p0}, rm[2] = {std::vector<float>(N), std::vector<float>(N)},
+                       rv[2] = {std::vector<float>(N), std::vector<float>(N)};
+    for (int step = 1; step <= 2; step++)
+        for (int f = 0; f < 2; f++) ref_step_torch_order(rp[f], rm[f], rv[f], g0, tensors, h, 1.f, step, f);
+    th::DeviceBuffer<float> d_p(p0), d_g(g0), d_m(N, th::Fill::Zero), d_v(N, th::Fill::Zero);
+    th::DeviceBuffer<ParamTensor> d_tensors(tensors);
+    for (int step = 1; step <= 2; step++)
+        adamw_update<float>(d_p.ptr, nullptr, d_g.ptr, d_m.ptr, d_v.ptr, d_tensors.ptr, 1, N, h.lr, h.beta1, h.beta2,
+                            h.eps, h.weight_decay, 1.f, step, 0);
+    std::vector<float> got = d_p.host(), m = d_m.host(), v = d_v.host();
+    got.insert(got.end(), m.begin(), m.end());
+    got.insert(got.end(), v.begin(), v.end());
+    std::vector<float> want[2];
+    size_t differ = 0;
+    for (int f = 0; f < 2; f++) {
+        want[f] = rp[f];
+        want[f].insert(want[f].end(), rm[f].begin(), rm[f].end());
+        want[f].insert(want[f].end(), rv[f].begin(), rv[f].end());
+    }
+    for (size_t i = 0; i < 3 * N; i++) differ += memcmp(&want[0][i], &want[1][i], sizeof(float)) != 0;
+    char name[160];
+    snprintf(name, sizeof(name), "adamw fp32 subnormals: weights, m, v == torch-order fp32 %s",
+             flush ? "flushing to zero, as this device does" : "in IEEE arithmetic");
+    th::check_bitwise(name, want[flush].data(), got.data(), 3 * N * sizeof(float));
+    th::report(differ > 0, "adamw fp32 subnormals: IEEE and flush-to-zero references differ",
+               "in %zu of %zu values", differ, 3 * N);
+}
+
 // ----------------------------------------------------------------------------
 // Cast tests
 
@@ -402,6 +456,7 @@ int main() {
         test_adamw<__nv_bfloat16>(*c);
         test_adamw<__half>(*c);
     }
+    test_subnormal();
     test_cast();
     test_cast_fp16();
     test_nonfinite_grad_fp16();

@@ -9,7 +9,8 @@
 //
 // SGD: the kernel performs torch's fp32 operations in torch's order, so the budget is 0 everywhere:
 // against a host reference in torch's order (every element), and against torch itself (the fixture's
-// sampled elements and an FNV-1a hash of all weights and momentum buffers).
+// sampled elements and an FNV-1a hash of all weights and momentum buffers). No value comes near the
+// subnormal range, which a GPU build flushes to zero (llmc/adamw.cuh; test_adamw checks that case).
 // Adafactor: element-wise operations in transformers' order, but the reductions (row and column
 // means, mean of the row statistics, RMS of the weights and of the update) sum in another order, so
 // results are compared to a double-precision reference that carries a rigorous bound on what an fp32

@@ -52,7 +52,7 @@ __global__ void dropout_forward_kernel1(T* out, uint8_t* mask, const T* residual
     if (i >= n) return;
     bool keep = dropout_keep(d, i);
     mask[i] = keep;
-    T x = from_float<T>(to_float(inp[i]) * (keep ? d.scale : 0.f));
+    T x = from_float<T>(__fmul_rn(to_float(inp[i]), keep ? d.scale : 0.f));  // not contracted with the add below
     out[i] = kResidual ? from_float<T>(to_float(residual[i]) + to_float(x)) : x;
 }
 

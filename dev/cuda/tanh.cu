@@ -2,7 +2,7 @@
 // production kernels of llmc/tanh.cuh (included, never copied), validation of every variant against
 // the reference, and a benchmark.
 //
-// GPU:          nvcc -std=c++17 -O3 dev/cuda/tanh.cu -o tanh && ./tanh
+// GPU:          nvcc -std=c++17 -O3 --use_fast_math dev/cuda/tanh.cu -o tanh && ./tanh
 // CPU backend:  make build/cpu/dev_tanh && build/cpu/dev_tanh
 // Validation runs everywhere and sets the exit code; the benchmark prints time and effective
 // bandwidth against the device's peak (on the CPU backend the figures say nothing about a GPU).
@@ -25,14 +25,15 @@ double tanh_grad_cpu(double x) {
 // ----------------------------------------------------------------------------
 // Simpler variant (the production kernels are in llmc/tanh.cuh)
 
-// Variant 1: one element per thread, scalar loads and stores, the same math (tanh_derivative from
-// llmc/tanh.cuh). The production kernels move 16 bytes per operand per thread with one 128-bit
-// instruction (4 fp32 or 8 bf16 elements): 4-8x fewer memory instructions and threads for the same
-// bytes, which is what a memory-bound elementwise kernel is limited by once the loads are coalesced.
+// Variant 1: one element per thread, scalar loads and stores, the same math (tanh_fp32 and
+// tanh_derivative from llmc/tanh.cuh). The production kernels move 16 bytes per operand per thread
+// with one 128-bit instruction (4 fp32 or 8 bf16 elements): 4-8x fewer memory instructions and
+// threads for the same bytes, which is what a memory-bound elementwise kernel is limited by once the
+// loads are coalesced.
 template <class T>
 __global__ void tanh_forward_kernel1(T* out, const T* inp, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < N) out[i] = from_float<T>(tanhf(to_float(inp[i])));
+    if (i < N) out[i] = from_float<T>(tanh_fp32(to_float(inp[i])));
 }
 template <class T>
 __global__ void tanh_backward_inplace_kernel1(T* d_in_out, const T* inp, size_t N) {
@@ -57,9 +58,9 @@ void tanh_backward_inplace1(T* d_in_out, const T* inp, size_t N, cudaStream_t st
 // Every variant, forward and backward, against the double reference at N elements (x in [-8, 8),
 // dout in [-1, 1)), with 16-byte aligned buffers (offset 0: the production kernels' packed path)
 // and with views one element off (offset 1: their scalar path). Tolerance: rtol = 16 eps_fp32 for
-// fp32 (tanhf and expf are within a few ulps, plus a product and a division), or the storage type's
-// eps for bf16/fp16, whose single final rounding (half an ulp) dominates the fp32 error; atol = half
-// the type's smallest subnormal, the absolute error of that rounding below the normal range.
+// fp32 (tanh_fp32 and expf are within a few ulps, plus a product and a division), or the storage
+// type's eps for bf16/fp16, whose single final rounding (half an ulp) dominates the fp32 error; atol =
+// half the type's smallest subnormal, the absolute error of that rounding below the normal range.
 template <class T>
 void validate(size_t N) {
     auto x = th::random_tensor<T>(N, 1, -8.f, 8.f), dout = th::random_tensor<T>(N, 2, -1.f, 1.f);
