@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,8 +59,11 @@ inline bool report(bool ok, const char* name, const char* fmt = "", ...) {
     return ok;
 }
 
+inline void end_replay();  // see run_in_child
+
 // Prints the final tally and returns the process exit code (0 only when nothing failed).
 inline int finish() {
+    end_replay();
     printf("%d passed, %d failed\n", n_passed(), n_failed());
     return n_failed() == 0 ? 0 : 1;
 }
@@ -218,8 +222,36 @@ struct DeviceView {
     std::vector<T> host() const { return to_host(ptr, n); }
 };
 
+// Whether `measured`, by how much the device's bytes in use (cudaMemGetInfo) grew, is what `count`
+// cudaMallocs of `bytes` in all take. The CPU backend counts exactly the bytes allocated. A GPU
+// reserves memory in pages (its allocation granularity: 2 MiB on the A100 and H100) and packs small
+// allocations together (on an H100, those of up to 1 MiB, 512-byte aligned): a 4-byte cudaMalloc
+// takes a new 2 MiB page, or nothing where a page reserved before has room; a 3 MiB one takes 4 MiB.
+// So each allocation moves the bytes in use by its size give or take less than a page, and the GPU
+// check fails only when `bytes` is off by `count` pages or more: loose for the tests' small models,
+// whose exact check is the CPU backend's.
+inline bool device_bytes_match(size_t measured, size_t bytes, size_t count) {
+#if defined(SIMT_CPU)
+    return measured == bytes;
+#else
+    const size_t page = 2 << 20;
+    return measured < bytes + count * page && bytes < measured + count * page;
+#endif
+}
+
 // ----------------------------------------------------------------------------
 // Child processes: a test of an error path runs it in a child, which must stop with a message.
+//
+// A forked child shares everything the test has set up (objects, files, temporary paths), so
+// run_in_child forks first. But on a GPU a CUDA context does not survive fork(): once the test has
+// used the device, a forked child's first CUDA call fails with cudaErrorInitializationError (its
+// first cuBLASLt call with CUBLAS_STATUS_NOT_INITIALIZED), before the code under test gets to its
+// check. Such a case runs again in a fresh process, which starts CUDA itself: the test binary
+// (/proc/self/exe, the same arguments) with TH_REPLAY=k in its environment replays the test up to
+// its k-th run_in_child call, with stdout and stderr discarded and every earlier call skipped, then
+// runs that call's body with stderr to the parent and exits. It rebuilds the same state, provided
+// the test makes the same run_in_child calls every run; its temporary directories are its own. On
+// the CPU backend a forked child can use the device, so nothing is replayed there.
 
 // What a child process left: its raw wait status (decode with WIFEXITED/WEXITSTATUS) and output.
 struct ChildOutput {
@@ -237,9 +269,46 @@ inline ChildOutput run_command(const std::string& cmd) {
     return {p ? pclose(p) : -1, out};
 }
 
+// Reads fd (a child's end of a pipe) to its end and closes it, then waits for the child pid.
+inline ChildOutput collect_child(pid_t pid, int fd) {
+    std::string text;
+    char buf[1024];
+    ssize_t got;
+    while ((got = read(fd, buf, sizeof(buf))) > 0) text.append(buf, got);
+    close(fd);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return {status, text};
+}
+
+// In a process replaying the test: the run_in_child call it runs (counted from 0) and the pipe for
+// that call's stderr; call -1 otherwise. Set up before main: TH_REPLAY leaves the environment (no
+// program the test starts inherits it), and stdout and stderr go to /dev/null until the call.
+struct Replay {
+    long call = -1;
+    int fd = -1;
+};
+inline Replay start_replay() {
+    Replay r;
+    const char* call = getenv("TH_REPLAY");
+    if (!call) return r;
+    r.call = atol(call);
+    unsetenv("TH_REPLAY");
+    r.fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    close(devnull);
+    return r;
+}
+inline const Replay replay = start_replay();
+
+// The number of run_in_child calls so far.
+inline long& child_calls() { static long n = 0; return n; }
+
 // Runs body() in a forked child (which exits 0 if body returns); returns its status and stderr.
 template <class F>
-ChildOutput run_in_child(F body) {
+ChildOutput fork_child(F& body) {
     int fds[2];
     if (pipe(fds) != 0) return {-1, "pipe failed"};
     fflush(stdout);  // or the child's exit would print what the parent buffered a second time
@@ -252,14 +321,74 @@ ChildOutput run_in_child(F body) {
         _exit(0);
     }
     close(fds[1]);
-    std::string err;
-    char buf[1024];
-    ssize_t got;
-    while ((got = read(fds[0], buf, sizeof(buf))) > 0) err.append(buf, got);
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return {status, err};
+    return collect_child(pid, fds[0]);
+}
+
+// Runs run_in_child call number `call` in a process that replays the test up to it; returns that
+// process's status and the call's stderr.
+inline ChildOutput replay_in_child(long call) {
+    std::string args;  // the test's arguments, each ended by '\0'
+    if (FILE* f = fopen("/proc/self/cmdline", "rb")) {
+        char buf[4096];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof(buf), f)) > 0) args.append(buf, got);
+        fclose(f);
+    }
+    std::vector<char*> argv;
+    for (size_t at = 0; at < args.size(); at += strlen(&args[at]) + 1) argv.push_back(&args[at]);
+    argv.push_back(nullptr);
+    std::string tag = "TH_REPLAY=" + std::to_string(call);
+    std::vector<char*> envp;
+    for (char** e = environ; *e; e++) envp.push_back(*e);
+    envp.push_back(&tag[0]);
+    envp.push_back(nullptr);
+    int fds[2];
+    if (pipe(fds) != 0) return {-1, "pipe failed"};
+    // Between fork and exec only async-signal-safe calls: CUDA runs threads in this process, and one
+    // of them may hold a lock (malloc's, stdio's) that the child's copy would never see released.
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);  // until the replay sets its stderr aside, errors (the loader's) reach the parent
+        close(fds[0]);
+        close(fds[1]);
+        execve("/proc/self/exe", argv.data(), envp.data());
+        _exit(127);
+    }
+    close(fds[1]);
+    return collect_child(pid, fds[0]);
+}
+
+// How a forked child's first use of the device fails once the test has used it before the fork, as
+// the project's error checks report it: cudaCheck names the CUDA runtime's error, and cublasCheck
+// gives cuBLASLt's status (CUBLAS_STATUS_NOT_INITIALIZED, for the handle the child inherited or
+// could not create).
+constexpr const char* kForkedDeviceErrors[] = {"cudaErrorInitializationError",
+                                               "[cuBLASLt ERROR] the library was not initialized (1)"};
+
+// Runs body() in a child process (which exits 0 if body returns); returns its status and stderr:
+// forked, or replayed where a forked child cannot use the device (see above).
+template <class F>
+ChildOutput run_in_child(F body) {
+    long call = child_calls()++;
+    if (replay.call >= 0) {  // this process replays the test for one call
+        if (call < replay.call) return {-1, ""};
+        dup2(replay.fd, 2);
+        close(replay.fd);
+        body();
+        exit(0);  // not _exit: the process is its own, so its atexit cleanup (temporary files) runs
+    }
+    ChildOutput child = fork_child(body);
+    for (const char* error : kForkedDeviceErrors)
+        if (child.text.find(error) != std::string::npos) return replay_in_child(call);
+    return child;
+}
+
+// A replay that reaches the end of the test never met its call (the test's calls differ between
+// runs): it says so and fails.
+inline void end_replay() {
+    if (replay.call < 0) return;
+    dprintf(replay.fd, "the replay of the test ended before its run_in_child call %ld\n", replay.call);
+    exit(1);
 }
 
 }  // namespace th

@@ -152,9 +152,45 @@ void test_resume(const char* name, const char* dir, TrainOptions base, int stop_
                ok ? "final model, optimizer state and every loss bit-identical" : why.c_str());
 }
 
-int main() {
+// The kill test's run: checkpoints every step, 10 steps, on the shards main() wrote.
+TrainOptions kill_options() {
+    TrainOptions k = tiny_options("", g_tmp + "/train.bin", g_tmp + "/val.bin");
+    k.checkpoint_every = 1;
+    k.max_steps = 10;
+    return k;
+}
+
+// Starts `test_checkpoint --kill-run TMP OUT_DIR`: a fresh process that resumes (or starts) the kill
+// test's run in out_dir. Not a plain fork: a CUDA context does not survive fork(), so on a GPU the
+// child must start the device itself, as a user's resumed run does.
+pid_t start_kill_run(const std::string& out_dir) {
+    const char* tmp = g_tmp.c_str();
+    const char* out = out_dir.c_str();
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_checkpoint", "--kill-run", tmp, out, (char*)nullptr);
+        _exit(127);
+    }
+    return pid;
+}
+
+int main(int argc, char** argv) {
+    if (argc == 4 && strcmp(argv[1], "--kill-run") == 0) {
+        g_tmp = argv[2];
+        matmul_init(false);
+        TrainOptions k = kill_options();
+        k.output_dir = argv[3];
+        return resume_train<float>(k);
+    }
     char tmpl[] = "/tmp/test_checkpoint_XXXXXX";
     g_tmp = mkdtemp(tmpl);
+    // Removed at exit, by the process that made it only: a forked child inherits the handler, and a
+    // process replaying the test for one error case (th::run_in_child) ends there, not here.
+    static const pid_t owner = getpid();
+    atexit([] {
+        if (getpid() == owner && !getenv("KEEP_TMP")) th::run_command("rm -rf " + g_tmp);
+    });
     matmul_init(false);
     std::string train = write_shard("train.bin", 600, 64, 1), val = write_shard("val.bin", 200, 64, 2);
     TrainOptions o = tiny_options("", train, val);
@@ -214,37 +250,29 @@ int main() {
 
     // kill -9 at random moments while checkpointing every step; each time resume where it died.
     {
-        TrainOptions k = o;
-        k.checkpoint_every = 1;
-        k.max_steps = 10;
-        k.output_dir = g_tmp + "/kill_straight";
+        std::string straight = g_tmp + "/kill_straight", resumed = g_tmp + "/kill_resumed";
         auto t0 = std::chrono::steady_clock::now();
-        quiet_train<float>(k);
+        int status;
+        waitpid(start_kill_run(straight), &status, 0);
+        bool straight_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         // Kill after 10-40% of an uninterrupted run's time (start-up included): every attempt
         // gets somewhere, on any machine and under ASan, and most die mid-run or mid-write.
         double run_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-        k.output_dir = g_tmp + "/kill_resumed";
         uint64_t x = 99;
         int kills = 0, guard = 0;
-        std::vector<int> seen;
         bool finished = false;
-        while (!finished && guard++ < 40) {
-            pid_t pid = fork();
-            if (pid == 0) {
-                resume_train<float>(k);
-                _exit(0);
-            }
+        while (straight_ok && !finished && guard++ < 40) {
+            pid_t pid = start_kill_run(resumed);
             x ^= x << 13; x ^= x >> 7; x ^= x << 17;
             usleep((useconds_t)(run_us * (0.1 + 0.3 * (x % 1000) / 1000.0)));
             kill(pid, SIGKILL);
-            int status;
             waitpid(pid, &status, 0);
             finished = WIFEXITED(status) && WEXITSTATUS(status) == 0;  // it ended before the kill
             kills += WIFSIGNALED(status);
         }
-        std::string why;
-        bool ok = same_run(g_tmp + "/kill_straight", k.output_dir, k.max_steps, &why);
-        if (!ok) th::run_command("diff " + g_tmp + "/kill_straight/log.jsonl " + k.output_dir + "/log.jsonl >&2");
+        std::string why = straight_ok ? "" : "the uninterrupted run failed";
+        bool ok = straight_ok && same_run(straight, resumed, kill_options().max_steps, &why);
+        if (!ok) th::run_command("diff " + straight + "/log.jsonl " + resumed + "/log.jsonl >&2");
         th::report(ok && kills > 0, "kill -9 at random moments, resume each time", "%d kills: %s", kills,
                    ok ? "final model, state and losses bit-identical to the uninterrupted run" : why.c_str());
     }
@@ -391,6 +419,5 @@ int main() {
         th::report(!read_train_state(path, &st, &err) && err.find("bad magic 77") != std::string::npos,
                    "state file: bad magic", "%s", err.c_str());
     }
-    if (!getenv("KEEP_TMP")) th::run_command("rm -rf " + g_tmp);
     return th::finish();
 }

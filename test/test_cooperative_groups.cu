@@ -298,6 +298,25 @@ __global__ void reduce_kernel(const T* in, T* out) {
     out[i] = cg::reduce(tile, in[i], Op());
 }
 
+// The host reference's operator for each of cooperative groups' functors. Those are device-only in
+// CUDA's headers: called from host code, nvcc's host build gives them a body that exits the
+// program (seen on an H100: test_reduce<less<int>> left through exit(1) inside butterfly). The
+// CPU backend's are host-callable, so this matters on a GPU only. cg::less/greater keep the lesser/
+// greater operand, the first on ties, as CUDA documents them for reduce.
+template <class Op> struct HostOp { using type = Op; };  // user functors: __host__ __device__ already
+template <class T> struct HostPlus { T operator()(T a, T b) const { return a + b; } };
+template <class T> struct HostLess { T operator()(T a, T b) const { return b < a ? b : a; } };
+template <class T> struct HostGreater { T operator()(T a, T b) const { return a < b ? b : a; } };
+template <class T> struct HostAnd { T operator()(T a, T b) const { return a & b; } };
+template <class T> struct HostOr { T operator()(T a, T b) const { return a | b; } };
+template <class T> struct HostXor { T operator()(T a, T b) const { return a ^ b; } };
+template <class T> struct HostOp<cg::plus<T>> { using type = HostPlus<T>; };
+template <class T> struct HostOp<cg::less<T>> { using type = HostLess<T>; };
+template <class T> struct HostOp<cg::greater<T>> { using type = HostGreater<T>; };
+template <class T> struct HostOp<cg::bit_and<T>> { using type = HostAnd<T>; };
+template <class T> struct HostOp<cg::bit_or<T>> { using type = HostOr<T>; };
+template <class T> struct HostOp<cg::bit_xor<T>> { using type = HostXor<T>; };
+
 // CUDA's order: out = op(out, value of rank ^ m) for m = N/2 ... 1, independently on every rank.
 template <class T, class Op>
 static std::vector<T> butterfly(const std::vector<T>& in, unsigned N, Op op) {
@@ -355,11 +374,12 @@ static void test_reduce(const char* op_name, bool order_free) {
     cfg.blockDim = dim3(nt);
     cudaCheck(cudaLaunchKernelEx(&cfg, reduce_kernel<N, T, Op>, (const T*)d_in.ptr, d_out.ptr));
     launch_sync();
-    std::vector<T> ref = butterfly(in, N, Op());
+    using Host = typename HostOp<Op>::type;
+    std::vector<T> ref = butterfly(in, N, Host());
     if (order_free) {  // integer operators: the butterfly must equal a plain left fold
         for (size_t base = 0; base < (size_t)n; base += N) {
             T acc = in[base];
-            for (unsigned r = 1; r < N; r++) acc = Op()(acc, in[base + r]);
+            for (unsigned r = 1; r < N; r++) acc = Host()(acc, in[base + r]);
             for (unsigned r = 0; r < N; r++)
                 if (memcmp(&acc, &ref[base + r], sizeof(T)) != 0) {
                     th::report(false, "reduce reference self-check", "butterfly != fold at %zu", base + r);

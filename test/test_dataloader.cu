@@ -173,12 +173,17 @@ void test_errors() {
 int main() {
     char tmpl[] = "/tmp/llmc_dataloader_XXXXXX";
     tmpdir = mkdtemp(tmpl);
+    // Removed at exit, by the process that made it only: a forked child inherits the handler, and a
+    // process replaying the test for one error case (th::run_in_child) ends there, not here.
+    static const pid_t owner = getpid();
+    atexit([] {
+        if (getpid() == owner && system(("rm -rf " + tmpdir).c_str()) != 0)
+            fprintf(stderr, "could not remove %s\n", tmpdir.c_str());
+    });
     test_batches();
     test_ranks();
     test_shuffle();
     test_seek();
     test_errors();
-    std::string cmd = "rm -rf " + tmpdir;
-    if (system(cmd.c_str()) != 0) fprintf(stderr, "could not remove %s\n", tmpdir.c_str());
     return th::finish();
 }
