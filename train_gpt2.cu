@@ -485,8 +485,12 @@ struct GPT2 : ModelState<floatX> {
             this->grads_begin_layer(l);
             if (recompute != Recompute::None) recompute_layer(l, x);
             // MLP block: dresidual is the gradient of the block's output
+            // GELU's backward: fused into the matmul as dGELU when the forward fused it, else the kernel
+            const bool fused_gelu = gelu_fusion && recompute == Recompute::None;
             linear_backward(LinFCProj, l, a.dbt4c, grads.layer(FCPROJW, l, 4 * C * C), grads.layer(FCPROJB, l, C),
-                            a.dresidual, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C), x.fch, BT, 4 * C, C);
+                            a.dresidual, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
+                            fused_gelu ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
+            if (!fused_gelu) gelu_backward_inplace(a.dbt4c, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
             linear_backward(LinFC, l, a.dbtc, grads.layer(FCW, l, 4 * C * C), grads.layer(FCB, l, 4 * C), a.dbt4c,
                             x.ln2, params.layer(FCW, l, 4 * C * C), (const floatX*)nullptr, BT, C, 4 * C);
             layernorm_backward(a.dresidual, grads.layer(LN2W, l, C), grads.layer(LN2B, l, C), a.scratch, a.dbtc,
@@ -1286,7 +1290,10 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     model.gelu_fusion = o.gelu_fusion;
     model.build(config, init);
     if (o.B == 0) {  // --batch-size auto
-        o.B = auto_batch_size(model, o.T, o.total_batch_tokens / dist.world);
+        // The smallest choice over the ranks: every rank must run the same micro-steps (each one a
+        // collective under ZeRO-2), and GPUs differ in free memory. A B that fits one rank fits any
+        // rank with more room, and divides the same tokens.
+        o.B = -all_reduce_max_scalar(dist, -auto_batch_size(model, o.T, o.total_batch_tokens / dist.world));
         printf("batch size auto: B=%d (the largest multiple of 8 that fits and divides %lld tokens per step%s)\n",
                o.B, o.total_batch_tokens / dist.world, dist.world > 1 ? " and rank" : "");
     }
@@ -1550,7 +1557,8 @@ int train_gpt2_main(int argc, char** argv) {
     cli.add("max-steps", "x", "INT", "auto", "optimizer steps; -1: one epoch of the training data (auto: -1 on a GPU, 150 on the CPU backend)");
     cli.add("val-every", "v", "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: 20 on a GPU, 25 on the CPU backend)");
     cli.add("val-steps", "m", "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU backend)");
-    cli.add("precision", nullptr, "NAME", "fp32", "fp32 | tf32 | bf16 | fp16 (with dynamic loss scaling) | fp8 (bf16 "
+    cli.add("precision", nullptr, "NAME", "auto", "auto: bf16 on a GPU of compute capability 8.0+, else fp32 | fp32 | tf32 | "
+            "bf16 | fp16 (with dynamic loss scaling) | fp8 (bf16 "
             "with the blocks' matmuls in fp8, delayed scaling; compute capability 8.9+)");
     add_loss_scale_options(cli);
     cli.add("tf32", "f", "0|1", "0", "with fp32: TF32 tensor-core matmuls (llm.c's -f; same as --precision tf32)");
@@ -1586,6 +1594,11 @@ int train_gpt2_main(int argc, char** argv) {
     cli.resolve_auto("val-every", cpu ? "25" : "20");
     cli.resolve_auto("val-steps", cpu ? "10" : "20");
     cli.resolve_auto("gen-tokens", cpu ? "64" : "256");
+    // bf16 where the GPU has bf16 tensor cores, as llm.c; fp32 on the CPU backend, which has no bf16
+    // arithmetic (slower there) and where fp32 is the exact reference.
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, dist.device));
+    cli.resolve_auto("precision", !cpu && prop.major >= 8 ? "bf16" : "fp32");
 
     TrainOptions o;
     o.train_pattern = cli.str("train-data");

@@ -56,6 +56,35 @@ static void test_stages() {
     }
 }
 
+// --batch-size auto on ranks with different free memory: every rank must take the same B (the
+// smallest that fits everywhere), or their micro-steps, and so their collectives, would not match.
+// Under ZeRO-2, which reduces gradients every micro-step, different B would deadlock the job.
+// Rank 0 gets a virtual device with room for B=8 only, rank 1 one with room for B=16 (mpirun's
+// multi-program form gives each its own SIMT_DEVICE_MEMORY); the sizes come from one process's
+// memory anatomy (activations at B=8 and B=16, and everything else).
+static void test_auto_batch_ranks() {
+    const std::string args = kModelArgs + "-d 1024 -x 2 ";
+    auto mib = [](const std::string& out, const char* row) {
+        size_t at = out.find(row);
+        return at == std::string::npos ? -1.0 : atof(out.c_str() + at + strlen(row));
+    };
+    th::ChildOutput b8 = run(0, args + "-b 8"), b16 = run(0, args + "-b 16");
+    double a8 = mib(b8.text, "\n  activations"), a16 = mib(b16.text, "\n  activations"),
+           rest = mib(b8.text, "\n  = total") - a8;
+    // auto takes the largest multiple of 8 whose activations fit 90% of the free memory
+    char small[32];
+    snprintf(small, sizeof(small), "%.0fM", rest + (a8 + a16) / 2 / 0.9);
+    std::string both = " " + g_self + " --train-gpt2 " + args + "-b auto --zero 2";  // ZeRO-2: a collective per micro-step
+    std::string cmd = th::mpirun_prefix(1) + "-x SIMT_DEVICE_MEMORY=" + small + both + " : -np 1 -x SIMT_DEVICE_MEMORY=80G" +
+                      both;
+    th::ChildOutput two = th::run_command("timeout 120 " + cmd + " 2>&1");
+    bool ok = a8 > 0 && a16 > a8 && rest > 0 && exited_ok(two) && two.text.find("batch size auto: B=8 ") != std::string::npos &&
+              step_losses(two.text).size() == 2;
+    th::report(ok, "--batch-size auto on 2 ranks with different free memory: both take the smaller B",
+               "rank 0 with %s (activations %.1f MiB at B=8, %.1f at B=16), rank 1 with 80G: %s", small, a8, a16,
+               ok ? "B=8 on both, 2 steps" : last_lines(two.text).c_str());
+}
+
 // Stopped after 3 steps and resumed, on 2 ranks with sharded state: bit-identical to uninterrupted.
 static void test_resume_same_world() {
     for (int zero : {1, 2}) {
@@ -134,6 +163,7 @@ int main(int argc, char** argv) {
     if (!mkdtemp(tmpl)) data_error("mkdtemp failed");
     g_tmp = tmpl;
     test_stages();
+    test_auto_batch_ranks();
     test_resume_same_world();
     test_reshard_2_to_3();
     test_logs_and_failures();
