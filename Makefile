@@ -4,17 +4,17 @@
 CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
 CXX        ?= g++
-CUDA_ARCHS ?= 80 90
 BUILD      ?= build
 
 # ----------------------------------------------------------------------------
 # What this machine has
 
+comma      := ,
 HAVE_NVCC  := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 GPU_INFO   := $(shell nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null | head -1)
-HAVE_MPI   := $(shell command -v mpicxx >/dev/null 2>&1 && echo 1)
-HAVE_BOOST := $(shell test -f /usr/include/boost/context/detail/fcontext.hpp && echo 1)
-HAVE_BLAS  := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h && echo 1)
+# With a GPU, build for its architecture (compute capability 8.9 -> 89); else for A100 and H100.
+GPU_ARCH   := $(subst .,,$(lastword $(subst $(comma), ,$(GPU_INFO))))
+CUDA_ARCHS ?= $(or $(GPU_ARCH),80 90)
 
 ifeq ($(GPU),1)
   TARGET := gpu
@@ -25,6 +25,26 @@ else ifneq ($(GPU_INFO),)
 else
   TARGET := cpu
 endif
+
+# What the CPU backend's build and the test suite need is installed first when missing
+# (scripts/install_deps.sh prints one line per install, or the one command to run): `make test` and
+# `make test-asan` always (the suite runs on the CPU backend), other goals when building for it.
+# GPU builds, gpu-check and the compile checks install nothing.
+ifeq ($(MAKELEVEL),0)
+  GOALS     := $(or $(MAKECMDGOALS),all)
+  DEPS_MODE := $(if $(filter test test-asan,$(GOALS)),test,$(if $(and $(filter cpu,$(TARGET)),$(filter-out \
+                 clean help gpu-check test-nvcc test-gpu tokenize bert_data fuzz-% $(BUILD)/gpu/%,$(GOALS))),build))
+  ifneq ($(DEPS_MODE),)
+    $(shell scripts/install_deps.sh $(DEPS_MODE) >&2)
+    ifneq ($(.SHELLSTATUS),0)
+      $(error the dependencies above are missing)
+    endif
+  endif
+endif
+
+HAVE_MPI   := $(shell command -v mpicxx >/dev/null 2>&1 && echo 1)
+HAVE_BOOST := $(shell test -f /usr/include/boost/context/detail/fcontext.hpp && echo 1)
+HAVE_BLAS  := $(shell test -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo 1)
 
 ifeq ($(MAKELEVEL),0)
   ifneq ($(filter-out clean help,$(or $(MAKECMDGOALS),all)),)
@@ -54,11 +74,15 @@ ASAN_CXXFLAGS := $(filter-out -O2,$(CPU_CXXFLAGS)) -O1 -fsanitize=address,undefi
                  -fno-sanitize-recover=undefined
 ASAN_LDLIBS   := -fsanitize=address,undefined $(CPU_LDLIBS)
 
-GENCODE      := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+# Machine code for each architecture, plus PTX of the newest, which the driver compiles at start-up on
+# a newer GPU (instead of failing with "no kernel image is available").
+GENCODE      := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 NVCC_FLAGS   := -std=c++17 -O3 --use_fast_math -Xcompiler -Wall $(GENCODE) $(MPI_CFLAGS)
 NVCC_LDLIBS  := -lcublasLt -lcublas $(if $(HAVE_MPI),-lnccl) $(MPI_LIBS)
-# Compile-only check of every .cu for each architecture: warnings are errors, spills are warned.
-NVCC_CHECK_FLAGS := -std=c++17 -O3 --Werror all-warnings -Xptxas -warn-spills $(MPI_CFLAGS)
+# Compile-only check of every .cu for each architecture with the shipped flags: warnings are errors,
+# spills are warned.
+NVCC_CHECK_FLAGS := -std=c++17 -O3 --use_fast_math --Werror all-warnings -Xptxas -warn-spills $(MPI_CFLAGS)
 
 # ----------------------------------------------------------------------------
 # Sources
@@ -73,7 +97,7 @@ MPI_TESTS  := nccl distributed data_parallel train_gpt2_ranks train_bert_ranks
 TESTS      := $(filter-out $(if $(HAVE_MPI),,$(MPI_TESTS)),$(patsubst test/test_%.cu,%,$(wildcard test/test_*.cu)))
 CU_SOURCES := $(wildcard test/*.cu dev/cuda/*.cu *.cu)
 
-.PHONY: all help test test-asan test-nvcc test-gpu bench clean
+.PHONY: all help test test-asan test-nvcc test-gpu gpu-check bench clean
 
 all: $(BUILD)/cpu/test_simt
 
@@ -82,6 +106,7 @@ help:
 	@echo "make train_bert     build the BERT trainer (classification fine-tuning, MLM pretraining; same targets)"
 	@echo "make test           build and run the whole CPU-backend suite + nvcc compile checks for CUDA_ARCHS"
 	@echo "make test-asan      the CPU suite under AddressSanitizer + UBSan"
+	@echo "make gpu-check      on a machine with an NVIDIA GPU: the acceptance run (tests, sanitizers, training in every precision, PyTorch beside it)"
 	@echo "make test-nvcc      only the nvcc compile checks (CUDA_ARCHS='$(CUDA_ARCHS)')"
 	@echo "make bench          CPU-backend cost per kernel vs plain C++, then training throughput (scripts/bench_gpt2.sh)"
 	@echo "make tokenize       build the text -> token shards tool, $(BUILD)/tokenize (dev/data/README.md)"
@@ -111,6 +136,10 @@ $(BUILD)/gpu/test_%: test/test_%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -MMD -MP $< $(NVCC_LDLIBS) -o $@
 
+$(BUILD)/gpu/dev_%: dev/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -MMD -MP $< $(NVCC_LDLIBS) -o $@
+
 # dev/cuda/<op>.cu: validation of every kernel variant runs in `make test` (then a CPU-figure bench).
 $(BUILD)/cpu/dev_%: dev/cuda/%.cu $(CPU_SIMT_OBJS)
 	@mkdir -p $(dir $@)
@@ -124,6 +153,12 @@ $(BUILD)/cpu/bench_simt: dev/cuda/bench_simt.cu $(CPU_SIMT_OBJS)
 # Trainers
 
 TRAINER_DEPS := $(wildcard llmc/*.cuh llmc/*.h)
+
+# The trainers built for the GPU whatever the machine (make gpu-check runs these).
+$(BUILD)/gpu/train_%: train_%.cu $(TRAINER_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
+
 ifeq ($(TARGET),gpu)
 train_gpt2: train_gpt2.cu $(TRAINER_DEPS)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
@@ -163,6 +198,9 @@ GPU_TESTS := $(filter-out simt $(if $(HAVE_MPI),,$(MPI_TESTS)),$(TESTS))
 test-gpu:
 	@$(MAKE) --no-print-directory -j$(NPROC) $(GPU_TESTS:%=$(BUILD)/gpu/test_%)
 	@BUILD_DIR=$(BUILD)/gpu TESTS="$(GPU_TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
+
+gpu-check:
+	@scripts/gpu_check.sh
 
 test-nvcc:
 	@BUILD_DIR= TESTS= NVCC="$(NVCC)" CUDA_ARCHS="$(CUDA_ARCHS)" NVCC_CHECK_FLAGS="$(NVCC_CHECK_FLAGS)" \
