@@ -193,9 +193,13 @@ test-asan:
 	@$(MAKE) --no-print-directory -j$(NPROC) $(ASAN_TEST_BINS)
 	@BUILD_DIR=$(BUILD)/asan ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
 
-# The kernel tests on a real GPU (needs nvidia-smi to find one).
-GPU_TESTS := $(filter-out simt $(if $(HAVE_MPI),,$(MPI_TESTS)),$(TESTS))
+# The kernel tests on a real GPU (needs nvidia-smi to find one); the multi-rank ones need MPI and
+# one GPU per rank.
+GPU_COUNT := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+GPU_RANKS := $(and $(HAVE_MPI),$(filter-out 0 1,$(GPU_COUNT)))
+GPU_TESTS := $(filter-out simt $(if $(GPU_RANKS),,$(MPI_TESTS)),$(TESTS))
 test-gpu:
+	@$(if $(GPU_RANKS),,echo "SKIP multi-rank GPU tests ($(MPI_TESTS)): they need MPI and 2+ GPUs ($(GPU_COUNT) found$(if $(HAVE_MPI),,, no MPI))")
 	@$(MAKE) --no-print-directory -j$(NPROC) $(GPU_TESTS:%=$(BUILD)/gpu/test_%)
 	@BUILD_DIR=$(BUILD)/gpu TESTS="$(GPU_TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
 

@@ -71,6 +71,7 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
     for d in ${DEVS:-}; do
         run "dev/cuda/$d.cu" "$BUILD_DIR/dev_$d"
     done
+    run "test_gpu_check (scripts/gpu_check.sh)" bash "$root/test/test_gpu_check.sh"
     if python3 -c 'import matplotlib' >/dev/null 2>&1; then
         run "test_plot (scripts/plot.py)" python3 "$root/test/test_plot.py"
     else
