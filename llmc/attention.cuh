@@ -7,10 +7,11 @@
 // 1/sqrt(HS). Head sizes 16, 32, 64, 128 (a template parameter, dispatched at run time).
 //
 // Algorithm (FlashAttention-2). A block owns 64 rows (queries, or keys in the dK/dV kernel) of one
-// (batch, head), 16 per warp, keeps them in shared memory and streams 64-row tiles of the other
-// operand through shared memory. The forward keeps a running row max m and row sum l (online
-// softmax), rescales the accumulated output when m grows, and saves lse = m + log(l) per query
-// row, from which the backward recomputes P = exp(S - lse) tile by tile.
+// (batch, head), 16 per warp (32 or 16 on GPUs with less shared memory: attn_compact_warps), keeps
+// them in shared memory and streams 64-row tiles of the other operand through shared memory. The
+// forward keeps a running row max m and row sum l (online softmax), rescales the accumulated output
+// when m grows, and saves lse = m + log(l) per query row, from which the backward recomputes
+// P = exp(S - lse) tile by tile.
 //
 // Masks. causal: key j > query i gets zero weight; tiles entirely above the diagonal are never
 // visited. valid_len (B ints, device memory, or nullptr = all T valid): keys j >= valid_len[b] get
@@ -65,14 +66,15 @@
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
-// Shapes and shared-memory layout of the attention kernels for storage type floatX and head size HS.
+// Shapes and shared-memory layout of the attention kernels for storage type floatX, head size HS and
+// kWarps warps per block (the row strides and the streamed tile do not depend on kWarps).
 // The warp lane layout used for every row-wise step (both math paths agree on it): lane = 8*rg + cg
 // holds rows rg + 4*i (i < 4) of its warp's 16 rows and columns cg + 8*j (j < 8) of a 64-column
 // tile; the 8 lanes sharing a row are consecutive, so a row reduction is 3 xor-shuffles.
-template <class floatX, int HS>
+template <class floatX, int HS, int kWarps_ = 4>
 struct AttnTile {
     static_assert(HS == 16 || HS == 32 || HS == 64 || HS == 128, "head sizes 16, 32, 64, 128");
-    static constexpr int kWarps = 4;
+    static constexpr int kWarps = kWarps_;
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kRows = 16 * kWarps;  // rows a block owns (queries; keys in dK/dV)
     static constexpr int kCols = 64;           // rows of the streamed operand per tile
@@ -80,23 +82,26 @@ struct AttnTile {
     // 128-bit access phase read (fp32 scores) fall in distinct banks, and WMMA rows are skewed; kLdP
     // and kLdX add 8 elements, so that the 4 rows the 4 row groups access at once start in distinct
     // banks. All keep WMMA's 16-byte multiple for ldm.
-    static constexpr int kLd = HS + 16 / (int)sizeof(floatX);  // (64, HS) operand tiles
+    static constexpr int kLd = HS + 16 / (int)sizeof(floatX);  // (rows, HS) operand tiles
     static constexpr int kLdP = kCols + 8;                     // a warp's (16, 64) P or dS tile
     static constexpr int kLdX = (HS > kCols ? HS : kCols) + 8; // a warp's fp32 scratch (16, max(64,HS))
     static constexpr float kScale = HS == 16 ? 0.25f : HS == 32 ? 0.17677669529663688f
                                   : HS == 64 ? 0.125f : 0.088388347648318440f;  // 1/sqrt(HS)
     static constexpr float kScaleLog2 = kScale * 1.4426950408889634f;  // scores in log2 units: exp2
-    static constexpr size_t kTileBytes = (size_t)kRows * kLd * sizeof(floatX);
+    static constexpr size_t kOwnTileBytes = (size_t)kRows * kLd * sizeof(floatX);     // (kRows, HS)
+    static constexpr size_t kStreamTileBytes = (size_t)kCols * kLd * sizeof(floatX);  // (kCols, HS)
     static constexpr size_t kWarpPBytes = (size_t)16 * kLdP * sizeof(floatX);
     static constexpr size_t kWarpScratchBytes = (size_t)16 * kLdX * sizeof(float);
     static constexpr size_t kWarpBytes = kWarpPBytes + kWarpScratchBytes;
     static constexpr size_t kAlign = 128;  // slack for aligning the dynamic shared memory (attn_smem_base)
-    // Forward: Q, K, V tiles + per warp P and scratch + the dropout keep bits (one word per thread).
-    // Backward: Q, dO, K, V tiles + per warp P/dS and scratch + lse and D of the current query tile (dK/dV
-    // kernel) + the keep bits.
+    // Forward: the own Q tile, streamed K, V tiles + per warp P and scratch + the dropout keep bits (one
+    // word per thread). Backward: two own tiles (K, V; Q, dO in the dQ kernel), two streamed (Q, dO; K, V)
+    // + per warp P/dS and scratch + lse and D of the current query tile (dK/dV kernel) + the keep bits.
     static constexpr size_t kMaskBytes = kThreads * sizeof(uint32_t);
-    static constexpr size_t kForwardMask = 3 * kTileBytes + kWarps * kWarpBytes;  // offsets of the keep bits
-    static constexpr size_t kBackwardMask = 4 * kTileBytes + kWarps * kWarpBytes + 2 * kCols * sizeof(float);
+    static constexpr size_t kForwardWarpMem = kOwnTileBytes + 2 * kStreamTileBytes;  // offsets of warp 0's memory
+    static constexpr size_t kBackwardWarpMem = 2 * kOwnTileBytes + 2 * kStreamTileBytes;
+    static constexpr size_t kForwardMask = kForwardWarpMem + kWarps * kWarpBytes;  // offsets of the keep bits
+    static constexpr size_t kBackwardMask = kBackwardWarpMem + kWarps * kWarpBytes + 2 * kCols * sizeof(float);
     static constexpr size_t kForwardSmem = kAlign + kForwardMask + kMaskBytes;
     static constexpr size_t kBackwardSmem = kAlign + kBackwardMask + kMaskBytes;
 };
@@ -116,14 +121,14 @@ __device__ inline int attn_valid_length(const int* valid_len, int b, int T) {
     return v < 0 ? 0 : (v > T ? T : v);
 }
 
-// Copies rows [0, n) of a (64, HS) tile from global memory (row stride `stride` elements) to shared
-// memory (row stride kLd) with 128-bit loads, and zero-fills rows [n, 64): rows past the end or in
+// Copies rows [0, n) of a (rows, HS) tile from global memory (row stride `stride` elements) to shared
+// memory (row stride kLd) with 128-bit loads, and zero-fills rows [n, rows): rows past the end or in
 // padding are multiplied by zero probabilities, so they must be finite (0 * NaN is NaN).
 template <class floatX, int HS>
-__device__ void attn_load_tile(floatX* dst, const floatX* src, size_t stride, int n) {
+__device__ void attn_load_tile(floatX* dst, const floatX* src, size_t stride, int n, int rows) {
     using Tile = AttnTile<floatX, HS>;
     constexpr int V = Packed128<floatX>::size, kPackets = HS / V;
-    for (int idx = threadIdx.x; idx < Tile::kRows * kPackets; idx += blockDim.x) {
+    for (int idx = threadIdx.x; idx < rows * kPackets; idx += blockDim.x) {
         int r = idx / kPackets, c = (idx % kPackets) * V;
         Packed128<floatX> v = r < n ? load128(src + r * stride + c) : Packed128<floatX>::zeros();
         store128(dst + r * Tile::kLd + c, v);
@@ -360,7 +365,7 @@ __device__ void attn_online_softmax(const float (&s)[4][8], float (&m)[4], float
 
 // Dropout keep bits of this lane's 32 elements of a warp's (16, 64) tile, in the warp lane layout: bit
 // 8i + j for row r0 + rg + 4i, column c0 + cg + 8j. Rows are queries and columns keys, or the reverse
-// (kRowsAreKeys: the dK/dV kernel's P^T). r0 is a multiple of 16 and c0 of 64, so for i < 2 and even j
+// (kRowsAreKeys: the dK/dV kernel's P^T). r0 and c0 are multiples of 16, so for i < 2 and even j
 // row i + 2 is row i with bit 3 set and column j + 1 is column j with bit 3 set: each of the 8 Philox
 // calls gives the 4 words of one group {q, q^8} × {k, k^8} of dropout_attention_keep, all this lane's.
 template <bool kRowsAreKeys>
@@ -383,14 +388,14 @@ __device__ inline uint32_t attn_dropout_bits(const DropoutArgs& d, uint32_t bh, 
     return bits;
 }
 
-// Forward. Grid (ceil(T/64), NH, B), 128 threads; block x owns query rows q0 .. q0+63 of head
-// blockIdx.y of sequence blockIdx.z and streams the key/value tiles its rows can see. kDropout: dropout
-// on P as `drop` says.
-template <class floatX, int HS, bool kDropout>
-__global__ void __launch_bounds__(128, 1)
+// Forward. Grid (ceil(T/kRows), NH, B), kThreads threads; block x owns query rows q0 .. q0+kRows-1 of
+// head blockIdx.y of sequence blockIdx.z and streams the key/value tiles its rows can see. kDropout:
+// dropout on P as `drop` says.
+template <class floatX, int HS, int kWarps, bool kDropout>
+__global__ void __launch_bounds__(32 * kWarps, 1)
     attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
                              const int* valid_len, DropoutArgs drop) {
-    using Tile = AttnTile<floatX, HS>;
+    using Tile = AttnTile<floatX, HS, kWarps>;
     using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y;
     // Last query blocks first: under a causal mask they have the most key tiles, and starting the
@@ -412,15 +417,15 @@ __global__ void __launch_bounds__(128, 1)
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
     unsigned char* smem = attn_smem_base();
-    floatX* Qs = reinterpret_cast<floatX*>(smem);  // (64, HS) each
-    floatX* Ks = Qs + Tile::kRows * Tile::kLd;
-    floatX* Vs = Ks + Tile::kRows * Tile::kLd;
-    unsigned char* warp_mem = smem + 3 * Tile::kTileBytes + warp * Tile::kWarpBytes;
+    floatX* Qs = reinterpret_cast<floatX*>(smem);  // (kRows, HS)
+    floatX* Ks = Qs + Tile::kRows * Tile::kLd;      // (64, HS) each
+    floatX* Vs = Ks + Tile::kCols * Tile::kLd;
+    unsigned char* warp_mem = smem + Tile::kForwardWarpMem + warp * Tile::kWarpBytes;
     floatX* P = reinterpret_cast<floatX*>(warp_mem);                         // (16, 64)
     float* scratch = reinterpret_cast<float*>(warp_mem + Tile::kWarpPBytes);  // (16, max(64, HS))
-    uint32_t* keep_s = reinterpret_cast<uint32_t*>(smem + Tile::kForwardMask);  // (128) dropout keep bits
+    uint32_t* keep_s = reinterpret_cast<uint32_t*>(smem + Tile::kForwardMask);  // (kThreads) dropout keep bits
 
-    attn_load_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0));
+    attn_load_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0), Tile::kRows);
     const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;  // keys any row of the block sees
     const int row0 = q0 + 16 * warp;  // this warp's first query row
     const bool active = row0 < valid;  // warp-uniform: a warp entirely in padding skips the math
@@ -434,8 +439,8 @@ __global__ void __launch_bounds__(128, 1)
 
     for (int k0 = 0; k0 < kend; k0 += Tile::kCols) {
         __syncthreads();  // every warp is done with the previous K, V tiles
-        attn_load_tile<floatX, HS>(Ks, k + k0 * stride, stride, min(Tile::kCols, kend - k0));
-        attn_load_tile<floatX, HS>(Vs, v + k0 * stride, stride, min(Tile::kCols, kend - k0));
+        attn_load_tile<floatX, HS>(Ks, k + k0 * stride, stride, min(Tile::kCols, kend - k0), Tile::kCols);
+        attn_load_tile<floatX, HS>(Vs, v + k0 * stride, stride, min(Tile::kCols, kend - k0), Tile::kCols);
         // The dropout keep bits of this lane's 32 elements of the tile, computed next to the tile loads and
         // parked in shared memory until the softmax reads them (in a register through the score product
         // they pushed the backward kernels, at 255 registers for HS = 64 and 128, into spills).
@@ -493,16 +498,17 @@ __global__ void attention_backward_preprocess_kernel(float* D, const floatX* dou
     D[((size_t)b * NH + h) * T + t] = d;
 }
 
-// Backward, step 2: dK and dV. Grid (ceil(T/64), NH, B), 128 threads; block x owns key rows
-// k0 .. k0+63 and streams the query tiles that see them (causal: from k0 on), recomputing
+// Backward, step 2: dK and dV. Grid (ceil(T/kRows), NH, B), kThreads threads; block x owns key rows
+// k0 .. k0+kRows-1 and streams the 64-row query tiles that see them (causal: from the one holding query
+// k0 on, so that every block size sums over the same tiles in the same order: the same bits), recomputing
 // P^T = exp(K Q^T * scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T ∘ (dP^T - D), dK += dS^T Q
 // (with dropout: dV += (P∘M)^T dO, dP^T ∘ M / (1-p) in dS^T, and dV scaled by 1/(1-p) at the end).
-template <class floatX, int HS, bool kDropout>
-__global__ void __launch_bounds__(128, 1)
+template <class floatX, int HS, int kWarps, bool kDropout>
+__global__ void __launch_bounds__(32 * kWarps, 1)
     attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                    const float* D, int T, int C, int NH, bool causal, const int* valid_len,
                                    DropoutArgs drop) {
-    using Tile = AttnTile<floatX, HS>;
+    using Tile = AttnTile<floatX, HS, kWarps>;
     using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * Tile::kRows;  // under a causal mask the
     const int valid = attn_valid_length(valid_len, b, T);                    // first blocks are longest
@@ -523,30 +529,30 @@ __global__ void __launch_bounds__(128, 1)
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
     unsigned char* smem = attn_smem_base();
-    floatX* Ks = reinterpret_cast<floatX*>(smem);  // (64, HS) each
+    floatX* Ks = reinterpret_cast<floatX*>(smem);  // (kRows, HS) each
     floatX* Vs = Ks + Tile::kRows * Tile::kLd;
-    floatX* Qs = Vs + Tile::kRows * Tile::kLd;
-    floatX* dOs = Qs + Tile::kRows * Tile::kLd;
-    unsigned char* warp_mem = smem + 4 * Tile::kTileBytes + warp * Tile::kWarpBytes;
+    floatX* Qs = Vs + Tile::kRows * Tile::kLd;     // (64, HS) each
+    floatX* dOs = Qs + Tile::kCols * Tile::kLd;
+    unsigned char* warp_mem = smem + Tile::kBackwardWarpMem + warp * Tile::kWarpBytes;
     floatX* X = reinterpret_cast<floatX*>(warp_mem);                          // (16, 64): P^T, then dS^T
     float* scratch = reinterpret_cast<float*>(warp_mem + Tile::kWarpPBytes);  // (16, max(64, HS))
-    float* lse2_s = reinterpret_cast<float*>(smem + 4 * Tile::kTileBytes + Tile::kWarps * Tile::kWarpBytes);
+    float* lse2_s = reinterpret_cast<float*>(smem + Tile::kBackwardWarpMem + Tile::kWarps * Tile::kWarpBytes);
     float* D_s = lse2_s + Tile::kCols;  // lse (in log2 units) and D of the current query tile
-    uint32_t* keep_s = reinterpret_cast<uint32_t*>(smem + Tile::kBackwardMask);  // (128) dropout keep bits
+    uint32_t* keep_s = reinterpret_cast<uint32_t*>(smem + Tile::kBackwardMask);  // (kThreads) dropout keep bits
 
-    attn_load_tile<floatX, HS>(Ks, k, stride, min(rows, valid - k0));
-    attn_load_tile<floatX, HS>(Vs, k + C, stride, min(rows, valid - k0));
+    attn_load_tile<floatX, HS>(Ks, k, stride, min(rows, valid - k0), Tile::kRows);
+    attn_load_tile<floatX, HS>(Vs, k + C, stride, min(rows, valid - k0), Tile::kRows);
     const int key0 = k0 + 16 * warp;  // this warp's first key row
     const bool active = key0 < valid;
     typename Math::Acc dk_acc, dv_acc;
     Math::zero(dk_acc);
     Math::zero(dv_acc);
 
-    for (int q0 = causal ? k0 : 0; q0 < valid; q0 += Tile::kCols) {
+    for (int q0 = causal ? k0 / Tile::kCols * Tile::kCols : 0; q0 < valid; q0 += Tile::kCols) {
         const int nq = min(Tile::kCols, valid - q0);
         __syncthreads();  // every warp is done with the previous Q, dO tiles
-        attn_load_tile<floatX, HS>(Qs, q + q0 * stride, stride, nq);
-        attn_load_tile<floatX, HS>(dOs, do_ + q0 * (size_t)C, C, nq);
+        attn_load_tile<floatX, HS>(Qs, q + q0 * stride, stride, nq, Tile::kCols);
+        attn_load_tile<floatX, HS>(dOs, do_ + q0 * (size_t)C, C, nq, Tile::kCols);
         for (int r = threadIdx.x; r < Tile::kCols; r += blockDim.x) {
             lse2_s[r] = r < nq ? lse_bh[q0 + r] * 1.4426950408889634f : 0.f;
             D_s[r] = r < nq ? D_bh[q0 + r] : 0.f;
@@ -590,15 +596,15 @@ __global__ void __launch_bounds__(128, 1)
     attn_store_rows<floatX, HS>(dk + 16 * warp * stride, stride, scratch, key0, valid, T, scale);
 }
 
-// Backward, step 3: dQ. Grid (ceil(T/64), NH, B), 128 threads; block x owns query rows q0 .. q0+63
-// and streams the key tiles they see, recomputing P = exp(Q K^T * scale - lse), dP = dO V^T,
+// Backward, step 3: dQ. Grid (ceil(T/kRows), NH, B), kThreads threads; block x owns query rows
+// q0 .. q0+kRows-1 and streams the key tiles they see, recomputing P = exp(Q K^T * scale - lse), dP = dO V^T,
 // dS = P ∘ (dP - D), dQ += dS K (with dropout: dP ∘ M / (1-p) in place of dP).
-template <class floatX, int HS, bool kDropout>
-__global__ void __launch_bounds__(128, 1)
+template <class floatX, int HS, int kWarps, bool kDropout>
+__global__ void __launch_bounds__(32 * kWarps, 1)
     attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                  const float* D, int T, int C, int NH, bool causal, const int* valid_len,
                                  DropoutArgs drop) {
-    using Tile = AttnTile<floatX, HS>;
+    using Tile = AttnTile<floatX, HS, kWarps>;
     using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * Tile::kRows;  // longest blocks first, as in the forward
@@ -617,17 +623,17 @@ __global__ void __launch_bounds__(128, 1)
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
     unsigned char* smem = attn_smem_base();
-    floatX* Qs = reinterpret_cast<floatX*>(smem);  // (64, HS) each
+    floatX* Qs = reinterpret_cast<floatX*>(smem);  // (kRows, HS) each
     floatX* dOs = Qs + Tile::kRows * Tile::kLd;
-    floatX* Ks = dOs + Tile::kRows * Tile::kLd;
-    floatX* Vs = Ks + Tile::kRows * Tile::kLd;
-    unsigned char* warp_mem = smem + 4 * Tile::kTileBytes + warp * Tile::kWarpBytes;
+    floatX* Ks = dOs + Tile::kRows * Tile::kLd;    // (64, HS) each
+    floatX* Vs = Ks + Tile::kCols * Tile::kLd;
+    unsigned char* warp_mem = smem + Tile::kBackwardWarpMem + warp * Tile::kWarpBytes;
     floatX* dS = reinterpret_cast<floatX*>(warp_mem);                         // (16, 64)
     float* scratch = reinterpret_cast<float*>(warp_mem + Tile::kWarpPBytes);  // (16, max(64, HS))
-    uint32_t* keep_s = reinterpret_cast<uint32_t*>(smem + Tile::kBackwardMask);  // (128) dropout keep bits
+    uint32_t* keep_s = reinterpret_cast<uint32_t*>(smem + Tile::kBackwardMask);  // (kThreads) dropout keep bits
 
-    attn_load_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0));
-    attn_load_tile<floatX, HS>(dOs, do_, C, min(rows, valid - q0));
+    attn_load_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0), Tile::kRows);
+    attn_load_tile<floatX, HS>(dOs, do_, C, min(rows, valid - q0), Tile::kRows);
     const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;
     const int row0 = q0 + 16 * warp;
     const bool active = row0 < valid;
@@ -644,8 +650,8 @@ __global__ void __launch_bounds__(128, 1)
 
     for (int k0 = 0; k0 < kend; k0 += Tile::kCols) {
         __syncthreads();  // every warp is done with the previous K, V tiles
-        attn_load_tile<floatX, HS>(Ks, k + k0 * stride, stride, min(Tile::kCols, kend - k0));
-        attn_load_tile<floatX, HS>(Vs, v + k0 * stride, stride, min(Tile::kCols, kend - k0));
+        attn_load_tile<floatX, HS>(Ks, k + k0 * stride, stride, min(Tile::kCols, kend - k0), Tile::kCols);
+        attn_load_tile<floatX, HS>(Vs, v + k0 * stride, stride, min(Tile::kCols, kend - k0), Tile::kCols);
         if (kDropout && active)  // as in the forward
             keep_s[threadIdx.x] = attn_dropout_bits<false>(drop, b * NH + h, row0, k0);
         __syncthreads();
@@ -716,15 +722,76 @@ inline DropoutArgs attention_dropout_args(const char* who, const AttentionDropou
     return d;
 }
 
+// The shared memory per block the launchers may use: the device's opt-in limit, read once (tests
+// lower it to run the compact blocks on a device that has more).
+inline int& attention_smem_limit() {
+    static int limit = [] {
+        int device = 0, bytes = 0;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        return bytes;
+    }();
+    return limit;
+}
+
+// Why blocks of fewer warps: at 4 warps the backward needs up to 185 KiB of shared memory (fp32,
+// HS = 128), more than sm_86 and sm_89 GPUs (RTX 30xx/40xx, A10, L4: 99 KiB) or an A100 (163 KiB)
+// give a block. Where the 4-warp block does not fit, a block owns fewer rows: the most warps whose
+// backward fits 99 KiB, the smallest limit of the architectures the project builds for (2, or 1 for
+// fp32 at HS = 128). The streamed tiles stay 64 rows, so the lane layout and every product are
+// unchanged; the grid has more, smaller blocks, which read the streamed tiles more often.
+constexpr size_t kAttnSmallestOptin = 99 * 1024;
 template <class floatX, int HS>
-void attention_forward_hs(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
-                          const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
-    using Tile = AttnTile<floatX, HS>;
-    auto kernel = dropout ? attention_forward_kernel<floatX, HS, true> : attention_forward_kernel<floatX, HS, false>;
+constexpr int attn_compact_warps() {
+    return AttnTile<floatX, HS, 4>::kBackwardSmem <= kAttnSmallestOptin   ? 4
+           : AttnTile<floatX, HS, 2>::kBackwardSmem <= kAttnSmallestOptin ? 2
+                                                                          : 1;
+}
+
+// Warps per block and dynamic shared memory of the attention kernels on this device.
+struct AttnLaunch {
+    int warps;
+    size_t smem;
+};
+
+// The block shape of the forward (backward = false) or of the dK/dV and dQ kernels: 4 warps where the
+// device allows it, else the compact one; exits naming the shape's needs when neither fits.
+template <class floatX, int HS>
+AttnLaunch attn_launch_shape(const char* who, bool backward) {
+    using Wide = AttnTile<floatX, HS, 4>;
+    using Compact = AttnTile<floatX, HS, attn_compact_warps<floatX, HS>()>;
+    const size_t limit = (size_t)attention_smem_limit();
+    const size_t wide = backward ? Wide::kBackwardSmem : Wide::kForwardSmem;
+    const size_t compact = backward ? Compact::kBackwardSmem : Compact::kForwardSmem;
+    if (wide <= limit) return {Wide::kWarps, wide};
+    if (compact <= limit) return {Compact::kWarps, compact};
+    const char* dtype = std::is_same<floatX, float>::value    ? "fp32"
+                        : std::is_same<floatX, __half>::value ? "fp16"
+                                                              : "bf16";
+    fprintf(stderr, "%s: head size %d in %s needs %zu bytes of shared memory per block, the device allows %zu\n", who,
+            HS, dtype, compact, limit);
+    exit(EXIT_FAILURE);
+}
+
+template <class floatX, int HS, int kWarps>
+void attention_forward_blocks(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
+                              const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
+    using Tile = AttnTile<floatX, HS, kWarps>;
+    auto kernel = dropout ? attention_forward_kernel<floatX, HS, kWarps, true>
+                          : attention_forward_kernel<floatX, HS, kWarps, false>;
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kForwardSmem));
     dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
     cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), Tile::kForwardSmem, stream, out, lse, qkv, T, C, NH,
                             causal, valid_len, drop));
+}
+
+template <class floatX, int HS>
+void attention_forward_hs(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
+                          const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
+    auto blocks = attn_launch_shape<floatX, HS>("attention_forward", false).warps == 4
+                      ? attention_forward_blocks<floatX, HS, 4>
+                      : attention_forward_blocks<floatX, HS, attn_compact_warps<floatX, HS>()>;
+    blocks(out, lse, qkv, B, T, C, NH, causal, valid_len, drop, dropout, stream);
 }
 
 // out (B,T,C) = softmax(Q K^T / sqrt(HS) + mask) V per head, and lse (B,NH,T) = the logsumexp of each
@@ -753,25 +820,35 @@ inline size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     return (size_t)B * NH * T * sizeof(float);
 }
 
+template <class floatX, int HS, int kWarps>
+void attention_backward_blocks(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
+                               int B, int T, int C, int NH, bool causal, const int* valid_len, DropoutArgs drop,
+                               bool dropout, cudaStream_t stream) {
+    using Tile = AttnTile<floatX, HS, kWarps>;
+    dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
+    auto dkdv = dropout ? attention_backward_dkdv_kernel<floatX, HS, kWarps, true>
+                        : attention_backward_dkdv_kernel<floatX, HS, kWarps, false>;
+    cudaCheck(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kBackwardSmem));
+    cudaCheck(launch_kernel(dkdv, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse, D,
+                            T, C, NH, causal, valid_len, drop));
+    auto dq = dropout ? attention_backward_dq_kernel<floatX, HS, kWarps, true>
+                      : attention_backward_dq_kernel<floatX, HS, kWarps, false>;
+    cudaCheck(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kBackwardSmem));
+    cudaCheck(launch_kernel(dq, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse, D, T, C,
+                            NH, causal, valid_len, drop));
+}
+
 template <class floatX, int HS>
 void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
                            float* D, int B, int T, int C, int NH, bool causal, const int* valid_len, DropoutArgs drop,
                            bool dropout, cudaStream_t stream) {
-    using Tile = AttnTile<floatX, HS>;
     const int block = 256;
     cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, HS>, dim3(CEIL_DIV(B * T * NH, block)),
                             dim3(block), 0, stream, D, dout, out, B, T, C, NH, valid_len));
-    dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
-    auto dkdv = dropout ? attention_backward_dkdv_kernel<floatX, HS, true>
-                        : attention_backward_dkdv_kernel<floatX, HS, false>;
-    cudaCheck(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kBackwardSmem));
-    cudaCheck(launch_kernel(dkdv, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse,
-                            (const float*)D, T, C, NH, causal, valid_len, drop));
-    auto dq = dropout ? attention_backward_dq_kernel<floatX, HS, true>
-                      : attention_backward_dq_kernel<floatX, HS, false>;
-    cudaCheck(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kBackwardSmem));
-    cudaCheck(launch_kernel(dq, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse,
-                            (const float*)D, T, C, NH, causal, valid_len, drop));
+    auto blocks = attn_launch_shape<floatX, HS>("attention_backward", true).warps == 4
+                      ? attention_backward_blocks<floatX, HS, 4>
+                      : attention_backward_blocks<floatX, HS, attn_compact_warps<floatX, HS>()>;
+    blocks(dqkv, dout, qkv, lse, D, B, T, C, NH, causal, valid_len, drop, dropout, stream);
 }
 
 // dqkv (B,T,3C, overwritten) = the gradient of the loss with respect to qkv, given dout (B,T,C) and the

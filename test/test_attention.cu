@@ -47,6 +47,13 @@
 // 1/(1-p) rounds to 1 in fp32, which runs the dropout kernels) gives the dropout-free bits; the mask
 // does not depend on the padded length T; padded rows stay zero; the keep rate of the visible elements
 // is within 5 sigma of the binomial's 1-p.
+//
+// Block shapes (llmc/attention.cuh, attn_compact_warps): the shapes chosen on this device fit its opt-in
+// shared memory per block; the compact blocks of a 99 KiB device (an L4, RTX 3090), forced here by
+// lowering the limit the launchers plan for, give bit for bit the results of the device's own shapes
+// (which the checks above hold to the reference); on the CPU backend a child process runs attention
+// on the L4 profile (SIMT_DEVICE=l4, whose 99 KiB the backend enforces) against the reference; a head
+// size that fits no shape stops with one line naming its needs.
 #include "../llmc/attention.cuh"
 #include "harness.h"
 
@@ -555,6 +562,87 @@ void test_backward_nonfinite_fp16() {
                overflow, wrong, due_finite, leaked);
 }
 
+// The block shapes chosen for every head size of floatX fit this device's opt-in shared memory per block
+// (queried here, not through the launchers' planned limit), and the compact ones fit 99 KiB.
+template <class floatX, int HS>
+void check_block_shapes(int device_limit) {
+    using Compact = AttnTile<floatX, HS, attn_compact_warps<floatX, HS>()>;
+    AttnLaunch fwd = attn_launch_shape<floatX, HS>("test", false), bwd = attn_launch_shape<floatX, HS>("test", true);
+    bool ok = fwd.smem <= (size_t)device_limit && bwd.smem <= (size_t)device_limit &&
+              Compact::kForwardSmem <= kAttnSmallestOptin && Compact::kBackwardSmem <= kAttnSmallestOptin;
+    std::string name = std::string(th::dtype_name<floatX>()) + " HS=" + std::to_string(HS) +
+                       ": block shapes fit the device's shared memory per block";
+    th::report(ok, name.c_str(),
+               "forward %d warps %zu B, backward %d warps %zu B (device %d B); compact %d warps %zu / %zu B",
+               fwd.warps, fwd.smem, bwd.warps, bwd.smem, device_limit, Compact::kWarps, Compact::kForwardSmem,
+               Compact::kBackwardSmem);
+}
+
+template <class floatX>
+void test_block_shapes() {
+    int device = 0, limit = 0;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    check_block_shapes<floatX, 16>(limit);
+    check_block_shapes<floatX, 32>(limit);
+    check_block_shapes<floatX, 64>(limit);
+    check_block_shapes<floatX, 128>(limit);
+}
+
+// The compact blocks, forced by lowering the launchers' planned limit to 99 KiB, give the results of
+// the device's own blocks bit for bit (same tiles, summed in the same order), under every thread order.
+template <class floatX>
+void test_compact_blocks(const Case& cs, uint64_t seed) {
+    std::vector<float> qkv, dout;
+    make_inputs<floatX>(cs, seed, qkv, dout);
+    const AttentionDropout dropout = attention_dropout(cs);
+    const AttentionDropout* drop = cs.dropout > 0 ? &dropout : nullptr;
+    auto native = run_kernels<floatX>(cs, qkv, dout, drop);
+    const int saved = attention_smem_limit();
+    attention_smem_limit() = (int)kAttnSmallestOptin;
+    const std::string name = cs.name(th::dtype_name<floatX>()) + " compact blocks";
+    auto compact = th::run_orders((name + " thread orders").c_str(),
+                                  [&] { return run_kernels<floatX>(cs, qkv, dout, drop); });
+    attention_smem_limit() = saved;
+    th::check_bitwise((name + " = the device's blocks").c_str(), native.data(), compact.data(), native.size());
+}
+
+// The (dtype, head size) pairs whose 4-warp backward needs more than 99 KiB, checked against the
+// reference: what the child process on the L4 profile runs.
+void l4_cases() {
+    test_case<float>({2, 100, 2, 64, true, {65, 100}}, 101);
+    test_case<float>({3, 130, 2, 64, true, random_lengths(3, 130, 12), 0.1f}, 103);
+    test_case<float>({2, 70, 2, 128, true, {70, 9}}, 105);
+    test_case<__nv_bfloat16>({2, 70, 2, 128, true, {70, 9}}, 105);
+    test_case<__half>({2, 100, 2, 128, false, {100, 45}, 0.1f}, 107);
+}
+
+#if defined(SIMT_CPU)
+// On the L4 profile (99 KiB per block, enforced by the backend as by the GPU) attention runs and
+// matches the reference; before the compact blocks, fp32 at HS = 64 stopped in cudaFuncSetAttribute.
+void test_l4_profile(const char* self) {
+    th::ChildOutput child = th::run_command("SIMT_DEVICE=l4 " + std::string(self) + " --l4-cases 2>&1");
+    const std::string& out = child.text;
+    size_t at = std::min(out.find("FAIL"), out.find("ERROR"));  // the line to show: the first failure,
+    bool ok = child.status == 0 && at == std::string::npos && out.find(" passed, 0 failed") != std::string::npos;
+    if (at == std::string::npos) at = out.rfind('\n', out.size() >= 2 ? out.size() - 2 : 0) + 1;  // else the last
+    th::report(ok, "SIMT_DEVICE=l4 (child): fp32 HS=64 and HS=128, bf16/fp16 HS=128 against the reference", "%s",
+               out.substr(at, out.find('\n', at) - at).c_str());
+}
+#endif
+
+// A head size whose compact blocks do not fit the device's shared memory stops the program with one
+// line naming the head size, the dtype, the bytes needed and the device's limit.
+void test_no_shape_fits(const char* self) {
+    th::ChildOutput child = th::run_command(std::string(self) + " --small-smem 2>&1");
+    const std::string& out = child.text;
+    const char* expect = "attention_backward: head size 128 in fp32 needs 98560 bytes of shared memory per block, "
+                         "the device allows 65536";
+    bool ok = child.status != 0 && out.find(expect) != std::string::npos;
+    th::report(ok, "no block shape fits (fp32 HS=128 with 64 KiB per block): exits with one line", "%s",
+               out.substr(0, out.find('\n')).c_str());
+}
+
 // An unsupported head size must stop the program with a message naming the constraint.
 void test_bad_head_size(const char* self) {
     th::ChildOutput child = th::run_command(std::string(self) + " --bad-head-size 2>&1");
@@ -569,6 +657,17 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMalloc(&x, 1024 * sizeof(float)));
         attention_forward(x, x, x, 1, 2, 96, 2, false, nullptr, 0);  // HS = 48
         return 0;
+    }
+    if (argc == 2 && std::string(argv[1]) == "--small-smem") {  // as a device with 64 KiB per block
+        float* x;
+        cudaCheck(cudaMalloc(&x, 3 * 256 * sizeof(float)));
+        attention_smem_limit() = 64 * 1024;
+        attention_backward(x, x, x, x, x, x, 1, 1, 256, 2, true, nullptr, 0);  // HS = 128
+        return 0;
+    }
+    if (argc == 2 && std::string(argv[1]) == "--l4-cases") {
+        l4_cases();
+        return th::finish();
     }
     // GPT-2-like shapes scaled down; T not a multiple of the 64-row tile; valid lengths T, 1 and
     // values that are not multiples of a tile (and 0, a sequence that is all padding).
@@ -617,6 +716,27 @@ int main(int argc, char** argv) {
     test_dropout_padding_invariance<float>({2, 40, 2, 32, false, {33, 17}, 0.1f}, 130, seed);
     test_dropout_padding_invariance<__nv_bfloat16>({2, 40, 2, 64, true, {40, 1}, 0.1f}, 72, seed);
     test_backward_nonfinite_fp16();
+    test_block_shapes<float>();
+    test_block_shapes<__nv_bfloat16>();
+    test_block_shapes<__half>();
+    // The compact blocks: 2 warps for fp32 at HS = 64 and 16-bit types at HS = 128, 1 for fp32 at HS = 128;
+    // causal (the dK/dV kernel's first query tile), padded, dropout, T not a multiple of the block rows.
+    for (const Case& cs : std::vector<Case>{{2, 128, 2, 64, true, {}},
+                                            {3, 130, 2, 64, false, {130, 1, 77}},
+                                            {2, 100, 2, 64, true, {65, 100}},
+                                            {3, 130, 2, 64, true, random_lengths(3, 130, 12), 0.1f}})
+        test_compact_blocks<float>(cs, seed++);
+    for (const Case& cs : std::vector<Case>{{2, 70, 2, 128, true, {70, 9}},
+                                            {2, 100, 2, 128, true, {100, 45}, 0.1f},
+                                            {3, 70, 2, 128, false, random_lengths(3, 70, 13), 0.25f}}) {
+        test_compact_blocks<float>(cs, seed);
+        test_compact_blocks<__nv_bfloat16>(cs, seed);
+        test_compact_blocks<__half>(cs, seed++);
+    }
+#if defined(SIMT_CPU)
+    test_l4_profile(argv[0]);
+#endif
+    test_no_shape_fits(argv[0]);
     test_bad_head_size(argv[0]);
     return th::finish();
 }

@@ -2,6 +2,7 @@
 // runtime API subset, and planted bugs that must be caught (run in child processes).
 // The feature tests are plain CUDA and also run on a real GPU; planted bugs are CPU-backend only.
 #include "../llmc/cuda_common.h"
+#include "../llmc/mfu.h"
 #include "harness.h"
 
 #include <cuda_bf16.h>
@@ -318,6 +319,9 @@ void test_dynamic_smem() {
                "launch returned %s", cudaGetErrorName(refused));
     cudaCheck(cudaFuncSetAttribute(dynamic_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     cudaCheck(launch_kernel(dynamic_smem_kernel, dim3(1), dim3(256), smem, 0, (const float*)din.ptr, dout.ptr, n));
+    refused = launch_kernel(dynamic_smem_kernel, dim3(1), dim3(256), smem + 16, 0, (const float*)din.ptr, dout.ptr, n);
+    th::report(refused == cudaErrorInvalidValue, "dynamic shared memory above the opted-in size refused",
+               "launch with 16 bytes more returned %s", cudaGetErrorName(refused));
     auto out = dout.host();
     size_t bad = 0;
     for (int i = 0; i < n; i++) bad += out[i] != in[n - 1 - i] * 2.f;
@@ -473,6 +477,10 @@ int run_plant(const std::string& name) {
     if (name == "oob_global") cudaCheck(launch_kernel(oob_global_kernel, dim3(1), dim3(65), 0, 0, x, 64));
     if (name == "oob_smem") cudaCheck(launch_kernel(oob_smem_kernel, dim3(1), dim3(65), 64 * sizeof(float), 0, 64));
     if (name == "trap") cudaCheck(launch_kernel(trap_kernel, dim3(1), dim3(8), 0, 0));
+    if (name == "smem_beyond_profile") {  // 100 KiB per block: within an H100's opt-in limit, beyond an L4's
+        cudaCheck(cudaFuncSetAttribute(dynamic_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
+        cudaCheck(launch_kernel(dynamic_smem_kernel, dim3(1), dim3(32), 100 * 1024, 0, (const float*)x, x, 64));
+    }
     if (name == "missing_syncthreads") {
         // Caught by comparing thread orders, not by a fault: print whether they differ.
         int n = 512;
@@ -491,9 +499,11 @@ int run_plant(const std::string& name) {
     return 0;
 }
 
-// Runs `binary --plant name` with a time limit and checks its exit status and stderr.
-void expect_caught(const char* binary, const char* name, std::vector<std::string> must_contain) {
-    th::ChildOutput child = th::run_command(std::string("timeout 60 ") + binary + " --plant " + name + " 2>&1");
+// Runs `binary --plant name` with a time limit (and `env`, assignments for its environment) and checks its
+// exit status and stderr.
+void expect_caught(const char* binary, const char* name, std::vector<std::string> must_contain,
+                   const std::string& env = "") {
+    th::ChildOutput child = th::run_command(env + " timeout 60 " + binary + " --plant " + name + " 2>&1");
     const std::string& out = child.text;
     int code = WIFEXITED(child.status) ? WEXITSTATUS(child.status) : -1;
     bool ok = code != 0 && code != 124;  // 124: timeout killed it (a hang)
@@ -513,14 +523,79 @@ void test_planted(const char* self, const char* asan_twin) {
     expect_caught(self, "stack_overflow", {"stack overflow", "stack_overflow_kernel", "thread ("});
     expect_caught(self, "trap", {"__trap", "trap_kernel", "thread (3,0,0)"});
     expect_caught(self, "missing_syncthreads", {"results differ between thread orders"});
+    // The device profile's limits are enforced: an opt-in to 100 KiB fails on the L4 profile (99 KiB, sm_89)
+    // as on an L4, and succeeds on the H100 profile.
+    expect_caught(self, "smem_beyond_profile", {"cudaErrorInvalidValue", "cudaFuncSetAttribute"}, "SIMT_DEVICE=l4");
+    th::ChildOutput h100 = th::run_command(std::string("SIMT_DEVICE=h100 timeout 60 ") + self +
+                                           " --plant smem_beyond_profile 2>&1");
+    th::report(h100.status == 0, "planted bug's control: the 100 KiB kernel runs on the h100 profile", "%s",
+               h100.text.substr(0, h100.text.find('\n')).c_str());
     expect_caught(asan_twin, "oob_global", {"AddressSanitizer", "heap-buffer-overflow", "oob_global_kernel"});
     expect_caught(asan_twin, "oob_smem", {"AddressSanitizer", "heap-buffer-overflow", "oob_smem_kernel"});
+}
+
+// Prints, in this (child) process, what the virtual device reports, as key=value words.
+int print_device() {
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    int optin = 0, cc_major = 0;
+    cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    cudaCheck(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0));
+    printf("cc=%d.%d sms=%d threads_per_sm=%d blocks_per_sm=%d smem_block=%zu optin=%d/%zu smem_sm=%zu "
+           "memory_gib=%zu peak=%g name=%s\n",
+           cc_major, prop.minor, prop.multiProcessorCount, prop.maxThreadsPerMultiProcessor,
+           prop.maxBlocksPerMultiProcessor, prop.sharedMemPerBlock, optin, prop.sharedMemPerBlockOptin,
+           prop.sharedMemPerMultiprocessor, prop.totalGlobalMem >> 30, peak_tflops(prop.name, Precision::BF16, false),
+           prop.name);
+    return 0;
+}
+
+// SIMT_DEVICE chooses the GPU whose limits the virtual device reports; the name (which names any profile
+// but the default) matches no GPU of the MFU table; the memory is the GPU's, at most the host's; an
+// unknown value stops with the accepted ones.
+void test_device_profiles(const char* self) {
+    size_t host_gib = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) >> 30;
+    struct Expect {
+        const char* key;     // SIMT_DEVICE ("": unset)
+        const char* limits;  // as print_device writes them
+        size_t memory_gib;   // the GPU's
+    };
+    const char* h100 = "cc=9.0 sms=8 threads_per_sm=2048 blocks_per_sm=32 smem_block=49152 optin=232448/232448 "
+                       "smem_sm=233472";
+    const Expect profiles[] = {
+        {"", h100, 80},
+        {"h100", h100, 80},
+        {"a100", "cc=8.0 sms=8 threads_per_sm=2048 blocks_per_sm=32 smem_block=49152 optin=166912/166912 "
+                 "smem_sm=167936", 80},
+        {"rtx3090", "cc=8.6 sms=8 threads_per_sm=1536 blocks_per_sm=16 smem_block=49152 optin=101376/101376 "
+                    "smem_sm=102400", 24},
+        {"l4", "cc=8.9 sms=8 threads_per_sm=1536 blocks_per_sm=24 smem_block=49152 optin=101376/101376 "
+               "smem_sm=102400", 24},
+    };
+    for (const Expect& e : profiles) {
+        const std::string key = *e.key ? e.key : "h100";
+        th::ChildOutput child = th::run_command(std::string("SIMT_DEVICE_MEMORY= SIMT_DEVICE=") + e.key + " " + self +
+                                                " --print-device 2>&1");
+        std::string suffix = key == "h100" ? "" : ", SIMT_DEVICE=" + key;
+        std::string want = std::string(e.limits) + " memory_gib=" + std::to_string(std::min(e.memory_gib, host_gib)) +
+                           " peak=0 name=SIMT CPU backend (virtual device" + suffix + ")";
+        std::string got = child.text.substr(0, child.text.find('\n'));
+        std::string name = std::string("device profile SIMT_DEVICE=") + (*e.key ? e.key : "(unset)");
+        th::report(child.status == 0 && got == want, name.c_str(), "%s%s%s", got.c_str(), got == want ? "" : " | want ",
+                   got == want ? "" : want.c_str());
+    }
+    th::ChildOutput bad = th::run_command(std::string("SIMT_DEVICE=v100 ") + self + " --print-device 2>&1");
+    std::string line = bad.text.substr(0, bad.text.find('\n'));
+    th::report(bad.status != 0 && line.find("accepted: h100, a100, rtx3090, l4") != std::string::npos &&
+                   bad.text.find('\n') + 1 == bad.text.size(),
+               "unknown SIMT_DEVICE stops with one line naming the accepted values", "%s", line.c_str());
 }
 #endif  // SIMT_CPU
 
 int main(int argc, char** argv) {
 #if defined(SIMT_CPU)
     if (argc == 3 && std::string(argv[1]) == "--plant") return run_plant(argv[2]);
+    if (argc == 2 && std::string(argv[1]) == "--print-device") return print_device();
     // The ASan planted bugs run in the sanitizer build of this test (path in argv[1], given by the
     // Makefile); the sanitizer build passes its own path.
     const char* asan_twin = argc > 1 ? argv[1] : nullptr;
@@ -537,6 +612,7 @@ int main(int argc, char** argv) {
     test_runtime();
 #if defined(SIMT_CPU)
     test_parallel_workers();
+    test_device_profiles(argv[0]);
     if (asan_twin) test_planted(argv[0], asan_twin);
     else th::report(false, "planted bugs", "usage: test_simt <asan-build-of-test_simt>");
 #endif

@@ -290,6 +290,18 @@ void validate(const Shape& s, uint64_t seed) {
 // ----------------------------------------------------------------------------
 // Benchmark
 
+// The block shape llmc/attention.cuh runs on this device: 4 warps, or fewer where the device's shared
+// memory per block is too small for them (which costs speed: more blocks read the streamed tiles).
+template <class floatX>
+AttnLaunch block_shape(int HS, bool backward) {
+    switch (HS) {
+        case 16: return attn_launch_shape<floatX, 16>("benchmark", backward);
+        case 32: return attn_launch_shape<floatX, 32>("benchmark", backward);
+        case 64: return attn_launch_shape<floatX, 64>("benchmark", backward);
+        default: return attn_launch_shape<floatX, 128>("benchmark", backward);
+    }
+}
+
 // FLOPs of the forward: Q K^T and P V, 2·T·T·HS each per head, halved under a causal mask. The
 // backward is counted as 2.5x the forward (5 products instead of 2), FlashAttention's convention,
 // although this backward does 7 (see llmc/attention.cuh); variant 1 is charged the same FLOPs.
@@ -303,6 +315,9 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     const double peak = peak_tflops(prop.name, prec, false);
     const double fwd_flops = 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
     printf("%s B=%d T=%d NH=%d HS=%d %s:\n", th::dtype_name<floatX>(), B, T, NH, HS, causal ? "causal" : "full");
+    const AttnLaunch fwd_shape = block_shape<floatX>(HS, false), bwd_shape = block_shape<floatX>(HS, true);
+    printf("  flash blocks: forward %d warps (%zu bytes of shared memory), backward %d warps (%zu bytes)\n",
+           fwd_shape.warps, fwd_shape.smem, bwd_shape.warps, bwd_shape.smem);
     std::vector<float> qkv_h((size_t)B * T * 3 * C), dout_h((size_t)B * T * C);
     th::fill_uniform(qkv_h.data(), qkv_h.size(), 7);
     th::fill_uniform(dout_h.data(), dout_h.size(), 8);

@@ -4,14 +4,25 @@
 
 namespace simt {
 
-// The virtual device the backend presents (documented in README, "The CPU backend").
+// Limits every profile of the virtual device shares (documented in README, "The CPU backend"). A
+// small SM count, whatever the GPU: grids sized by it stay cheap on a CPU.
 constexpr int kSmCount = 8;
 constexpr int kMaxThreadsPerBlock = 1024;
-constexpr int kMaxThreadsPerSm = 2048;
-constexpr int kMaxBlocksPerSm = 32;
-constexpr size_t kDefaultSmemPerBlock = 48 * 1024;   // usable without opting in, as on GPUs
-constexpr size_t kMaxSmemPerBlockOptin = 227 * 1024; // H100's opt-in limit
-constexpr size_t kSmemPerSm = 228 * 1024;
+constexpr size_t kDefaultSmemPerBlock = 48 * 1024;  // usable without opting in, as on GPUs
+
+// The GPU whose limits the virtual device presents, chosen by SIMT_DEVICE (default h100): what
+// cudaGetDeviceProperties reports and what cudaFuncSetAttribute and launches enforce, so that a
+// kernel asking for more than, say, an L4 has fails here as it would there.
+struct DeviceProfile {
+    const char* key;  // the SIMT_DEVICE value
+    int major, minor;  // compute capability
+    int max_threads_per_sm;
+    int max_blocks_per_sm;
+    size_t smem_per_block_optin;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+    size_t smem_per_sm;
+    size_t memory;  // global memory (capped by the host's, unless SIMT_DEVICE_MEMORY is set)
+};
+const DeviceProfile& device_profile();
 
 // The dynamic shared memory limit a kernel opted in to with cudaFuncSetAttribute (default 48 KiB).
 size_t max_dynamic_smem(const void* kernel);

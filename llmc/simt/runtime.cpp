@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -28,6 +29,19 @@ namespace simt {
 namespace {
 
 thread_local cudaError_t t_last_error = cudaSuccess;
+
+// The profiles SIMT_DEVICE chooses from, the first the default: the real GPUs' figures (CUDA C++
+// Programming Guide, table of technical specifications per compute capability; the products'
+// datasheets for memory).
+constexpr size_t kGiB = (size_t)1 << 30;
+const DeviceProfile kProfiles[] = {
+    // key      compute  threads blocks  shared memory:          memory
+    //          capab.   per SM  per SM  opt-in per block  per SM
+    {"h100",    9, 0,    2048,   32,     227 * 1024, 228 * 1024, 80 * kGiB},
+    {"a100",    8, 0,    2048,   32,     163 * 1024, 164 * 1024, 80 * kGiB},
+    {"rtx3090", 8, 6,    1536,   16,      99 * 1024, 100 * 1024, 24 * kGiB},
+    {"l4",      8, 9,    1536,   24,      99 * 1024, 100 * 1024, 24 * kGiB},
+};
 
 struct Allocations {
     std::mutex mu;
@@ -52,11 +66,12 @@ size_t physical_memory() {
     return (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
 }
 
-// The virtual device's memory: SIMT_DEVICE_MEMORY ("24G", "512M", bytes) or physical memory.
+// The virtual device's memory: SIMT_DEVICE_MEMORY ("24G", "512M", bytes), else the profile's, capped
+// by physical memory (the device's memory is host memory: more would end in the host running out).
 size_t& device_memory_setting() {
     static size_t bytes = [] {
         const char* e = getenv("SIMT_DEVICE_MEMORY");
-        if (!e || !*e) return physical_memory();
+        if (!e || !*e) return std::min(device_profile().memory, physical_memory());
         char* end = nullptr;
         double v = strtod(e, &end);
         double unit = 1;
@@ -79,6 +94,25 @@ void* alloc_exact(size_t size) {
     return p;
 }
 
+}  // namespace
+
+const DeviceProfile& device_profile() {
+    static const DeviceProfile& profile = []() -> const DeviceProfile& {
+        const char* e = getenv("SIMT_DEVICE");
+        std::string key = e && *e ? e : kProfiles[0].key, accepted;
+        for (const DeviceProfile& p : kProfiles) {
+            if (key == p.key) return p;
+            accepted += std::string(accepted.empty() ? "" : ", ") + p.key;
+        }
+        fprintf(stderr, "simt: SIMT_DEVICE='%s' is not a device profile (accepted: %s)\n", e, accepted.c_str());
+        exit(EXIT_FAILURE);
+    }();
+    return profile;
+}
+
+namespace {
+// Read at start-up, so that a misspelt SIMT_DEVICE stops every program, not only those that ask.
+[[maybe_unused]] const DeviceProfile& g_startup_profile = device_profile();
 }  // namespace
 
 cudaError_t set_last_error(cudaError_t err) {
@@ -139,9 +173,10 @@ const char* cudaGetErrorString(cudaError_t error) {
 }
 
 // ----------------------------------------------------------------------------
-// The virtual device: Hopper-like limits (compute capability 9.0, so every code path the project
-// has is selectable), a small SM count (grids sized by SM count stay cheap on a CPU), host RAM as
-// global memory.
+// The virtual device: the limits of the GPU SIMT_DEVICE names (default H100: compute capability 9.0,
+// so every code path the project has is selectable), host RAM as global memory. Its name says it is
+// no GPU (tables keyed by GPU name, such as llmc/mfu.h's peaks, must not match it) and names any
+// profile but the default.
 
 cudaError_t cudaGetDeviceCount(int* count) {
     *count = 1;
@@ -159,12 +194,16 @@ cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     if (device != 0) return set_last_error(cudaErrorInvalidDevice);
+    const simt::DeviceProfile& p = simt::device_profile();
     memset(prop, 0, sizeof(*prop));
-    snprintf(prop->name, sizeof(prop->name), "SIMT CPU backend (virtual device)");
+    if (&p == &simt::kProfiles[0])
+        snprintf(prop->name, sizeof(prop->name), "SIMT CPU backend (virtual device)");
+    else
+        snprintf(prop->name, sizeof(prop->name), "SIMT CPU backend (virtual device, SIMT_DEVICE=%s)", p.key);
     prop->totalGlobalMem = simt::device_memory_setting();
     prop->sharedMemPerBlock = simt::kDefaultSmemPerBlock;
-    prop->sharedMemPerBlockOptin = simt::kMaxSmemPerBlockOptin;
-    prop->sharedMemPerMultiprocessor = simt::kSmemPerSm;
+    prop->sharedMemPerBlockOptin = p.smem_per_block_optin;
+    prop->sharedMemPerMultiprocessor = p.smem_per_sm;
     prop->regsPerBlock = 65536;
     prop->regsPerMultiprocessor = 65536;
     prop->warpSize = 32;
@@ -176,11 +215,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     prop->maxGridSize[1] = 65535;
     prop->maxGridSize[2] = 65535;
     prop->totalConstMem = 64 * 1024;
-    prop->major = 9;
-    prop->minor = 0;
+    prop->major = p.major;
+    prop->minor = p.minor;
     prop->multiProcessorCount = simt::kSmCount;
-    prop->maxThreadsPerMultiProcessor = simt::kMaxThreadsPerSm;
-    prop->maxBlocksPerMultiProcessor = simt::kMaxBlocksPerSm;
+    prop->maxThreadsPerMultiProcessor = p.max_threads_per_sm;
+    prop->maxBlocksPerMultiProcessor = p.max_blocks_per_sm;
     prop->l2CacheSize = 32 * 1024 * 1024;
     prop->memoryBusWidth = 0;  // unknown: bandwidth figures are not meaningful on a CPU
     prop->concurrentKernels = 0;
@@ -352,7 +391,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value < 0 || (size_t)value > simt::kMaxSmemPerBlockOptin) return set_last_error(cudaErrorInvalidValue);
+        if (value < 0 || (size_t)value > simt::device_profile().smem_per_block_optin)
+            return set_last_error(cudaErrorInvalidValue);
         std::lock_guard<std::mutex> lk(simt::func_attrs().mu);
         simt::func_attrs().max_dyn_smem[func] = (size_t)value;
         return cudaSuccess;
@@ -365,7 +405,7 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
     memset(attr, 0, sizeof(*attr));
     attr->maxThreadsPerBlock = simt::kMaxThreadsPerBlock;
     attr->maxDynamicSharedSizeBytes = (int)simt::max_dynamic_smem(func);
-    attr->ptxVersion = attr->binaryVersion = 90;
+    attr->ptxVersion = attr->binaryVersion = 10 * simt::device_profile().major + simt::device_profile().minor;
     return cudaSuccess;
 }
 
@@ -374,10 +414,11 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* num_blocks, const void*,
                                                                    int block_size, size_t dyn_smem,
                                                                    unsigned int) {
+    const simt::DeviceProfile& p = simt::device_profile();
     if (block_size <= 0 || block_size > simt::kMaxThreadsPerBlock) return set_last_error(cudaErrorInvalidValue);
-    int by_threads = simt::kMaxThreadsPerSm / block_size;
-    int by_smem = dyn_smem ? (int)(simt::kSmemPerSm / dyn_smem) : simt::kMaxBlocksPerSm;
-    *num_blocks = std::min(std::min(by_threads, by_smem), simt::kMaxBlocksPerSm);
+    int by_threads = p.max_threads_per_sm / block_size;
+    int by_smem = dyn_smem ? (int)(p.smem_per_sm / dyn_smem) : p.max_blocks_per_sm;
+    *num_blocks = std::min(std::min(by_threads, by_smem), p.max_blocks_per_sm);
     return cudaSuccess;
 }
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const void* func,

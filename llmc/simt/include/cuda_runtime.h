@@ -114,7 +114,8 @@ uint64_t launch_count();
 
 // Size of the virtual device's global memory in bytes: cudaMalloc fails with
 // cudaErrorMemoryAllocation beyond it, as on a GPU. SIMT_DEVICE_MEMORY sets the default (bytes, or
-// with a K/M/G suffix: "80G" for an H100); unset, the machine's physical memory.
+// with a K/M/G suffix: "80G" for an H100); unset, the memory of the SIMT_DEVICE profile's GPU, at
+// most the machine's physical memory.
 void set_device_memory(size_t bytes);
 size_t get_device_memory();
 
