@@ -12,17 +12,7 @@
 // {fp32,bf16}.safetensors (the batch and our logits, computed in fp32 from exactly the weights each
 // export holds).
 #define TESTING
-#include "../llmc/cuda_common.h"
-
-// The trainer's cudaMalloc calls, counted (its source is included below): the memory anatomy check
-// needs to know how many allocations a GPU may have rounded.
-static size_t g_device_allocations = 0;
-template <class T>
-cudaError_t counted_cudaMalloc(T** ptr, size_t bytes) {
-    g_device_allocations++;
-    return cudaMalloc(ptr, bytes);
-}
-#define cudaMalloc counted_cudaMalloc
+#include "counted_malloc.h"  // the trainer's cudaMalloc calls, counted
 #include "../train_bert.cu"
 #undef cudaMalloc
 #include "harness.h"

@@ -2,17 +2,7 @@
 // oracle; test/oracle_gpt2.py wrote the fixtures): logits, loss, every parameter's gradient, the
 // losses of 10 AdamW steps, in fp32 and bf16; plus gradient accumulation and determinism.
 #define TESTING
-#include "../llmc/cuda_common.h"
-
-// The trainer's cudaMalloc calls, counted (its source is included below): the memory anatomy check
-// needs to know how many allocations a GPU may have rounded.
-static size_t g_device_allocations = 0;
-template <class T>
-cudaError_t counted_cudaMalloc(T** ptr, size_t bytes) {
-    g_device_allocations++;
-    return cudaMalloc(ptr, bytes);
-}
-#define cudaMalloc counted_cudaMalloc
+#include "counted_malloc.h"  // the trainer's cudaMalloc calls, counted
 #include "../train_gpt2.cu"
 #undef cudaMalloc
 #include "harness.h"
