@@ -6,6 +6,11 @@
 #   scripts/install_deps.sh test    the same, then the Hugging Face oracle for /usr/bin/python3
 #                                   (Debian's python3-torch; transformers<4.46 and safetensors from
 #                                   PyPI), matplotlib, and the real all-MiniLM-L6-v2 weights
+#   scripts/install_deps.sh --check build|test
+#                                   only says which Debian packages are missing (exit 1 if any)
+#
+# DEPS_ROOT=DIR looks for the build's files and commands under DIR instead of / (the test of the
+# detection, test/test_install_deps.sh, plants them there).
 #
 # Each dependency is detected by what the build really uses (OpenBLAS's own cblas.h, Boost.Context's
 # fcontext header, mpicxx, the python modules), and each install prints one line. As root it installs
@@ -13,8 +18,15 @@
 # one line naming the command to run. Nothing here is needed on a GPU build.
 set -u
 cd "$(dirname "$0")/.."
+check_only=
+[[ ${1:-} == --check ]] && check_only=1 && shift
 mode=${1:-build}
-[[ $mode == build || $mode == test ]] || { echo "install_deps: usage: $0 build|test" >&2; exit 2; }
+[[ $mode == build || $mode == test ]] || { echo "install_deps: usage: $0 [--check] build|test" >&2; exit 2; }
+root_dir=${DEPS_ROOT:-}
+# Whether a command the build runs is there (under DEPS_ROOT: as DEPS_ROOT/usr/bin/NAME).
+have_command() {
+    if [[ -n $root_dir ]]; then [[ -x $root_dir/usr/bin/$1 ]]; else command -v "$1" >/dev/null 2>&1; fi
+}
 
 if [[ $(id -u) -eq 0 ]]; then
     as_root=()
@@ -24,32 +36,43 @@ else
     as_root=(unavailable)
 fi
 
-# Runs "$@" as root, or stops naming the command when that is impossible.
-root() {
+# Runs "$@" as root.
+root() { "${as_root[@]}" "$@"; }
+# Stops with the one command to run when root is needed and cannot be had.
+need_root_for() {
     if [[ ${as_root[0]:-} == unavailable ]]; then
-        echo "install_deps: missing dependencies and no root (or password-less sudo): run  sudo $*" >&2
+        echo "install_deps: missing dependencies, and no root or password-less sudo to install them: run  sudo $*" >&2
         exit 1
     fi
-    "${as_root[@]}" "$@"
 }
 
 # Debian packages, by the file or command each one provides.
 apt_needed=()
-[[ -f /usr/include/boost/context/detail/fcontext.hpp ]] || apt_needed+=(libboost-context-dev)
-[[ -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ]] || apt_needed+=(libopenblas-dev)
-command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 || apt_needed+=(libopenmpi-dev openmpi-bin)
+# OpenBLAS's own header, not any cblas.h: netlib's reference BLAS (libblas-dev) has a cblas.h too,
+# without the openblas_* functions the CPU backend calls.
+[[ -f $root_dir/usr/include/boost/context/detail/fcontext.hpp ]] || apt_needed+=(libboost-context-dev)
+[[ -f $root_dir/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ]] || apt_needed+=(libopenblas-dev)
+have_command mpicxx && have_command mpirun || apt_needed+=(libopenmpi-dev openmpi-bin)
 if [[ $mode == test ]]; then
     /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || apt_needed+=(python3-torch)
     /usr/bin/python3 -m pip --version >/dev/null 2>&1 || apt_needed+=(python3-pip)
 fi
+if [[ -n $check_only ]]; then
+    [[ ${#apt_needed[@]} -eq 0 ]] && { echo "install_deps: nothing missing" >&2; exit 0; }
+    echo "install_deps: missing ${apt_needed[*]}" >&2
+    exit 1
+fi
 if [[ ${#apt_needed[@]} -gt 0 ]]; then
     command -v apt-get >/dev/null 2>&1 ||
         { echo "install_deps: missing ${apt_needed[*]} and no apt-get: install them with your package manager" >&2; exit 1; }
+    need_root_for apt-get install -y "${apt_needed[@]}"
     for p in "${apt_needed[@]}"; do echo "install_deps: installing $p (apt-get)" >&2; done
-    root apt-get update -qq >/dev/null ||
-        { echo "install_deps: apt-get update failed (no package registry?): install ${apt_needed[*]} by hand" >&2; exit 1; }
-    DEBIAN_FRONTEND=noninteractive root apt-get install -y -qq --no-install-recommends "${apt_needed[@]}" >/dev/null ||
-        { echo "install_deps: apt-get install ${apt_needed[*]} failed" >&2; exit 1; }
+    log=$(mktemp)
+    root apt-get update -qq >"$log" 2>&1 ||
+        { tail -3 "$log" >&2; echo "install_deps: apt-get update failed (no package registry?): install ${apt_needed[*]} by hand" >&2; exit 1; }
+    root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt_needed[@]}" >"$log" 2>&1 ||
+        { tail -3 "$log" >&2; echo "install_deps: apt-get install ${apt_needed[*]} failed" >&2; exit 1; }
+    rm -f "$log"
 fi
 [[ $mode == build ]] && exit 0
 
@@ -59,6 +82,7 @@ pip_needed=()
 /usr/bin/python3 -c 'import safetensors' >/dev/null 2>&1 || pip_needed+=(safetensors)
 /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || pip_needed+=(matplotlib)
 if [[ ${#pip_needed[@]} -gt 0 ]]; then
+    need_root_for /usr/bin/python3 -m pip install --break-system-packages "${pip_needed[@]}"
     for p in "${pip_needed[@]}"; do echo "install_deps: installing $p (pip, /usr/bin/python3)" >&2; done
     root /usr/bin/python3 -m pip install -q --break-system-packages "${pip_needed[@]}" ||
         { echo "install_deps: pip install ${pip_needed[*]} failed (no PyPI?)" >&2; exit 1; }

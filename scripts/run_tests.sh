@@ -72,6 +72,7 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
         run "dev/cuda/$d.cu" "$BUILD_DIR/dev_$d"
     done
     run "test_gpu_check (scripts/gpu_check.sh)" bash "$root/test/test_gpu_check.sh"
+    run "test_install_deps (scripts/install_deps.sh)" bash "$root/test/test_install_deps.sh"
     if python3 -c 'import matplotlib' >/dev/null 2>&1; then
         run "test_plot (scripts/plot.py)" python3 "$root/test/test_plot.py"
     else
