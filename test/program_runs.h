@@ -14,10 +14,12 @@
 namespace th {
 
 // The command prefix that starts `ranks` processes under mpirun ("" for 0: one process, no mpirun).
+// Under make test-asan the processes get MPI_LSAN_OPTIONS as their LSAN_OPTIONS (see the Makefile).
 inline std::string mpirun_prefix(int ranks) {
     if (ranks <= 0) return "";
-    return "mpirun --oversubscribe" + std::string(getuid() == 0 ? " --allow-run-as-root" : "") + " -np " +
-           std::to_string(ranks) + (getenv("LSAN_OPTIONS") ? " -x LSAN_OPTIONS" : "") + " ";
+    const char* lsan = getenv("MPI_LSAN_OPTIONS");
+    return "mpirun --oversubscribe" + std::string(getuid() == 0 ? " --allow-run-as-root" : "") +
+           (lsan && *lsan ? " -x LSAN_OPTIONS=" + std::string(lsan) : "") + " -np " + std::to_string(ranks) + " ";
 }
 
 inline bool exited_ok(const ChildOutput& c) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0; }
