@@ -3,7 +3,8 @@
 # builds for its architecture, runs the kernel tests on it, compute-sanitizer over the kernels' own
 # tests, GPT-2 d12 training in every precision, BERT-base fine-tuning in every precision, our kernel
 # benchmarks, and the same work in PyTorch when python3 has torch; prints one table and writes one
-# JSON file. About 7 minutes on an H100 (400 s measured). Needs nvcc, cuBLASLt and nvidia-smi; nothing is installed.
+# JSON file. About 7 minutes on an H100 (400 s measured). Needs nvcc, cuBLASLt and nvidia-smi;
+# nothing is installed.
 #
 #   scripts/gpu_check.sh [--json FILE] [--steps N] [--skip-sanitizer] [--skip-torch]
 #
@@ -21,7 +22,7 @@ while [[ $# -gt 0 ]]; do
         --steps) steps="${2:?--steps needs a number}"; shift 2 ;;
         --skip-sanitizer) sanitize=; shift ;;
         --skip-torch) torch_bench=; shift ;;
-        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu_check: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
