@@ -28,6 +28,7 @@
 
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -402,8 +403,8 @@ inline size_t matmul_fp8_scratch_bytes(int N, int C, int OC) { return fp8_matmul
 // When cuBLASLt refuses an fp8 GEMM (a shape or alignment its fp8 kernels do not take on this GPU),
 // that product runs in bf16 on the original tensors instead; says so once per GEMM, on stderr.
 inline void fp8_refused_notice(const char* who, int N, int C, int OC) {
-    static std::map<std::tuple<std::string, int, int, int>, bool> told;
-    if (told.emplace(std::make_tuple(std::string(who), N, C, OC), true).second)
+    static std::set<std::tuple<std::string, int, int, int>> told;
+    if (told.emplace(who, N, C, OC).second)
         fprintf(stderr, "%s: cuBLASLt has no fp8 kernel for N=%d C=%d OC=%d here; this product runs in bf16\n", who,
                 N, C, OC);
 }

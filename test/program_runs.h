@@ -13,13 +13,19 @@
 
 namespace th {
 
+// mpirun's options for the processes of one program context: under make test-asan they get
+// MPI_LSAN_OPTIONS as their LSAN_OPTIONS (see the Makefile). An option given before a context is that
+// context's, so a multi-program command (`A : B`) repeats them for each.
+inline std::string mpirun_context_options() {
+    const char* lsan = getenv("MPI_LSAN_OPTIONS");
+    return lsan && *lsan ? " -x LSAN_OPTIONS=" + std::string(lsan) : "";
+}
+
 // The command prefix that starts `ranks` processes under mpirun ("" for 0: one process, no mpirun).
-// Under make test-asan the processes get MPI_LSAN_OPTIONS as their LSAN_OPTIONS (see the Makefile).
 inline std::string mpirun_prefix(int ranks) {
     if (ranks <= 0) return "";
-    const char* lsan = getenv("MPI_LSAN_OPTIONS");
     return "mpirun --oversubscribe" + std::string(getuid() == 0 ? " --allow-run-as-root" : "") +
-           (lsan && *lsan ? " -x LSAN_OPTIONS=" + std::string(lsan) : "") + " -np " + std::to_string(ranks) + " ";
+           mpirun_context_options() + " -np " + std::to_string(ranks) + " ";
 }
 
 inline bool exited_ok(const ChildOutput& c) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0; }

@@ -75,12 +75,8 @@ static void test_auto_batch_ranks() {
     char small[32];
     snprintf(small, sizeof(small), "%.0fM", rest + (a8 + a16) / 2 / 0.9);
     std::string both = " " + g_self + " --train-gpt2 " + args + "-b auto --zero 2";  // ZeRO-2: a collective per micro-step
-    // The second program's context gets mpirun_prefix's options for its processes again (LSAN_OPTIONS
-    // under ASan): an option given before one context is that context's.
-    const char* lsan = getenv("MPI_LSAN_OPTIONS");
-    std::string lsan_x = lsan && *lsan ? " -x LSAN_OPTIONS=" + std::string(lsan) : "";
-    std::string cmd = th::mpirun_prefix(1) + "-x SIMT_DEVICE_MEMORY=" + small + both + " : -np 1" + lsan_x +
-                      " -x SIMT_DEVICE_MEMORY=80G" + both;
+    std::string cmd = th::mpirun_prefix(1) + "-x SIMT_DEVICE_MEMORY=" + small + both + " : -np 1" +
+                      th::mpirun_context_options() + " -x SIMT_DEVICE_MEMORY=80G" + both;
     th::ChildOutput two = th::run_command("timeout 120 " + cmd + " 2>&1");
     bool ok = a8 > 0 && a16 > a8 && rest > 0 && exited_ok(two) && two.text.find("batch size auto: B=8 ") != std::string::npos &&
               step_losses(two.text).size() == 2;
