@@ -38,8 +38,11 @@ report $ok "mpicxx without mpirun: Open MPI missing" "exit $rc: $out"
 
 # Not root, no sudo: one line naming the command (as the unprivileged user nobody).
 if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null 2>&1; then
+    # a copy the user can reach: the checkout may sit in a directory only root can enter
+    mkdir -p "$tmp/repo/scripts" && cp "$script" "$tmp/repo/scripts/"
     chmod -R a+rX "$tmp"
-    out=$(cd / && DEPS_ROOT="$tmp/ref" setpriv --reuid=65534 --regid=65534 --clear-groups "$script" build 2>&1); rc=$?
+    chmod a+x "$tmp"
+    out=$(cd / && DEPS_ROOT="$tmp/ref" setpriv --reuid=65534 --regid=65534 --clear-groups "$tmp/repo/scripts/install_deps.sh" build 2>&1); rc=$?
     ok=0; [[ $rc -eq 1 && $(echo "$out" | wc -l) -eq 1 && $out == *"run  sudo apt-get install -y libboost-context-dev libopenblas-dev"* ]] && ok=1
     report $ok "without root or sudo: one line naming the command" "exit $rc: $out"
 else
