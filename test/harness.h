@@ -395,28 +395,50 @@ inline void end_replay() {
 
 // ----------------------------------------------------------------------------
 // Schedule orders (CPU backend only): a deterministic kernel must give bit-identical results
-// whatever order the threads run in between two sync points; a missing __syncthreads shows up
-// as a difference. On a GPU there is one (hardware) order and run_orders just runs.
+// whatever order the threads run in between two sync points, and whichever tile element each WMMA
+// fragment's x[i] holds (CUDA leaves both unspecified); a missing __syncthreads, or a kernel that
+// assumes a fragment layout, shows up as a difference. On a GPU there is one (hardware) order and
+// layout, and run_orders just runs.
 #if defined(SIMT_CPU)
+#include <mma.h>
+
 namespace th {
-// Runs `run` (launches kernels, returns a std::vector of host results) under forward, reverse
-// and seeded-random thread orders, reports whether all results are bit-identical, and returns
-// the forward-order result.
+// Runs `run` (launches kernels, returns a std::vector of host results) under forward, reverse and
+// seeded-random thread orders, each with its own fragment order (the process's, SIMT_FRAGMENT_ORDER,
+// then the next two seeds), reports whether all results are bit-identical, and returns the
+// forward-order result. On a difference, more runs in forward thread order tell which of the two
+// the results depend on: the fragment order when the first configuration repeats its result and
+// the second fragment order alone changes it; else the threads (a race also makes one
+// configuration give different results, after runs that left other values in memory).
 template <class F>
 auto run_orders(const char* name, F run) -> decltype(run()) {
     simt::Order saved = simt::get_order();
-    simt::set_order(simt::Order::Forward);
-    auto fwd = run();
-    simt::set_order(simt::Order::Reverse);
-    auto rev = run();
-    simt::set_order(simt::Order::Random, 12345);
-    auto rnd = run();
+    uint64_t frag = simt::get_fragment_order();
+    auto run_under = [&](simt::Order order, uint64_t seed, uint64_t fragment_order) {
+        simt::set_order(order, seed);
+        simt::set_fragment_order(fragment_order);
+        return run();
+    };
+    auto fwd = run_under(simt::Order::Forward, 0, frag);
+    auto same_as_fwd = [&](const decltype(fwd)& other) {
+        size_t bytes = fwd.size() * sizeof(fwd[0]);
+        return other.size() == fwd.size() && (bytes == 0 || memcmp(fwd.data(), other.data(), bytes) == 0);
+    };
+    bool same = same_as_fwd(run_under(simt::Order::Reverse, 0, frag + 1)) &&
+                same_as_fwd(run_under(simt::Order::Random, 12345, frag + 2));
+    if (same)
+        report(true, name,
+               "bit-identical under forward, reverse and random thread orders (fragment orders %llu, %llu, %llu)",
+               (unsigned long long)frag, (unsigned long long)frag + 1, (unsigned long long)frag + 2);
+    else if (same_as_fwd(run_under(simt::Order::Forward, 0, frag)) &&
+             !same_as_fwd(run_under(simt::Order::Forward, 0, frag + 1)))
+        report(false, name, "results differ between fragment orders %llu and %llu (SIMT_FRAGMENT_ORDER): a kernel "
+               "assumes which tile element a WMMA fragment's x[i] holds", (unsigned long long)frag,
+               (unsigned long long)frag + 1);
+    else
+        report(false, name, "results differ between thread orders (missing __syncthreads/__syncwarp?)");
     simt::set_order(saved);
-    size_t bytes = fwd.size() * sizeof(fwd[0]);
-    bool same = rev.size() == fwd.size() && rnd.size() == fwd.size() &&
-                (bytes == 0 || (memcmp(fwd.data(), rev.data(), bytes) == 0 && memcmp(fwd.data(), rnd.data(), bytes) == 0));
-    report(same, name, same ? "bit-identical under forward, reverse and random thread orders"
-                            : "results differ between thread orders (missing __syncthreads/__syncwarp?)");
+    simt::set_fragment_order(frag);
     return fwd;
 }
 }  // namespace th

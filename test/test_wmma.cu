@@ -1,6 +1,7 @@
 // test/test_wmma.cu — tests the WMMA API (nvcuda::wmma) kernels rely on: every shape × type ×
 // layout combination against CPU references, element-wise fragment ops, a multi-tile GEMM with
-// several warps per block, __float_to_tf32 rounding, and (CPU backend) the documented faults.
+// several warps per block, __float_to_tf32 rounding, and (CPU backend) the documented faults and
+// the scrambled fragment order, with planted bugs that depend on it.
 //
 // Tolerance. With the CPU backend, mma_sync is *defined* as C plus the exact fp32 products of the
 // inputs (tf32 inputs rounded as __float_to_tf32 rounds) added one at a time in k order with fp32
@@ -10,9 +11,11 @@
 // GPU run (nvcc build) instead allows K·eps_fp32·max Σ|a·b| absolute, plus one ulp of the output
 // type per rounding to __half.
 //
-// Schedule order: each run prints a digest of every output buffer; the same digest under
-// SIMT_ORDER=forward and SIMT_ORDER=reverse shows the results do not depend on the order in
-// which lanes run between sync points.
+// Schedule and fragment order: with the CPU backend each product test runs under three fragment
+// orders (which tile element each x[i] holds, see llmc/simt/include/mma.h) and must be exact under
+// each. Each run prints a digest of every output buffer; the same digest under SIMT_ORDER=forward
+// and SIMT_ORDER=reverse (or two SIMT_FRAGMENT_ORDER values) shows the results do not depend on
+// the order in which lanes run between sync points (or on the fragment orders).
 //
 // Build (CPU backend):
 //   g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ test/test_wmma.cu -x none llmc/simt/scheduler.cpp
@@ -28,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -132,6 +136,44 @@ static th::Tol mma_tol(double max_sum_abs, int K, int half_roundings) {
     return th::Tol{K * th::EPS_FP32 * max_sum_abs + half_roundings * th::EPS_FP16 * max_sum_abs,
                    half_roundings * th::EPS_FP16};
 #endif
+}
+
+// The fragment orders each product test runs under. With the CPU backend, the process's
+// (SIMT_FRAGMENT_ORDER) and the next two seeds, as in th::run_orders, so that every fragment type
+// and layout gives the exact product under three mappings of x[i] to tile elements; on a GPU, its
+// one mapping.
+#ifdef SIMT_CPU
+constexpr int kFragmentOrders = 3;
+#define ORDERS_NOTE ", 3 fragment orders"
+#else
+constexpr int kFragmentOrders = 1;
+#define ORDERS_NOTE ""
+#endif
+
+// Runs launch() (launches, returns the outputs as floats) under each fragment order; returns the
+// outputs one after another.
+template <class F>
+static std::vector<float> under_fragment_orders(F launch) {
+    std::vector<float> all;
+#ifdef SIMT_CPU
+    uint64_t order = simt::get_fragment_order();
+    for (int o = 0; o < kFragmentOrders; o++) {
+        simt::set_fragment_order(order + o);
+        std::vector<float> out = launch();
+        all.insert(all.end(), out.begin(), out.end());
+    }
+    simt::set_fragment_order(order);
+#else
+    all = launch();
+#endif
+    return all;
+}
+
+// v repeated `times` times, one copy after another.
+static std::vector<float> repeat(const std::vector<float>& v, int times) {
+    std::vector<float> out;
+    for (int t = 0; t < times; t++) out.insert(out.end(), v.begin(), v.end());
+    return out;
 }
 
 // ----------------------------------------------------------------------------
@@ -250,28 +292,30 @@ static void test_tile() {
 
     th::DeviceBuffer<S> dA(a_mem), dB(b_mem);
     th::DeviceBuffer<TC> dC(c_mem);
-    th::DeviceBuffer<TD> dD(4 * d_stride, th::Fill::Zero);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1);
-    cfg.blockDim = dim3(128);
-    cudaCheck(cudaLaunchKernelEx(&cfg, tile_kernel<M, N, K, T, LA, LB, TC, TD>, (const S*)dA.ptr, (unsigned)lda,
-                                 (const S*)dB.ptr, (unsigned)ldb, (const TC*)dC.ptr, (unsigned)ldc, c_stride, dD.ptr,
-                                 (unsigned)ldd, d_stride));
-    cudaCheck(cudaGetLastError());
-    cudaCheck(cudaDeviceSynchronize());
-    std::vector<TD> d_mem = dD.host();
-    digest(d_mem.data(), d_mem.size() * sizeof(TD));
-    std::vector<float> out;  // the 4 warps' results, one after another
-    for (int w = 0; w < 4; w++) {
-        std::vector<float> o = gather(d_mem, w * d_stride, M, N, !(w & 2), ldd);
-        out.insert(out.end(), o.begin(), o.end());
-    }
-    std::vector<float> ref4;
-    for (int w = 0; w < 4; w++) ref4.insert(ref4.end(), ref.begin(), ref.end());
+    std::vector<float> out = under_fragment_orders([&] {
+        th::DeviceBuffer<TD> dD(4 * d_stride, th::Fill::Zero);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1);
+        cfg.blockDim = dim3(128);
+        cudaCheck(cudaLaunchKernelEx(&cfg, tile_kernel<M, N, K, T, LA, LB, TC, TD>, (const S*)dA.ptr, (unsigned)lda,
+                                     (const S*)dB.ptr, (unsigned)ldb, (const TC*)dC.ptr, (unsigned)ldc, c_stride,
+                                     dD.ptr, (unsigned)ldd, d_stride));
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<TD> d_mem = dD.host();
+        digest(d_mem.data(), d_mem.size() * sizeof(TD));
+        std::vector<float> warps;  // the 4 warps' results, one after another
+        for (int w = 0; w < 4; w++) {
+            std::vector<float> o = gather(d_mem, w * d_stride, M, N, !(w & 2), ldd);
+            warps.insert(warps.end(), o.begin(), o.end());
+        }
+        return warps;
+    });
+    std::vector<float> refs = repeat(ref, 4 * kFragmentOrders);
     char name[160];
-    snprintf(name, sizeof(name), "tile m%dn%dk%d %s A=%s B=%s C=%s D=%s (C,D layouts row/col x4 warps)", M, N, K,
-             type_name<T>(), layout_name<LA>(), layout_name<LB>(), type_name<TC>(), type_name<TD>());
-    th::check_close(name, ref4.data(), out.data(), out.size(),
+    snprintf(name, sizeof(name), "tile m%dn%dk%d %s A=%s B=%s C=%s D=%s (C,D layouts row/col x4 warps" ORDERS_NOTE ")",
+             M, N, K, type_name<T>(), layout_name<LA>(), layout_name<LB>(), type_name<TC>(), type_name<TD>());
+    th::check_close(name, refs.data(), out.data(), out.size(),
                     mma_tol(max_sum_abs, K, std::is_same<TD, __half>::value ? 1 : 0));
 }
 
@@ -318,21 +362,26 @@ __global__ void elementwise_kernel(float* D, float* ones) {
 
 template <int M, int N, int K, class T>
 static void test_elementwise() {
-    th::DeviceBuffer<float> dD(M * N, th::Fill::Zero), dO(M * N, th::Fill::Zero);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1);
-    cfg.blockDim = dim3(32);
-    cudaCheck(cudaLaunchKernelEx(&cfg, elementwise_kernel<M, N, K, T>, dD.ptr, dO.ptr));
-    cudaCheck(cudaDeviceSynchronize());
-    std::vector<float> d = dD.host(), o = dO.host();
-    digest(d.data(), d.size() * 4);
-    digest(o.data(), o.size() * 4);
+    std::vector<float> out = under_fragment_orders([&] {
+        th::DeviceBuffer<float> dD(M * N, th::Fill::Zero), dO(M * N, th::Fill::Zero);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1);
+        cfg.blockDim = dim3(32);
+        cudaCheck(cudaLaunchKernelEx(&cfg, elementwise_kernel<M, N, K, T>, dD.ptr, dO.ptr));
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<float> d = dD.host(), o = dO.host();
+        digest(d.data(), d.size() * 4);
+        digest(o.data(), o.size() * 4);
+        d.insert(d.end(), o.begin(), o.end());
+        return d;
+    });
     std::vector<float> ref((size_t)2 * M * N);
     for (int i = 0; i < M * N; i++) ref[i] = 2.f * K + 1.f, ref[M * N + i] = 1.f;
-    d.insert(d.end(), o.begin(), o.end());
+    std::vector<float> refs = repeat(ref, kFragmentOrders);
     char name[128];
-    snprintf(name, sizeof(name), "elementwise m%dn%dk%d %s (each element once: D=2K+1, count=1)", M, N, K, type_name<T>());
-    th::check_close(name, ref.data(), d.data(), d.size(), th::Tol{0.0, 0.0});  // small integers: exact anywhere
+    snprintf(name, sizeof(name), "elementwise m%dn%dk%d %s (each element once: D=2K+1, count=1" ORDERS_NOTE ")", M, N, K,
+             type_name<T>());
+    th::check_close(name, refs.data(), out.data(), out.size(), th::Tol{0.0, 0.0});  // small integers: exact anywhere
 }
 
 // ----------------------------------------------------------------------------
@@ -381,22 +430,27 @@ static void test_chain() {
             if (sum_abs > max_sum_abs) max_sum_abs = sum_abs;
         }
     th::DeviceBuffer<S> dA(a), dB(b);
-    th::DeviceBuffer<float> dD((size_t)M * N);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1);
-    cfg.blockDim = dim3(32);
-    cudaCheck(cudaLaunchKernelEx(&cfg, chain_kernel<M, N, K, T>, (const S*)dA.ptr, (const S*)dB.ptr, dD.ptr));
-    cudaCheck(cudaDeviceSynchronize());
-    std::vector<float> out = dD.host();
-    digest(out.data(), out.size() * 4);
-    char name[128];
-    snprintf(name, sizeof(name), "chain of 3 mma_sync m%dn%dk%d %s (no barrier between calls%s)", M, N, K, type_name<T>(),
+    std::vector<float> out = under_fragment_orders([&] {
+        th::DeviceBuffer<float> dD((size_t)M * N);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1);
+        cfg.blockDim = dim3(32);
+        cudaCheck(cudaLaunchKernelEx(&cfg, chain_kernel<M, N, K, T>, (const S*)dA.ptr, (const S*)dB.ptr, dD.ptr));
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<float> d = dD.host();
+        digest(d.data(), d.size() * 4);
+        return d;
+    });
+    std::vector<float> refs = repeat(ref, kFragmentOrders);
+    char name[160];
+    snprintf(name, sizeof(name), "chain of 3 mma_sync m%dn%dk%d %s (no barrier between calls%s" ORDERS_NOTE ")", M, N, K,
+             type_name<T>(),
 #ifdef SIMT_CPU
              std::is_same<T, tf32>::value ? "; unconverted fp32 operands, rounded by mma_sync" : "");
 #else
              "");
 #endif
-    th::check_close(name, ref.data(), out.data(), out.size(), mma_tol(max_sum_abs, 3 * K, 0));
+    th::check_close(name, refs.data(), out.data(), out.size(), mma_tol(max_sum_abs, 3 * K, 0));
 }
 
 // ----------------------------------------------------------------------------
@@ -485,24 +539,28 @@ static void test_gemm(int M, int N, int K, bool a_row, bool b_row, bool c_row, b
         }
 
     th::DeviceBuffer<S> dA(a_mem), dB(b_mem);
-    th::DeviceBuffer<TACC> dC(c_mem), dD((size_t)M * N, th::Fill::Zero);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(N / BN, M / BM);
-    cfg.blockDim = dim3(32 * WM * WN);
-    cudaCheck(cudaLaunchKernelEx(&cfg, gemm_kernel<TM, TN, TK, WM, WN, T, TACC>, (const S*)dA.ptr, (int)a_row,
-                                 (const S*)dB.ptr, (int)b_row, (const TACC*)dC.ptr, (int)c_row, dD.ptr, (int)d_row, M,
-                                 N, K, alpha, beta, (int)relu));
-    cudaCheck(cudaGetLastError());
-    cudaCheck(cudaDeviceSynchronize());
-    std::vector<TACC> d_mem = dD.host();
-    digest(d_mem.data(), d_mem.size() * sizeof(TACC));
-    std::vector<float> out = gather(d_mem, 0, M, N, d_row, d_row ? N : M);
+    th::DeviceBuffer<TACC> dC(c_mem);
+    std::vector<float> out = under_fragment_orders([&] {
+        th::DeviceBuffer<TACC> dD((size_t)M * N, th::Fill::Zero);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(N / BN, M / BM);
+        cfg.blockDim = dim3(32 * WM * WN);
+        cudaCheck(cudaLaunchKernelEx(&cfg, gemm_kernel<TM, TN, TK, WM, WN, T, TACC>, (const S*)dA.ptr, (int)a_row,
+                                     (const S*)dB.ptr, (int)b_row, (const TACC*)dC.ptr, (int)c_row, dD.ptr, (int)d_row,
+                                     M, N, K, alpha, beta, (int)relu));
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<TACC> d_mem = dD.host();
+        digest(d_mem.data(), d_mem.size() * sizeof(TACC));
+        return gather(d_mem, 0, M, N, d_row, d_row ? N : M);
+    });
+    std::vector<float> refs = repeat(ref, kFragmentOrders);
     char name[200];
-    snprintf(name, sizeof(name), "gemm %dx%dx%d m%dn%dk%d %s acc=%s, %dx%d warps/block, A=%s B=%s C=%s D=%s%s", M, N, K,
-             TM, TN, TK, type_name<T>(), type_name<TACC>(), WM, WN, a_row ? "row" : "col", b_row ? "row" : "col",
-             c_row ? "row" : "col", d_row ? "row" : "col", relu ? " relu" : "");
+    snprintf(name, sizeof(name), "gemm %dx%dx%d m%dn%dk%d %s acc=%s, %dx%d warps/block, A=%s B=%s C=%s D=%s%s" ORDERS_NOTE,
+             M, N, K, TM, TN, TK, type_name<T>(), type_name<TACC>(), WM, WN, a_row ? "row" : "col",
+             b_row ? "row" : "col", c_row ? "row" : "col", d_row ? "row" : "col", relu ? " relu" : "");
     int half_roundings = std::is_same<TACC, __half>::value ? K / TK + 1 : 0;
-    th::check_close(name, ref.data(), out.data(), out.size(), mma_tol(max_sum_abs, K, half_roundings));
+    th::check_close(name, refs.data(), out.data(), out.size(), mma_tol(max_sum_abs, K, half_roundings));
 }
 
 // ----------------------------------------------------------------------------
@@ -546,8 +604,161 @@ static void test_faults() {
 #endif
 
 // ----------------------------------------------------------------------------
+// Test 7 (CPU backend only): the fragment order. CUDA does not say which tile element x[i] of a
+// lane holds, so the backend scrambles the mapping (SIMT_FRAGMENT_ORDER, see llmc/simt/include/mma.h).
+// The slots of every accumulator type must map one-to-one onto the tile under each order, and two
+// planted bugs that assume a mapping must be caught by th::run_orders, while the same product
+// computed legally passes it.
 
-int main() {
+#ifdef SIMT_CPU
+// Writes each slot's own number (lane * num_elements + i) and stores the tile: out[e] is the slot
+// that holds tile element e.
+template <int M, int N, int K, class TACC>
+__global__ void slot_map_kernel(TACC* D) {
+    wmma::fragment<wmma::accumulator, M, N, K, TACC> acc;
+    int lane = threadIdx.x % 32;
+    for (int i = 0; i < acc.num_elements; i++) acc.x[i] = from_f<TACC>((float)(lane * acc.num_elements + i));
+    wmma::store_matrix_sync(D, acc, N, wmma::mem_row_major);
+}
+
+template <int M, int N, int K, class TACC>
+static void test_slot_map() {
+    uint64_t order = simt::get_fragment_order();
+    const uint64_t orders[] = {0, order, order + 1, order + 2};  // identity, then what run_orders uses
+    std::vector<std::vector<float>> maps;
+    for (uint64_t o : orders) {
+        simt::set_fragment_order(o);
+        th::DeviceBuffer<TACC> dD((size_t)M * N, th::Fill::NaN);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1);
+        cfg.blockDim = dim3(32);
+        cudaCheck(cudaLaunchKernelEx(&cfg, slot_map_kernel<M, N, K, TACC>, dD.ptr));
+        cudaCheck(cudaDeviceSynchronize());
+        maps.push_back(gather(dD.host(), 0, M, N, true, N));  // slot numbers < 256: exact in __half
+    }
+    simt::set_fragment_order(order);
+    bool one_to_one = true;
+    for (auto& map : maps) {
+        std::vector<int> seen(M * N, 0);
+        for (float slot : map) one_to_one = one_to_one && slot >= 0 && slot < M * N && seen[(int)slot]++ == 0;
+    }
+    // The identity exactly under order 0, and a different map for each different order.
+    bool distinct = true;
+    for (size_t i = 0; i < maps.size(); i++) {
+        bool identity = true;
+        for (int e = 0; e < M * N; e++) identity = identity && maps[i][e] == (float)e;
+        distinct = distinct && identity == (orders[i] == 0);
+        for (size_t j = i + 1; j < maps.size(); j++)
+            distinct = distinct && (maps[i] == maps[j]) == (orders[i] == orders[j]);
+    }
+    char name[160];
+    snprintf(name, sizeof(name), "fragment order: accumulator m%dn%dk%d %s slots map onto the tile", M, N, K,
+             type_name<TACC>());
+    th::report(one_to_one && distinct, name,
+               "under orders 0, %llu, %llu, %llu: one-to-one: %s; the identity for order 0 only, and one map per "
+               "order: %s",
+               (unsigned long long)orders[1], (unsigned long long)orders[2], (unsigned long long)orders[3],
+               one_to_one ? "yes" : "NO", distinct ? "yes" : "NO");
+}
+
+// D = A·B for one 16×16×16 bf16 tile (A row-major, B column-major, both with leading dimension 16),
+// written to D (row-major, 16×16 floats) in one of three ways.
+enum Plant { kLegal, kAssumedLayout, kMixedTypes };
+template <Plant P>
+__global__ void plant_kernel(const __nv_bfloat16* A, const __nv_bfloat16* B, float* D) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(a, A, 16);
+    wmma::load_matrix_sync(b, B, 16);
+    wmma::fill_fragment(acc, 0.f);
+    wmma::mma_sync(acc, a, b, acc);
+    int lane = threadIdx.x % 32;
+    if constexpr (P == kLegal) {
+        wmma::store_matrix_sync(D, acc, 16, wmma::mem_row_major);
+    } else if constexpr (P == kAssumedLayout) {
+        // The bug: takes lane l's x[i] to be element l * 8 + i of the row-major tile.
+        for (int i = 0; i < acc.num_elements; i++) D[lane * acc.num_elements + i] = acc.x[i];
+    } else {
+        // The bug: takes x[i] of a __half accumulator to be the same element as x[i] of a float one.
+        wmma::fragment<wmma::accumulator, 16, 16, 16, __half> h;
+        for (int i = 0; i < h.num_elements; i++) h.x[i] = __float2half_rn(acc.x[i]);
+        alignas(32) __shared__ __half tile[16 * 16];
+        wmma::store_matrix_sync(tile, h, 16, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 16 * 16; e += 32) D[e] = __half2float(tile[e]);
+    }
+}
+
+// The planted kernels' inputs A (which = 0) and B (1): the same in every run.
+static std::vector<__nv_bfloat16> plant_input(int which) { return th::random_tensor<__nv_bfloat16>(256, 71 + which); }
+
+// Runs plant_kernel<P>; returns D.
+template <Plant P>
+static std::vector<float> run_plant() {
+    th::DeviceBuffer<__nv_bfloat16> dA(plant_input(0)), dB(plant_input(1));
+    th::DeviceBuffer<float> dD(256, th::Fill::NaN);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1);
+    cfg.blockDim = dim3(32);
+    cudaCheck(cudaLaunchKernelEx(&cfg, plant_kernel<P>, (const __nv_bfloat16*)dA.ptr, (const __nv_bfloat16*)dB.ptr,
+                                 dD.ptr));
+    cudaCheck(cudaDeviceSynchronize());
+    return dD.host();
+}
+
+// In a child process (test_wmma --plant NAME): the planted bug under th::run_orders, which must
+// fail; returns the exit status.
+static int run_planted(const std::string& name) {
+    if (name == "assumed_layout") th::run_orders("planted assumed fragment layout", run_plant<kAssumedLayout>);
+    else if (name == "mixed_types") th::run_orders("planted mixed fragment types", run_plant<kMixedTypes>);
+    else th::report(false, "planted bug", "unknown name %s", name.c_str());
+    return th::n_failed() ? 3 : 0;
+}
+
+// Each planted bug: hidden by the identity order (which was the backend's only mapping) and caught
+// by run_orders under the scrambled ones.
+static void test_planted(const char* self) {
+    std::vector<float> legal =
+        th::run_orders("fragment order: the legal kernel (store_matrix_sync)", run_plant<kLegal>);
+    std::vector<double> ref(256);  // Σ_k in k order, in fp32, as mma_sync adds
+    std::vector<__nv_bfloat16> a = plant_input(0), b = plant_input(1);
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) {
+            float acc = 0.f;
+            for (int k = 0; k < 16; k++) acc += to_f(a[r * 16 + k]) * to_f(b[c * 16 + k]);
+            ref[r * 16 + c] = acc;
+        }
+    th::check_budget("fragment order: the legal kernel's product", ref, legal, std::vector<double>(256, 0.0));
+
+    uint64_t order = simt::get_fragment_order();
+    simt::set_fragment_order(0);
+    std::vector<float> layout = run_plant<kAssumedLayout>(), mixed = run_plant<kMixedTypes>();
+    simt::set_fragment_order(order);
+    std::vector<float> legal_half(256);
+    for (int e = 0; e < 256; e++) legal_half[e] = to_f(from_f<__half>(legal[e]));
+    th::check_bitwise("planted assumed fragment layout: right under the identity order (the bug it hid)",
+                      layout.data(), legal.data(), 256 * sizeof(float));
+    th::check_bitwise("planted mixed fragment types: right under the identity order (the bug it hid)", mixed.data(),
+                      legal_half.data(), 256 * sizeof(float));
+
+    for (const char* plant : {"assumed_layout", "mixed_types"}) {
+        th::ChildOutput child = th::run_command(std::string("timeout 60 ") + self + " --plant " + plant + " 2>&1");
+        const std::string& out = child.text;
+        int code = WIFEXITED(child.status) ? WEXITSTATUS(child.status) : -1;
+        bool ok = code == 3 && out.find("results differ between fragment orders") != std::string::npos;
+        std::string test = std::string("planted bug caught by run_orders: ") + plant;
+        th::report(ok, test.c_str(), "exit %d | %s", code, out.substr(0, out.find('\n')).c_str());
+    }
+}
+#endif
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+#ifdef SIMT_CPU
+    if (argc == 3 && std::string(argv[1]) == "--plant") return run_planted(argv[2]);
+#endif
     auto t0 = std::chrono::steady_clock::now();
     test_float_to_tf32();
 
@@ -583,9 +794,19 @@ int main() {
 
 #ifdef SIMT_CPU
     test_faults();
+
+    test_slot_map<16, 16, 16, float>();
+    test_slot_map<16, 16, 16, __half>();
+    test_slot_map<32, 8, 16, float>();
+    test_slot_map<32, 8, 16, __half>();
+    test_slot_map<8, 32, 16, float>();
+    test_slot_map<8, 32, 16, __half>();
+    test_slot_map<16, 16, 8, float>();
+    test_planted(argv[0]);
 #endif
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    printf("digest of all outputs: %016llx (compare across SIMT_ORDER runs)\n", (unsigned long long)g_digest);
+    printf("digest of all outputs: %016llx (compare across SIMT_ORDER and SIMT_FRAGMENT_ORDER runs)\n",
+           (unsigned long long)g_digest);
     fprintf(stderr, "time: %.2f s\n", secs);  // stderr: stdout stays identical across runs
     return th::finish();
 }

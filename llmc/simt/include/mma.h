@@ -1,15 +1,27 @@
 // llmc/simt/include/mma.h — the CPU backend's stand-in for <mma.h>: nvcuda::wmma (warp-level matrix multiply-accumulate) with exact, documented semantics.
 //
-// Why this works on a CPU. CUDA keeps the mapping of a fragment's elements to lanes opaque: a
-// kernel may only load, store, fill, apply the same element-wise operation to every x[i], and
-// call mma_sync. So any consistent mapping is exact. Here, element i of lane l is the tile element
-// (l * num_elements + i) mod (rows * cols), counted row by row in the *logical* tile (A is m×k,
+// Why this works on a CPU. CUDA keeps the mapping of a fragment's elements to lanes opaque
+// ("unspecified and subject to change"; it does differ between architectures and types): a kernel
+// may only load, store, fill, apply the same element-wise operation to every x[i] (also between
+// fragments of the same type), and call mma_sync. So any consistent mapping is exact. Here lane l's
+// element i is slot s = l * num_elements + i of the warp's 32 * num_elements slots, and slot s
+// holds tile element perm(s) mod (rows * cols), counted row by row in the *logical* tile (A is m×k,
 // B is k×n, accumulators m×n) whatever the memory layout; the memory layout only changes the
-// addresses load/store use. Per-lane counts are CUDA's own (static_asserts in test/test_wmma.cu
-// pin them): where CUDA gives a lane more elements than rows*cols/32 (__half A/B fragments), the
-// mapping wraps and the extra elements are copies, which stay equal under element-wise ops.
+// addresses load/store use. Per-lane counts are CUDA's own (static_asserts in test/test_wmma.cu pin
+// them): where CUDA gives a lane more elements than rows*cols/32 (__half A/B fragments), each
+// element has several slots, whose copies stay equal under element-wise ops.
 //
-// mma_sync needs the whole A and B tiles, which are spread over the 32 lanes (fibers). Each lane
+// Fragment order. perm is a permutation of the slots across all lanes, one per fragment type
+// (use, shape, element type, layout) and per *fragment order*, so a kernel that assumes which tile
+// element x[i] holds (say, that lane 0's x[0] is element (0,0)) gets wrong results here, as it
+// would on some GPU. SIMT_FRAGMENT_ORDER=identity|<seed> picks the order at start-up: identity (or
+// 0) is perm(s) = s, any other decimal number seeds a scrambled permutation; the default is seed 1,
+// scrambled but the same in every run, so that a failure reproduces. simt::set_fragment_order
+// changes it between launches: th::run_orders (test/harness.h) runs each test under three orders
+// and requires bit-identical results, which a legal kernel always gives (the arithmetic below does
+// not depend on the mapping).
+//
+// mma_sync needs the whole A, B and C tiles, which are spread over the 32 lanes (fibers). Each lane
 // writes its share into a per-warp scratch buffer, __syncwarp(), each lane computes its own
 // accumulator elements, __syncwarp() again so that the next mma_sync cannot overwrite the scratch
 // while a lane still reads it. Like on a GPU, all 32 lanes must therefore call it (convergently).
@@ -26,8 +38,11 @@
 
 #include "cuda_runtime.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 namespace nvcuda {
@@ -95,7 +110,46 @@ struct alignas(8) __frag_base {
 }  // namespace nvcuda
 
 // ----------------------------------------------------------------------------
-// Backend internals: which fragments exist, their logical tile, and the per-warp scratch
+// Fragment order (see the top of the file)
+
+namespace simt {
+namespace wmma_detail {
+
+// The order SIMT_FRAGMENT_ORDER names (1 when unset); stops the program on any other value, as a
+// typo would otherwise test nothing.
+inline uint64_t fragment_order_from_env() {
+    const char* e = getenv("SIMT_FRAGMENT_ORDER");
+    if (!e || !*e) return 1;
+    if (!strcmp(e, "identity")) return 0;
+    char* end = nullptr;
+    uint64_t seed = strtoull(e, &end, 10);
+    if (*e >= '0' && *e <= '9' && *end == '\0') return seed;
+    fprintf(stderr, "simt: SIMT_FRAGMENT_ORDER=%s is not identity or a seed (a decimal number)\n", e);
+    exit(2);
+}
+
+// Atomic because worker threads read it while kernels run; it only changes between launches.
+inline std::atomic<uint64_t>& fragment_order_setting() {
+    static std::atomic<uint64_t> order{fragment_order_from_env()};
+    return order;
+}
+
+}  // namespace wmma_detail
+
+// Sets the fragment order: 0 is the identity mapping, any other value seeds a permutation. Only
+// between launches: a kernel must see one order from its first load to its last store.
+inline void set_fragment_order(uint64_t order) {
+    wmma_detail::fragment_order_setting().store(order, std::memory_order_relaxed);
+}
+inline uint64_t get_fragment_order() {
+    return wmma_detail::fragment_order_setting().load(std::memory_order_relaxed);
+}
+
+}  // namespace simt
+
+// ----------------------------------------------------------------------------
+// Backend internals: which fragments exist, their logical tile and slot permutation, and the
+// per-warp scratch
 
 namespace simt {
 namespace wmma_detail {
@@ -134,12 +188,65 @@ struct frag_info {
     // CUDA gives __half A/B fragments 16 elements per lane for every shape (copies where the tile
     // has fewer than 512 elements); every other fragment holds each element exactly once.
     static constexpr int per_lane = (!is_acc && same<T, __half>) ? 16 : total / 32;
+    static constexpr int slots = 32 * per_lane;
+    static constexpr int slot_bits = slots == 128 ? 7 : slots == 256 ? 8 : 9;
+    static_assert(slots == 1 << slot_bits, "the slot permutation needs 128, 256 or 512 slots");
+    // Distinguishes the fragment types, which get independent permutations: a GPU may lay out two
+    // types differently (on Volta, __half and float accumulators differ), so x[i] of one type need
+    // not be the same tile element as x[i] of another.
+    static constexpr uint64_t type_id =
+        (is_a ? 1 : is_b ? 2 : 3) | (uint64_t)m << 2 | (uint64_t)n << 8 | (uint64_t)k << 14 |
+        (uint64_t)(same<T, __half> ? 1 : same<T, __nv_bfloat16> ? 2 : same<T, float> ? 3 : 4) << 20 |
+        (uint64_t)(same<Layout, w::row_major> ? 1 : same<Layout, w::col_major> ? 2 : 0) << 23;
 };
 
-// Scratch for mma_sync: room for a 512-element A and a 512-element B tile per warp, 32 warps
-// (1024 threads). One copy per worker OS thread: the fibers of one block share it, and blocks on
-// a worker run one after another, as with __shared__ memory.
-constexpr int kScratchPerWarp = 1024;
+// splitmix64's finalizer: a well-mixed 64-bit value from any input.
+inline uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// The permutation of fragment type Info's slots under the current fragment order, as the image
+// of each slot, in [0, slots): slot s holds tile element image[s] % total (row by row in the
+// logical tile), and the slots whose image is below total hold the first copy of each element.
+// Each round multiplies by an odd number, xors in the value's high bits and adds a constant, all
+// modulo the (power of two) slot count, so each step, and their composition, is a bijection; three
+// rounds mix lane and index bits thoroughly. Order 0 leaves every slot in place. The table is
+// rebuilt when the order changes, once per worker thread (thread_local: no thread reads a table
+// another is rebuilding), so load, store and mma_sync only look slots up.
+template <class Info>
+inline const uint16_t* slot_images() {
+    thread_local bool built = false;
+    thread_local uint64_t built_for = 0;
+    thread_local uint16_t image[Info::slots];
+    uint64_t order = get_fragment_order();
+    if (built && built_for == order) return image;
+    unsigned mul[3], add[3];
+    uint64_t key = mix64(order ^ mix64(Info::type_id));
+    for (int r = 0; r < 3; r++, key = mix64(key)) {
+        mul[r] = (unsigned)key | 1u;
+        add[r] = (unsigned)(key >> 32);
+    }
+    for (unsigned s = 0; s < (unsigned)Info::slots; s++) {
+        unsigned v = s;
+        for (int r = 0; order != 0 && r < 3; r++) {
+            v = (v * mul[r]) & (Info::slots - 1);
+            v ^= v >> (Info::slot_bits / 2);
+            v = (v + add[r]) & (Info::slots - 1);
+        }
+        image[s] = (uint16_t)v;
+    }
+    built = true;
+    built_for = order;
+    return image;
+}
+
+// Scratch for mma_sync: room for a 512-element A, a 512-element B and a 256-element C tile per
+// warp, 32 warps (1024 threads). One copy per worker OS thread: the fibers of one block share it,
+// and blocks on a worker run one after another, as with __shared__ memory.
+constexpr int kScratchPerWarp = 512 + 512 + 256;
 inline thread_local float mma_scratch[32][kScratchPerWarp];
 
 // Index of the calling thread's warp within its block (warps are consecutive linear thread ids).
@@ -183,9 +290,9 @@ inline void check_pointer_and_ldm(const char* fn, const void* p, unsigned ldm, c
 // p[r * ldm + c], mem_col_major at p[c * ldm + r].
 template <class Info, bool Load, class S>
 inline void transfer(S* x, S* p, unsigned ldm, bool row_major_mem) {
-    unsigned lane = simt::lane_id();
+    const uint16_t* image = slot_images<Info>() + simt::lane_id() * Info::per_lane;
     for (int i = 0; i < Info::per_lane; i++) {
-        int e = (int)((lane * Info::per_lane + i) % Info::total);
+        int e = image[i] % Info::total;
         int r = e / Info::cols, c = e % Info::cols;
         S* q = row_major_mem ? p + (size_t)r * ldm + c : p + (size_t)c * ldm + r;
         if (Load) x[i] = *q;
@@ -193,15 +300,14 @@ inline void transfer(S* x, S* p, unsigned ldm, bool row_major_mem) {
     }
 }
 
-// Writes this lane's share of a tile (first copy of each element only, so replicated fragments
-// publish deterministically) into the warp's scratch, as fp32 operands.
-template <class Info, class S>
-inline void publish(float* dst, const S* x) {
-    unsigned lane = simt::lane_id();
-    for (int i = 0; i < Info::per_lane; i++) {
-        unsigned f = lane * Info::per_lane + i;
-        if (f < (unsigned)Info::total) dst[f] = operand(x[i]);
-    }
+// Writes this lane's share of a tile into the warp's scratch (row by row in the logical tile),
+// each element converted by widen: the first copy of each element only, so that replicated
+// fragments publish deterministically.
+template <class Info, class S, class Widen>
+inline void publish(float* dst, const S* x, Widen widen) {
+    const uint16_t* image = slot_images<Info>() + simt::lane_id() * Info::per_lane;
+    for (int i = 0; i < Info::per_lane; i++)
+        if (image[i] < Info::total) dst[image[i]] = widen(x[i]);
 }
 
 }  // namespace wmma_detail
@@ -281,18 +387,25 @@ inline void mma_sync(fragment<accumulator, m, n, k, TD>& d, const fragment<matri
                   "wmma::mma_sync: __nv_bfloat16 and tf32 inputs need float accumulators (C and D)");
     using IA = wd::frag_info<matrix_a, m, n, k, TAB, LA>;
     using IB = wd::frag_info<matrix_b, m, n, k, TAB, LB>;
+    using IC = wd::frag_info<accumulator, m, n, k, TC, void>;
     using ID = wd::frag_info<accumulator, m, n, k, TD, void>;
     float* sa = wd::mma_scratch[wd::warp_index()];  // A, m×k row by row
     float* sb = sa + IA::total;                     // B, k×n row by row
-    static_assert(IA::total + IB::total <= wd::kScratchPerWarp, "scratch too small");
-    wd::publish<IA>(sa, a.x);
-    wd::publish<IB>(sb, b.x);
-    __syncwarp(0xffffffffu, file, line);  // the whole A and B tiles are in scratch
-    unsigned lane = simt::lane_id();
+    float* sc = sb + IB::total;                     // C, m×n row by row
+    static_assert(IA::total + IB::total + IC::total <= wd::kScratchPerWarp, "scratch too small");
+    // Where C and D are of one type, they share a permutation: c.x[i] is the element d.x[i] gets.
+    // Otherwise their permutations differ, and the lane that computes an element of D need not hold
+    // that element of C, so C goes through the scratch too.
+    constexpr bool c_in_place = std::is_same<TC, TD>::value;
+    wd::publish<IA>(sa, a.x, [](auto v) { return wd::operand(v); });
+    wd::publish<IB>(sb, b.x, [](auto v) { return wd::operand(v); });
+    if (!c_in_place) wd::publish<IC>(sc, c.x, [](auto v) { return wd::acc_in(v); });
+    __syncwarp(0xffffffffu, file, line);  // the whole tiles are in scratch
+    const uint16_t* image = wd::slot_images<ID>() + simt::lane_id() * ID::per_lane;
     for (int i = 0; i < ID::per_lane; i++) {
-        int e = (int)(lane * ID::per_lane + i);  // accumulators hold each element exactly once
+        int e = image[i];  // accumulators hold each element once
         int r = e / n, col = e % n;
-        float acc = wd::acc_in(c.x[i]);
+        float acc = c_in_place ? wd::acc_in(c.x[i]) : sc[e];
         for (int kk = 0; kk < k; kk++) acc += sa[r * k + kk] * sb[kk * n + col];  // exact product
         wd::acc_out(d.x[i], acc);
     }
