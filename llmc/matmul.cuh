@@ -429,9 +429,9 @@ inline void matmul_fp8_check(const char* who, int N, int C, int OC, std::initial
 // out (N,OC) = inp (N,C) · weightᵀ (weight (OC,C)) + bias (OC, or null), with the two products'
 // operands cast to E4M3 under fp8.inp / fp8.weight's delayed scales (recorded and updated after the
 // GEMM). With pre_gelu non-null: pre_gelu keeps the GELU input and out its output, as in
-// matmul_forward. The tanh GELU is fused into cuBLASLt's epilogue where the GPU's fp8 kernels offer
-// it (Hopper does, Transformer Engine relies on it); elsewhere, and always on the CPU backend, the
-// GEMM writes pre_gelu (bias fused) and gelu_forward runs separately. scratch:
+// matmul_forward. The tanh GELU is fused into cuBLASLt's epilogue (GELU_AUX_BIAS, or GELU_AUX
+// without a bias, as Transformer Engine does; the CPU backend runs them too); where cuBLASLt refuses
+// that, the GEMM writes pre_gelu (bias fused) and gelu_forward runs separately. scratch:
 // matmul_fp8_scratch_bytes(N, C, OC) bytes.
 inline void matmul_forward_fp8(__nv_bfloat16* out, __nv_bfloat16* pre_gelu, const __nv_bfloat16* inp,
                                const __nv_bfloat16* weight, const __nv_bfloat16* bias, int N, int C, int OC,

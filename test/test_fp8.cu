@@ -18,6 +18,9 @@
 //     dbias) against a double reference computed from the same fp8 values and scales, with the
 //     fp32-accumulation budget; and against the bf16 GEMMs of matmul_forward/matmul_backward within
 //     the bound E4M3/E5M2 rounding allows;
+//   - the fused GELU routes (bias + GELU and dGELU in cuBLASLt's epilogue): which route each GEMM
+//     takes, the fallback to the unfused route when cuBLASLt refuses the fused GEMMs, and fused
+//     against unfused results;
 //   - determinism under thread orders (th::run_orders) for the cast, the update, and whole layers;
 //   - the refusals: compute capability below 8.9 (fake capabilities), bad shapes and pointers.
 #include "../llmc/matmul.cuh"
@@ -332,6 +335,10 @@ double gelu_erf_grad(double x) {
     return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
 }
 constexpr double kGeluLipschitz = 1.13;  // max |gelu'| (both forms)
+// How far cuBLASLt's fused tanh GELU may be from the exact one, relative to |x|: its tanh is the
+// hardware approximation (PTX tanh.approx.f32, relative error <= 2^-11), which moves
+// x (1 + tanh) / 2 by at most 2^-12 |x| (see test_cublaslt.cu).
+constexpr double kGeluEpilogueTanh = 1.0 / 4096;
 
 // a (rows, K) row-major times b (cols, K) row-major transposed: out[i][j] = sum_k a[i][k] b[j][k],
 // and mag[i][j] = sum_k |a[i][k] b[j][k]| (what fp32 accumulation errors scale with).
@@ -458,7 +465,8 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
 
     // --- Against the double reference from the same fp8 values. Per element: fp32 accumulation of
     // K terms <= (K+4) u S (S: sum of |terms| times the scales, plus |bias| / |C|), then one
-    // rounding to bf16 (k = 1/2).
+    // rounding to bf16 (k = 1/2). Where a bias or C is added, cuBLASLt may round the product to bf16
+    // first (measured on an H100, see test_cublaslt.cu): half an ulp of bf16 at the product's size.
     std::vector<double> acc, mag;
     gemm_nt(qx.q, qw.q, N, OC, C, acc, mag);  // (N, OC)
     std::vector<double> pre_ref(acc.size()), pre_budget(acc.size()), out_ref(acc.size()), out_budget(acc.size());
@@ -467,13 +475,16 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
             size_t i = (size_t)n * OC + o;
             double bias = use_bias ? to_float(b[o]) : 0;
             double v = acc[i] * sxw + bias, S = mag[i] * sxw + std::fabs(bias);
-            double e = (C + 4) * kU32 * S;
+            double e = (C + 4) * kU32 * S + (use_bias ? 0.5 * eps * std::fabs(acc[i] * sxw) : 0);
             pre_ref[i] = v;
             pre_budget[i] = e + 0.5 * eps * std::fabs(v);
             // GELU: the input error (plus the unfused path's rounding of pre to bf16) through
-            // |gelu'| <= 1.13, a few fp32 ulps of the GELU itself, one rounding of the output.
+            // |gelu'| <= 1.13, a few fp32 ulps of the GELU itself, one rounding of the output; the
+            // tanh GELU fused into cuBLASLt's epilogue may be off by 2^-12 |v| (the hardware tanh
+            // approximation, see test_cublaslt.cu).
             out_ref[i] = gelu ? g(v) : v;
             out_budget[i] = gelu ? kGeluLipschitz * (e + 0.5 * eps * std::fabs(v)) + 8 * kU32 * std::fabs(v) +
+                                       (gelu == 1 ? kGeluEpilogueTanh * std::fabs(v) : 0) +
                                        0.5 * eps * std::fabs(out_ref[i])
                                  : pre_budget[i];
         }
@@ -507,7 +518,8 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
     for (size_t i = 0; i < acc.size(); i++) {
         double c0 = to_float(dw0[i]);
         dw_ref[i] = c0 + acc[i] * sgx;
-        dw_budget[i] = (N + 4) * kU32 * (mag[i] * sgx + std::fabs(c0)) + 0.5 * eps * std::fabs(dw_ref[i]);
+        dw_budget[i] = (N + 4) * kU32 * (mag[i] * sgx + std::fabs(c0)) + 0.5 * eps * std::fabs(acc[i] * sgx) +
+                       0.5 * eps * std::fabs(dw_ref[i]);
     }
     snprintf(name, sizeof(name), "matmul_backward_fp8 %s: dweight += vs double ref on the fp8 values", shape);
     th::check_budget(name, dw_ref, dw, dw_budget);
@@ -546,17 +558,24 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
     std::vector<bf16> o16 = out16.host(), i16 = dinp16.host(), w16 = dw16.host();
 
     // Each comparison: D = |sum of quantized products - exact sum| + both layers' fp32 accumulation +
-    // both bf16 roundings (of the output, or of the GELU input where a path is unfused); GELU and
-    // dGELU carry D through |gelu'| (<= 1.13) and add their own fp32 ulps and output rounding.
-    auto bound = [&](double qerr, double fp32, double v) { return qerr + fp32 + eps * (v + qerr + fp32) * (1 + eps); };
+    // both bf16 roundings (of the output, or of the GELU input where a path is unfused) + where a bias
+    // or C is added, both layers' rounding of the product to bf16 first (prod: a bound on its size);
+    // GELU and dGELU carry D through |gelu'| (<= 1.13) and add their own fp32 ulps (fused on a GPU,
+    // the epilogue's tanh approximation) and output rounding.
+    auto bound = [&](double qerr, double fp32, double v, double prod) {
+        return qerr + fp32 + eps * (v + prod + qerr + fp32) * (1 + eps);
+    };
     std::vector<double> qerr = product_error(x, qx.err, wv, qw.err, N, OC, C), exact, m2;
     gemm_nt(x, wv, N, OC, C, exact, m2);
     std::vector<double> ref16(o16.size()), budget16(o16.size());
     for (size_t i = 0; i < o16.size(); i++) {
         ref16[i] = to_float(o16[i]);
         double bias = use_bias ? to_float(b[i % OC]) : 0, v = exact[i] + bias;
-        double D = bound(qerr[i], 2 * (C + 4) * kU32 * (m2[i] + qerr[i] + std::fabs(bias)), std::fabs(v));
-        budget16[i] = gelu ? kGeluLipschitz * D + 16 * kU32 * std::fabs(v) + eps * (std::fabs(g(v)) + kGeluLipschitz * D)
+        double D = bound(qerr[i], 2 * (C + 4) * kU32 * (m2[i] + qerr[i] + std::fabs(bias)), std::fabs(v),
+                         use_bias ? std::fabs(exact[i]) + qerr[i] : 0);
+        double approx = gelu == 1 ? 2 * kGeluEpilogueTanh * std::fabs(v) : 0;
+        budget16[i] = gelu ? kGeluLipschitz * D + 16 * kU32 * std::fabs(v) + approx +
+                                 eps * (std::fabs(g(v)) + kGeluLipschitz * D + approx)
                            : D;
     }
     snprintf(name, sizeof(name), "matmul_forward_fp8 %s: out vs bf16 layer within the E4M3 bound", shape);
@@ -569,7 +588,7 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
     budget16.assign(i16.size(), 0);
     for (size_t i = 0; i < i16.size(); i++) {
         ref16[i] = to_float(i16[i]);
-        double v = std::fabs(exact[i]), D = bound(qerr[i], 2 * (OC + 4) * kU32 * (m2[i] + qerr[i]), v);
+        double v = std::fabs(exact[i]), D = bound(qerr[i], 2 * (OC + 4) * kU32 * (m2[i] + qerr[i]), v, 0);
         double d = gelu ? std::fabs(gd(to_float(pre_below[i]))) : 1.0;
         budget16[i] = gelu ? d * D + 16 * kU32 * d * (v + qerr[i]) + eps * d * (v + D) : D;
     }
@@ -585,10 +604,149 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
     for (size_t i = 0; i < w16.size(); i++) {
         ref16[i] = to_float(w16[i]);
         double c0 = to_float(dw0[i]);
-        budget16[i] = bound(qerr[i], 2 * (N + 4) * kU32 * (m2[i] + qerr[i] + std::fabs(c0)), std::fabs(exact[i] + c0));
+        budget16[i] = bound(qerr[i], 2 * (N + 4) * kU32 * (m2[i] + qerr[i] + std::fabs(c0)), std::fabs(exact[i] + c0),
+                            std::fabs(exact[i]) + qerr[i]);
     }
     snprintf(name, sizeof(name), "matmul_backward_fp8 %s: dweight vs bf16 layer within the E5M2 x E4M3 bound", shape);
     th::check_budget(name, ref16, dw, budget16);
+}
+
+// How the heuristic cache of llmc/matmul.cuh records the fp8 GEMM (m, n, k) with `epilogue`: 1 run,
+// -1 refused (its caller took another route), 0 never asked for. fp8 entries are those whose type
+// slot is 2^16 or more (see cublaslt_matmul_fp8).
+int fp8_route(int m, int n, int k, cublasLtEpilogue_t epilogue) {
+    for (const auto& [cache_key, entry] : matmul_context().algos) {
+        const MatmulKey& key = std::get<0>(cache_key);
+        if (std::get<6>(key) >= (1 << 16) && std::get<0>(key) == m && std::get<1>(key) == n &&
+            std::get<2>(key) == k && std::get<5>(key) == (int)epilogue)
+            return entry.first ? 1 : -1;
+    }
+    return 0;
+}
+
+const char* route_name(int r) { return r > 0 ? "run" : r < 0 ? "refused" : "not asked"; }
+
+// Marks every cached fp8 GEMM with `epilogue` refused, as cublaslt_run does when cublasLtMatmul
+// returns NOT_SUPPORTED or INVALID_VALUE for an algorithm the heuristic offered.
+void refuse_fp8(cublasLtEpilogue_t epilogue) {
+    for (auto& [cache_key, entry] : matmul_context().algos)
+        if (std::get<6>(std::get<0>(cache_key)) >= (1 << 16) && std::get<5>(std::get<0>(cache_key)) == (int)epilogue)
+            entry.first = false;
+}
+
+// The fused GELU routes of the fp8 layer (N, C, OC) with bias and the tanh GELU: matmul_forward_fp8
+// puts bias and GELU into the fp8 GEMM's epilogue (GELU_AUX_BIAS: out = GELU(v), pre = v) and
+// matmul_backward_fp8 multiplies by gelu'(pre_below) there (DGELU); the CPU backend runs both, as
+// cuBLAS 12.8+ must (NVIDIA's fp8 epilogue tests, see llmc/simt/cublaslt.cpp). Checked: the route
+// each GEMM took (the heuristic cache); that once cuBLASLt refuses the fused GEMMs the layer falls
+// back to the unfused route (the same fp8 GEMM with BIAS or DEFAULT, then gelu_forward /
+// gelu_backward_inplace) and leaves dweight and dbias as they were; and that the fused and unfused
+// results agree within what separates them, per element, where v is the exact GEMM (+ bias) on the
+// fp8 values and S its sum of |terms| (scales included, + |bias|):
+//   - each route's fp32 v: within dv = (K+4) u S, plus, where a bias is added, half a bf16 ulp of the
+//     product (cuBLASLt may round it to bf16 first, see test_cublaslt.cu);
+//   - pre (both: v rounded to bf16): 2 dv + two half ulps of bf16 at |v| + dv;
+//   - out: the GELU inputs differ by 2 dv + the unfused route's rounding of v to bf16, carried through
+//     |gelu'| <= 1.13; each GELU is a few fp32 ulps off (8 u |v| each), the fused one on a GPU up to
+//     2^-12 |v| (hardware tanh); then both outputs are rounded to bf16;
+//   - dinp (K = OC): the products w = dout W differ by 2 dw, dw = (OC+4) u S + the rounding of w to
+//     bf16 (unfused, and fused on a GPU); each gelu'(x) is a few fp32 ulps of its largest term
+//     (8 u (1 + |x| du/dx) each); then both are rounded to bf16.
+void check_fp8_gelu_routes(int N, int C, int OC) {
+    using bf16 = __nv_bfloat16;
+    const int ldc = fp8_ld(C), ldo = fp8_ld(OC);
+    auto inp = th::random_tensor<bf16>((size_t)N * C, 21), w = th::random_tensor<bf16>((size_t)OC * C, 22, -0.5f, 0.5f);
+    auto b = th::random_tensor<bf16>(OC, 23), pre_below = th::random_tensor<bf16>((size_t)N * C, 24, -3.f, 3.f);
+    auto dout = th::random_tensor<bf16>((size_t)N * OC, 25, -2e-5f, 2e-5f);
+    auto dw0 = th::random_tensor<bf16>((size_t)OC * C, 26, -0.01f, 0.01f);
+    auto db0 = th::random_tensor<bf16>(OC, 27, -0.01f, 0.01f);
+    th::DeviceBuffer<bf16> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_pre_below(pre_below);
+    th::DeviceBuffer<char> scratch(matmul_fp8_scratch_bytes(N, C, OC)), smem(fp8_linear_bytes(16));
+    struct Results {
+        std::vector<bf16> out, pre, dinp, dw, db;
+    };
+    // One forward and backward from fresh states (primed from these tensors: the same scales each time).
+    auto layer = [&] {
+        Fp8Linear st;
+        fp8_linear_init(&st, smem.ptr, 16, 0, 0);
+        th::DeviceBuffer<bf16> out((size_t)N * OC, th::Fill::NaN), pre((size_t)N * OC, th::Fill::NaN),
+            dinp((size_t)N * C, th::Fill::NaN), dw(dw0), db(db0);
+        matmul_forward_fp8(out.ptr, pre.ptr, d_inp.ptr, d_w.ptr, d_b.ptr, N, C, OC, GeluKind::Tanh, st, scratch.ptr, 0);
+        matmul_backward_fp8(dinp.ptr, dw.ptr, db.ptr, scratch.ptr, d_dout.ptr, d_inp.ptr, d_w.ptr, d_pre_below.ptr, N,
+                            C, OC, GeluKind::Tanh, st, 0);
+        return Results{out.host(), pre.host(), dinp.host(), dw.host(), db.host()};
+    };
+    char name[200], shape[64];
+    snprintf(shape, sizeof(shape), "N=%d C=%d OC=%d +bias +gelu_tanh", N, C, OC);
+
+    matmul_context().algos.clear();
+    const Results fused = layer();
+    const int fwd_fused = fp8_route(OC, N, ldc, CUBLASLT_EPILOGUE_GELU_AUX_BIAS),
+              fwd_plain = fp8_route(OC, N, ldc, CUBLASLT_EPILOGUE_BIAS),
+              bwd_fused = fp8_route(C, N, ldo, CUBLASLT_EPILOGUE_DGELU),
+              bwd_plain = fp8_route(C, N, ldo, CUBLASLT_EPILOGUE_DEFAULT);
+    // The CPU backend runs the fused GEMMs; a GPU may refuse them (then the unfused GEMM must have run).
+#if defined(SIMT_CPU)
+    const bool fwd_ok = fwd_fused == 1 && fwd_plain == 0, bwd_ok = bwd_fused == 1 && bwd_plain == 0;
+#else
+    const bool fwd_ok = (fwd_fused == 1 && fwd_plain == 0) || (fwd_fused == -1 && fwd_plain == 1);
+    const bool bwd_ok = (bwd_fused == 1 && bwd_plain == 0) || (bwd_fused == -1 && bwd_plain == 1);
+#endif
+    snprintf(name, sizeof(name), "matmul_forward_fp8 %s: bias and GELU fused into the fp8 GEMM", shape);
+    th::report(fwd_ok, name, "GELU_AUX_BIAS %s, BIAS %s", route_name(fwd_fused), route_name(fwd_plain));
+    snprintf(name, sizeof(name), "matmul_backward_fp8 %s: gelu' fused into the dinp fp8 GEMM", shape);
+    th::report(bwd_ok, name, "DGELU %s, DEFAULT %s", route_name(bwd_fused), route_name(bwd_plain));
+
+    refuse_fp8(CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+    refuse_fp8(CUBLASLT_EPILOGUE_DGELU);
+    const Results unfused = layer();
+    const int fwd_after = fp8_route(OC, N, ldc, CUBLASLT_EPILOGUE_BIAS),
+              bwd_after = fp8_route(C, N, ldo, CUBLASLT_EPILOGUE_DEFAULT);
+    snprintf(name, sizeof(name), "fp8 linear %s: fused GEMMs refused -> unfused fp8 GEMMs (BIAS, DEFAULT)", shape);
+    th::report(fwd_after == 1 && bwd_after == 1, name, "BIAS %s, DEFAULT %s", route_name(fwd_after),
+               route_name(bwd_after));
+    snprintf(name, sizeof(name), "fp8 linear %s: the fallback leaves dweight and dbias bit for bit", shape);
+    th::report(memcmp(fused.dw.data(), unfused.dw.data(), fused.dw.size() * sizeof(bf16)) == 0 &&
+                   memcmp(fused.db.data(), unfused.db.data(), fused.db.size() * sizeof(bf16)) == 0,
+               name);
+
+    // The budgets (see above), from the fp8 values the GEMMs saw: primed scales fp8_max / amax.
+    const float sx = 448.f / host_amax(inp), sw = 448.f / host_amax(w), sg = 57344.f / host_amax(dout);
+    const double sxw = (double)(1.f / sw) * (1.f / sx), sgw = (double)(1.f / sw) * (1.f / sg);
+    const double eps = th::EPS_BF16;
+    Quantized qx = quantize(inp, sx, __NV_E4M3), qw = quantize(w, sw, __NV_E4M3), qg = quantize(dout, sg, __NV_E5M2);
+    std::vector<double> acc, mag;
+    gemm_nt(qx.q, qw.q, N, OC, C, acc, mag);
+    std::vector<double> ref_pre(acc.size()), ref_out(acc.size()), budget_pre(acc.size()), budget_out(acc.size());
+    for (size_t i = 0; i < acc.size(); i++) {
+        const double bias = to_float(b[i % OC]), p = acc[i] * sxw, v = std::fabs(p + bias);
+        const double dv = (C + 4) * kU32 * (mag[i] * sxw + std::fabs(bias)) + 0.5 * eps * std::fabs(p);
+        ref_pre[i] = to_float(unfused.pre[i]);
+        budget_pre[i] = 2 * dv + eps * (v + dv);
+        const double gelu_in = 2 * dv + 0.5 * eps * (v + dv);
+        const double d_out = kGeluLipschitz * gelu_in + (16 * kU32 + kGeluEpilogueTanh) * v;
+        ref_out[i] = to_float(unfused.out[i]);
+        budget_out[i] = d_out + eps * (std::fabs(gelu_tanh(p + bias)) + d_out);
+    }
+    snprintf(name, sizeof(name), "matmul_forward_fp8 %s: fused pre-GELU vs unfused", shape);
+    th::check_budget(name, ref_pre, fused.pre, budget_pre);
+    snprintf(name, sizeof(name), "matmul_forward_fp8 %s: fused GELU vs unfused (gelu_forward)", shape);
+    th::check_budget(name, ref_out, fused.out, budget_out);
+
+    gemm_nt(qg.q, transpose(qw.q, OC, C), N, C, OC, acc, mag);
+    std::vector<double> ref_dinp(acc.size()), budget_dinp(acc.size());
+    for (size_t i = 0; i < acc.size(); i++) {
+        const double x = to_float(pre_below[i]), p = std::fabs(acc[i] * sgw);
+        const double e = (OC + 4) * kU32 * mag[i] * sgw, dw = e + 0.5 * eps * (p + e);
+        const double du = 0.7978845608028654 * (1 + 3 * 0.044715 * x * x), gd_err = 8 * kU32 * (1 + std::fabs(x) * du);
+        const double g = std::fabs(gelu_tanh_grad(x));
+        const double d_dinp = (g + gd_err) * 2 * dw + (p + dw) * 2 * gd_err;
+        ref_dinp[i] = to_float(unfused.dinp[i]);
+        budget_dinp[i] = d_dinp + eps * (p * g + d_dinp);
+    }
+    snprintf(name, sizeof(name), "matmul_backward_fp8 %s: fused dGELU vs unfused (gelu_backward_inplace)", shape);
+    th::check_budget(name, ref_dinp, fused.dinp, budget_dinp);
+    matmul_context().algos.clear();  // forget the refusals planted above
 }
 
 // ----------------------------------------------------------------------------
@@ -687,6 +845,7 @@ int main() {
     check_fp8_linear(64, 64, 128, true, 1);
     check_fp8_linear(50, 48, 24, true, 2);
     check_fp8_linear(128, 96, 384, true, 1);
+    check_fp8_gelu_routes(64, 96, 128);
 
     check_refusals();
     matmul_destroy();

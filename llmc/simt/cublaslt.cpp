@@ -1,9 +1,11 @@
 // llmc/simt/cublaslt.cpp — the CPU backend's cuBLASLt: the subset of the real <cublasLt.h> the
 // project calls, with NVIDIA's documented column-major semantics, computed in fp32 with OpenBLAS.
 //
-// What cublasLtMatmul computes (cuBLAS documentation, cublasLtMatmul):
-//   D_temp = Epilogue(alpha * scaleA * scaleB * op(A) op(B) + beta * C, bias, aux)
-//   amax_D = max |D_temp|,   D = scaleD * D_temp          (the scales and amax exist for fp8 only)
+// What cublasLtMatmul computes (cuBLAS documentation, cublasLtMatmul and "Tensorwide Scaling For
+// FP8 Data Types"):
+//   Aux_temp = alpha * scaleA * scaleB * op(A) op(B) + beta * C + bias
+//   D_temp = Epilogue(Aux_temp),   amax_D = max |D_temp|,   D = scaleD * D_temp
+// (the scales and amax exist for fp8 only; GELU_AUX* store Aux_temp, the GELU's input, as aux).
 // Inputs are widened to fp32 (CUBLAS_COMPUTE_32F_FAST_TF32 first rounds A and B to TF32, so the CPU
 // loses the same precision the tensor cores lose), op(A) op(B) is one cblas_sgemm with fp32
 // accumulation, and the result is rounded to D's type once, after the epilogue, as on the GPU.
@@ -12,9 +14,9 @@
 //
 // The backend accepts only what the real library accepts (the "datatypes supported" table, fp8's
 // TN rule and alignment rules) and returns CUBLAS_STATUS_NOT_SUPPORTED for the rest, so code that
-// runs here runs on a GPU. Where NVIDIA's support varies with the GPU or the library version (fp8
-// epilogues other than BIAS, bias types other than the default) it refuses too: passing here
-// should mean passing everywhere.
+// runs here runs on a GPU. Where NVIDIA's support varies with the GPU or the library version (the
+// fp8 epilogues NVIDIA's own tests let cuBLAS refuse, bias types other than the default) it
+// refuses too: passing here should mean passing everywhere.
 //
 // The functions keep the C linkage the header gave them in its extern "C" block.
 #include <cublasLt.h>
@@ -296,6 +298,43 @@ cudaDataType default_bias_type(const Problem& p) {
 // Whether the dimension or leading dimension of n elements of type t fills whole 16 bytes.
 bool aligned16(int64_t n, cudaDataType t) { return n * (int64_t)type_size(t) % 16 == 0; }
 
+// The epilogues run with fp8 inputs. The documentation restricts none: every fp8 row of the
+// cublasLtMatmul datatypes table names a bias type (the rows that take no epilogue say "Epilogue is
+// not supported"), and "Tensorwide Scaling For FP8 Data Types" defines the epilogue and its aux
+// output for fp8 (see the top of the file). The real library still refuses some combinations,
+// depending on the GPU and the version: NVIDIA's own fp8 epilogue tests (nvmath-python,
+// test_fp8_epilogs.py, "gaps in cuBLAS support", cuBLAS 12.8 and later) accept NOT_SUPPORTED for
+//   - any GELU epilogue (DGELU included) with C = D = fp32,
+//   - GELU_AUX and DGELU with C = D = fp16,
+//   - GELU, GELU_BIAS and DGELU with an fp8 D,
+//   - every bias-gradient epilogue (DGELU_BGRAD, BGRADA, BGRADB),
+//   - on compute capability 8.9, GELU_AUX(_BIAS) with A and B in different formats,
+// and XLA fuses GELU into fp8 GEMMs only from CUDA 12.4 on ("cuBLAS LT returns
+// CUBLAS_STATUS_NOT_SUPPORTED in some cases" before 12.3.2). This backend refuses all of those, and
+// the GELU_AUX epilogues with an fp8 D, whose fp8 aux (with its own scale and amax) it does not
+// emulate. What it runs has a 16-bit D (and C = D, by the table):
+//   DEFAULT, BIAS           any row
+//   GELU, GELU_BIAS         D = C = bf16 or fp16
+//   GELU_AUX_BIAS           D = C = bf16 or fp16, A and B in one format
+//   GELU_AUX                D = C = bf16, A and B in one format
+//   DGELU                   D = C = bf16
+// which includes every fused fp8 GEMM of llmc/matmul.cuh (E4M3 x E4M3 with GELU_AUX(_BIAS), E4M3 x
+// E5M2 with DGELU, bf16 out); Transformer Engine issues the same epilogues with fp8 inputs.
+bool fp8_epilogue_supported(const Problem& p) {
+    const bool d16 = p.d.type == CUDA_R_16BF || p.d.type == CUDA_R_16F;
+    const bool one_format = p.a.type == p.b.type;
+    switch (p.epilogue) {
+        case CUBLASLT_EPILOGUE_DEFAULT:
+        case CUBLASLT_EPILOGUE_BIAS: return true;
+        case CUBLASLT_EPILOGUE_GELU:
+        case CUBLASLT_EPILOGUE_GELU_BIAS: return d16;
+        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return d16 && one_format;
+        case CUBLASLT_EPILOGUE_GELU_AUX: return p.d.type == CUDA_R_16BF && one_format;
+        case CUBLASLT_EPILOGUE_DGELU: return p.d.type == CUDA_R_16BF;
+        default: return false;
+    }
+}
+
 // Decodes the descriptors into p and applies the library's rules: CUBLAS_STATUS_INVALID_VALUE
 // for inconsistent descriptors, CUBLAS_STATUS_NOT_SUPPORTED for what the library (or this
 // backend) does not do.
@@ -362,25 +401,27 @@ cublasStatus_t plan(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t Adesc,
                      CUBLASLT_MATMUL_DESC_C_SCALE_MODE, CUBLASLT_MATMUL_DESC_D_SCALE_MODE,
                      CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_MODE,
                      CUBLASLT_MATMUL_DESC_D_OUT_SCALE_MODE, CUBLASLT_MATMUL_DESC_C_SCALE_POINTER,
-                     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER,
-                     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER,
                      CUBLASLT_MATMUL_DESC_D_OUT_SCALE_POINTER,
                      CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR})
         if (d.slot[attr] != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
 
-    // Scale and amax pointers belong to fp8 operands; set elsewhere, the header promises
-    // CUBLAS_STATUS_INVALID_VALUE.
+    // Scale and amax pointers belong to fp8 operands; set elsewhere, "calling cublasLtMatmul() will
+    // return CUBLAS_INVALID_VALUE" (cublasLtMatmulDescAttributes_t). The aux matrix is never fp8
+    // here (see fp8_epilogue_supported), so its scale and amax are always misplaced.
     if (!fp8 && (d.slot[CUBLASLT_MATMUL_DESC_A_SCALE_POINTER] || d.slot[CUBLASLT_MATMUL_DESC_B_SCALE_POINTER]))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!is_fp8(p->d.type) &&
         (d.slot[CUBLASLT_MATMUL_DESC_D_SCALE_POINTER] || d.slot[CUBLASLT_MATMUL_DESC_AMAX_D_POINTER]))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (d.slot[CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER] ||
+        d.slot[CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER])
         return CUBLAS_STATUS_INVALID_VALUE;
 
     // Epilogue.
     p->epilogue = get<uint32_t>(d, CUBLASLT_MATMUL_DESC_EPILOGUE);
     switch (p->epilogue) {
         case CUBLASLT_EPILOGUE_DEFAULT:
-        case CUBLASLT_EPILOGUE_BIAS: break;
+        case CUBLASLT_EPILOGUE_BIAS:
         case CUBLASLT_EPILOGUE_GELU:
         case CUBLASLT_EPILOGUE_GELU_BIAS:
         case CUBLASLT_EPILOGUE_GELU_AUX:
@@ -388,13 +429,10 @@ cublasStatus_t plan(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t Adesc,
         case CUBLASLT_EPILOGUE_DGELU:
         case CUBLASLT_EPILOGUE_DGELU_BGRAD:
         case CUBLASLT_EPILOGUE_BGRADA:
-        case CUBLASLT_EPILOGUE_BGRADB:
-            // With fp8 inputs NVIDIA's own tests (nvmath-python) allow every one of these to be
-            // refused on some GPU or version; only DEFAULT and BIAS work everywhere.
-            if (fp8) return CUBLAS_STATUS_NOT_SUPPORTED;
-            break;
+        case CUBLASLT_EPILOGUE_BGRADB: break;
         default: return CUBLAS_STATUS_NOT_SUPPORTED;  // ReLU epilogues etc.: not emulated
     }
+    if (fp8 && !fp8_epilogue_supported(*p)) return CUBLAS_STATUS_NOT_SUPPORTED;
     // "BGRADA only works with non-transposed A", "BGRADB only works with transposed B" (NVIDIA's
     // cuBLASMp tests; nvmath-python's also feed BGRADA an untransposed A). These are the forms a
     // weight-gradient GEMM takes anyway.
@@ -408,12 +446,16 @@ cublasStatus_t plan(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t Adesc,
     p->bias_stride = get<int64_t>(d, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE);
 
     // The GELU input matrix has D's type and "must be divisible by 8 and be no less than the
-    // number of rows in the output matrix" (leading dimension; the batch stride too).
+    // number of rows in the output matrix" (leading dimension; the batch stride too). Its type may
+    // be given explicitly (Transformer Engine does, for fp8); another type than D's is allowed only
+    // with an E4M3 D, which no accepted configuration has: "If set for an unsupported matrix data,
+    // scale, and compute type combination, calling cublasLtMatmul() will return
+    // CUBLAS_INVALID_VALUE" (EPILOGUE_AUX_DATA_TYPE).
     p->aux_ld = get<int64_t>(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD);
     p->aux_stride = get<int64_t>(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE);
     if (uses_aux(p->epilogue)) {
         int32_t aux_type = get<int32_t>(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE);
-        if (aux_type != -1 && aux_type != p->d.type) return CUBLAS_STATUS_NOT_SUPPORTED;
+        if (aux_type != -1 && aux_type != p->d.type) return CUBLAS_STATUS_INVALID_VALUE;
         if (p->aux_ld < p->m || p->aux_ld % 8 != 0 || p->aux_stride < 0 || p->aux_stride % 8 != 0)
             return CUBLAS_STATUS_INVALID_VALUE;
     }
