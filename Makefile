@@ -180,13 +180,14 @@ ASAN_TEST_BINS := $(TESTS:%=$(BUILD)/asan/test_%)
 
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-# The whole suite: CPU-backend tests, the NCCL test under mpirun, nvcc compile checks. The binaries
-# are built by a parallel sub-make, so a plain `make test` uses every core.
+# The whole suite: CPU-backend tests, the NCCL test under mpirun, the kernel tests again on the L4
+# profile, nvcc compile checks, and last the kernel coverage. The binaries are built by a parallel
+# sub-make, so a plain `make test` uses every core.
 test:
 	@$(MAKE) --no-print-directory -j$(NPROC) $(CPU_TEST_BINS)
 	@BUILD_DIR=$(BUILD)/cpu ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" DEVS="$(DEVS)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" \
 	  CUDA_ARCHS="$(CUDA_ARCHS)" NVCC_CHECK_FLAGS="$(NVCC_CHECK_FLAGS)" CU_SOURCES="$(CU_SOURCES)" \
-	  scripts/run_tests.sh
+	  KERNEL_COVERAGE=1 SMALL_DEVICE=l4 scripts/run_tests.sh
 	@$(if $(GPU_INFO),$(MAKE) --no-print-directory test-gpu)
 
 # Under ASan, every process mpirun starts (from run_tests.sh or from a test itself) gets these

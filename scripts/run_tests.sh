@@ -9,6 +9,13 @@
 #   NVCC, CUDA_ARCHS, NVCC_CHECK_FLAGS, CU_SOURCES   compile checks (NVCC empty: skip)
 #   REQUIRE_ORACLE=1   a missing Python oracle (torch + transformers) fails the python checks
 #                      instead of skipping them (CI sets it)
+#   KERNEL_COVERAGE=1  (make test) the CPU backend records every kernel launched (SIMT_COVERAGE_DIR),
+#                      and the suite ends with scripts/kernel_coverage.py: "N of M kernels executed",
+#                      one failure per __global__ kernel of the sources that no test launched
+#   SMALL_DEVICE=l4    (make test) the single-process kernel and model tests and the dev/cuda
+#                      validations run a second time under SIMT_DEVICE=l4, the smallest device
+#                      profile (99 KiB of opt-in shared memory per block, 1536 threads per SM,
+#                      compute capability 8.9); NOT_ON_SMALL_DEVICE names the tests left out
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -21,6 +28,12 @@ PY_ORACLE_CHECKS=(
     "hf_train_bert_export test/hf_train_bert_export.py test_train_bert"
     "bert_to_safetensors test/test_bert_to_safetensors.py test_train_bert"
 )
+# The tests the second pass under SMALL_DEVICE leaves out: those that launch no kernel (host code
+# only), the multi-rank ones (the single-process tests launch the same kernels, and their mpirun
+# runs would double the pass's cost) and test_simt (its device-profile checks run each profile
+# themselves). The dev/cuda validations run again too.
+NOT_ON_SMALL_DEVICE=" cli tokenizer wordpiece dataloader bert_data safetensors tokenize_tool zero
+    nccl distributed data_parallel train_gpt2_ranks train_bert_ranks simt "
 passed=0
 failed=0
 failed_names=()
@@ -51,6 +64,12 @@ MPIRUN=(mpirun --oversubscribe)
 [[ -n ${MPI_LSAN_OPTIONS:-} ]] && MPIRUN+=(-x "LSAN_OPTIONS=$MPI_LSAN_OPTIONS")
 [[ $(id -u) == 0 ]] && MPIRUN+=(--allow-run-as-root)
 
+coverage_dir=
+if [[ -n "${BUILD_DIR:-}" && "${KERNEL_COVERAGE:-}" == 1 ]]; then
+    coverage_dir=$(mktemp -d)
+    export SIMT_COVERAGE_DIR="$coverage_dir"  # every process below records, mpirun's ranks included
+fi
+
 if [[ -n "${BUILD_DIR:-}" ]]; then
     for t in $TESTS; do
         case "$t" in
@@ -70,7 +89,18 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
     for d in ${DEVS:-}; do
         run "dev/cuda/$d.cu" "$BUILD_DIR/dev_$d"
     done
+    if [[ -n "${SMALL_DEVICE:-}" ]]; then
+        for t in $TESTS; do
+            [[ "$NOT_ON_SMALL_DEVICE" == *[[:space:]]$t[[:space:]]* ]] && continue
+            run "test_$t (SIMT_DEVICE=$SMALL_DEVICE)" env SIMT_DEVICE="$SMALL_DEVICE" "$BUILD_DIR/test_$t"
+        done
+        for d in ${DEVS:-}; do
+            run "dev/cuda/$d.cu (SIMT_DEVICE=$SMALL_DEVICE)" env SIMT_DEVICE="$SMALL_DEVICE" "$BUILD_DIR/dev_$d"
+        done
+    fi
+    run "test_kernel_coverage (scripts/kernel_coverage.py)" bash "$root/test/test_kernel_coverage.sh" "$BUILD_DIR"
     run "test_gpu_check (scripts/gpu_check.sh)" bash "$root/test/test_gpu_check.sh"
+    run "test_docs (README.md and the docs' links)" bash "$root/test/test_docs.sh"
     run "test_install_deps (scripts/install_deps.sh)" bash "$root/test/test_install_deps.sh"
     if python3 -c 'import matplotlib' >/dev/null 2>&1; then
         run "test_plot (scripts/plot.py)" python3 "$root/test/test_plot.py"
@@ -121,6 +151,12 @@ if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
         done
     done
     rm -rf "$results"
+fi
+
+# Last, so that the suite ends with it: which kernels of the sources no test above launched.
+if [[ -n "$coverage_dir" ]]; then
+    run "kernel coverage (scripts/kernel_coverage.py)" python3 "$root/scripts/kernel_coverage.py" "$coverage_dir"
+    rm -rf "$coverage_dir"
 fi
 
 echo

@@ -1,5 +1,6 @@
 // llmc/simt/scheduler.cpp — the SIMT engine: runs each CUDA thread of a block as a fiber, resolves
-// barriers and warp collectives, permutes schedules, and reports faults instead of hanging.
+// barriers and warp collectives, permutes schedules, reports faults instead of hanging, and records
+// which kernels ran (SIMT_COVERAGE_DIR).
 //
 // The model. A worker (an OS thread) runs one block at a time. Every CUDA thread of the block is
 // a fiber on its own guarded stack (Boost.Context's fcontext: a context switch is a few dozen
@@ -18,18 +19,23 @@
 #include <boost/context/detail/fcontext.hpp>
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -711,6 +717,97 @@ Pool& pool() {
     return *p;
 }
 
+// ----------------------------------------------------------------------------
+// Kernel coverage (SIMT_COVERAGE_DIR, an absolute path): the first launch of each kernel appends
+// its base name — no return type, scope, template arguments or parameters, which is how
+// scripts/kernel_coverage.py matches it to a __global__ definition in the sources — as one line to
+// <dir>/<program>.<pid>. A kernel the executable does not name (not linked with -rdynamic) is
+// written as "? <address>", so that the check can say why it cannot match it.
+//
+// Written at the first launch, not at exit: a process may end without running exit handlers — a
+// planted fault's _exit, a test's forked child that calls _exit, an ASan report's abort — and what
+// it launched counts too. The file is opened per line under the pid of that moment, so a forked
+// child writes a file of its own (what the parent launched before the fork is in the parent's).
+// The cost is one open/write/close per distinct kernel; every launch looks its pointer up.
+
+// The mangled name of the kernel at this address; null if the executable does not export it (not
+// linked with -rdynamic). dladdr answers with the nearest exported symbol below the address: only
+// an exact match is the kernel's own.
+const char* symbol_of(const void* kernel) {
+    Dl_info info{};
+    if (kernel && dladdr(kernel, &info) && info.dli_sname && info.dli_saddr == kernel) return info.dli_sname;
+    return nullptr;
+}
+
+// The name without return type, scope, template arguments and parameters:
+// "void ns::k<float, 4>(float*, int)" -> "k". The last identifier at bracket depth 0 before the
+// parameter list (the first '(' at depth 0 after a name: "(anonymous namespace)::" comes before one).
+std::string base_name(const char* demangled) {
+    std::string name;
+    int depth = 0;
+    bool in_word = false;
+    for (const char* p = demangled; *p; p++) {
+        char c = *p;
+        if (c == '(' && depth == 0 && !name.empty()) break;
+        if (c == '<' || c == '(') depth++;
+        if (c == '>' || c == ')') depth--;
+        bool word = depth == 0 && (isalnum((unsigned char)c) || c == '_');
+        if (word && !in_word) name.clear();
+        if (word) name += c;
+        in_word = word;
+    }
+    return name;
+}
+
+class Coverage {
+  public:
+    Coverage() {
+        const char* e = getenv("SIMT_COVERAGE_DIR");
+        if (e) dir_ = e;
+        char exe[4096];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        exe[n > 0 ? n : 0] = 0;
+        const char* slash = strrchr(exe, '/');
+        program_ = slash ? slash + 1 : exe;
+    }
+
+    void record(const void* kernel) {
+        if (dir_.empty()) return;
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!seen_.insert(kernel).second) return;
+        std::string line;
+        if (symbol_of(kernel)) {
+            char name[4096];
+            line = base_name(kernel_name(kernel, name, sizeof(name)));
+            if (!names_.insert(line).second) return;  // another instance of the same template
+        } else {
+            char addr[32];
+            snprintf(addr, sizeof(addr), "? %p", kernel);
+            line = addr;
+        }
+        line += '\n';
+        std::string path = dir_ + "/" + program_ + "." + std::to_string(getpid());
+        int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0 || write(fd, line.data(), line.size()) != (ssize_t)line.size()) {
+            if (!warned_) fprintf(stderr, "simt: cannot record kernel coverage in %s: %s\n", path.c_str(), strerror(errno));
+            warned_ = true;
+        }
+        if (fd >= 0) close(fd);
+    }
+
+  private:
+    std::string dir_, program_;
+    std::mutex mu_;
+    std::unordered_set<const void*> seen_;
+    std::unordered_set<std::string> names_;
+    bool warned_ = false;
+};
+
+Coverage& coverage() {
+    static Coverage* c = new Coverage();  // never destroyed: a launch may come during static destruction
+    return *c;
+}
+
 // Checks a launch configuration as the driver would; returns the error a GPU would give.
 cudaError_t validate(const cudaLaunchConfig_t& cfg, const LaunchBody& body) {
     const dim3& b = cfg.blockDim;
@@ -735,6 +832,7 @@ cudaError_t launch(const cudaLaunchConfig_t& cfg, const LaunchBody& body) {
         fprintf(stderr, "simt: a kernel launched a kernel (dynamic parallelism is not supported)\n");
         _exit(kFaultExit);
     }
+    coverage().record(body.kernel);
     Job job;
     job.body = &body;
     job.cfg = &cfg;
@@ -826,11 +924,10 @@ int get_workers() { return n_workers(); }
 uint64_t launch_count() { return g_launches.load(); }
 
 const char* kernel_name(const void* kernel, char* buf, size_t len) {
-    Dl_info info{};
-    if (kernel && dladdr(kernel, &info) && info.dli_sname) {
+    if (const char* symbol = symbol_of(kernel)) {
         int status = 0;
-        char* dem = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-        snprintf(buf, len, "%s", status == 0 && dem ? dem : info.dli_sname);
+        char* dem = abi::__cxa_demangle(symbol, nullptr, nullptr, &status);
+        snprintf(buf, len, "%s", status == 0 && dem ? dem : symbol);
         free(dem);
     } else {
         snprintf(buf, len, "at %p (build with -rdynamic to see names)", kernel);
