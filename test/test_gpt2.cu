@@ -269,6 +269,39 @@ void check_recompute(const char* tname, double fusion_k) {
                     th::Tol{fusion_k * dtype_eps<floatX>() * max_ref, fusion_k * dtype_eps<floatX>()});
 }
 
+// --gelu-fusion decides every GELU of a step, the backward's too: with it off no GEMM may use a
+// GELU epilogue (the forward's GELU is then the kernel, so a fused dGELU in the backward would
+// differentiate a GELU the forward never computed); with it on, the forward fuses GELU and the
+// backward dGELU. The GEMMs a step ran are the keys of matmul.cuh's heuristic cache.
+void check_gelu_fusion_routes() {
+    Fixture f = load_fixture();
+    const DebugState& s = f.s;
+    for (bool fusion : {true, false}) {
+        GPT2<float> m;
+        m.gelu_fusion = fusion;
+        m.build(f.config, f.init);
+        m.allocate_activations(s.B, s.T);
+        m.set_batch(s.x.data(), s.y.data());
+        matmul_context().algos.clear();
+        m.forward(true, 1.f / (s.B * s.T));
+        m.backward();
+        cudaCheck(cudaDeviceSynchronize());
+        int gelu = 0, dgelu = 0;
+        for (const auto& entry : matmul_context().algos) {
+            int epilogue = std::get<5>(std::get<0>(entry.first));
+            gelu += epilogue == CUBLASLT_EPILOGUE_GELU_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                    epilogue == CUBLASLT_EPILOGUE_GELU || epilogue == CUBLASLT_EPILOGUE_GELU_AUX;
+            dgelu += epilogue == CUBLASLT_EPILOGUE_DGELU || epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+        }
+        m.free_all();
+        char name[128];
+        snprintf(name, sizeof(name), "gelu fusion %s: %s", fusion ? "on" : "off",
+                 fusion ? "forward GEMM fuses GELU, backward fuses dGELU" : "no GEMM of the step uses a GELU epilogue");
+        th::report(fusion ? gelu > 0 && dgelu > 0 : gelu == 0 && dgelu == 0, name,
+                   "GEMM shapes with a GELU epilogue: %d, with dGELU: %d", gelu, dgelu);
+    }
+}
+
 // The memory anatomy's figures are what is allocated: the device's bytes in use grow by its total
 // when a model is built and its activations allocated (exactly on the CPU backend, to within a page
 // per allocation on a GPU: th::device_bytes_match), and not at all during a step.
@@ -438,6 +471,7 @@ int main() {
     check_fp16_overflow_skips();
     check_recompute<float>("fp32", 16);
     check_recompute<__nv_bfloat16>("bf16", 2);
+    check_gelu_fusion_routes();
     matmul_destroy();
     return th::finish();
 }
