@@ -1,10 +1,11 @@
 // train_bert.cu — BERT: the model, its whole forward and backward pass for masked-language-model
-// pretraining and sequence classification, the optimizer step, and Hugging Face checkpoints in and
-// out, in one file. Kernels live in llmc/ and are shared with train_gpt2.cu; this file is the
-// model-level tier.
+// pretraining and sequence classification, the optimizer step, and the training program, in one
+// file. Kernels live in llmc/ and are shared with train_gpt2.cu; this file is the model-level tier.
+// The configuration and parameter layout are llmc/bert_config.h; the checkpoint formats (Hugging
+// Face checkpoints in and out, the run's model files) llmc/bert_io.h.
 //
 // Chapters: configuration · parameters · activations · the model (build, batch, forward, backward,
-// update) · initial weights · Hugging Face checkpoints · training · the program.
+// update) · initial weights · training · the program.
 //
 // The model is Hugging Face's BertModel (post-LN: each sublayer's output is LayerNorm(x + sublayer(x));
 // word + position + token-type embeddings, then a LayerNorm; self-attention with biases over the
@@ -39,49 +40,32 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "llmc/attention.cuh"
-#include "llmc/bert_dataloader.h"
-#include "llmc/checkpoint.h"
-#include "llmc/cli.h"
-#include "llmc/cuda_common.h"
-#include "llmc/dataloader.h"
-#include "llmc/dropout.cuh"
-#include "llmc/encoder.cuh"
-#include "llmc/fused_classifier.cuh"
-#include "llmc/gather.cuh"
-#include "llmc/gelu.cuh"
-#include "llmc/json.h"
-#include "llmc/layernorm.cuh"
-#include "llmc/logger.h"
-#include "llmc/matmul.cuh"
-#include "llmc/mfu.h"
-#include "llmc/model_state.cuh"
-#include "llmc/precision.cuh"
-#include "llmc/rng.h"
-#include "llmc/safetensors.h"
-#include "llmc/schedulers.h"
-#include "llmc/tanh.cuh"
-#include "llmc/train_common.h"
+#include "llmc/attention.cuh"         // flash attention over each sequence's valid tokens
+#include "llmc/bert_config.h"         // BertConfig, the 26 parameter tensors, transformers' initial values
+#include "llmc/bert_dataloader.h"     // BertDataLoader: batches of BERT shards
+#include "llmc/bert_io.h"             // Hugging Face checkpoints in and out, the run's model files
+#include "llmc/checkpoint.h"          // checkpoint file names, DONE markers, the training-state file
+#include "llmc/cli.h"                 // Cli: the command line
+#include "llmc/cuda_common.h"         // cudaCheck, launch counts
+#include "llmc/dataloader.h"          // data_error
+#include "llmc/dropout.cuh"           // dropout on hidden states
+#include "llmc/encoder.cuh"           // the embeddings and their backward
+#include "llmc/fused_classifier.cuh"  // softmax cross-entropy fused with its backward
+#include "llmc/gather.cuh"            // a head's rows: the masked positions or the [CLS] tokens
+#include "llmc/gelu.cuh"              // the erf GELU
+#include "llmc/json.h"                // json::quote, for the log
+#include "llmc/layernorm.cuh"         // LayerNorm and the residual add
+#include "llmc/logger.h"              // log.jsonl
+#include "llmc/matmul.cuh"            // the linear layers (cuBLASLt)
+#include "llmc/mfu.h"                 // GPU peak throughput, for MFU
+#include "llmc/model_state.cuh"       // ModelState: parameters, gradients, optimizers, data parallel
+#include "llmc/precision.cuh"         // storage types and conversions
+#include "llmc/schedulers.h"          // learning-rate schedules
+#include "llmc/tanh.cuh"              // the pooler's tanh
+#include "llmc/train_common.h"        // shared options, loss scaling, recompute, memory report, resume checks
 
 // ----------------------------------------------------------------------------
-// Configuration
-
-struct BertConfig {
-    int vocab_size = 30522;          // V: real tokens
-    int padded_vocab_size = 30592;   // Vp: V rounded up to a multiple of 128 (aligned decoder matmul)
-    int max_seq_len = 512;           // maxT: positions the model has embeddings for
-    int type_vocab_size = 2;         // token types (segments A and B)
-    int num_layers = 12;             // L
-    int num_heads = 12;              // NH
-    int channels = 768;              // C (hidden size)
-    int intermediate = 3072;         // I: the MLP's width
-    int num_labels = 2;              // the classification head's outputs
-    float layernorm_eps = 1e-12f;
-    float initializer_range = 0.02f; // std of the random initialization (transformers' BertConfig)
-};
-
-// V rounded up to a multiple of 128 (30522 -> 30592).
-inline int bert_pad_vocab(int V) { return (V + 127) / 128 * 128; }
+// Configuration: BertConfig (llmc/bert_config.h) and the named shapes
 
 // The named shapes, all with the bert-base-uncased vocabulary and 512 positions: "base" (bert-base,
 // 110M: 12 layers, 768 channels, 12 heads), "large" (bert-large, 340M: 24, 1024, 16) and Google's
@@ -105,117 +89,8 @@ inline bool bert_config_preset(const std::string& name, BertConfig* c) {
     return false;
 }
 
-// What makes a configuration unusable, or "" if nothing does: sizes out of range, and what the
-// kernels require (attention head sizes 16, 32, 64 or 128).
-inline std::string bert_config_problem(const BertConfig& c) {
-    char why[200] = "";
-    if (c.vocab_size <= 0 || c.vocab_size > (1 << 24) || c.padded_vocab_size != bert_pad_vocab(c.vocab_size))
-        snprintf(why, sizeof(why), "vocab_size %d must be in [1, 2^24] with the padded size %d = %d rounded up to 128",
-                 c.vocab_size, c.padded_vocab_size, c.vocab_size);
-    else if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20))
-        snprintf(why, sizeof(why), "max_position_embeddings %d must be in [1, 2^20]", c.max_seq_len);
-    else if (c.type_vocab_size <= 0 || c.type_vocab_size > (1 << 20))
-        snprintf(why, sizeof(why), "type_vocab_size %d must be in [1, 2^20]", c.type_vocab_size);
-    else if (c.num_layers <= 0 || c.num_layers > 1024)
-        snprintf(why, sizeof(why), "num_hidden_layers %d must be in [1, 1024]", c.num_layers);
-    else if (c.channels <= 0 || c.channels > (1 << 16) || c.intermediate <= 0 || c.intermediate > (1 << 20))
-        snprintf(why, sizeof(why), "hidden_size %d and intermediate_size %d must be positive (at most 2^16, 2^20)",
-                 c.channels, c.intermediate);
-    else if (c.num_heads <= 0 || c.channels % c.num_heads != 0)
-        snprintf(why, sizeof(why), "num_attention_heads %d must divide hidden_size %d", c.num_heads, c.channels);
-    else if (int hs = c.channels / c.num_heads; hs != 16 && hs != 32 && hs != 64 && hs != 128)
-        snprintf(why, sizeof(why), "head size %d (hidden_size / num_attention_heads) is not supported: the attention "
-                 "kernel takes 16, 32, 64 or 128", hs);
-    else if (c.num_labels < 2 || c.num_labels > (1 << 16))
-        snprintf(why, sizeof(why), "num_labels %d must be in [2, 65536] (single-label classification)", c.num_labels);
-    else if (!(c.layernorm_eps > 0.f) || !(c.initializer_range >= 0.f))
-        snprintf(why, sizeof(why), "layer_norm_eps %g must be positive and initializer_range %g not negative",
-                 c.layernorm_eps, c.initializer_range);
-    return why;
-}
-
 // ----------------------------------------------------------------------------
-// Parameters: 26 tensors in one allocation, in this order (the layer tensors stacked over L):
-//
-//   embeddings   word (Vp,C), position (maxT,C), token type (n_types,C); LayerNorm weight, bias (C)
-//   per layer    qkv (L,3C,C) + bias (L,3C): transformers' separate query, key and value Linear layers
-//                concatenated row-wise; attention output dense (L,C,C) + bias (L,C); attention
-//                LayerNorm (L,C) x 2; intermediate dense (L,I,C) + bias (L,I); output dense (L,C,I) +
-//                bias (L,C); output LayerNorm (L,C) x 2
-//   pooler       dense (C,C) + bias (C)
-//   MLM head     transform dense (C,C) + bias (C); transform LayerNorm (C) x 2; decoder bias (Vp); the
-//                decoder weight is the word embedding matrix (tied, as transformers ties it)
-//   classifier   (num_labels,C) + bias (num_labels)
-//
-// Linear weights are (out, in), as nn.Linear stores them; the padded vocabulary rows of the word
-// embeddings and entries of the decoder bias are zero and stay zero (no token or logit reaches them).
-
-enum BertParam {
-    WORD_EMB, POS_EMB, TYPE_EMB, EMB_LNW, EMB_LNB,
-    QKVW, QKVB, ATTOW, ATTOB, ATTLNW, ATTLNB, INTERW, INTERB, OUTW, OUTB, OUTLNW, OUTLNB,
-    POOLW, POOLB,
-    MLMW, MLMB, MLMLNW, MLMLNB, MLMDECB,
-    CLSW, CLSB,
-    NUM_BERT_TENSORS
-};
-
-// Short names of the tensors, for messages and tests.
-inline constexpr const char* kBertParamNames[NUM_BERT_TENSORS] = {
-    "word_emb", "pos_emb", "type_emb", "emb_lnw", "emb_lnb",
-    "qkvw", "qkvb", "attow", "attob", "attlnw", "attlnb", "interw", "interb", "outw", "outb", "outlnw", "outlnb",
-    "poolw", "poolb",
-    "mlmw", "mlmb", "mlmlnw", "mlmlnb", "mlmdecb",
-    "clsw", "clsb"};
-
-// Which part of a checkpoint a tensor belongs to: a BertModel has the encoder and the pooler, a
-// BertForMaskedLM the encoder and the MLM head, a BertForSequenceClassification the encoder, the
-// pooler and the classifier.
-enum BertPart { PART_ENCODER, PART_POOLER, PART_MLM, PART_CLASSIFIER, NUM_BERT_PARTS };
-inline constexpr const char* kBertPartNames[NUM_BERT_PARTS] = {"encoder", "pooler", "MLM head", "classifier"};
-
-inline BertPart bert_param_part(int i) {
-    if (i == POOLW || i == POOLB) return PART_POOLER;
-    if (i >= MLMW && i <= MLMDECB) return PART_MLM;
-    if (i == CLSW || i == CLSB) return PART_CLASSIFIER;
-    return PART_ENCODER;
-}
-
-// Whether tensor i is stacked over the layers.
-inline bool bert_param_per_layer(int i) { return i >= QKVW && i <= OUTLNB; }
-
-// Element counts of the 26 tensors; returns the total.
-inline size_t bert_param_sizes(const BertConfig& c, size_t sizes[NUM_BERT_TENSORS]) {
-    size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, I = c.intermediate;
-    sizes[WORD_EMB] = Vp * C;
-    sizes[POS_EMB] = (size_t)c.max_seq_len * C;
-    sizes[TYPE_EMB] = (size_t)c.type_vocab_size * C;
-    sizes[EMB_LNW] = sizes[EMB_LNB] = C;
-    sizes[QKVW] = L * 3 * C * C;
-    sizes[QKVB] = L * 3 * C;
-    sizes[ATTOW] = L * C * C;
-    sizes[ATTOB] = sizes[ATTLNW] = sizes[ATTLNB] = L * C;
-    sizes[INTERW] = L * I * C;
-    sizes[INTERB] = L * I;
-    sizes[OUTW] = L * C * I;
-    sizes[OUTB] = sizes[OUTLNW] = sizes[OUTLNB] = L * C;
-    sizes[POOLW] = C * C;
-    sizes[POOLB] = C;
-    sizes[MLMW] = C * C;
-    sizes[MLMB] = sizes[MLMLNW] = sizes[MLMLNB] = C;
-    sizes[MLMDECB] = Vp;
-    sizes[CLSW] = (size_t)c.num_labels * C;
-    sizes[CLSB] = c.num_labels;
-    size_t total = 0;
-    for (int i = 0; i < NUM_BERT_TENSORS; i++) total += sizes[i];
-    return total;
-}
-
-// Weight decay applies to the matrices (embeddings and linear weights), not to biases and LayerNorm
-// parameters: the usual BERT recipe (no_decay = ["bias", "LayerNorm.weight"]).
-inline bool bert_param_decays(int i) {
-    return i == WORD_EMB || i == POS_EMB || i == TYPE_EMB || i == QKVW || i == ATTOW || i == INTERW || i == OUTW ||
-           i == POOLW || i == MLMW || i == CLSW;
-}
+// Parameters: the 26 tensors of llmc/bert_config.h in one allocation
 
 // Pointers to the 26 tensors inside one buffer.
 template <class floatX>
@@ -253,10 +128,6 @@ inline std::vector<ParamSpec> bert_param_specs(const BertConfig& c) {
 
 // ----------------------------------------------------------------------------
 // Activations: everything the backward pass reads, sized for micro-batch (B, T), one allocation.
-
-// What the model computes after the encoder: nothing (hidden states only), the MLM loss over the
-// masked positions, or the classification loss over the batch.
-enum class BertHead { None, MLM, Classify };
 
 template <class floatX>
 struct BertActivations {
@@ -831,30 +702,8 @@ struct BERT : ModelState<floatX> {
 };
 
 // ----------------------------------------------------------------------------
-// Initial weights: random, as transformers initializes BERT
-
-// Initializes the tensors of the parts marked in `parts` as transformers' BertPreTrainedModel.
-// _init_weights does: matrices N(0, initializer_range), biases 0, LayerNorm weight 1 and bias 0, the
-// [PAD] (id 0) row of the word embeddings 0; padded vocabulary rows and decoder-bias entries 0. Each
-// tensor draws from its own stream of the seed, so a part's values do not depend on the others'.
-void bert_init_parts(const BertConfig& c, uint64_t seed, const bool parts[NUM_BERT_PARTS], std::vector<float>* p) {
-    size_t sizes[NUM_BERT_TENSORS];
-    if (p->size() != bert_param_sizes(c, sizes)) data_error("bert_init_parts: parameter buffer of the wrong size");
-    size_t offset = 0;
-    for (int i = 0; i < NUM_BERT_TENSORS; offset += sizes[i], i++) {
-        if (!parts[bert_param_part(i)]) continue;
-        float* t = p->data() + offset;
-        std::fill(t, t + sizes[i], 0.f);
-        if (i == EMB_LNW || i == ATTLNW || i == OUTLNW || i == MLMLNW) {
-            std::fill(t, t + sizes[i], 1.f);
-        } else if (bert_param_decays(i)) {
-            NormalRNG rng(seed * 1000003 + i);
-            size_t first = i == WORD_EMB ? c.channels : 0;  // the [PAD] row
-            size_t count = i == WORD_EMB ? (size_t)c.vocab_size * c.channels : sizes[i];
-            for (size_t k = first; k < count; k++) t[k] = rng.normal(c.initializer_range);
-        }
-    }
-}
+// Initial weights: a random BERT, a new classifier (transformers' values: bert_init_parts,
+// llmc/bert_config.h)
 
 // A whole BERT initialized as transformers does (see bert_init_parts).
 std::vector<float> bert_random_init(const BertConfig& c, uint64_t seed) {
@@ -863,395 +712,6 @@ std::vector<float> bert_random_init(const BertConfig& c, uint64_t seed) {
     const bool all[NUM_BERT_PARTS] = {true, true, true, true};
     bert_init_parts(c, seed, all, &p);
     return p;
-}
-
-// ----------------------------------------------------------------------------
-// Hugging Face BERT: transformers' safetensors checkpoints in and out
-//
-// Names (BertModel; the task models put "bert." before them): embeddings.{word,position,
-// token_type}_embeddings.weight, embeddings.LayerNorm.{weight,bias}, encoder.layer.{l}.attention.
-// self.{query,key,value}.{weight,bias}, .attention.output.dense.*, .attention.output.LayerNorm.*,
-// .intermediate.dense.*, .output.dense.*, .output.LayerNorm.*, pooler.dense.*. BertForMaskedLM adds
-// cls.predictions.transform.dense.*, cls.predictions.transform.LayerNorm.*, cls.predictions.bias (and
-// the tied cls.predictions.decoder.weight/.bias, which save_pretrained leaves out);
-// BertForSequenceClassification adds classifier.*; BertForPreTraining adds the next-sentence head
-// cls.seq_relationship.*, which this model does not have (skipped). Checkpoints from the original
-// TensorFlow conversion name LayerNorm parameters gamma and beta: both spellings are read.
-
-// One tensor of a transformers checkpoint and where it goes in our parameters.
-struct BertHFTensor {
-    std::string name;            // without the "bert." prefix for the encoder and pooler
-    int param;                   // our tensor
-    size_t offset;               // element offset inside our tensor (a layer's slice, q/k/v's rows)
-    std::vector<size_t> shape;   // transformers' shape (our layout: no transposes for BERT)
-};
-
-// Every tensor transformers' BERT with config c has, in our order.
-inline std::vector<BertHFTensor> bert_hf_tensors(const BertConfig& c) {
-    size_t V = c.vocab_size, C = c.channels, I = c.intermediate, NL = c.num_labels;
-    std::vector<BertHFTensor> list = {
-        {"embeddings.word_embeddings.weight", WORD_EMB, 0, {V, C}},
-        {"embeddings.position_embeddings.weight", POS_EMB, 0, {(size_t)c.max_seq_len, C}},
-        {"embeddings.token_type_embeddings.weight", TYPE_EMB, 0, {(size_t)c.type_vocab_size, C}},
-        {"embeddings.LayerNorm.weight", EMB_LNW, 0, {C}},
-        {"embeddings.LayerNorm.bias", EMB_LNB, 0, {C}},
-    };
-    for (int l = 0; l < c.num_layers; l++) {
-        std::string p = "encoder.layer." + std::to_string(l) + ".";
-        const char* qkv[3] = {"query", "key", "value"};
-        for (size_t k = 0; k < 3; k++) {
-            list.push_back({p + "attention.self." + qkv[k] + ".weight", QKVW, (l * 3 + k) * C * C, {C, C}});
-            list.push_back({p + "attention.self." + qkv[k] + ".bias", QKVB, (l * 3 + k) * C, {C}});
-        }
-        list.push_back({p + "attention.output.dense.weight", ATTOW, l * C * C, {C, C}});
-        list.push_back({p + "attention.output.dense.bias", ATTOB, l * C, {C}});
-        list.push_back({p + "attention.output.LayerNorm.weight", ATTLNW, l * C, {C}});
-        list.push_back({p + "attention.output.LayerNorm.bias", ATTLNB, l * C, {C}});
-        list.push_back({p + "intermediate.dense.weight", INTERW, l * I * C, {I, C}});
-        list.push_back({p + "intermediate.dense.bias", INTERB, l * I, {I}});
-        list.push_back({p + "output.dense.weight", OUTW, l * C * I, {C, I}});
-        list.push_back({p + "output.dense.bias", OUTB, l * C, {C}});
-        list.push_back({p + "output.LayerNorm.weight", OUTLNW, l * C, {C}});
-        list.push_back({p + "output.LayerNorm.bias", OUTLNB, l * C, {C}});
-    }
-    list.push_back({"pooler.dense.weight", POOLW, 0, {C, C}});
-    list.push_back({"pooler.dense.bias", POOLB, 0, {C}});
-    list.push_back({"cls.predictions.transform.dense.weight", MLMW, 0, {C, C}});
-    list.push_back({"cls.predictions.transform.dense.bias", MLMB, 0, {C}});
-    list.push_back({"cls.predictions.transform.LayerNorm.weight", MLMLNW, 0, {C}});
-    list.push_back({"cls.predictions.transform.LayerNorm.bias", MLMLNB, 0, {C}});
-    list.push_back({"cls.predictions.bias", MLMDECB, 0, {V}});
-    list.push_back({"classifier.weight", CLSW, 0, {NL, C}});
-    list.push_back({"classifier.bias", CLSB, 0, {NL}});
-    return list;
-}
-
-// The name a tensor has in a file whose encoder tensors start with `prefix` ("" or "bert."): the
-// heads' names never take the prefix.
-inline std::string bert_hf_file_name(const BertHFTensor& t, const std::string& prefix) {
-    BertPart part = bert_param_part(t.param);
-    return part == PART_MLM || part == PART_CLASSIFIER ? t.name : prefix + t.name;
-}
-
-// Which parts a checkpoint held.
-struct BertParts {
-    bool has[NUM_BERT_PARTS] = {};
-};
-
-// Reads transformers' config.json (BertConfig) into *c, refusing by name what this model cannot
-// represent; keys it leaves out take BertConfig's defaults, as transformers does.
-void read_hf_bert_config(const std::string& path, BertConfig* c) {
-    std::vector<uint8_t> bytes;
-    {
-        FILE* f = fopen(path.c_str(), "rb");
-        if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
-        char buf[4096];
-        size_t got;
-        while ((got = fread(buf, 1, sizeof(buf), f)) > 0) bytes.insert(bytes.end(), buf, buf + got);
-        fclose(f);
-    }
-    json::Value root;
-    std::string err;
-    if (!json::parse((const char*)bytes.data(), bytes.size(), &root, &err)) data_error("%s: %s", path.c_str(), err.c_str());
-    if (root.type != json::Value::Object) data_error("%s: not a JSON object", path.c_str());
-    const char* f = path.c_str();
-    auto integer = [&](const char* key, int dflt) {
-        const json::Value* v = root.get(key);
-        if (!v) return dflt;
-        if (!v->is_int || v->integer <= 0 || v->integer > (1 << 30))
-            data_error("%s: \"%s\" must be a positive integer", f, key);
-        return (int)v->integer;
-    };
-    auto number = [&](const char* key, double dflt) {
-        const json::Value* v = root.get(key);
-        if (!v) return dflt;
-        if (v->type != json::Value::Number) data_error("%s: \"%s\" must be a number", f, key);
-        return v->number;
-    };
-    auto string = [&](const char* key, const char* dflt) {
-        const json::Value* v = root.get(key);
-        if (!v || v->type == json::Value::Null) return std::string(dflt);
-        if (v->type != json::Value::String) data_error("%s: \"%s\" must be a string", f, key);
-        return v->str;
-    };
-    auto flag = [&](const char* key, bool dflt) {
-        const json::Value* v = root.get(key);
-        if (!v) return dflt;
-        if (v->type != json::Value::Bool) data_error("%s: \"%s\" must be true or false", f, key);
-        return v->boolean;
-    };
-    std::string type = string("model_type", "bert");
-    if (type != "bert")
-        data_error("%s: model_type is \"%s\", not \"bert\" (its architecture differs from BERT's)", f, type.c_str());
-    *c = BertConfig();
-    c->vocab_size = integer("vocab_size", 30522);
-    c->padded_vocab_size = bert_pad_vocab(c->vocab_size);
-    c->channels = integer("hidden_size", 768);
-    c->num_layers = integer("num_hidden_layers", 12);
-    c->num_heads = integer("num_attention_heads", 12);
-    c->intermediate = integer("intermediate_size", 3072);
-    c->max_seq_len = integer("max_position_embeddings", 512);
-    c->type_vocab_size = integer("type_vocab_size", 2);
-    c->layernorm_eps = (float)number("layer_norm_eps", 1e-12);
-    c->initializer_range = (float)number("initializer_range", 0.02);
-    // transformers' num_labels is the size of id2label (config.json does not store num_labels itself).
-    const json::Value* labels = root.get("id2label");
-    if (labels && labels->type != json::Value::Object) data_error("%s: \"id2label\" must be an object", f);
-    c->num_labels = root.get("num_labels") ? integer("num_labels", 2) : labels ? (int)labels->fields.size() : 2;
-    // "gelu" is the exact erf form; the tanh approximations and other activations are other functions.
-    std::string act = string("hidden_act", "gelu");
-    if (act != "gelu")
-        data_error("%s: hidden_act \"%s\" cannot be represented: this BERT uses the exact (erf) GELU, \"gelu\"", f,
-                   act.c_str());
-    std::string pos = string("position_embedding_type", "absolute");
-    if (pos != "absolute")
-        data_error("%s: position_embedding_type \"%s\" cannot be represented: this BERT has absolute position "
-                   "embeddings only", f, pos.c_str());
-    if (flag("is_decoder", false)) data_error("%s: is_decoder true cannot be represented (BERT here is an encoder)", f);
-    if (flag("add_cross_attention", false)) data_error("%s: add_cross_attention cannot be represented", f);
-    if (!flag("tie_word_embeddings", true))
-        data_error("%s: tie_word_embeddings false cannot be represented (the MLM decoder is the word embeddings)", f);
-    std::string problem = string("problem_type", "single_label_classification");
-    if (problem != "single_label_classification")
-        data_error("%s: problem_type \"%s\" cannot be represented: the classification head is single-label "
-                   "(softmax cross-entropy)", f, problem.c_str());
-    std::string why = bert_config_problem(*c);
-    if (!why.empty()) data_error("%s: %s", f, why.c_str());
-}
-
-// Copies the BERT tensors of a parsed safetensors file (named `file` in messages) into p, which holds
-// bert_param_sizes(c) values (entries of absent parts are left as they are), and returns which parts
-// the file has. Exits with one line naming the problem: a tensor of the wrong shape, a part present
-// only in part, a decoder weight not tied to the word embeddings, an unexpected tensor.
-BertParts read_bert_tensors(const SafeTensors& st, const std::string& file, const BertConfig& c,
-                            std::vector<float>* p) {
-    const char* f = file.c_str();
-    size_t sizes[NUM_BERT_TENSORS];
-    if (p->size() != bert_param_sizes(c, sizes)) data_error("read_bert_tensors: parameter buffer of the wrong size");
-    std::vector<size_t> start(NUM_BERT_TENSORS, 0);
-    for (int i = 1; i < NUM_BERT_TENSORS; i++) start[i] = start[i - 1] + sizes[i - 1];
-    std::string prefix = st.find("bert.embeddings.word_embeddings.weight") ? "bert." : "";
-    // The legacy LayerNorm spelling (gamma/beta) of a name, or "" if it has none.
-    auto legacy = [](const std::string& name) {
-        size_t at = name.rfind("LayerNorm.");
-        if (at == std::string::npos) return std::string();
-        std::string tail = name.substr(at + 10);
-        return tail == "weight" ? name.substr(0, at + 10) + "gamma" : tail == "bias" ? name.substr(0, at + 10) + "beta"
-                                                                                     : std::string();
-    };
-    std::vector<BertHFTensor> list = bert_hf_tensors(c);
-    std::vector<std::string> used;
-    BertParts parts;
-    int found[NUM_BERT_PARTS] = {}, total[NUM_BERT_PARTS] = {};
-    std::string first_missing[NUM_BERT_PARTS];
-    std::vector<float> tmp;
-    for (const BertHFTensor& t : list) {
-        BertPart part = bert_param_part(t.param);
-        total[part]++;
-        std::string name = bert_hf_file_name(t, prefix);
-        const SafeTensor* x = st.find(name);
-        if (!x && !legacy(name).empty() && st.find(legacy(name))) {
-            name = legacy(name);
-            x = st.find(name);
-        }
-        if (!x) {
-            if (first_missing[part].empty()) first_missing[part] = name;
-            continue;
-        }
-        if (x->shape != t.shape)
-            data_error("%s: tensor %s has shape %s, expected %s (config.json's model)", f, name.c_str(),
-                       SafeTensors::shape_str(x->shape).c_str(), SafeTensors::shape_str(t.shape).c_str());
-        std::string why;
-        tmp.resize(x->numel);
-        if (!SafeTensors::to_float(*x, tmp.data(), &why)) data_error("%s: %s", f, why.c_str());
-        std::copy(tmp.begin(), tmp.end(), p->begin() + start[t.param] + t.offset);
-        used.push_back(name);
-        found[part]++;
-    }
-    for (int part = 0; part < NUM_BERT_PARTS; part++) {
-        if (found[part] > 0 && found[part] < total[part])
-            data_error("%s: the %s is incomplete: tensor %s is missing", f, kBertPartNames[part],
-                       first_missing[part].c_str());
-        parts.has[part] = found[part] == total[part];
-    }
-    if (!parts.has[PART_ENCODER])
-        data_error("%s: missing tensor %s: not a BERT checkpoint (or not the model of config.json)", f,
-                   first_missing[PART_ENCODER].c_str());
-    // The decoder is the word embedding matrix (and its bias cls.predictions.bias): a file that stores
-    // them must store the same values.
-    const float* word = p->data() + start[WORD_EMB];
-    size_t V = c.vocab_size, C = c.channels;
-    if (const SafeTensor* dec = st.find("cls.predictions.decoder.weight")) {
-        std::string why;
-        if (dec->shape != std::vector<size_t>{V, C}) data_error("%s: cls.predictions.decoder.weight is not (V, C)", f);
-        tmp.resize(dec->numel);
-        if (!SafeTensors::to_float(*dec, tmp.data(), &why)) data_error("%s: %s", f, why.c_str());
-        if (memcmp(tmp.data(), word, V * C * sizeof(float)) != 0)
-            data_error("%s: cls.predictions.decoder.weight differs from %sembeddings.word_embeddings.weight: an untied "
-                       "MLM decoder cannot be represented", f, prefix.c_str());
-        used.push_back(dec->name);
-    }
-    if (const SafeTensor* dec = st.find("cls.predictions.decoder.bias")) {
-        std::string why;
-        if (!parts.has[PART_MLM] || dec->shape != std::vector<size_t>{V})
-            data_error("%s: cls.predictions.decoder.bias without the MLM head, or not (V)", f);
-        tmp.resize(dec->numel);
-        if (!SafeTensors::to_float(*dec, tmp.data(), &why)) data_error("%s: %s", f, why.c_str());
-        if (memcmp(tmp.data(), p->data() + start[MLMDECB], V * sizeof(float)) != 0)
-            data_error("%s: cls.predictions.decoder.bias differs from cls.predictions.bias (transformers ties them)", f);
-        used.push_back(dec->name);
-    }
-    // Anything else is not part of this model: buffers (position_ids, token_type_ids) and the
-    // next-sentence head of BertForPreTraining are skipped, the rest refused.
-    for (const SafeTensor& x : st.tensors()) {
-        const std::string& name = x.name;
-        auto ends_with = [&](const std::string& s) {
-            return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-        };
-        if (ends_with("embeddings.position_ids") || ends_with("embeddings.token_type_ids") ||
-            name.compare(0, 20, "cls.seq_relationship") == 0)
-            continue;
-        if (std::find(used.begin(), used.end(), name) == used.end())
-            data_error("%s: unexpected tensor %s (not part of a BERT with the %d layers of config.json)", f,
-                       name.c_str(), c.num_layers);
-    }
-    return parts;
-}
-
-// Reads a transformers BERT checkpoint: path is a .safetensors file or a directory holding
-// model.safetensors, with transformers' config.json beside it. Returns the fp32 parameters in our
-// layout and fills *c (and *parts, if given, with which parts the file had). Parts the checkpoint
-// lacks — the MLM head of a BertModel, the pooler and classifier of a BertForMaskedLM — are
-// initialized as transformers initializes them (seeded), as from_pretrained does for a task model.
-// Exits with one line naming the problem if the checkpoint is not a BERT this model can represent.
-std::vector<float> load_hf_bert(const std::string& path, BertConfig* c, BertParts* parts = nullptr,
-                                uint64_t seed = 42) {
-    struct stat info;
-    bool is_dir = stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-    std::string file = is_dir ? path + "/model.safetensors" : path;
-    size_t slash = file.rfind('/');
-    std::string config_path = (slash == std::string::npos ? std::string(".") : file.substr(0, slash)) + "/config.json";
-    if (stat(config_path.c_str(), &info) != 0)
-        data_error("%s: no config.json beside it (%s): it is needed for the number of attention heads and the "
-                   "activation, which the tensors do not tell", file.c_str(), config_path.c_str());
-    read_hf_bert_config(config_path, c);
-    SafeTensors st;
-    std::string err;
-    if (!st.load(file, &err)) data_error("%s", err.c_str());
-    // The layer count the tensors have must be config.json's (the list checks every other size).
-    int layers = 0;
-    for (const SafeTensor& x : st.tensors()) {
-        size_t at = x.name.find("encoder.layer.");
-        if (at == std::string::npos) continue;
-        int l = atoi(x.name.c_str() + at + 14);
-        layers = std::max(layers, l + 1);
-    }
-    if (layers != c->num_layers)
-        data_error("%s: has %d encoder layers, %s says num_hidden_layers %d", file.c_str(), layers, config_path.c_str(),
-                   c->num_layers);
-    // A classifier's rows must be config.json's labels: said here, more clearly than a shape mismatch.
-    if (const SafeTensor* cls = st.find("classifier.weight"))
-        if (cls->shape.size() == 2 && cls->shape[0] != (size_t)c->num_labels)
-            data_error("%s: classifier.weight has %zu rows (labels), %s has %d (id2label)", file.c_str(),
-                       cls->shape[0], config_path.c_str(), c->num_labels);
-    size_t sizes[NUM_BERT_TENSORS];
-    std::vector<float> p(bert_param_sizes(*c, sizes), 0.f);
-    BertParts found = read_bert_tensors(st, file, *c, &p);
-    bool absent[NUM_BERT_PARTS];
-    for (int k = 0; k < NUM_BERT_PARTS; k++) absent[k] = !found.has[k];
-    bert_init_parts(*c, seed, absent, &p);
-    if (parts) *parts = found;
-    return p;
-}
-
-// The safetensors file of our fp32 parameters with transformers' names, the tensors of the parts
-// marked in `part` (each F32, or BF16 if bf16), the encoder's and pooler's names after `prefix`.
-SafeTensorsWriter bert_safetensors(const BertConfig& c, const std::vector<float>& params, bool bf16,
-                                   const bool part[NUM_BERT_PARTS], const std::string& prefix) {
-    size_t sizes[NUM_BERT_TENSORS];
-    if (params.size() != bert_param_sizes(c, sizes))
-        data_error("BERT safetensors: %zu parameters given, the model has %zu", params.size(), bert_param_sizes(c, sizes));
-    std::vector<size_t> start(NUM_BERT_TENSORS, 0);
-    for (int i = 1; i < NUM_BERT_TENSORS; i++) start[i] = start[i - 1] + sizes[i - 1];
-    SafeTensorsWriter w;
-    for (const BertHFTensor& t : bert_hf_tensors(c))
-        if (part[bert_param_part(t.param)])
-            w.add(bert_hf_file_name(t, prefix), params.data() + start[t.param] + t.offset, t.shape, bf16);
-    return w;
-}
-
-// transformers' config.json for c as architecture `arch`, its labels named label_names (default
-// LABEL_k, as save_pretrained writes them), dropout its hidden and attention dropout probability;
-// extra: more keys ("  \"key\": value,\n" lines; transformers keeps unknown keys as attributes).
-std::string bert_config_json(const BertConfig& c, const char* arch, bool bf16,
-                             const std::vector<std::string>& label_names = {}, float dropout = 0.1f,
-                             const std::string& extra = "") {
-    // The labels (transformers derives num_labels from id2label), for every architecture.
-    std::string id2label, label2id;
-    for (int k = 0; k < c.num_labels; k++) {
-        std::string sep = k ? ", " : "";
-        std::string name = (size_t)k < label_names.size() ? json::quote(label_names[k])
-                                                           : "\"LABEL_" + std::to_string(k) + "\"";
-        id2label += sep + "\"" + std::to_string(k) + "\": " + name;
-        label2id += sep + name + ": " + std::to_string(k);
-    }
-    std::string labels = "  \"id2label\": {" + id2label + "},\n  \"label2id\": {" + label2id + "},\n";
-    if (!strcmp(arch, "BertForSequenceClassification"))
-        labels += "  \"problem_type\": \"single_label_classification\",\n";
-    // Floats in their shortest form that reads back as the same float (1e-12, not 9.99999996e-13).
-    auto shortest = [](float x) {
-        char buf[32];
-        for (int digits = 1; digits <= 9; digits++) {
-            snprintf(buf, sizeof(buf), "%.*g", digits, x);
-            if (strtof(buf, nullptr) == x) break;
-        }
-        return std::string(buf);
-    };
-    char body[1024];
-    snprintf(body, sizeof(body),
-             "  \"attention_probs_dropout_prob\": %s,\n"
-             "  \"classifier_dropout\": null,\n"
-             "  \"hidden_act\": \"gelu\",\n"
-             "  \"hidden_dropout_prob\": %s,\n"
-             "  \"hidden_size\": %d,\n"
-             "  \"initializer_range\": %s,\n"
-             "  \"intermediate_size\": %d,\n"
-             "  \"layer_norm_eps\": %s,\n"
-             "  \"max_position_embeddings\": %d,\n"
-             "  \"model_type\": \"bert\",\n"
-             "  \"num_attention_heads\": %d,\n"
-             "  \"num_hidden_layers\": %d,\n"
-             "  \"pad_token_id\": 0,\n"
-             "  \"position_embedding_type\": \"absolute\",\n"
-             "  \"torch_dtype\": \"%s\",\n"
-             "  \"type_vocab_size\": %d,\n"
-             "  \"use_cache\": true,\n"
-             "  \"vocab_size\": %d\n",
-             shortest(dropout).c_str(), shortest(dropout).c_str(), c.channels, shortest(c.initializer_range).c_str(),
-             c.intermediate, shortest(c.layernorm_eps).c_str(),
-             c.max_seq_len, c.num_heads, c.num_layers, bf16 ? "bfloat16" : "float32", c.type_vocab_size, c.vocab_size);
-    return std::string("{\n  \"architectures\": [\"") + arch + "\"],\n" + labels + extra + body + "}\n";
-}
-
-// Writes our fp32 parameters as a transformers checkpoint in dir (created if missing): model.safetensors
-// (F32, or BF16 if bf16) and config.json, for the architecture of `head`: BertForMaskedLM (MLM: the
-// encoder and the MLM head, "bert." names), BertForSequenceClassification (Classify: encoder, pooler,
-// classifier) or BertModel (None: encoder and pooler). from_pretrained(dir) of that class loads it
-// with nothing missing and nothing unexpected. label_names: id2label's names (default LABEL_k);
-// dropout: the config's dropout probabilities. Exits with one line if it cannot write.
-void export_hf_bert(const std::string& dir, const BertConfig& c, const std::vector<float>& params, bool bf16,
-                    BertHead head, const std::vector<std::string>& label_names = {}, float dropout = 0.1f) {
-    std::string err;
-    if (!make_dirs(dir, &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
-    bool part[NUM_BERT_PARTS] = {true, head != BertHead::MLM, head == BertHead::MLM, head == BertHead::Classify};
-    SafeTensorsWriter w = bert_safetensors(c, params, bf16, part, head == BertHead::None ? "" : "bert.");
-    if (!w.write(dir + "/model.safetensors", &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
-    const char* arch = head == BertHead::MLM        ? "BertForMaskedLM"
-                       : head == BertHead::Classify ? "BertForSequenceClassification"
-                                                    : "BertModel";
-    std::string config = bert_config_json(c, arch, bf16, label_names, dropout);
-    if (!write_file_atomic(dir + "/config.json", {{config.data(), config.size()}}, &err))
-        data_error("export to %s: %s", dir.c_str(), err.c_str());
 }
 
 // Gives a BERT (fp32 parameters p of config *c) a classifier of num_labels outputs, initialized as
@@ -1374,21 +834,17 @@ inline BertEval all_reduce_eval(const Distributed& d, BertEval e) {
     return e;
 }
 
-// Writes checkpoint `step` of a run in dir: model_%08d.bin (every tensor as F32 in a safetensors
-// file with transformers' names — the compute-precision values widened exactly, so a resumed run
-// continues from the same bits; dir/config.json, written at the start of the run, describes it),
-// the training state (one file, or with sharded state one per rank), then the DONE marker. Every
-// rank calls it: rank 0 writes the model, each rank its shard, and DONE comes after all have written.
+// Writes checkpoint `step` of a run in dir: model_%08d.bin (write_bert_model_file: every tensor as
+// F32, so that a resumed run continues from the same bits; dir/config.json, written at the start of
+// the run, describes it), the training state (one file, or with sharded state one per rank), then
+// the DONE marker. Every rank calls it: rank 0 writes the model, each rank its shard, and DONE comes
+// after all have written.
 template <class floatX>
 void save_bert_checkpoint(const std::string& dir, int step, BERT<floatX>& model, const TrainState& st, int keep,
                           const Distributed& dist) {
     std::string err, model_path = checkpoint_file(dir, "model", step);
     bool ok = true;
-    if (dist.rank == 0) {
-        const bool all[NUM_BERT_PARTS] = {true, true, true, true};
-        SafeTensorsWriter w = bert_safetensors(model.config, model.params_host_fp32(), false, all, "bert.");
-        ok = w.write(model_path, &err);
-    }
+    if (dist.rank == 0) ok = write_bert_model_file(model_path, model.config, model.params_host_fp32(), &err);
     if (ok && (dist.rank == 0 || st.world > 1)) ok = write_train_state(state_file(dir, step, st.rank), st, &err);
     if (!ok) data_error("checkpoint at step %d: %s", step, err.c_str());
     all_reduce_max_scalar(dist, 0);  // a barrier: every rank's files are on disk
@@ -1517,13 +973,8 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         std::string err;
         if (!make_dirs(o.output_dir, &err)) data_error("option --output-dir: %s", err.c_str());
         if (!log.open(o.output_dir + "/log.jsonl", resume ? start_step : -1, &err)) data_error("%s", err.c_str());
-        // The run's learning rate and step count go along (llmc_run): their "auto" defaults depend on
-        // where the run started, which a resumed run no longer sees.
-        char run[160];
-        snprintf(run, sizeof(run), "  \"llmc_run\": {\"lr\": \"%.9g\", \"max_steps\": \"%d\"},\n", o.lr, o.max_steps);
-        std::string json = bert_config_json(c, head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification",
-                                            false, label_names, o.dropout, run);
-        if (!write_file_atomic(o.output_dir + "/config.json", {{json.data(), json.size()}}, &err))
+        // config.json, with the run's learning rate and step count for a resumed run (llmc_run)
+        if (!write_bert_run_config(o.output_dir, c, head, label_names, o.dropout, o.lr, o.max_steps, &err))
             data_error("%s", err.c_str());
     }
 
@@ -1876,17 +1327,8 @@ int train_bert_main(int argc, char** argv) {
             data_error("%s: holds step %lld, its name says %d", state_path.c_str(), state.step, done.back());
         model_name = "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels);
         // --lr and --max-steps left at auto take the values the run started with (config.json's llmc_run).
-        std::vector<uint8_t> bytes;
-        json::Value root;
-        std::string config_path = o.output_dir + "/config.json";
-        if (read_whole_file(config_path, &bytes, &err) &&
-            json::parse((const char*)bytes.data(), bytes.size(), &root, &err))
-            if (const json::Value* run = root.get("llmc_run"))
-                for (const char* key : {"lr", "max_steps"}) {
-                    const json::Value* v = run->get(key);
-                    if (v && v->type == json::Value::String)
-                        cli.resolve_auto(strcmp(key, "lr") == 0 ? "lr" : "max-steps", v->str);
-                }
+        for (const auto& [key, value] : read_bert_run_settings(o.output_dir))
+            cli.resolve_auto(key == "lr" ? "lr" : "max-steps", value);
     } else if (!config_name.empty() || (spec == "auto" && (o.bench || !minilm))) {
         if (config_name.empty()) config_name = o.bench && !cpu ? "base" : "tiny";
         if (!bert_config_preset(config_name, &config))
