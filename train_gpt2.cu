@@ -1,8 +1,10 @@
 // train_gpt2.cu — GPT-2 training: the model, its whole forward and backward pass, the optimizer step
 // and the training loop, in one file. Kernels live in llmc/; this file is the model-level tier.
 //
-// Chapters: configuration · parameters · activations · the model (init, load, forward, backward,
-// update) · training loop · main.
+// Chapters: configuration · parameters · activations · the model (build, forward, backward, update,
+// decoding with a KV cache) · initial weights and checkpoints · training (options, sampling, the
+// loop) · main. The checkpoint formats — llm.c model files, Hugging Face safetensors — are in
+// llmc/gpt2_io.h.
 //
 // Precision is a run-time choice (--precision fp32|bf16): every model-level function is a template
 // on the storage type floatX of parameters and activations, and main() dispatches once. In bf16
@@ -20,43 +22,31 @@
 
 #include <sys/stat.h>
 
-#include "llmc/attention.cuh"
-#include "llmc/checkpoint.h"
-#include "llmc/cli.h"
-#include "llmc/cuda_common.h"
-#include "llmc/dataloader.h"
-#include "llmc/encoder.cuh"
-#include "llmc/fused_classifier.cuh"
-#include "llmc/gelu.cuh"
-#include "llmc/kv_cache.cuh"
-#include "llmc/layernorm.cuh"
-#include "llmc/logger.h"
-#include "llmc/matmul.cuh"
-#include "llmc/mfu.h"
-#include "llmc/model_state.cuh"
-#include "llmc/precision.cuh"
-#include "llmc/safetensors.h"
-#include "llmc/rng.h"
-#include "llmc/schedulers.h"
-#include "llmc/tokenizer.h"
-#include "llmc/train_common.h"
+#include "llmc/attention.cuh"         // flash attention, forward and backward
+#include "llmc/checkpoint.h"          // checkpoint file names, DONE markers, the training-state file
+#include "llmc/cli.h"                 // the command-line parser
+#include "llmc/cuda_common.h"         // cudaCheck, the launch helper, CEIL_DIV
+#include "llmc/dataloader.h"          // token shards -> (B,T) batches; data_error
+#include "llmc/encoder.cuh"           // token + position embeddings, forward and backward
+#include "llmc/fused_classifier.cuh"  // softmax cross-entropy fused with its backward
+#include "llmc/gelu.cuh"              // GELU (tanh form), forward and backward
+#include "llmc/gpt2_config.h"         // GPT2Config and the 16 parameter tensors (ParamIndex, param_sizes)
+#include "llmc/gpt2_io.h"             // llm.c model files and Hugging Face safetensors, in and out
+#include "llmc/kv_cache.cuh"          // attention of one new token against a KV cache (decoding)
+#include "llmc/layernorm.cuh"         // LayerNorm and the fused residual add, forward and backward
+#include "llmc/logger.h"              // the JSON Lines run log
+#include "llmc/matmul.cuh"            // linear layers through cuBLASLt (fp8 GEMMs included)
+#include "llmc/mfu.h"                 // peak GPU throughput, for MFU
+#include "llmc/model_state.cuh"       // parameters, gradients, master weights, optimizers, ZeRO
+#include "llmc/precision.cuh"         // storage types and conversions
+#include "llmc/rng.h"                 // NormalRNG: the random initialization's normal draws
+#include "llmc/schedulers.h"          // learning-rate schedules
+#include "llmc/tokenizer.h"           // GPT-2's BPE tokenizer (prompts and samples)
+#include "llmc/train_common.h"        // the trainers' shared options, loss scaling, memory report
 
 // ----------------------------------------------------------------------------
-// Configuration
-
-struct GPT2Config {
-    int max_seq_len = 1024;        // maxT: positions the model has embeddings for
-    int vocab_size = 50257;        // V: real tokens
-    int padded_vocab_size = 50304; // Vp: V rounded up to a multiple of 128 (aligned matmuls)
-    int num_layers = 12;           // L
-    int num_heads = 12;            // NH
-    int channels = 768;            // C
-};
-
-constexpr int GPT2_CHECKPOINT_MAGIC = 20240326;
-
-// V rounded up to a multiple of 128, as llm.c pads (50257 -> 50304).
-inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
+// Configuration: GPT2Config (maxT, V, Vp, L, NH, C) is llmc/gpt2_config.h's, shared with the
+// checkpoint formats.
 
 // The GPT-2 family by depth: d12 = 124M, d24 = 350M, d36 = 774M, d48 = 1.5B (channels = 64 * depth
 // as llm.c's "dNN" shorthand, heads of size 64).
@@ -77,33 +67,8 @@ inline bool config_from_depth(const std::string& spec, GPT2Config* c) {
 }
 
 // ----------------------------------------------------------------------------
-// Parameters: 16 tensors in one allocation, in llm.c's checkpoint order.
-
-constexpr int NUM_PARAMETER_TENSORS = 16;
-enum ParamIndex { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
-// Element counts of the 16 tensors; returns the total.
-inline size_t param_sizes(const GPT2Config& c, size_t sizes[NUM_PARAMETER_TENSORS]) {
-    size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
-    sizes[WTE] = Vp * C;             // (Vp, C)
-    sizes[WPE] = maxT * C;           // (maxT, C)
-    sizes[LN1W] = L * C;             // (L, C)
-    sizes[LN1B] = L * C;
-    sizes[QKVW] = L * 3 * C * C;     // (L, 3C, C)
-    sizes[QKVB] = L * 3 * C;         // (L, 3C)
-    sizes[ATTPROJW] = L * C * C;     // (L, C, C)
-    sizes[ATTPROJB] = L * C;
-    sizes[LN2W] = L * C;
-    sizes[LN2B] = L * C;
-    sizes[FCW] = L * 4 * C * C;      // (L, 4C, C)
-    sizes[FCB] = L * 4 * C;
-    sizes[FCPROJW] = L * C * 4 * C;  // (L, C, 4C)
-    sizes[FCPROJB] = L * C;
-    sizes[LNFW] = C;
-    sizes[LNFB] = C;
-    size_t total = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) total += sizes[i];
-    return total;
-}
+// Parameters: 16 tensors in one allocation, in llm.c's checkpoint order (ParamIndex, and their
+// sizes from param_sizes: llmc/gpt2_config.h).
 
 // Weight decay applies to the matrices (embeddings and linear weights), not to biases and
 // layernorm parameters, as in GPT-2 / llm.c.
@@ -666,7 +631,10 @@ struct GPT2 : ModelState<floatX> {
 };
 
 // ----------------------------------------------------------------------------
-// Initial weights: from a llm.c checkpoint, or random as GPT-2 initializes
+// Initial weights and checkpoints: random as GPT-2 initializes; the model saved as a llm.c file
+//
+// The file formats themselves (llm.c model files, Hugging Face safetensors) are llmc/gpt2_io.h's; here
+// are the parts that need the model.
 
 // GPT-2 initialization: weights N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)),
 // biases 0, layernorm weight 1 and bias 0; padded vocabulary rows stay 0.
@@ -690,382 +658,18 @@ std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
     return p;
 }
 
-// Parses a llm.c model checkpoint held in memory (magic 20240326; version 3 = fp32, 5 = bf16):
-// a 256 x int32 header [magic, version, maxT, V, L, NH, C, Vp] then the 16 tensors in order.
-// Fills *c and the parameters as fp32 values; false with a reason naming the problem.
-bool parse_gpt2_checkpoint(const uint8_t* data, size_t size, GPT2Config* c, std::vector<float>* params,
-                           std::string* err) {
-    int32_t h[256];
-    if (size < sizeof(h)) {
-        *err = "too short for a model checkpoint header (" + std::to_string(size) + " bytes, need 1024)";
-        return false;
-    }
-    memcpy(h, data, sizeof(h));
-    if (h[0] != GPT2_CHECKPOINT_MAGIC) {
-        *err = "bad magic " + std::to_string(h[0]) + " (a llm.c GPT-2 checkpoint starts with " +
-               std::to_string(GPT2_CHECKPOINT_MAGIC) + ")";
-        return false;
-    }
-    if (h[1] != 3 && h[1] != 5) {
-        *err = "unsupported checkpoint version " + std::to_string(h[1]) + " (3 = fp32, 5 = bf16)";
-        return false;
-    }
-    c->max_seq_len = h[2];
-    c->vocab_size = h[3];
-    c->num_layers = h[4];
-    c->num_heads = h[5];
-    c->channels = h[6];
-    c->padded_vocab_size = h[7];
-    if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 || c->num_heads <= 0 || c->channels <= 0 ||
-        c->padded_vocab_size < c->vocab_size || c->channels % c->num_heads != 0 || c->max_seq_len > 1 << 20 ||
-        c->channels > 1 << 16 || c->num_layers > 1024 || c->padded_vocab_size > 1 << 24) {
-        char shape[160];
-        snprintf(shape, sizeof(shape), "implausible model shape in header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)",
-                 c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
-        *err = shape;
-        return false;
-    }
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    size_t n = param_sizes(*c, sizes);
-    size_t elem = h[1] == 3 ? 4 : 2;
-    if (size != 1024 + n * elem) {
-        *err = "file is " + std::to_string(size) + " bytes, the header's model needs " + std::to_string(1024 + n * elem);
-        return false;
-    }
-    params->resize(n);
-    const uint8_t* body = data + 1024;
-    if (h[1] == 3) {
-        memcpy(params->data(), body, n * 4);
-    } else {
-        for (size_t i = 0; i < n; i++) {  // bf16 -> fp32 is exact: the bits become the high half
-            uint32_t w = (uint32_t)(body[2 * i] | body[2 * i + 1] << 8) << 16;
-            memcpy(&(*params)[i], &w, 4);
-        }
-    }
-    return true;
-}
-
-// Reads a llm.c model checkpoint file into fp32 values (exits with one line if it is unusable).
-std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
-    std::vector<uint8_t> bytes;
-    std::vector<float> p;
-    std::string err;
-    if (!read_whole_file(path, &bytes, &err)) data_error("cannot read model checkpoint: %s", err.c_str());
-    if (!parse_gpt2_checkpoint(bytes.data(), bytes.size(), c, &p, &err)) data_error("%s: %s", path.c_str(), err.c_str());
-    return p;
-}
-
-// Writes the model as a llm.c checkpoint (atomically): version 3 with fp32 parameters, 5 with bf16,
-// header and tensor order exactly as llm.c writes them, so llm.c and this trainer read each other's.
+// Writes the model as a llm.c checkpoint (atomically): version 3 with fp32 parameters, 5 with bf16.
 // llm.c has no fp16 version: an fp16 model is written as version 3 from its fp32 master weights
 // (the fp16 parameters are those rounded, so loading it gives back the same fp16 parameters).
 template <class floatX>
 bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::string* err) {
-    const GPT2Config& c = model.config;
-    bool bf16 = std::is_same<floatX, __nv_bfloat16>::value, fp16 = std::is_same<floatX, __half>::value;
-    int32_t h[256] = {GPT2_CHECKPOINT_MAGIC, bf16 ? 5 : 3, c.max_seq_len, c.vocab_size,
-                      c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    if (fp16) {
+    if (std::is_same<floatX, __half>::value) {
         std::vector<float> master(model.num_parameters);
         cudaCheck(cudaMemcpy(master.data(), model.master, master.size() * sizeof(float), cudaMemcpyDeviceToHost));
-        return write_file_atomic(path, {{h, sizeof(h)}, {master.data(), master.size() * sizeof(float)}}, err);
+        return write_gpt2_checkpoint(path, model.config, master.data(), false, err);
     }
     std::vector<floatX> p = model.params_host();
-    return write_file_atomic(path, {{h, sizeof(h)}, {p.data(), p.size() * sizeof(floatX)}}, err);
-}
-
-// ----------------------------------------------------------------------------
-// Hugging Face GPT-2: transformers' safetensors checkpoints in and out
-//
-// GPT2LMHeadModel names its tensors transformer.wte.weight, transformer.h.{l}.attn.c_attn.weight,
-// ...; GPT2Model (and the original hub "gpt2" checkpoint) the same without "transformer.". Its
-// linear layers are Conv1D modules whose weight is stored (in, out), the transpose of our (out, in).
-// The LM head is tied to wte (save_pretrained leaves lm_head.weight out). Our GPT-2 is exactly that
-// architecture with tanh GELU, layernorm epsilon 1e-5, attention scaled by 1/sqrt(head size), an MLP
-// of 4C and a tied head: a config.json asking for anything else is refused by name.
-
-// One layer's tensors: which of our parameters, its transformers name after "h.{l}.", and whether it
-// is a Conv1D weight (stored transposed).
-struct HFLayerTensor {
-    int param;
-    const char* suffix;
-    bool conv1d;
-};
-static const HFLayerTensor kHFLayerTensors[] = {
-    {LN1W, "ln_1.weight", false},        {LN1B, "ln_1.bias", false},
-    {QKVW, "attn.c_attn.weight", true},  {QKVB, "attn.c_attn.bias", false},
-    {ATTPROJW, "attn.c_proj.weight", true}, {ATTPROJB, "attn.c_proj.bias", false},
-    {LN2W, "ln_2.weight", false},        {LN2B, "ln_2.bias", false},
-    {FCW, "mlp.c_fc.weight", true},      {FCB, "mlp.c_fc.bias", false},
-    {FCPROJW, "mlp.c_proj.weight", true}, {FCPROJB, "mlp.c_proj.bias", false},
-};
-
-// The shape transformers gives one layer's slice of parameter `param`: Conv1D weights (in, out).
-inline std::vector<size_t> hf_layer_shape(int param, size_t C) {
-    switch (param) {
-        case QKVW: return {C, 3 * C};
-        case QKVB: return {3 * C};
-        case ATTPROJW: return {C, C};
-        case FCW: return {C, 4 * C};
-        case FCB: return {4 * C};
-        case FCPROJW: return {4 * C, C};
-        default: return {C};  // layernorm weights and biases, attention and MLP output biases
-    }
-}
-
-// Copies a (rows, cols) row-major matrix into dst as its (cols, rows) transpose.
-inline void transpose_into(float* dst, const float* src, size_t rows, size_t cols) {
-    for (size_t r = 0; r < rows; r++)
-        for (size_t k = 0; k < cols; k++) dst[k * rows + r] = src[r * cols + k];
-}
-
-// Reads config.json (transformers' GPT2Config) into *c, refusing what our GPT-2 cannot represent;
-// keys it leaves out take GPT2Config's defaults, as transformers does.
-void read_hf_gpt2_config(const std::string& path, GPT2Config* c) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
-    std::string text;
-    char buf[4096];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, got);
-    fclose(f);
-    json::Value root;
-    std::string err;
-    if (!json::parse(text.data(), text.size(), &root, &err)) data_error("%s: %s", path.c_str(), err.c_str());
-    if (root.type != json::Value::Object) data_error("%s: not a JSON object", path.c_str());
-    auto integer = [&](const char* key, int dflt) {
-        const json::Value* v = root.get(key);
-        if (!v) return dflt;
-        if (!v->is_int || v->integer <= 0 || v->integer > (1 << 30))
-            data_error("%s: \"%s\" must be a positive integer", path.c_str(), key);
-        return (int)v->integer;
-    };
-    auto flag = [&](const char* key, bool dflt) {
-        const json::Value* v = root.get(key);
-        if (!v) return dflt;
-        if (v->type != json::Value::Bool) data_error("%s: \"%s\" must be true or false", path.c_str(), key);
-        return v->boolean;
-    };
-    const json::Value* type = root.get("model_type");
-    if (type && (type->type != json::Value::String || type->str != "gpt2"))
-        data_error("%s: model_type is %s, not \"gpt2\"", path.c_str(),
-                   type->type == json::Value::String ? json::quote(type->str).c_str() : json::type_name(type->type));
-    c->vocab_size = integer("vocab_size", 50257);
-    c->max_seq_len = integer("n_positions", 1024);
-    c->channels = integer("n_embd", 768);
-    c->num_layers = integer("n_layer", 12);
-    c->num_heads = integer("n_head", 12);
-    c->padded_vocab_size = pad_vocab(c->vocab_size);
-    if (c->channels % c->num_heads != 0)
-        data_error("%s: n_embd %d is not a multiple of n_head %d", path.c_str(), c->channels, c->num_heads);
-    // gelu_new, gelu_pytorch_tanh and gelu_fast are all 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
-    const json::Value* act = root.get("activation_function");
-    if (act && act->type != json::Value::String) data_error("%s: activation_function is not a string", path.c_str());
-    std::string activation = act ? act->str : "gelu_new";
-    if (activation != "gelu_new" && activation != "gelu_pytorch_tanh" && activation != "gelu_fast")
-        data_error("%s: activation_function \"%s\" cannot be represented: this GPT-2 uses the tanh approximation of "
-                   "GELU (gelu_new)", path.c_str(), activation.c_str());
-    const json::Value* eps = root.get("layer_norm_epsilon");
-    if (eps && eps->type != json::Value::Number) data_error("%s: layer_norm_epsilon is not a number", path.c_str());
-    if (eps && std::fabs(eps->number - 1e-5) > 1e-12)
-        data_error("%s: layer_norm_epsilon %g cannot be represented: this GPT-2's layernorms use 1e-5", path.c_str(),
-                   eps->number);
-    const json::Value* inner = root.get("n_inner");
-    if (inner && inner->type != json::Value::Null && !(inner->is_int && inner->integer == 4 * c->channels))
-        data_error("%s: n_inner must be null or 4 * n_embd = %d (this GPT-2's MLP is 4C wide)", path.c_str(),
-                   4 * c->channels);
-    if (!flag("scale_attn_weights", true))
-        data_error("%s: scale_attn_weights false cannot be represented (attention is scaled by 1/sqrt(head size))",
-                   path.c_str());
-    if (flag("scale_attn_by_inverse_layer_idx", false))
-        data_error("%s: scale_attn_by_inverse_layer_idx cannot be represented", path.c_str());
-    if (flag("add_cross_attention", false)) data_error("%s: add_cross_attention cannot be represented", path.c_str());
-    if (!flag("tie_word_embeddings", true))
-        data_error("%s: tie_word_embeddings false cannot be represented (this GPT-2's LM head is wte)", path.c_str());
-}
-
-// Reads a transformers GPT-2 checkpoint: path is a .safetensors file or a directory holding
-// model.safetensors, with transformers' config.json beside it (it alone has the number of heads).
-// Returns the fp32 parameters in our layout (wte padded to Vp rows with zeros) and fills *c; exits
-// with one line naming the problem if the checkpoint is not a GPT-2 this model can represent.
-std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
-    struct stat info;
-    bool is_dir = stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-    std::string file = is_dir ? path + "/model.safetensors" : path;
-    size_t slash = file.rfind('/');
-    std::string config_path = (slash == std::string::npos ? std::string(".") : file.substr(0, slash)) + "/config.json";
-    SafeTensors st;
-    std::string err;
-    if (!st.load(file, &err)) data_error("%s", err.c_str());
-    const char* f = file.c_str();
-    std::string prefix = st.find("transformer.wte.weight") ? "transformer." : "";
-    const SafeTensor* wte = st.find(prefix + "wte.weight");
-    const SafeTensor* wpe = st.find(prefix + "wpe.weight");
-    if (!wte) data_error("%s: missing tensor transformer.wte.weight (or wte.weight): not a GPT-2 checkpoint", f);
-    if (!wpe) data_error("%s: missing tensor %swpe.weight", f, prefix.c_str());
-    if (wte->shape.size() != 2 || wpe->shape.size() != 2 || wte->shape[1] != wpe->shape[1])
-        data_error("%s: wte %s and wpe %s are not (V, C) and (maxT, C)", f, SafeTensors::shape_str(wte->shape).c_str(),
-                   SafeTensors::shape_str(wpe->shape).c_str());
-    size_t layers = 0;  // 1 + the highest l of any h.{l}.* tensor
-    std::string h_prefix = prefix + "h.";
-    for (const SafeTensor& x : st.tensors()) {
-        if (x.name.compare(0, h_prefix.size(), h_prefix) != 0) continue;
-        size_t l = 0, i = h_prefix.size();
-        while (i < x.name.size() && isdigit((unsigned char)x.name[i]) && l < (1u << 20)) l = l * 10 + (x.name[i++] - '0');
-        if (i > h_prefix.size()) layers = std::max(layers, l + 1);
-    }
-
-    if (stat(config_path.c_str(), &info) != 0)
-        data_error("%s: no config.json beside it (%s): it is needed for the number of attention heads, which the "
-                   "tensors do not tell", f, config_path.c_str());
-    read_hf_gpt2_config(config_path, c);
-    // The tensors must be the model config.json describes.
-    struct { const char* what; size_t file; int config; } dims[] = {
-        {"vocab_size (wte rows)", wte->shape[0], c->vocab_size}, {"n_embd (wte columns)", wte->shape[1], c->channels},
-        {"n_positions (wpe rows)", wpe->shape[0], c->max_seq_len}, {"n_layer (h.* blocks)", layers, c->num_layers}};
-    for (const auto& d : dims)
-        if (d.file != (size_t)d.config)
-            data_error("%s: %s is %zu in the tensors but %d in %s", f, d.what, d.file, d.config, config_path.c_str());
-
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    size_t n = param_sizes(*c, sizes);
-    std::vector<float> p(n, 0.f);
-    ParameterTensors<float> t;
-    t.point_into(p.data(), sizes);
-    size_t C = c->channels, V = c->vocab_size, L = c->num_layers;
-    std::vector<std::string> used;
-    std::vector<float> tmp;
-    // Checks tensor `name` has `shape` and converts it to fp32 (into tmp); returns it.
-    auto fetch = [&](const std::string& name, const std::vector<size_t>& shape) -> const std::vector<float>& {
-        const SafeTensor* x = st.find(name);
-        if (!x) data_error("%s: missing tensor %s", f, name.c_str());
-        if (x->shape != shape)
-            data_error("%s: tensor %s has shape %s, expected %s", f, name.c_str(),
-                       SafeTensors::shape_str(x->shape).c_str(), SafeTensors::shape_str(shape).c_str());
-        std::string why;
-        if (!SafeTensors::to_float(*x, &tmp, &why)) data_error("%s: %s", f, why.c_str());
-        used.push_back(name);
-        return tmp;
-    };
-    const std::vector<float>& wte_values = fetch(prefix + "wte.weight", {V, C});
-    std::copy(wte_values.begin(), wte_values.end(), t.t[WTE]);  // rows V..Vp-1 stay zero
-    const std::vector<float>& wpe_values = fetch(prefix + "wpe.weight", {(size_t)c->max_seq_len, C});
-    std::copy(wpe_values.begin(), wpe_values.end(), t.t[WPE]);
-    for (size_t l = 0; l < L; l++) {
-        for (const HFLayerTensor& h : kHFLayerTensors) {
-            std::vector<size_t> shape = hf_layer_shape(h.param, C);
-            const std::vector<float>& v = fetch(prefix + "h." + std::to_string(l) + "." + h.suffix, shape);
-            float* dst = t.layer(h.param, (int)l, sizes[h.param] / L);
-            if (h.conv1d) transpose_into(dst, v.data(), shape[0], shape[1]);
-            else std::copy(v.begin(), v.end(), dst);
-        }
-    }
-    const std::vector<float>& lnfw = fetch(prefix + "ln_f.weight", {C});
-    std::copy(lnfw.begin(), lnfw.end(), t.t[LNFW]);
-    const std::vector<float>& lnfb = fetch(prefix + "ln_f.bias", {C});
-    std::copy(lnfb.begin(), lnfb.end(), t.t[LNFB]);
-    if (st.find("lm_head.weight")) {
-        const std::vector<float>& head = fetch("lm_head.weight", {V, C});
-        if (memcmp(head.data(), t.t[WTE], V * C * sizeof(float)) != 0)
-            data_error("%s: lm_head.weight differs from %swte.weight: an untied LM head cannot be represented (this "
-                       "GPT-2's output embedding is wte)", f, prefix.c_str());
-    }
-    // Anything else is not part of this model; the attention masks are buffers, not parameters.
-    for (const SafeTensor& x : st.tensors()) {
-        const std::string& name = x.name;
-        auto ends_with = [&](const std::string& s) {
-            return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-        };
-        if (ends_with(".attn.bias") || ends_with(".attn.masked_bias")) continue;
-        if (std::find(used.begin(), used.end(), name) == used.end())
-            data_error("%s: unexpected tensor %s (not part of a GPT-2 with the %d layers of %s)", f, name.c_str(),
-                       c->num_layers, config_path.c_str());
-    }
-    return p;
-}
-
-// Writes our fp32 parameters (llm.c layout) as a transformers GPT-2 checkpoint in dir (created if
-// missing): model.safetensors with GPT2LMHeadModel's names, Conv1D weights (in, out), wte unpadded
-// (V, C) and no lm_head (tied), as F32 or BF16; and the config.json with which
-// GPT2LMHeadModel.from_pretrained(dir) rebuilds this model. Exits with one line if it cannot write.
-void export_hf_gpt2(const std::string& dir, const GPT2Config& c, const std::vector<float>& params, bool bf16) {
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    if (params.size() != param_sizes(c, sizes))
-        data_error("export to %s: %zu parameters given, the model has %zu", dir.c_str(), params.size(),
-                   param_sizes(c, sizes));
-    for (size_t at = 1; at <= dir.size(); at++) {  // mkdir -p
-        if (at < dir.size() && dir[at] != '/') continue;
-        std::string part = dir.substr(0, at);
-        if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
-            data_error("cannot create directory %s: %s", part.c_str(), strerror(errno));
-    }
-    struct stat info;
-    if (stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) data_error("%s is not a directory", dir.c_str());
-
-    ParameterTensors<const float> t;
-    t.point_into(params.data(), sizes);
-    size_t C = c.channels, V = c.vocab_size, L = c.num_layers, maxT = c.max_seq_len;
-    SafeTensorsWriter w;
-    w.add("transformer.wte.weight", t.t[WTE], {V, C}, bf16);
-    w.add("transformer.wpe.weight", t.t[WPE], {maxT, C}, bf16);
-    std::vector<float> tmp;
-    for (size_t l = 0; l < L; l++) {
-        for (const HFLayerTensor& h : kHFLayerTensors) {
-            std::vector<size_t> shape = hf_layer_shape(h.param, C);
-            const float* src = t.layer(h.param, (int)l, sizes[h.param] / L);
-            std::string name = "transformer.h." + std::to_string(l) + "." + h.suffix;
-            if (h.conv1d) {  // ours (out, in) = (shape[1], shape[0]) -> (in, out)
-                tmp.resize(shape[0] * shape[1]);
-                transpose_into(tmp.data(), src, shape[1], shape[0]);
-                src = tmp.data();
-            }
-            w.add(name, src, shape, bf16);
-        }
-    }
-    w.add("transformer.ln_f.weight", t.t[LNFW], {C}, bf16);
-    w.add("transformer.ln_f.bias", t.t[LNFB], {C}, bf16);
-    std::string err;
-    if (!w.write(dir + "/model.safetensors", &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
-
-    // GPT-2's end-of-text token is 50256; a smaller vocabulary (a test model) has no such id, so its
-    // last token stands in (transformers would otherwise point generation at an embedding it lacks).
-    int eot = std::min(50256, c.vocab_size - 1);
-    char config[1536];
-    snprintf(config, sizeof(config),
-             "{\n"
-             "  \"activation_function\": \"gelu_new\",\n"
-             "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-             "  \"attn_pdrop\": 0.1,\n"
-             "  \"bos_token_id\": %d,\n"
-             "  \"embd_pdrop\": 0.1,\n"
-             "  \"eos_token_id\": %d,\n"
-             "  \"initializer_range\": 0.02,\n"
-             "  \"layer_norm_epsilon\": 1e-05,\n"
-             "  \"model_type\": \"gpt2\",\n"
-             "  \"n_ctx\": %d,\n"
-             "  \"n_embd\": %d,\n"
-             "  \"n_head\": %d,\n"
-             "  \"n_inner\": null,\n"
-             "  \"n_layer\": %d,\n"
-             "  \"n_positions\": %d,\n"
-             "  \"reorder_and_upcast_attn\": false,\n"
-             "  \"resid_pdrop\": 0.1,\n"
-             "  \"scale_attn_by_inverse_layer_idx\": false,\n"
-             "  \"scale_attn_weights\": true,\n"
-             "  \"tie_word_embeddings\": true,\n"
-             "  \"torch_dtype\": \"%s\",\n"
-             "  \"use_cache\": true,\n"
-             "  \"vocab_size\": %d\n"
-             "}\n",
-             eot, eot, c.max_seq_len, c.channels, c.num_heads, c.num_layers, c.max_seq_len,
-             bf16 ? "bfloat16" : "float32", c.vocab_size);
-    std::string path = dir + "/config.json", tmp_path = path + ".tmp";
-    FILE* f = fopen(tmp_path.c_str(), "wb");
-    if (!f) data_error("export to %s: cannot write %s: %s", dir.c_str(), tmp_path.c_str(), strerror(errno));
-    bool ok = fputs(config, f) >= 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp_path.c_str(), path.c_str()) != 0)
-        data_error("export to %s: cannot write %s: %s", dir.c_str(), path.c_str(), strerror(errno));
+    return write_gpt2_checkpoint(path, model.config, p.data(), std::is_same<floatX, __nv_bfloat16>::value, err);
 }
 
 // ----------------------------------------------------------------------------

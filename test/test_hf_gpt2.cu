@@ -1,4 +1,4 @@
-// test/test_hf_gpt2.cu — GPT-2 checkpoints of Hugging Face transformers, in and out (train_gpt2.cu's
+// test/test_hf_gpt2.cu — GPT-2 checkpoints of Hugging Face transformers, in and out (llmc/gpt2_io.h's
 // load_hf_gpt2 / export_hf_gpt2), against transformers itself: the fixture test/fixtures/hf_gpt2_tiny
 // is what GPT2LMHeadModel.save_pretrained wrote and hf_gpt2_tiny_logits.safetensors its logits for
 // one batch (test/oracle_hf_gpt2.py). Checks: the imported model's logits in fp32 and bf16, the name

@@ -1,9 +1,8 @@
 // test/fuzz/fuzz_checkpoint.cpp — libFuzzer target for the llm.c GPT-2 model-checkpoint parser in
-// train_gpt2.cu (build and run: test/fuzz/README.md; this target needs the CPU backend, see the
+// llmc/gpt2_io.h (build and run: test/fuzz/README.md; this target needs the CPU backend, see the
 // Makefile's fuzz-checkpoint rule). Each input is a whole checkpoint file: parse_gpt2_checkpoint()
 // must refuse it with a reason, or accept a plausible shape whose parameters fill the file exactly.
-#define TESTING
-#include "../../train_gpt2.cu"
+#include "../../llmc/gpt2_io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     GPT2Config c;
