@@ -64,6 +64,10 @@ MPIRUN=(mpirun --oversubscribe)
 [[ -n ${MPI_LSAN_OPTIONS:-} ]] && MPIRUN+=(-x "LSAN_OPTIONS=$MPI_LSAN_OPTIONS")
 [[ $(id -u) == 0 ]] && MPIRUN+=(--allow-run-as-root)
 
+# On the CPU backend every stream runs as late as CUDA's ordering rules allow (llmc/simt/streams.cpp),
+# so a missing stream wait or an early host read fails here as it could on a GPU.
+export SIMT_STREAMS="${SIMT_STREAMS:-adversarial}"
+
 coverage_dir=
 if [[ -n "${BUILD_DIR:-}" && "${KERNEL_COVERAGE:-}" == 1 ]]; then
     coverage_dir=$(mktemp -d)

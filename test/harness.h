@@ -23,7 +23,7 @@
 namespace th {
 
 // ----------------------------------------------------------------------------
-// Tolerances. DESIGN.md: |out - ref| <= atol + k * eps * |ref|, eps the unit roundoff of the
+// Tolerances (doc/testing.md): |out - ref| <= atol + k * eps * |ref|, eps the unit roundoff of the
 // storage/compute dtype. A test states k (how many roundings its result can accumulate) and atol
 // (the absolute floor, for results near zero) and says why; a budget is never widened to pass.
 
@@ -190,7 +190,11 @@ struct DeviceBuffer {
 
     explicit DeviceBuffer(size_t count, Fill fill = Fill::None) : n(count) {
         cudaCheck(cudaMalloc(&ptr, n * sizeof(T)));
-        if (fill != Fill::None) cudaCheck(cudaMemset(ptr, fill == Fill::Zero ? 0 : 0xff, n * sizeof(T)));
+        if (fill == Fill::None) return;
+        cudaCheck(cudaMemset(ptr, fill == Fill::Zero ? 0 : 0xff, n * sizeof(T)));
+        // cudaMemset runs on the legacy default stream, which orders nothing on a non-blocking
+        // stream: wait, so that the buffer is filled before work on any stream uses it.
+        cudaCheck(cudaDeviceSynchronize());
     }
     // A device copy of h.
     explicit DeviceBuffer(const std::vector<T>& h) : DeviceBuffer(h.size()) { upload(h); }

@@ -465,6 +465,126 @@ __global__ void trap_kernel() {
     if (threadIdx.x == 3) __trap();
 }
 
+// ----------------------------------------------------------------------------
+// Stream-order bugs and reads of uninitialized memory: programs whose answer is wrong on a GPU but
+// right when every operation runs as it is issued. Each prints the value it got; the parent runs it
+// with SIMT_STREAMS=adversarial (the bug must show) and inorder (where it hides), and runs the
+// corrected program (right in both modes).
+
+__global__ void fill_kernel(float* x, float v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+__global__ void accumulate_kernel(float* sum, const float* x, int n) {  // one thread: sum[0] += x[i]
+    for (int i = 0; i < n; i++) sum[0] += x[i];
+}
+
+// Runs stream case `name` (with "_fixed": the corrected program) and prints "value=V".
+int run_stream_case(std::string name) {
+    bool fixed = name.size() > 6 && name.compare(name.size() - 6, 6, "_fixed") == 0;
+    if (fixed) name.resize(name.size() - 6);
+    const int n = 256;
+    float *buf, *out, *pinned;
+    cudaCheck(cudaMalloc(&buf, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&out, n * sizeof(float)));
+    cudaCheck(cudaMallocHost(&pinned, n * sizeof(float)));
+    cudaStream_t producer, consumer;
+    cudaCheck(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
+    float value = -1;
+    if (name == "missing_wait") {
+        // producer writes 1s; consumer copies them out: it must wait for the producer's event.
+        cudaCheck(cudaMemset(buf, 0, n * sizeof(float)));
+        cudaCheck(cudaDeviceSynchronize());
+        cudaCheck(launch_kernel(fill_kernel, dim3(1), dim3(n), 0, producer, buf, 1.f, n));
+        if (fixed) {
+            cudaEvent_t done;
+            cudaCheck(cudaEventCreate(&done));
+            cudaCheck(cudaEventRecord(done, producer));
+            cudaCheck(cudaStreamWaitEvent(consumer, done, 0));
+            cudaCheck(cudaEventDestroy(done));
+        }
+        cudaCheck(cudaMemcpyAsync(out, buf, n * sizeof(float), cudaMemcpyDeviceToDevice, consumer));
+        cudaCheck(cudaStreamSynchronize(consumer));
+        cudaCheck(cudaMemcpyAsync(&value, out + n - 1, sizeof(float), cudaMemcpyDeviceToHost, consumer));
+    } else if (name == "pinned_reuse") {
+        // An async copy reads its pinned source when the stream runs it: the host may refill the
+        // buffer only after the copy is done (the fix synchronizes first).
+        for (int i = 0; i < n; i++) pinned[i] = 1.f;
+        cudaCheck(cudaMemcpyAsync(buf, pinned, n * sizeof(float), cudaMemcpyHostToDevice, producer));
+        if (fixed) cudaCheck(cudaStreamSynchronize(producer));
+        for (int i = 0; i < n; i++) pinned[i] = 2.f;
+        cudaCheck(cudaMemcpy(&value, buf, sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaStreamSynchronize(producer));
+        cudaCheck(cudaMemcpy(&value, buf, sizeof(float), cudaMemcpyDeviceToHost));
+    } else if (name == "unsynced_read") {
+        // A copy into pinned memory has not happened until the stream is synchronized.
+        for (int i = 0; i < n; i++) pinned[i] = 0.f;
+        cudaCheck(launch_kernel(fill_kernel, dim3(1), dim3(n), 0, producer, buf, 3.f, n));
+        cudaCheck(cudaMemcpyAsync(pinned, buf, n * sizeof(float), cudaMemcpyDeviceToHost, producer));
+        if (fixed) cudaCheck(cudaStreamSynchronize(producer));
+        value = pinned[0];
+        cudaCheck(cudaStreamSynchronize(producer));
+    } else if (name == "uninitialized") {
+        // Sums 256 ones into a fresh allocation: 256 only if it was zeroed first (the fix).
+        th::DeviceBuffer<float> ones(n);
+        ones.upload(std::vector<float>(n, 1.f));
+        if (fixed) cudaCheck(cudaMemset(out, 0, sizeof(float)));
+        cudaCheck(launch_kernel(accumulate_kernel, dim3(1), dim3(1), 0, 0, out, (const float*)ones.ptr, n));
+        cudaCheck(cudaMemcpy(&value, out, sizeof(float), cudaMemcpyDeviceToHost));
+    } else {
+        fprintf(stderr, "unknown stream case %s\n", name.c_str());
+        return 2;
+    }
+    printf("value=%g\n", value);
+    cudaCheck(cudaStreamDestroy(producer));
+    cudaCheck(cudaStreamDestroy(consumer));
+    cudaCheck(cudaFreeHost(pinned));
+    cudaCheck(cudaFree(out));
+    cudaCheck(cudaFree(buf));
+    return 0;
+}
+
+// The value a stream case printed under a stream mode (NaN if it printed none).
+float stream_case_value(const char* self, const std::string& name, const char* mode) {
+    th::ChildOutput child =
+        th::run_command(std::string("SIMT_STREAMS=") + mode + " timeout 60 " + self + " --stream-case " + name + " 2>&1");
+    size_t at = child.text.find("value=");
+    return child.status == 0 && at != std::string::npos ? strtof(child.text.c_str() + at + 6, nullptr) : NAN;
+}
+
+// Each bug gives the wrong value under SIMT_STREAMS=adversarial (and, for the uninitialized read, in
+// any mode: fresh memory is poisoned); the inorder mode shows what the bug looks like without it;
+// every fixed program is right under both.
+void test_stream_bugs(const char* self) {
+    struct Case {
+        const char* name;
+        float right;
+        const char* bug;
+    } cases[] = {
+        {"missing_wait", 1.f, "consumer stream read the buffer before the producer wrote it"},
+        {"pinned_reuse", 1.f, "the async copy read the pinned buffer after the host refilled it"},
+        {"unsynced_read", 3.f, "the host read pinned memory before the copy into it ran"},
+        {"uninitialized", 256.f, "the kernel accumulated into memory nobody zeroed"},
+    };
+    for (const Case& c : cases) {
+        float bug_adv = stream_case_value(self, c.name, "adversarial");
+        float bug_inorder = stream_case_value(self, c.name, "inorder");
+        float fix_adv = stream_case_value(self, std::string(c.name) + "_fixed", "adversarial");
+        float fix_inorder = stream_case_value(self, std::string(c.name) + "_fixed", "inorder");
+        bool poison = std::string(c.name) == "uninitialized";
+        std::string test = std::string("planted bug caught (SIMT_STREAMS=adversarial): ") + c.name;
+        th::report(!(bug_adv == c.right) && (poison || bug_inorder == c.right) && fix_adv == c.right &&
+                       fix_inorder == c.right,
+                   test.c_str(), "%s: got %g (inorder %g), fixed %g / %g, right %g", c.bug, bug_adv, bug_inorder,
+                   fix_adv, fix_inorder, c.right);
+    }
+    th::ChildOutput bad = th::run_command(std::string("SIMT_STREAMS=async ") + self + " --stream-case missing_wait 2>&1");
+    th::report(bad.status != 0 && bad.text.find("accepted: inorder, adversarial") != std::string::npos,
+               "unknown SIMT_STREAMS stops with the accepted values", "%s",
+               bad.text.substr(0, bad.text.find('\n')).c_str());
+}
+
 // Runs one planted bug in this (child) process; returns only if it was not caught.
 int run_plant(const std::string& name) {
     float* x;
@@ -596,6 +716,7 @@ int main(int argc, char** argv) {
 #if defined(SIMT_CPU)
     if (argc == 3 && std::string(argv[1]) == "--plant") return run_plant(argv[2]);
     if (argc == 2 && std::string(argv[1]) == "--print-device") return print_device();
+    if (argc == 3 && std::string(argv[1]) == "--stream-case") return run_stream_case(argv[2]);
     // The ASan planted bugs run in the sanitizer build of this test (path in argv[1], given by the
     // Makefile); the sanitizer build passes its own path.
     const char* asan_twin = argc > 1 ? argv[1] : nullptr;
@@ -613,6 +734,7 @@ int main(int argc, char** argv) {
 #if defined(SIMT_CPU)
     test_parallel_workers();
     test_device_profiles(argv[0]);
+    test_stream_bugs(argv[0]);
     if (asan_twin) test_planted(argv[0], asan_twin);
     else th::report(false, "planted bugs", "usage: test_simt <asan-build-of-test_simt>");
 #endif

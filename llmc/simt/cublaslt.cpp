@@ -9,8 +9,9 @@
 // Inputs are widened to fp32 (CUBLAS_COMPUTE_32F_FAST_TF32 first rounds A and B to TF32, so the CPU
 // loses the same precision the tensor cores lose), op(A) op(B) is one cblas_sgemm with fp32
 // accumulation, and the result is rounded to D's type once, after the epilogue, as on the GPU.
-// "Device" pointers are host pointers on this backend and the stream is ignored: every call has
-// finished when it returns, which is a legal schedule of the asynchronous original.
+// "Device" pointers are host pointers on this backend. A call is checked when it is made and computed
+// when its stream runs it (at once, or later with SIMT_STREAMS=adversarial: llmc/simt/streams.cpp):
+// alpha and beta are read at the call, the fp8 scales (device memory) when the GEMM runs.
 //
 // The backend accepts only what the real library accepts (the "datatypes supported" table, fp8's
 // TN rule and alignment rules) and returns CUBLAS_STATUS_NOT_SUPPORTED for the rest, so code that
@@ -24,6 +25,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cblas.h>
+#include "internal.h"
 
 #include <algorithm>
 #include <cmath>
@@ -612,6 +614,7 @@ cublasStatus_t CUBLASWINAPI cublasLtCreate(cublasLtHandle_t* lightHandle) {
 // Destroys a handle made by cublasLtCreate.
 cublasStatus_t CUBLASWINAPI cublasLtDestroy(cublasLtHandle_t lightHandle) {
     if (!lightHandle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    simt::synchronize_device();  // GEMMs still queued use the handle's scratch
     delete lightHandle;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -797,7 +800,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t ligh
     return CUBLAS_STATUS_SUCCESS;
 }
 
-// D = epilogue(alpha * op(A) op(B) + beta * C), synchronously; see the top of the file.
+// D = epilogue(alpha * op(A) op(B) + beta * C) on stream; see the top of the file.
 cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle,
                                            cublasLtMatmulDesc_t computeDesc, const void* alpha,
                                            const void* A, cublasLtMatrixLayout_t Adesc,
@@ -807,7 +810,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle,
                                            cublasLtMatrixLayout_t Ddesc,
                                            const cublasLtMatmulAlgo_t* algo, void* workspace,
                                            size_t workspaceSizeInBytes, cudaStream_t stream) {
-    (void)algo, (void)workspace, (void)workspaceSizeInBytes, (void)stream;  // see the file comment
+    (void)algo, (void)workspace, (void)workspaceSizeInBytes;  // see the file comment
     if (!lightHandle) return CUBLAS_STATUS_NOT_INITIALIZED;
     Problem p;
     cublasStatus_t s = plan(computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &p);
@@ -816,18 +819,15 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle,
 
     // Host and device pointer modes read alike: device memory is host memory here.
     const Attrs& d = attrs(computeDesc);
-    auto scale = [&](int attr) {
-        const float* ptr = get<const float*>(d, attr);
-        return ptr ? *ptr : 1.0f;  // "If not specified, or set to NULL, the scaling factor is 1"
-    };
+    const float* scale_a = get<const float*>(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER);
+    const float* scale_b = get<const float*>(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER);
+    const float* scale_d = get<const float*>(d, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER);
     Operands o;
     o.A = A, o.B = B, o.C = C, o.D = D;
     o.bias = get<void*>(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER);
     o.aux = get<void*>(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER);
-    o.scale_ab = *static_cast<const float*>(alpha) * scale(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER) *
-                 scale(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER);
+    const float alpha_value = *static_cast<const float*>(alpha);
     o.beta = *static_cast<const float*>(beta);
-    o.scale_d = scale(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER);
     float* amax_d = get<float*>(d, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER);
 
     if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
@@ -847,8 +847,14 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle,
             if ((uintptr_t)get<const float*>(d, attr) % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
     }
 
-    float amax = 0.0f;
-    for (int64_t b = 0; b < p.d.batch; b++) multiply(*lightHandle, p, o, b, &amax);
-    if (amax_d) *amax_d = amax;
+    simt::issue(stream, [=, ctx = lightHandle]() mutable {
+        // "If not specified, or set to NULL, the scaling factor is 1"
+        auto scale = [](const float* ptr) { return ptr ? *ptr : 1.0f; };
+        o.scale_ab = alpha_value * scale(scale_a) * scale(scale_b);
+        o.scale_d = scale(scale_d);
+        float amax = 0.0f;
+        for (int64_t b = 0; b < p.d.batch; b++) multiply(*ctx, p, o, b, &amax);
+        if (amax_d) *amax_d = amax;
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -2,6 +2,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <functional>
+
 namespace simt {
 
 // Limits every profile of the virtual device shares (documented in README, "The CPU backend"). A
@@ -29,6 +31,16 @@ size_t max_dynamic_smem(const void* kernel);
 
 // Records err as the calling thread's last error (cudaGetLastError returns and clears it).
 cudaError_t set_last_error(cudaError_t err);
+
+// Whether p points into a cudaMalloc'd (device) or cudaMallocHost'd (pinned) allocation.
+bool is_device_memory(const void* p);
+bool is_pinned_memory(const void* p);
+
+// Streams (streams.cpp). issue() runs op on stream: at once, or with SIMT_STREAMS=adversarial
+// (streams_deferred()) when something forces the stream; ops issued from ops run at once.
+bool streams_deferred();
+void issue(cudaStream_t stream, std::function<void()> op);
+void synchronize_device();
 
 // Demangled name of a kernel from its address, for messages ("kernel at 0x..." if unknown).
 const char* kernel_name(const void* kernel, char* buf, size_t len);

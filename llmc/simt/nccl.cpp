@@ -2,8 +2,9 @@
 //
 // The project's multi-GPU code calls NCCL exactly as on GPUs (llm.c style: the program runs
 // MPI_Init, rank 0 makes an ncclUniqueId, MPI_Bcast's it, every rank calls ncclCommInitRank).
-// Here a communicator is a private MPI communicator, a "device buffer" is a host pointer, and
-// every call finishes its work before it returns, so the stream argument is not needed.
+// Here a communicator is a private MPI communicator and a "device buffer" is a host pointer. A
+// collective's arguments are checked when it is called; its data moves when its stream runs it —
+// at once, or with SIMT_STREAMS=adversarial when the stream is forced (llmc/simt/streams.cpp).
 //
 // Determinism: MPI is used only to move bytes, never to do arithmetic. Every element of a
 // reduction is computed by exactly one rank, from all ranks' values combined in rank order
@@ -14,6 +15,7 @@
 // Chapters: errors · communicators · element types and reductions · collectives · groups.
 
 #include <nccl.h>  // the toolkit's real header: the prototypes below must match it exactly
+#include "internal.h"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -32,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <random>
 #include <type_traits>
@@ -221,6 +224,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
 // MPI_Finalize there is no MPI communicator left to free, only our handle.
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
+    simt::synchronize_device();     // collectives still queued on a stream finish first
     int down = 0;
     MPI_Finalized(&down);
     if (!down) MPI_Comm_free(&comm->mpi);
@@ -228,9 +232,9 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     return ncclSuccess;
 }
 
-// Releases a communicator without waiting for peers. Since no operation is ever in flight there
-// is nothing to cancel, and MPI_Comm_free only marks the MPI communicator for deallocation, so
-// abort is the same as destroy here.
+// Releases a communicator. Queued collectives run first (NCCL would cancel them, but every rank
+// issued them, so running them cannot hang), and MPI_Comm_free only marks the MPI communicator for
+// deallocation, so abort is the same as destroy here.
 ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
 
 // Reports the number of ranks in the communicator.
@@ -439,10 +443,18 @@ static ncclResult_t reduce_chunks(const char* fn, ncclComm_t comm, const void* s
     return ncclSuccess;
 }
 
+// Runs a collective's data movement on its stream. Deferred work reports an MPI failure through
+// fail(), as NCCL reports asynchronous errors (ncclCommGetAsyncError), not as a return value.
+static ncclResult_t on_stream(cudaStream_t stream, std::function<ncclResult_t()> work) {
+    if (!simt::streams_deferred()) return work();
+    simt::issue(stream, [work] { work(); });
+    return ncclSuccess;
+}
+
 // recvbuff = sendbuff of all ranks combined with op, identical on every rank. Reduce-scatter in
 // rank order (reduce_chunks), then all-gather the reduced chunks.
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclAllReduce";
     TypeInfo ti;
     ncclResult_t res;
@@ -450,20 +462,22 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
         (res = check_buf(fn, sendbuff, count, "sendbuff")) || (res = check_buf(fn, recvbuff, count, "recvbuff")))
         return res;
     if (count == 0) return ncclSuccess;
-    std::vector<int> counts, displs;
-    split_chunks(count, comm->nranks, counts, displs);
-    void* mine = NULL;
-    if ((res = reduce_chunks(fn, comm, sendbuff, ti, op, counts, displs, &mine))) return res;
-    return mpi_check(comm, MPI_Allgatherv(mine, counts[comm->rank], ti.mpi, recvbuff, counts.data(), displs.data(),
-                                          ti.mpi, comm->mpi),
-                     fn, "MPI_Allgatherv");
+    return on_stream(stream, [=]() mutable -> ncclResult_t {
+        std::vector<int> counts, displs;
+        split_chunks(count, comm->nranks, counts, displs);
+        void* mine = NULL;
+        if ((res = reduce_chunks(fn, comm, sendbuff, ti, op, counts, displs, &mine))) return res;
+        return mpi_check(comm, MPI_Allgatherv(mine, counts[comm->rank], ti.mpi, recvbuff, counts.data(), displs.data(),
+                                              ti.mpi, comm->mpi),
+                         fn, "MPI_Allgatherv");
+    });
 }
 
 // recvbuff on root = sendbuff of all ranks combined with op (recvbuff may be NULL elsewhere).
 // Same rank-order reduction as AllReduce, then the chunks are gathered to root only, so root's
 // result is bit-identical to what AllReduce would give.
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t) {
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclReduce";
     TypeInfo ti;
     ncclResult_t res;
@@ -472,19 +486,21 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
         (comm->rank == root && (res = check_buf(fn, recvbuff, count, "recvbuff (on root)"))))
         return res;
     if (count == 0) return ncclSuccess;
-    std::vector<int> counts, displs;
-    split_chunks(count, comm->nranks, counts, displs);
-    void* mine = NULL;
-    if ((res = reduce_chunks(fn, comm, sendbuff, ti, op, counts, displs, &mine))) return res;
-    return mpi_check(comm, MPI_Gatherv(mine, counts[comm->rank], ti.mpi, recvbuff, counts.data(), displs.data(),
-                                       ti.mpi, root, comm->mpi),
-                     fn, "MPI_Gatherv");
+    return on_stream(stream, [=]() mutable -> ncclResult_t {
+        std::vector<int> counts, displs;
+        split_chunks(count, comm->nranks, counts, displs);
+        void* mine = NULL;
+        if ((res = reduce_chunks(fn, comm, sendbuff, ti, op, counts, displs, &mine))) return res;
+        return mpi_check(comm, MPI_Gatherv(mine, counts[comm->rank], ti.mpi, recvbuff, counts.data(), displs.data(),
+                                           ti.mpi, root, comm->mpi),
+                         fn, "MPI_Gatherv");
+    });
 }
 
 // recvbuff on rank i = block i (recvcount elements) of all ranks' sendbuffs combined with op.
 // In place when recvbuff == sendbuff + rank * recvcount: the blocks land in scratch first.
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclReduceScatter";
     TypeInfo ti;
     ncclResult_t res;
@@ -493,14 +509,16 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
         (res = check_buf(fn, recvbuff, recvcount, "recvbuff")))
         return res;
     if (recvcount == 0) return ncclSuccess;
-    int n = comm->nranks;
-    unsigned char* rows = scratch(comm, (size_t)n * recvcount * ti.size);
-    if (!rows) return ncclSystemError;
-    res = mpi_check(comm, MPI_Alltoall(sendbuff, (int)recvcount, ti.mpi, rows, (int)recvcount, ti.mpi, comm->mpi),
-                    fn, "MPI_Alltoall");
-    if (res != ncclSuccess) return res;
-    ti.reduce(rows, recvcount, n, op, recvbuff);
-    return ncclSuccess;
+    return on_stream(stream, [=]() mutable -> ncclResult_t {
+        int n = comm->nranks;
+        unsigned char* rows = scratch(comm, (size_t)n * recvcount * ti.size);
+        if (!rows) return ncclSystemError;
+        res = mpi_check(comm, MPI_Alltoall(sendbuff, (int)recvcount, ti.mpi, rows, (int)recvcount, ti.mpi, comm->mpi),
+                        fn, "MPI_Alltoall");
+        if (res != ncclSuccess) return res;
+        ti.reduce(rows, recvcount, n, op, recvbuff);
+        return ncclSuccess;
+    });
 }
 
 // True when the byte ranges [a, a+an) and [b, b+bn) share a byte.
@@ -513,7 +531,7 @@ static bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
 // in-place form (sendbuff == recvbuff + rank * sendcount) maps to MPI_IN_PLACE; any other overlap
 // is staged through scratch, because MPI forbids aliased send and receive buffers.
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclAllGather";
     TypeInfo ti;
     ncclResult_t res;
@@ -522,24 +540,26 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
         (res = check_buf(fn, recvbuff, sendcount, "recvbuff")))
         return res;
     if (sendcount == 0) return ncclSuccess;
-    size_t bytes = sendcount * ti.size;
-    const void* src = sendbuff;
-    if (sendbuff == (unsigned char*)recvbuff + comm->rank * bytes) {
-        src = MPI_IN_PLACE;
-    } else if (overlaps(sendbuff, bytes, recvbuff, bytes * comm->nranks)) {
-        unsigned char* copy = scratch(comm, bytes);
-        if (!copy) return ncclSystemError;
-        memcpy(copy, sendbuff, bytes);
-        src = copy;
-    }
-    return mpi_check(comm, MPI_Allgather(src, (int)sendcount, ti.mpi, recvbuff, (int)sendcount, ti.mpi, comm->mpi),
-                     fn, "MPI_Allgather");
+    return on_stream(stream, [=]() mutable -> ncclResult_t {
+        size_t bytes = sendcount * ti.size;
+        const void* src = sendbuff;
+        if (sendbuff == (unsigned char*)recvbuff + comm->rank * bytes) {
+            src = MPI_IN_PLACE;
+        } else if (overlaps(sendbuff, bytes, recvbuff, bytes * comm->nranks)) {
+            unsigned char* copy = scratch(comm, bytes);
+            if (!copy) return ncclSystemError;
+            memcpy(copy, sendbuff, bytes);
+            src = copy;
+        }
+        return mpi_check(comm, MPI_Allgather(src, (int)sendcount, ti.mpi, recvbuff, (int)sendcount, ti.mpi, comm->mpi),
+                         fn, "MPI_Allgather");
+    });
 }
 
 // recvbuff on every rank = sendbuff on root (sendbuff is only read on root). In place when
 // sendbuff == recvbuff; otherwise root first copies into its own recvbuff, then MPI broadcasts it.
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
     const char* fn = "ncclBroadcast";
     TypeInfo ti;
     ncclResult_t res;
@@ -548,8 +568,10 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
         (res = check_buf(fn, recvbuff, count, "recvbuff")))
         return res;
     if (count == 0) return ncclSuccess;
-    if (comm->rank == root && sendbuff != recvbuff) memmove(recvbuff, sendbuff, count * ti.size);
-    return mpi_check(comm, MPI_Bcast(recvbuff, (int)count, ti.mpi, root, comm->mpi), fn, "MPI_Bcast");
+    return on_stream(stream, [=]() mutable -> ncclResult_t {
+        if (comm->rank == root && sendbuff != recvbuff) memmove(recvbuff, sendbuff, count * ti.size);
+        return mpi_check(comm, MPI_Bcast(recvbuff, (int)count, ti.mpi, root, comm->mpi), fn, "MPI_Bcast");
+    });
 }
 
 // ============================================================================================

@@ -1,29 +1,20 @@
-// llmc/simt/runtime.cpp — the CUDA runtime API subset on the CPU: device memory, streams, events,
-// the virtual device, errors, function attributes and occupancy.
+// llmc/simt/runtime.cpp — the CUDA runtime API subset on the CPU: device memory, the virtual device,
+// errors, function attributes and occupancy (streams, events and copies: streams.cpp).
 //
 // Device memory is host memory, allocated at exactly the requested size so that AddressSanitizer
-// flags any access past the end (real allocations are padded, so a GPU hides such bugs). Every
-// operation completes before it returns: streams are in order by construction, an event records
-// the host time at which the work before it finished.
+// flags any access past the end (real allocations are padded, so a GPU hides such bugs), and
+// filled with a poison pattern: a GPU's fresh allocations hold whatever was there before, so code
+// that reads memory it never wrote must fail here, not pass by finding zeros.
 #include "internal.h"
 
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
-#include <unordered_map>
-
-struct CUstream_st {
-    int unused;
-};
-struct CUevent_st {
-    std::chrono::steady_clock::time_point when;
-    bool recorded = false;
-};
 
 namespace simt {
 namespace {
@@ -45,7 +36,7 @@ const DeviceProfile kProfiles[] = {
 
 struct Allocations {
     std::mutex mu;
-    std::unordered_map<const void*, size_t> device, pinned;
+    std::map<const void*, size_t> device, pinned;  // ordered: which allocation holds a pointer
     size_t device_bytes = 0;
 };
 Allocations& allocs() {
@@ -87,10 +78,16 @@ size_t& device_memory_setting() {
     return bytes;
 }
 
+// Every byte of a fresh device or pinned allocation: 0xFF makes each float type a NaN (fp32 0xFFFFFFFF,
+// bf16/fp16 0xFFFF, fp8 E4M3 0xFF and E5M2 0xFF) and each integer -1, so a kernel that accumulates
+// into, or reads, memory nobody initialized gives NaNs or wild indices instead of the right answer.
+constexpr int kPoisonByte = 0xFF;
+
 void* alloc_exact(size_t size) {
     void* p = nullptr;
     // 256-byte alignment as cudaMalloc guarantees; the size itself is not rounded up.
     if (posix_memalign(&p, 256, size ? size : 1) != 0) return nullptr;
+    memset(p, kPoisonByte, size);
     return p;
 }
 
@@ -124,6 +121,24 @@ size_t max_dynamic_smem(const void* kernel) {
     std::lock_guard<std::mutex> lk(func_attrs().mu);
     auto it = func_attrs().max_dyn_smem.find(kernel);
     return it == func_attrs().max_dyn_smem.end() ? kDefaultSmemPerBlock : it->second;
+}
+
+namespace {
+bool inside(const std::map<const void*, size_t>& m, const void* p) {
+    auto it = m.upper_bound(p);
+    if (it == m.begin()) return false;
+    --it;
+    return (const char*)p < (const char*)it->first + std::max<size_t>(it->second, 1);
+}
+}  // namespace
+
+bool is_device_memory(const void* p) {
+    std::lock_guard<std::mutex> lk(allocs().mu);
+    return inside(allocs().device, p);
+}
+bool is_pinned_memory(const void* p) {
+    std::lock_guard<std::mutex> lk(allocs().mu);
+    return inside(allocs().pinned, p);
 }
 
 }  // namespace simt
@@ -189,7 +204,6 @@ cudaError_t cudaGetDevice(int* device) {
     *device = 0;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
@@ -269,8 +283,8 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
     return cudaSuccess;
 }
 
-cudaError_t cudaFree(void* ptr) {
-    if (!ptr) return cudaSuccess;
+namespace {
+cudaError_t free_device(void* ptr) {
     std::lock_guard<std::mutex> lk(simt::allocs().mu);
     auto it = simt::allocs().device.find(ptr);
     if (it == simt::allocs().device.end()) return set_last_error(cudaErrorInvalidDevicePointer);
@@ -279,9 +293,23 @@ cudaError_t cudaFree(void* ptr) {
     free(ptr);
     return cudaSuccess;
 }
+}  // namespace
+
+// Waits for all queued work first, as a GPU does: some of it may use the memory.
+cudaError_t cudaFree(void* ptr) {
+    if (!ptr) return cudaSuccess;
+    simt::synchronize_device();
+    return free_device(ptr);
+}
 
 cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t) { return cudaMalloc(ptr, size); }
-cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
+// Freed when the stream gets there (a pointer that is not an allocation is reported at once).
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
+    if (!ptr) return cudaSuccess;
+    if (!simt::is_device_memory(ptr)) return set_last_error(cudaErrorInvalidDevicePointer);
+    simt::issue(stream, [ptr] { free_device(ptr); });
+    return cudaSuccess;
+}
 cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned int) { return cudaMalloc(ptr, size); }
 
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
@@ -296,6 +324,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) { return cudaMa
 
 cudaError_t cudaFreeHost(void* ptr) {
     if (!ptr) return cudaSuccess;
+    simt::synchronize_device();
     std::lock_guard<std::mutex> lk(simt::allocs().mu);
     if (!simt::allocs().pinned.erase(ptr)) return set_last_error(cudaErrorInvalidValue);
     free(ptr);
@@ -307,82 +336,6 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     std::lock_guard<std::mutex> lk(simt::allocs().mu);
     *total = phys;
     *free_bytes = phys > simt::allocs().device_bytes ? phys - simt::allocs().device_bytes : 0;
-    return cudaSuccess;
-}
-
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
-    if (count && (!dst || !src)) return set_last_error(cudaErrorInvalidValue);
-    if (count) memmove(dst, src, count);
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t) {
-    return cudaMemcpy(dst, src, count, kind);
-}
-cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                         size_t height, cudaMemcpyKind) {
-    if (width > dpitch || width > spitch) return set_last_error(cudaErrorInvalidValue);
-    for (size_t r = 0; r < height; r++)
-        memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
-    return cudaSuccess;
-}
-cudaError_t cudaMemset(void* ptr, int value, size_t count) {
-    if (count && !ptr) return set_last_error(cudaErrorInvalidValue);
-    if (count) memset(ptr, value, count);
-    return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t) {
-    return cudaMemset(ptr, value, count);
-}
-
-// ----------------------------------------------------------------------------
-// Streams and events
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-    *stream = new CUstream_st{0};
-    return cudaSuccess;
-}
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) { return cudaStreamCreate(stream); }
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int, int) {
-    return cudaStreamCreate(stream);
-}
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-    delete stream;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
-    return event ? cudaSuccess : set_last_error(cudaErrorInvalidResourceHandle);
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t* event) {
-    *event = new CUevent_st();
-    return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) { return cudaEventCreate(event); }
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-    delete event;
-    return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-    if (!event) return set_last_error(cudaErrorInvalidResourceHandle);
-    event->when = std::chrono::steady_clock::now();
-    event->recorded = true;
-    return cudaSuccess;
-}
-cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int) {
-    return cudaEventRecord(event, stream);
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-    return event ? cudaSuccess : set_last_error(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventQuery(cudaEvent_t event) {
-    return event ? cudaSuccess : set_last_error(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-    if (!start || !end || !start->recorded || !end->recorded)
-        return set_last_error(cudaErrorInvalidResourceHandle);
-    *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
     return cudaSuccess;
 }
 

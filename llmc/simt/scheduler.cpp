@@ -820,6 +820,15 @@ cudaError_t validate(const cudaLaunchConfig_t& cfg, const LaunchBody& body) {
     return cudaSuccess;
 }
 
+void run_grid(const cudaLaunchConfig_t& cfg, const LaunchBody& body) {
+    Job job;
+    job.body = &body;
+    job.cfg = &cfg;
+    job.total = (uint64_t)cfg.gridDim.x * cfg.gridDim.y * cfg.gridDim.z;
+    pool().run(&job);
+    g_launches++;
+}
+
 }  // namespace
 
 // ----------------------------------------------------------------------------
@@ -833,12 +842,20 @@ cudaError_t launch(const cudaLaunchConfig_t& cfg, const LaunchBody& body) {
         _exit(kFaultExit);
     }
     coverage().record(body.kernel);
-    Job job;
-    job.body = &body;
-    job.cfg = &cfg;
-    job.total = (uint64_t)cfg.gridDim.x * cfg.gridDim.y * cfg.gridDim.z;
-    pool().run(&job);
-    g_launches++;
+    if (streams_deferred()) {
+        // Checked now (the errors a launch returns), run when the stream is forced.
+        std::shared_ptr<const void> closure = body.copy(body.closure);
+        cudaLaunchConfig_t queued = cfg;
+        queued.attrs = nullptr;
+        queued.numAttrs = 0;
+        issue(cfg.stream, [queued, body, closure] {
+            LaunchBody held = body;
+            held.closure = closure.get();
+            run_grid(queued, held);
+        });
+        return cudaSuccess;
+    }
+    run_grid(cfg, body);
     return cudaSuccess;
 }
 

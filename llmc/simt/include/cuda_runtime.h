@@ -49,6 +49,7 @@
 #include <cstdio>
 #include <cstring>
 #include <tuple>
+#include <memory>
 #include <utility>
 
 // ----------------------------------------------------------------------------
@@ -96,6 +97,9 @@ struct LaunchBody {
     void (*invoke)(const void* closure);  // calls the kernel with its captured arguments
     const void* closure;
     const void* kernel;  // the kernel's address, to name it in messages and look up attributes
+    // A heap copy of the closure, for a launch that runs after the call returns
+    // (SIMT_STREAMS=adversarial queues launches on their stream).
+    std::shared_ptr<const void> (*copy)(const void* closure);
 };
 cudaError_t launch(const cudaLaunchConfig_t& cfg, const LaunchBody& body);
 
@@ -104,6 +108,9 @@ cudaError_t launch(const cudaLaunchConfig_t& cfg, const LaunchBody& body);
 enum class Order { Forward, Reverse, Random };
 void set_order(Order order, uint64_t seed = 0);
 Order get_order();
+
+// Runs everything issued to stream so far (the CPU backend's cudaStreamSynchronize).
+void synchronize_stream(cudaStream_t stream);
 
 // Number of worker OS threads running blocks in parallel (SIMT_THREADS sets the default, 1).
 void set_workers(int n);
@@ -146,7 +153,9 @@ inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*k
                                 std::forward<ActTypes>(args)...)]() { std::apply(kernel, coerced); };
     using Closure = decltype(closure);
     simt::LaunchBody body{[](const void* c) { (*static_cast<const Closure*>(c))(); }, &closure,
-                          reinterpret_cast<const void*>(kernel)};
+                          reinterpret_cast<const void*>(kernel), [](const void* c) -> std::shared_ptr<const void> {
+                              return std::make_shared<const Closure>(*static_cast<const Closure*>(c));
+                          }};
     return simt::launch(*config, body);
 }
 
@@ -177,6 +186,7 @@ inline cudaError_t cudaMemcpyToSymbol(const T& symbol, const void* src, size_t c
                                       size_t offset = 0,
                                       cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
     (void)kind;
+    simt::synchronize_stream(nullptr);  // a synchronous copy on the legacy stream, as cudaMemcpy
     std::memcpy(reinterpret_cast<char*>(const_cast<T*>(&symbol)) + offset, src, count);
     return cudaSuccess;
 }
