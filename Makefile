@@ -43,6 +43,13 @@ ifeq ($(MAKELEVEL),0)
 endif
 
 HAVE_MPI   := $(shell command -v mpicxx >/dev/null 2>&1 && echo 1)
+# NCCL's header: NCCL_HOME (e.g. a pip nvidia-nccl-cu12 install's nvidia/nccl folder), the toolkit's,
+# or the system's. Several ranks need MPI and NCCL (the CPU backend's NCCL compiles against the header).
+NCCL_HOME  ?=
+NCCL_INC   := $(firstword $(foreach d,$(if $(NCCL_HOME),$(NCCL_HOME)/include) $(CUDA_HOME)/include /usr/include \
+                /usr/local/include,$(if $(wildcard $(d)/nccl.h),$(d))))
+HAVE_NCCL  := $(if $(NCCL_INC),1)
+MULTI      := $(and $(HAVE_MPI),$(HAVE_NCCL))
 HAVE_BOOST := $(shell test -f /usr/include/boost/context/detail/fcontext.hpp && echo 1)
 HAVE_BLAS  := $(shell test -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo 1)
 
@@ -51,6 +58,7 @@ ifeq ($(MAKELEVEL),0)
     $(info $(if $(HAVE_NVCC),✓ nvcc: $(NVCC),✗ nvcc: not found (GPU builds and compile checks need the CUDA toolkit)))
     $(info $(if $(GPU_INFO),✓ GPU: $(GPU_INFO),✗ GPU: none found (nvidia-smi)))
     $(info $(if $(HAVE_MPI),✓ MPI: mpicxx,✗ MPI: not found (multi-GPU and NCCL tests disabled; apt-get install libopenmpi-dev)))
+    $(info $(if $(HAVE_NCCL),✓ NCCL: $(NCCL_INC)/nccl.h,✗ NCCL: not found (multi-GPU disabled; apt-get install libnccl-dev from NVIDIA's CUDA repository, or pip install nvidia-nccl-cu12 and NCCL_HOME=<its nvidia/nccl folder>)))
     $(info $(if $(HAVE_BOOST),✓ Boost.Context,✗ Boost.Context: not found (CPU backend needs it; apt-get install libboost-context-dev)))
     $(info $(if $(HAVE_BLAS),✓ OpenBLAS,✗ OpenBLAS: not found (CPU backend needs it; apt-get install libopenblas-dev)))
     $(info → building for the $(if $(filter gpu,$(TARGET)),GPU (nvcc, sm_$(subst $() $(),/sm_,$(CUDA_ARCHS))),CPU backend (g++)))
@@ -60,8 +68,8 @@ endif
 # ----------------------------------------------------------------------------
 # Flags
 
-MPI_CFLAGS := $(if $(HAVE_MPI),$(shell mpicxx --showme:compile) -DUSE_MPI)
-MPI_LIBS   := $(if $(HAVE_MPI),$(shell mpicxx --showme:link))
+MPI_CFLAGS := $(if $(MULTI),$(shell mpicxx --showme:compile) -DUSE_MPI $(if $(NCCL_HOME),-I$(NCCL_INC)))
+MPI_LIBS   := $(if $(MULTI),$(shell mpicxx --showme:link))
 BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
 
 # CPU backend: the shadow headers in llmc/simt/include come before the toolkit's.
@@ -79,7 +87,10 @@ ASAN_LDLIBS   := -fsanitize=address,undefined $(CPU_LDLIBS)
 GENCODE      := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                 -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 NVCC_FLAGS   := -std=c++17 -O3 --use_fast_math -Xcompiler -Wall $(GENCODE) $(MPI_CFLAGS)
-NVCC_LDLIBS  := -lcublasLt -lcublas $(if $(HAVE_MPI),-lnccl) $(MPI_LIBS)
+# A pip wheel's lib/ holds only libnccl.so.2, so NCCL_HOME's library is named by path.
+NCCL_LIB     := $(if $(NCCL_HOME),$(firstword $(wildcard $(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib/libnccl.so.2)) \
+                  -Xlinker -rpath=$(NCCL_HOME)/lib,-lnccl)
+NVCC_LDLIBS  := -lcublasLt -lcublas $(if $(MULTI),$(NCCL_LIB)) $(MPI_LIBS)
 # Compile-only check of every .cu for each architecture with the shipped flags: warnings are errors,
 # spills are warned.
 NVCC_CHECK_FLAGS := -std=c++17 -O3 --use_fast_math --Werror all-warnings -Xptxas -warn-spills $(MPI_CFLAGS)
@@ -87,14 +98,14 @@ NVCC_CHECK_FLAGS := -std=c++17 -O3 --use_fast_math --Werror all-warnings -Xptxas
 # ----------------------------------------------------------------------------
 # Sources
 
-SIMT_SRCS := llmc/simt/scheduler.cpp llmc/simt/runtime.cpp llmc/simt/cublaslt.cpp \
-             $(if $(HAVE_MPI),llmc/simt/nccl.cpp)
+SIMT_SRCS := llmc/simt/scheduler.cpp llmc/simt/runtime.cpp llmc/simt/streams.cpp llmc/simt/cublaslt.cpp \
+             $(if $(MULTI),llmc/simt/nccl.cpp)
 CPU_SIMT_OBJS  := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/cpu/simt/%.o)
 ASAN_SIMT_OBJS := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/asan/simt/%.o)
 
-# Every test/test_<name>.cu is a test; the multi-rank ones need MPI.
+# Every test/test_<name>.cu is a test; the multi-rank ones need MPI and NCCL.
 MPI_TESTS  := nccl distributed data_parallel train_gpt2_ranks train_bert_ranks
-TESTS      := $(filter-out $(if $(HAVE_MPI),,$(MPI_TESTS)),$(patsubst test/test_%.cu,%,$(wildcard test/test_*.cu)))
+TESTS      := $(filter-out $(if $(MULTI),,$(MPI_TESTS)),$(patsubst test/test_%.cu,%,$(wildcard test/test_*.cu)))
 CU_SOURCES := $(wildcard test/*.cu dev/cuda/*.cu *.cu)
 
 .PHONY: all help test test-asan test-nvcc test-gpu gpu-check bench clean
@@ -203,10 +214,10 @@ test-asan:
 # The kernel tests on a real GPU (needs nvidia-smi to find one); the multi-rank ones need MPI and
 # one GPU per rank.
 GPU_COUNT := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-GPU_RANKS := $(and $(HAVE_MPI),$(filter-out 0 1,$(GPU_COUNT)))
+GPU_RANKS := $(and $(MULTI),$(filter-out 0 1,$(GPU_COUNT)))
 GPU_TESTS := $(filter-out simt $(if $(GPU_RANKS),,$(MPI_TESTS)),$(TESTS))
 test-gpu:
-	@$(if $(GPU_RANKS),,echo "SKIP multi-rank GPU tests ($(MPI_TESTS)): they need MPI and 2+ GPUs ($(GPU_COUNT) found$(if $(HAVE_MPI),,, no MPI))")
+	@$(if $(GPU_RANKS),,echo "SKIP multi-rank GPU tests ($(MPI_TESTS)): they need MPI and 2+ GPUs ($(GPU_COUNT) found$(if $(HAVE_MPI),,, no MPI)$(if $(HAVE_NCCL),,, no NCCL))")
 	@$(MAKE) --no-print-directory -j$(NPROC) $(GPU_TESTS:%=$(BUILD)/gpu/test_%)
 	@BUILD_DIR=$(BUILD)/gpu TESTS="$(GPU_TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
 
@@ -244,7 +255,7 @@ $(BUILD)/bert_data: dev/data/bert_data.cpp
 FUZZ_CXX     ?= clang++
 FUZZ_SECONDS ?= 60
 # Targets are compiled against the CPU backend's headers and linked with its objects (built by g++,
-# not instrumented), so parsers living next to CUDA code (train_gpt2.cu's) can be fuzzed too.
+# not instrumented), so parsers living next to CUDA code (llmc/gpt2_io.h's) can be fuzzed too.
 $(BUILD)/fuzz/fuzz_%: test/fuzz/fuzz_%.cpp $(CPU_SIMT_OBJS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -MMD -MP \
