@@ -87,12 +87,16 @@ inline void distributed_set_identity(int rank, int world) {
 [[noreturn]] inline void distributed_fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 inline void distributed_fatal(const char* fmt, ...) {
     fflush(stdout);
-    fputs(fatal_error_prefix[0] ? fatal_error_prefix : "error: ", stderr);
+    // One write for the whole line: mpirun forwards each rank's stderr in the pieces it was written
+    // in, so a prefix written apart from its message can end up apart from it.
+    char line[2048];
+    int n = snprintf(line, sizeof(line), "%s", fatal_error_prefix[0] ? fatal_error_prefix : "error: ");
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    strcat(line, "\n");
+    fputs(line, stderr);
     fflush(stderr);
     fatal_exit();
 }
