@@ -37,7 +37,7 @@ __host__ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { re
 template <>
 __host__ __device__ inline __half from_float<__half>(float x) { return __float2half(x); }
 
-// Unit roundoff of a storage type: the eps of DESIGN.md's |out - ref| <= atol + k*eps*|ref|.
+// Unit roundoff of a storage type: the eps of the tests' bound |out - ref| <= atol + k*eps*|ref| (doc/testing.md).
 template <class T> constexpr double dtype_eps();
 template <> constexpr double dtype_eps<float>() { return 1.0 / (1 << 23); }
 template <> constexpr double dtype_eps<__nv_bfloat16>() { return 1.0 / (1 << 7); }

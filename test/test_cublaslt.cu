@@ -4,7 +4,7 @@
 // against the real cuBLASLt (nvcc -std=c++17 test/test_cublaslt.cu -lcublasLt); checks of
 // behaviour that is the CPU backend's own (its conservative refusals) are compiled out there.
 //
-// Tolerances (DESIGN.md: |out - ref| <= atol + k*eps*|ref|). The reference is exact (double) on
+// Tolerances (doc/testing.md: |out - ref| <= atol + k*eps*|ref|). The reference is exact (double) on
 // the operands as stored, so the errors allowed are those of fp32 arithmetic and of the one final
 // rounding, as bounds rather than fits:
 //   - fp32 arithmetic: a K-term dot product summed in any order is within K*u * sum|a_i b_i|

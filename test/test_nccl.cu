@@ -202,7 +202,7 @@ static double expected(const Run& r, int rank, size_t i) {
     return 0;
 }
 
-// Tolerance of a result, from the dtype (DESIGN.md): copies (allgather, broadcast), max/min (which
+// Tolerance of a result, from the dtype (doc/testing.md): copies (allgather, broadcast), max/min (which
 // select an input) and integer arithmetic must be exact. A float sum/avg/prod may be rounded at
 // most n+1 times (n-1 partial sums or products on a ring, NCCL's 1/n factor and its scaling for
 // avg), each within eps/2 of a partial no larger than |ref| (positive inputs): k = (n+1)/2.
