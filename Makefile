@@ -123,7 +123,9 @@ help:
 	@echo "make tokenize       build the text -> token shards tool, $(BUILD)/tokenize (dev/data/README.md)"
 	@echo "make bert_data      build the text -> BERT shards tool (MLM, classification), $(BUILD)/bert_data"
 	@echo "make fuzz-NAME      build and run the libFuzzer target test/fuzz/fuzz_NAME.cpp for FUZZ_SECONDS (test/fuzz/README.md)"
-	@echo "variables: GPU=1 CPU=1 CUDA_ARCHS='80 90' SIMT_THREADS=n (workers) SIMT_ORDER=forward|reverse|random[:seed]"
+	@echo "variables: GPU=1 CPU=1 CUDA_ARCHS='80 90' NCCL_HOME=dir"
+	@echo "CPU backend (environment): SIMT_THREADS=n SIMT_ORDER=forward|reverse|random[:seed] SIMT_DEVICE=h100|a100|rtx3090|l4"
+	@echo "  SIMT_STREAMS=inorder|adversarial SIMT_FRAGMENT_ORDER=identity|seed (llmc/simt/README.md)"
 
 # ----------------------------------------------------------------------------
 # CPU backend builds
