@@ -6,9 +6,10 @@
 // loop) · main. The checkpoint formats — llm.c model files, Hugging Face safetensors — are in
 // llmc/gpt2_io.h.
 //
-// Precision is a run-time choice (--precision fp32|bf16): every model-level function is a template
-// on the storage type floatX of parameters and activations, and main() dispatches once. In bf16
-// the optimizer keeps fp32 master weights and fp32 moments; all accumulation is fp32.
+// Precision is a run-time choice (--precision auto|fp32|tf32|bf16|fp16|fp8): every model-level
+// function is a template on the storage type floatX of parameters and activations, and main()
+// dispatches once. In bf16 and fp16 the optimizer keeps fp32 master weights and fp32 moments; all
+// accumulation is fp32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
