@@ -557,11 +557,6 @@ struct ModelState {
         if (master) cudaCheck(cudaMemcpy(master, mst.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
 
-    // After the parameters were replaced (a resumed run's model file): this rank's shard of them.
-    void parameters_changed() {
-        if (sharded()) extract_shard(plan, rank(), (const floatX*)params_memory, shard_params, stream);
-    }
-
     void free_state() {
         for (void* p : {(void*)params_memory, (void*)grads_memory, (void*)master, opt_state, (void*)opt_scratch,
                         (void*)adafactor_table, (void*)tensor_table, norm_scratch, (void*)norm_out, (void*)clip_scale,

@@ -94,10 +94,3 @@ __device__ inline void store128(T* target, Packed128<T> value) {
     memcpy(&bits, &value, sizeof(bits));
     *reinterpret_cast<int4*>(target) = bits;
 }
-// Same, with the streaming hint (written once, not read again soon).
-template <class T>
-__device__ inline void store128cs(T* target, Packed128<T> value) {
-    int4 bits;
-    memcpy(&bits, &value, sizeof(bits));
-    __stcs(reinterpret_cast<int4*>(target), bits);
-}
