@@ -71,11 +71,6 @@ inline bool config_from_depth(const std::string& spec, GPT2Config* c) {
 // Parameters: 16 tensors in one allocation, in llm.c's checkpoint order (ParamIndex, and their
 // sizes from param_sizes: llmc/gpt2_config.h).
 
-// Weight decay applies to the matrices (embeddings and linear weights), not to biases and
-// layernorm parameters, as in GPT-2 / llm.c.
-inline bool param_decays(int i) {
-    return i == WTE || i == WPE || i == QKVW || i == ATTPROJW || i == FCW || i == FCPROJW;
-}
 
 // Pointers to the 16 tensors inside one buffer.
 template <class floatX>

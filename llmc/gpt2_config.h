@@ -1,4 +1,4 @@
-// llmc/gpt2_config.h — GPT-2's shape (GPT2Config) and its 16 parameter tensors in llm.c's order.
+// llmc/gpt2_config.h — GPT-2's shape (GPT2Config), its 16 parameter tensors in llm.c's order, their decay.
 //
 // Shared by train_gpt2.cu's model and the checkpoint formats of llmc/gpt2_io.h: a llm.c checkpoint's
 // header holds the six numbers of GPT2Config, and its tensors come in this order with these element
@@ -43,4 +43,10 @@ inline size_t param_sizes(const GPT2Config& c, size_t sizes[NUM_PARAMETER_TENSOR
     size_t total = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) total += sizes[i];
     return total;
+}
+
+// Weight decay applies to the matrices (embeddings and linear weights), not to biases and
+// layernorm parameters, as in GPT-2 / llm.c.
+inline bool param_decays(int i) {
+    return i == WTE || i == WPE || i == QKVW || i == ATTPROJW || i == FCW || i == FCPROJW;
 }

@@ -11,31 +11,11 @@
 #include "../../llmc/adamw.cuh"
 #include "../../test/harness.h"
 #include "common.h"
+#include "gpt2_table.h"
 
 #include <cmath>
 #include <cstring>
 #include <vector>
-
-// ----------------------------------------------------------------------------
-// The parameter table of GPT-2 (llm.c's 16 tensors, layers stacked), weight decay on the matrices.
-
-struct Table {
-    std::vector<ParamTensor> tensors;
-    size_t N = 0;
-};
-
-// GPT-2's tensors for padded vocabulary V, context maxT, L layers, C channels.
-static Table gpt2_table(size_t V, size_t maxT, size_t L, size_t C) {
-    const size_t sizes[16] = {V * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-                              L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
-    const int decay[16] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-    Table t;
-    for (int k = 0; k < 16; k++) {
-        t.tensors.push_back(ParamTensor{t.N, sizes[k], decay[k]});
-        t.N += sizes[k];
-    }
-    return t;
-}
 
 // ----------------------------------------------------------------------------
 // CPU reference: torch.optim.AdamW's single-tensor CPU path, operation by operation in fp32.

@@ -12,28 +12,12 @@
 #include "../../llmc/adamw8bit.cuh"
 #include "../../test/harness.h"
 #include "common.h"
+#include "gpt2_table.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
-
-// ----------------------------------------------------------------------------
-// The parameter table of GPT-2 (llm.c's 16 tensors, layers stacked), weight decay on the matrices.
-
-// GPT-2's tensors for padded vocabulary V, context maxT, L layers, C channels.
-static std::vector<ParamTensor> gpt2_table(size_t V, size_t maxT, size_t L, size_t C) {
-    const size_t sizes[16] = {V * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-                              L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
-    const int decay[16] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-    std::vector<ParamTensor> t;
-    size_t N = 0;
-    for (int k = 0; k < 16; k++) {
-        t.push_back(ParamTensor{N, sizes[k], decay[k]});
-        N += sizes[k];
-    }
-    return t;
-}
 
 static const float LR = 1e-2f, BETA1 = 0.9f, BETA2 = 0.95f, EPS = 1e-8f, WD = 0.1f;
 
@@ -309,7 +293,7 @@ static void benchmark(Variant k, const std::vector<ParamTensor>& table, int reps
 int main() {
     // Validation at a small GPT-2-like shape with odd sizes: quantized tensors (wte 36108, matrices)
     // with partial last blocks, fp32-state ones (wpe 2412, layernorms, biases, attproj 2592).
-    std::vector<ParamTensor> small = gpt2_table(1003, 67, 2, 36);
+    std::vector<ParamTensor> small = gpt2_table(1003, 67, 2, 36).tensors;
     for (Variant k : {Variant::ThreeLaunches, Variant::Production}) {
         validate<float>(k, small);
         validate<__nv_bfloat16>(k, small);
@@ -321,7 +305,7 @@ int main() {
     const bool cpu_backend = peak_gbps() == 0;
     // GPT-2 124M on a GPU; a 1.35M-parameter model on the CPU backend, whose timings measure the
     // backend, not a GPU.
-    std::vector<ParamTensor> table = cpu_backend ? gpt2_table(4096, 256, 4, 128) : gpt2_table(50304, 1024, 12, 768);
+    std::vector<ParamTensor> table = (cpu_backend ? gpt2_table(4096, 256, 4, 128) : gpt2_table(50304, 1024, 12, 768)).tensors;
     const AdamW8bitLayout L = adamw8bit_plan(table);
     const int reps = cpu_backend ? 2 : 20;
     printf("8-bit state: %.4f bytes/param (%zu bytes for %zu parameters; 32-bit AdamW: 8 bytes/param)\n",
