@@ -138,11 +138,6 @@ void push(const std::shared_ptr<Queue>& q, std::function<void()> op) {
     q->issued++;
 }
 
-void synchronize_everything() {
-    std::lock_guard<std::recursive_mutex> lk(streams().mu);
-    for (const auto& q : streams().all) run_all(q);
-}
-
 }  // namespace
 
 bool streams_deferred() { return g_adversarial; }
@@ -159,7 +154,10 @@ void synchronize_stream(cudaStream_t stream) {
     run_all(queue_of(stream));
 }
 
-void synchronize_device() { synchronize_everything(); }
+void synchronize_device() {
+    std::lock_guard<std::recursive_mutex> lk(streams().mu);
+    for (const auto& q : streams().all) run_all(q);
+}
 
 }  // namespace simt
 
@@ -213,7 +211,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
-    simt::synchronize_everything();
+    simt::synchronize_device();
     return cudaSuccess;
 }
 
