@@ -60,6 +60,14 @@ constexpr int kFaultExit = 3;  // exit status of a run stopped by a fault
 
 struct Fiber;
 
+// A cp.async copy issued and not yet performed: 16 bytes from src to dst, in commit group `group`
+// (the number of cp_async_commit calls its thread had made when it issued it).
+struct AsyncCopy {
+    void* dst;
+    const void* src;
+    uint64_t group;
+};
+
 // One CUDA thread of the running block: who it is and what it waits at.
 struct Thread {
     State state = State::Exited;
@@ -75,6 +83,10 @@ struct Thread {
     uint64_t result = 0;  // what the collective returns to this lane
     const char* file = nullptr;
     int line = 0;
+    // cp.async (see "cp.async" below): the copies it has issued and not yet performed, oldest
+    // first, and how many groups it has committed.
+    std::vector<AsyncCopy> async_copies;
+    uint64_t async_groups = 0;
 };
 
 // An execution context: a guarded stack and the suspended state on it. A thread gets a fiber
@@ -387,6 +399,10 @@ void fiber_main(fc::transfer_t r) {
         w->body->invoke(w->body->closure);
         Thread* done = self->thread;
         done->state = State::Exited;
+        // Copies it never waited for are dropped: on a GPU they land at some unknown time, and no
+        // thread can wait for them any more, so whoever reads their destination races with them;
+        // here the read sees the old bytes, one outcome that race allows.
+        done->async_copies.clear();
         done->fiber = nullptr;
         w->n_exited++;
         Thread* next = next_in_phase(w);
@@ -569,7 +585,11 @@ void release_barrier(Worker* w) {
 void run_block(Worker* w, uint3 bid) {
     blockIdx = bid;
     int n = w->nthreads, nwarps = (n + 31) / 32;
-    for (int i = 0; i < n; i++) w->threads[i].state = State::Runnable;
+    for (int i = 0; i < n; i++) {
+        w->threads[i].state = State::Runnable;
+        w->threads[i].async_copies.clear();
+        w->threads[i].async_groups = 0;
+    }
     w->n_exited = w->n_at_barrier = 0;
     memset(w->warp_waiting, 0, sizeof(w->warp_waiting));
     // Uninitialised shared memory reads as NaN (all-ones bytes), deterministically.
@@ -924,6 +944,53 @@ unsigned active_mask() {
 }
 
 void* dynamic_shared_memory() { return tw ? tw->dyn_smem : nullptr; }
+
+// ----------------------------------------------------------------------------
+// cp.async (llmc/tensor_core.cuh): copies global -> shared memory that are not visible until the
+// issuing thread waits for their group. A GPU performs them at some time between the issue and the
+// wait; the backend performs them at the wait, the latest time allowed, so a kernel that reads the
+// destination early (or lets another thread read it before the issuing thread has waited and a
+// barrier followed) sees the old bytes.
+
+// The calling CUDA thread; a cp.async function called outside a kernel stops the run.
+static Thread* async_caller(const char* what, const char* file, int line) {
+    if (!tw || !tw->current)
+        die(tw, nullptr, std::string(what) + " called outside a kernel at " + file + ":" + std::to_string(line));
+    return tw->current;
+}
+
+void cp_async_16(void* dst, const void* src, const char* file, int line) {
+    Thread* t = async_caller("cp.async", file, line);
+    char msg[256];
+    if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16) {
+        snprintf(msg, sizeof(msg),
+                 "cp.async of 16 bytes from %p to %p: both addresses must be 16-byte aligned, as the PTX ISA "
+                 "requires", src, dst);
+        fault(msg, file, line);
+    }
+    if (is_device_memory(dst) || is_pinned_memory(dst)) {
+        snprintf(msg, sizeof(msg), "cp.async: the destination %p is global memory; it must be shared memory", dst);
+        fault(msg, file, line);
+    }
+    t->async_copies.push_back({dst, src, t->async_groups});
+}
+
+void cp_async_commit(const char* file, int line) {
+    async_caller("cp.async.commit_group", file, line)->async_groups++;
+}
+
+void cp_async_wait(int pending_groups, const char* file, int line) {
+    Thread* t = async_caller("cp.async.wait_group", file, line);
+    // Groups 0 .. async_groups-1 are committed; all but the newest pending_groups must be complete.
+    // Copies not yet committed (group == async_groups) belong to no group and stay pending.
+    uint64_t complete_below = t->async_groups > (uint64_t)pending_groups ? t->async_groups - pending_groups : 0;
+    size_t kept = 0;
+    for (AsyncCopy& c : t->async_copies) {
+        if (c.group < complete_below) memcpy(c.dst, c.src, 16);
+        else t->async_copies[kept++] = c;
+    }
+    t->async_copies.resize(kept);
+}
 
 void fault(const char* what, const char* file, int line) {
     Worker* w = tw;

@@ -89,6 +89,13 @@ unsigned active_mask();
 // This block's dynamic shared memory (size given at launch; poisoned past it under ASan).
 void* dynamic_shared_memory();
 
+// cp.async for llmc/tensor_core.cuh (implemented in scheduler.cpp): issues a 16-byte copy from
+// global to shared memory (both 16-byte aligned, or a fault), commits the calling thread's issued
+// copies as a group, and performs the copies of all but its newest pending_groups groups.
+void cp_async_16(void* dst, const void* src, const char* file, int line);
+void cp_async_commit(const char* file, int line);
+void cp_async_wait(int pending_groups, const char* file, int line);
+
 // Stops the run with a message naming the kernel, block and thread (used by __trap and faults).
 [[noreturn]] void fault(const char* what, const char* file, int line);
 
