@@ -44,6 +44,7 @@
 #include "llmc/bert_config.h"         // BertConfig, the 26 parameter tensors, transformers' initial values
 #include "llmc/bert_dataloader.h"     // BertDataLoader: batches of BERT shards
 #include "llmc/bert_io.h"             // Hugging Face checkpoints in and out, the run's model files
+#include "llmc/bert_options.h"        // the command line: BertTrainOptions, BERT's options
 #include "llmc/checkpoint.h"          // checkpoint file names, DONE markers, the training-state file
 #include "llmc/cli.h"                 // Cli: the command line
 #include "llmc/cuda_common.h"         // cudaCheck, launch counts
@@ -53,16 +54,15 @@
 #include "llmc/fused_classifier.cuh"  // softmax cross-entropy fused with its backward
 #include "llmc/gather.cuh"            // a head's rows: the masked positions or the [CLS] tokens
 #include "llmc/gelu.cuh"              // the erf GELU
-#include "llmc/json.h"                // json::quote, for the log
 #include "llmc/layernorm.cuh"         // LayerNorm and the residual add
 #include "llmc/logger.h"              // log.jsonl
 #include "llmc/matmul.cuh"            // the linear layers (cuBLASLt)
 #include "llmc/mfu.h"                 // GPU peak throughput, for MFU
 #include "llmc/model_state.cuh"       // ModelState: parameters, gradients, optimizers, data parallel
 #include "llmc/precision.cuh"         // storage types and conversions
+#include "llmc/run.h"                 // loss scaling, memory report, resume checks, the step reporter
 #include "llmc/schedulers.h"          // learning-rate schedules
 #include "llmc/tanh.cuh"              // the pooler's tanh
-#include "llmc/train_common.h"        // shared options, loss scaling, recompute, memory report, resume checks
 
 // ----------------------------------------------------------------------------
 // Configuration: BertConfig (llmc/bert_config.h) and the named shapes
@@ -229,7 +229,7 @@ struct BERT : ModelState<floatX> {
     uint64_t dropout_seed = 0;
     uint64_t dropout_pass = 0;
     float pass_dropout = 0.f;  // the probability the last forward() applied (0 in eval passes)
-    // Recomputation (llmc/train_common.h), set before allocate_activations(); what is kept for one
+    // Recomputation (llmc/model_state.cuh), set before allocate_activations(); what is kept for one
     // layer only and recomputed in the backward pass:
     //   gelu   the GELU output fch_gelu (B,T,I), from fch
     //   ln     also the attention LayerNorm's output h_att (B,T,C), from res_att. The output
@@ -736,35 +736,6 @@ void bert_set_num_labels(BertConfig* c, std::vector<float>* p, int num_labels, u
 // ----------------------------------------------------------------------------
 // Training: options, a run's checkpoints, evaluation, the loop
 
-struct BertTrainOptions {
-    std::string train_pattern, val_pattern;
-    BertHead head = BertHead::Classify;  // --task classify | mlm
-    int B = 32;
-    int max_len = 256;                   // T: the widest batch (sequences are cut to it)
-    long long total_batch = -1;          // sequences per optimizer step (-1: B)
-    float lr = 2e-5f, grad_clip = 1.f;
-    OptimizerConfig opt;
-    LRSchedule schedule = LRSchedule::Cosine;
-    double warmup = 0.1;                 // below 1: a fraction of the run's steps; else steps
-    int epochs = 2;
-    int max_steps = -1;                  // -1: epochs
-    int eval_every = 0;                  // steps between evaluations besides each epoch's end (0: none)
-    bool eval_first = true;              // also evaluate before the first step
-    float dropout = 0.1f;
-    Recompute recompute = Recompute::None;
-    double mask_rate = 0.15;
-    uint64_t seed = 42;
-    Precision precision = Precision::FP32;
-    bool tf32 = false;
-    float loss_scale = 65536.f;          // fp16: initial dynamic loss scale
-    int loss_scale_window = 2000;
-    std::string output_dir, export_hf;
-    int checkpoint_every = 0, keep_checkpoints = 0, stop_after = 0;
-    bool bench = false;                  // --bench: time the steps only (no evaluation), print a summary line
-    int zero = 0;                        // data parallel: ZeRO stage (llmc/model_state.cuh)
-    std::string label;                   // the run's name in the log
-};
-
 // The run's precision as saved in training states (Precision's codes), by name.
 inline const char* bert_precision_code_name(int code) {
     return code >= 0 && code <= 2 ? precision_name((Precision)code) : "unknown";
@@ -936,11 +907,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         data_error("%s: %zu batches per epoch, fewer than the %d micro-steps of one optimizer step",
                    o.train_pattern.c_str(), train.batches_per_epoch(), accum);
     int steps = o.max_steps > 0 ? o.max_steps : o.epochs * steps_per_epoch;
-    LRScheduler sched;
-    sched.kind = o.schedule;
-    sched.max_lr = o.lr;
-    sched.total = steps;
-    sched.warmup = o.warmup < 1 ? (int)std::lround(o.warmup * steps) : (int)o.warmup;
+    LRScheduler sched = o.scheduler(steps);
 
     int start_step = 0;
     const bool scaling = std::is_same<floatX, __half>::value;
@@ -1003,12 +970,17 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
-                  ",\"label\":" + json::quote(o.label) + ",\"model\":\"bert\",\"task\":\"" +
-                      (head == BertHead::MLM ? "mlm" : "classify") + "\",\"params\":" +
-                      std::to_string(model.num_parameters) + ",\"precision\":\"" + precision_name(o.precision) +
-                      (o.tf32 ? "+tf32" : "") + "\",\"B\":" + std::to_string(o.B) + ",\"T\":" +
-                      std::to_string(o.max_len) + ",\"sequences_per_step\":" + std::to_string(total) +
-                      ",\"steps\":" + std::to_string(steps) + ",\"device\":" + json::quote(prop.name));
+                  JsonFields()
+                      .text("label", o.label)
+                      .text("model", "bert")
+                      .text("task", head == BertHead::MLM ? "mlm" : "classify")
+                      .integer("params", model.num_parameters)
+                      .text("precision", std::string(precision_name(o.precision)) + (o.tf32 ? "+tf32" : ""))
+                      .integer("B", o.B)
+                      .integer("T", o.max_len)
+                      .integer("sequences_per_step", total)
+                      .integer("steps", steps)
+                      .text("device", prop.name));
         printf("log: %s/log.jsonl\n", o.output_dir.c_str());
     }
     fflush(stdout);
@@ -1031,11 +1003,11 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         printf("eval step %d (epoch %.2f) | val loss %.6f | %s | %.1f s\n", step, (double)step / steps_per_epoch,
                e.loss(), what, secs);
         fflush(stdout);
-        std::string fields = ",\"loss\":" + json_number(e.loss()) + ",\"accuracy\":" + json_number(e.accuracy()) +
-                             ",\"rows\":" + std::to_string(e.rows);
+        JsonFields fields;
+        fields.number("loss", e.loss()).number("accuracy", e.accuracy()).integer("rows", e.rows);
         if (head == BertHead::Classify) {
-            fields += ",\"majority\":" + json_number(e.majority());
-            if (c.num_labels == 2) fields += ",\"f1\":" + json_number(e.f1());
+            fields.number("majority", e.majority());
+            if (c.num_labels == 2) fields.number("f1", e.f1());
         }
         log.write("val", step, fields);
     };
@@ -1047,15 +1019,13 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         return step % steps_per_epoch == 0 || (o.eval_every > 0 && step % o.eval_every == 0);
     };
 
-    float peak = peak_tflops(prop.name, o.precision, o.tf32);
-    StepClock clock;
-    std::vector<float> losses;
-    double bench_ms = 0, bench_mib = 0;
     int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
+    StepReporter reporter(model.stream, steps, end_step, peak_tflops(prop.name, o.precision, o.tf32),
+                          {"seq/s", "%.1f", "sequences_per_s", "%.2f"}, &log);
+    std::vector<float> losses;
     for (int step = start_step; step < end_step; step++) {
         if (eval_due(step)) evaluate(step);
-        auto t0 = std::chrono::steady_clock::now();
-        long long launches0 = kernel_launch_count(), matmuls0 = matmul_context().calls;
+        reporter.begin();
         model.zero_grads();
         double loss = 0, flops = 0;
         int counted = 0;
@@ -1085,49 +1055,28 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             train.next_batch();
         }
         loss = counted ? loss / counted : NAN;
-        double local_loss = loss;
-        loss = all_reduce_mean_scalar(dist, loss);
+        StepFigures f;
+        f.done = step + 1;
+        f.loss = all_reduce_mean_scalar(dist, loss);
         rows = (long long)all_reduce_sum_scalar(dist, (double)rows);
-        float lr = sched.lr(step);
-        bool applied = true;
-        float step_scale = scaler.scale;
+        f.lr = sched.lr(step);
+        f.scaling = scaling;
+        f.scale = scaler.scale;
         if (scaling) {
-            applied = model.update_scaled(lr, o.grad_clip, scaler.update_number(step), scaler.scale);
-            scaler.after_update(applied);
+            f.applied = model.update_scaled(f.lr, o.grad_clip, scaler.update_number(step), scaler.scale);
+            scaler.after_update(f.applied);
         } else {
-            model.update(lr, o.grad_clip, step + 1);
+            model.update(f.lr, o.grad_clip, step + 1);
         }
-        cudaCheck(cudaStreamSynchronize(model.stream));
-        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        float norm = model.last_grad_norm();
-        int done = step + 1;
-        std::string eta = clock.add(ms, end_step - done);
-        double seq_s = total / (ms / 1000.0);
-        double mfu_pct = peak > 0 ? 100.0 * flops / (ms / 1000.0) / (peak * 1e12) : NAN;
-        char mfu[48];
-        if (peak > 0) snprintf(mfu, sizeof(mfu), "MFU %.1f%%", mfu_pct);
-        else snprintf(mfu, sizeof(mfu), on_cpu_backend() ? "MFU n/a (CPU backend)" : "MFU n/a (unknown GPU)");
-        char scale[64] = "";
-        if (scaling)
-            snprintf(scale, sizeof(scale), " | scale %g%s", step_scale, applied ? "" : " SKIPPED (inf/nan gradients)");
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.1f seq/s | %s | eta %s%s\n", done, steps,
-               loss, norm, lr, ms, seq_s, mfu, eta.c_str(), scale);
-        log.write("step", done,
-                  ",\"loss\":" + json_number(loss) + ",\"grad_norm\":" + json_number(norm) + ",\"lr\":" +
-                      json_number(lr) + ",\"ms\":" + json_number(ms, "%.3f") + ",\"sequences_per_s\":" +
-                      json_number(seq_s, "%.2f") + ",\"mfu\":" + json_number(mfu_pct, "%.3f") +
-                      ",\"rows\":" + std::to_string(rows) +
-                      (dist.world > 1 ? ",\"rank0_loss\":" + json_number(local_loss) : std::string()) +
-                      (scaling ? ",\"loss_scale\":" + json_number(step_scale) + ",\"skipped\":" +
-                                     (applied ? "false" : "true")
-                               : std::string()));
-        if (step == start_step) {
-            double used = print_first_step_figures(launches0, matmuls0);
-            if (o.bench) bench_mib = used;
-        } else if (o.bench) {
-            bench_ms += ms;
-        }
-        fflush(stdout);
+        reporter.end();
+        f.norm = model.last_grad_norm();
+        f.units = (double)total;
+        f.flops = flops;
+        JsonFields extra;
+        extra.integer("rows", rows);
+        if (dist.world > 1) extra.number("rank0_loss", loss);
+        reporter.report(f, extra);
+        int done = f.done;
         bool last = done == end_step;
         if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) {
             TrainState st = now;
@@ -1136,15 +1085,14 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             scaler.save(&st);
             model.optimizer_state_host(&st);
             save_bert_checkpoint(o.output_dir, done, model, st, o.keep_checkpoints, dist);
-            log.write("checkpoint", done, ",\"path\":" + json::quote(checkpoint_file(o.output_dir, "model", done)));
+            log.write("checkpoint", done, JsonFields().text("path", checkpoint_file(o.output_dir, "model", done)));
         }
     }
     if (o.bench) {  // mean over the steps after the first (warm-up)
-        int timed = end_step - start_step - 1;
-        double mean = timed > 0 ? bench_ms / timed : NAN;
+        double mean = end_step - start_step > 1 ? reporter.mean_ms() : NAN;
         printf("bench | %s T=%d | %s%s | %.2f samples/s | %.1f ms/step | %.1f MiB\n",
                head == BertHead::MLM ? "mlm" : "classify", o.max_len, precision_name(o.precision),
-               o.tf32 ? "+tf32" : "", total / (mean / 1000.0), mean, bench_mib);
+               o.tf32 ? "+tf32" : "", total / (mean / 1000.0), mean, reporter.first_step_mib());
     }
     if (end_step < steps) {
         printf("stopped after step %d of %d (--stop-after %d)%s\n", end_step, steps, o.stop_after,
@@ -1201,107 +1149,15 @@ int train_bert_main(int argc, char** argv) {
     Cli cli("train_bert", "Fine-tunes BERT for sequence classification, or pretrains it with masked-language "
             "modeling, on BERT shards (GPU, or the CPU backend when built with CPU=1). With no arguments: the "
             "bundled default task, from the real all-MiniLM-L6-v2 if dev/data/bert/fetch_minilm.sh fetched it.");
-    cli.add("task", nullptr, "NAME", "classify", "classify (sequence classification, classification shards) | mlm "
-            "(masked-language-model pretraining, MLM shards)");
-    cli.add("train-data", "i", "GLOB", "auto", "training shards from build/bert_data (auto: the bundled default "
-            "task dev/data/bert/genre_train.bin for classify; mlm needs -i)");
-    cli.add("val-data", "j", "GLOB", "auto", "validation shards, '' for none (auto: dev/data/bert/genre_val.bin "
-            "with the default task)");
-    cli.add("init", "e", "DIR|FILE", "auto", "start from a Hugging Face BERT checkpoint: a directory with "
-            "model.safetensors and config.json, or a .safetensors file with config.json beside it (auto: "
-            "dev/data/bert/minilm if fetched, else --config tiny)");
-    cli.add("config", nullptr, "NAME", "", "random init instead: tiny (2 layers, 128 channels) | mini (4, 256) | "
-            "small (4, 512) | base (12, 768) | large (24, 1024); vocabulary from the shards");
-    cli.add("num-labels", nullptr, "INT", "auto", "classifier outputs (auto: the shards' labels, or the checkpoint's "
-            "classifier)");
-    cli.add("max-len", "t", "INT", "256", "tokens per sequence at most (longer ones are cut); batches are only as "
-            "wide as their longest sequence, rounded up to a multiple of 8");
-    cli.add("batch-size", "b", "INT", "32", "micro-batch size B in sequences");
-    cli.add("total-batch-size", "d", "SEQUENCES", "-1", "sequences per optimizer step (gradient accumulation); -1: B");
-    cli.add("lr", "l", "FLOAT", "auto", "peak learning rate (auto: 2e-5 from a pretrained checkpoint, 1e-4 for the CPU "
-            "backend's shortened default run; random init: 1e-4 for base/large, 1e-3 for the smaller configs)");
-    cli.add("lr-schedule", "k", "NAME", "cosine", "cosine (to 0) | linear | constant | wsd");
-    cli.add("warmup", "u", "FRACTION|STEPS", "0.1", "linear warmup: below 1 a fraction of the run's steps, else steps");
-    cli.add("epochs", nullptr, "INT", "2", "passes over the training data");
-    cli.add("max-steps", "x", "INT", "auto", "optimizer steps instead of --epochs, -1: --epochs (auto: -1; 100 for the "
-            "CPU backend's default run from a pretrained model; 6 with --bench)");
-    cli.add("eval-every", "v", "STEPS", "0", "also evaluate every this many steps (0: at each epoch's end only)");
-    cli.add("eval-first", nullptr, "0|1", "1", "evaluate before training too (the starting point to compare with)");
-    add_optimizer_options(cli, "0.999", "0.01");
-    cli.add("grad-clip", nullptr, "FLOAT", "1.0", "clip the global gradient norm to this (0: off)");
-    cli.add("precision", nullptr, "NAME", "fp32", "fp32 | tf32 | bf16 | fp16 (with dynamic loss scaling)");
-    add_loss_scale_options(cli);
-    cli.add("dropout", nullptr, "P", "0.1", "dropout on hidden states and attention probabilities in training "
-            "(transformers' hidden_dropout_prob, attention_probs_dropout_prob); 0: off");
-    cli.add("recompute", "r", "WHAT", "none", "recompute in the backward pass instead of storing: none | gelu | ln "
-            "(gelu + the attention LayerNorm) | layer (whole layers, gradient checkpointing); llm.c's 0-3 also work");
-    cli.add("mask-rate", nullptr, "FRACTION", "0.15", "mlm: fraction of the tokens to predict (80% [MASK], 10% random, "
-            "10% unchanged; masks drawn anew each epoch)");
-    cli.add("seed", nullptr, "INT", "42", "seed for initialization, data order, masking and dropout");
-    cli.add("output-dir", "o", "DIR", "", "write log.jsonl and checkpoints here (none: no files written)");
-    cli.add("checkpoint-every", "n", "STEPS", "0", "with --output-dir: checkpoint every this many steps (0: only at the end)");
-    cli.add("keep-checkpoints", "nk", "K", "0", "keep only the newest K checkpoints (0: keep all)");
-    cli.add_flag("resume", "y", "continue from the newest complete checkpoint in --output-dir (fresh start if none)");
-    cli.add("stop-after", nullptr, "STEPS", "0", "leave after this many steps of this run (to resume later; 0: run to the end)");
-    cli.add("export-hf", nullptr, "DIR", "", "after training, write the model for Hugging Face transformers "
-            "(model.safetensors + config.json: BertForSequenceClassification or BertForMaskedLM) into DIR");
-    cli.add("label", nullptr, "NAME", "", "the run's name in the log and plots (default: model, task and precision)");
-    cli.add("zero", "z", "0|1|2", "0", "data parallel (mpirun -np N): 0 all-reduces the gradients; 1 also shards the "
-            "optimizer state and master weights across ranks (ZeRO-1); 2 also the gradients (ZeRO-2)");
-    cli.add_flag("bench", nullptr, "measure speed: synthetic shards of --max-len tokens per sequence (nothing "
-                 "downloaded), --max-steps steps, no evaluation; prints a summary line (scripts/bench_bert.sh)");
+    BertTrainOptions o;
+    add_bert_options(cli, &o);
     cli.parse(argc, argv);
     use_all_cpu_cores(dist.local_world);
     const bool cpu = on_cpu_backend();
-
-    BertTrainOptions o;
-    o.bench = cli.flag("bench");
-    std::string task = cli.str("task");
-    if (task == "classify") o.head = BertHead::Classify;
-    else if (task == "mlm") o.head = BertHead::MLM;
-    else cli.fail("option --task: '%s' is not one of classify, mlm", task.c_str());
+    check_bert_options(cli, &o, dist);
     const bool mlm = o.head == BertHead::MLM;
-    o.B = (int)cli.integer("batch-size", 1, 1 << 16);
-    o.max_len = (int)cli.integer("max-len", 3, 1 << 20);
-    o.total_batch = cli.integer("total-batch-size", -1, 1ll << 40);
-    if (o.total_batch == 0) cli.fail("option --total-batch-size: 0 sequences per step (-1: B)");
-    if (!parse_lr_schedule(cli.str("lr-schedule").c_str(), &o.schedule))
-        cli.fail("option --lr-schedule: '%s' is not one of cosine, linear, constant, wsd", cli.str("lr-schedule").c_str());
-    o.warmup = cli.number("warmup", 0, 1e9);
-    if (o.warmup >= 1 && o.warmup != std::floor(o.warmup))
-        cli.fail("option --warmup: %g is neither a fraction below 1 nor a whole number of steps", o.warmup);
-    o.epochs = (int)cli.integer("epochs", 1, 1 << 20);
-    o.eval_every = (int)cli.integer("eval-every", 0, 1 << 30);
-    o.eval_first = cli.integer("eval-first", 0, 1) == 1;
-    read_optimizer_options(cli, &o.opt);
-    o.grad_clip = (float)cli.number("grad-clip", 0, 1e9);
-    PrecisionChoice pc = read_precision_option(cli);
-    if (pc.fp8)
-        cli.fail("option --precision: fp8 is not built for BERT (only GPT-2's blocks have fp8 GEMMs); use bf16 or fp16");
-    o.precision = pc.precision;
-    o.tf32 = pc.tf32;
-    read_loss_scale_options(cli, &o.loss_scale, &o.loss_scale_window);
-    o.dropout = (float)cli.number("dropout", 0, 0.99);
-    o.recompute = read_recompute_option(cli, {Recompute::None, Recompute::Gelu, Recompute::LN, Recompute::Layer});
-    o.mask_rate = cli.number("mask-rate", 0, 1);
-    if (mlm && o.mask_rate == 0) cli.fail("option --mask-rate: 0 leaves nothing to predict");
-    o.seed = (uint64_t)cli.integer("seed", 0);
-    o.zero = (int)cli.integer("zero", 0, 2);
-    if (o.zero > 0 && o.opt.kind == OptimizerKind::Adafactor && dist.world > 1)
-        cli.fail("option --zero: %d shards the optimizer state element by element, and Adafactor's factored "
-                 "statistics need whole matrices (use --zero 0 with adafactor)", o.zero);
-    o.output_dir = cli.str("output-dir");
-    o.export_hf = cli.str("export-hf");
-    o.checkpoint_every = (int)cli.integer("checkpoint-every", 0, 1 << 30);
-    o.keep_checkpoints = (int)cli.integer("keep-checkpoints", 0, 1 << 30);
-    o.stop_after = (int)cli.integer("stop-after", 0, 1 << 30);
-    bool resume = cli.flag("resume");
-    if (resume && o.output_dir.empty()) cli.fail("option --resume: needs --output-dir (where the checkpoints are)");
-    if ((cli.given("checkpoint-every") || cli.given("keep-checkpoints")) && o.output_dir.empty())
-        cli.fail("option --%s: needs --output-dir (where to write them)",
-                 cli.given("checkpoint-every") ? "checkpoint-every" : "keep-checkpoints");
-    if (cli.given("init") && cli.given("config"))
-        cli.fail("option --config: excludes --init (a random init or a checkpoint, not both)");
+    std::string task = cli.str("task");
+    bool resume = o.resume;
 
     // The model: the newest complete checkpoint when resuming, else --init, --config, or (auto) the real
     // all-MiniLM-L6-v2 if it was fetched, else a tiny random BERT. Said first, with the reason.
@@ -1364,8 +1220,6 @@ int train_bert_main(int argc, char** argv) {
     cli.resolve_auto("max-steps", o.bench ? "6" : cpu_short ? "100" : "-1");
     cli.resolve_auto("lr", pretrained ? (cpu_short ? "1e-4" : "2e-5") : random && config.channels >= 768 ? "1e-4"
                                                                                                         : "1e-3");
-    o.lr = (float)cli.number("lr", 0, 10);
-    o.max_steps = (int)cli.integer("max-steps", -1, 1 << 30);
     if (o.max_steps == 0) cli.fail("option --max-steps: 0 steps (-1: --epochs)");
     if (o.bench && o.max_steps < 2) cli.fail("option --max-steps: --bench needs at least 2 steps (the first is warm-up)");
     if (cpu_short && !cli.given("max-steps") && !cli.given("lr"))
@@ -1392,8 +1246,6 @@ int train_bert_main(int argc, char** argv) {
                      "--vocab dev/data/bert/vocab.txt --out PREFIX TEXT...)");
         cli.resolve_auto("train-data", kBertDefaultTrain);
         cli.resolve_auto("val-data", default_task ? kBertDefaultVal : "");
-        o.train_pattern = cli.str("train-data");
-        o.val_pattern = cli.str("val-data");
     }
     BertDataLoader::Options lo;
     lo.B = o.B;
@@ -1458,7 +1310,7 @@ int train_bert_main(int argc, char** argv) {
     if (val) printf(" | val %s: %zu sequences", o.val_pattern.c_str(), val->num_sequences());
     printf("%s\n", train.truncates() ? (" | sequences longer than --max-len " + std::to_string(o.max_len) + " are cut").c_str()
                                      : "");
-    o.label = cli.given("label") ? cli.str("label") : model_name + " " + task + " " + cli.str("precision");
+    if (!cli.given("label")) o.label = model_name + " " + task + " " + cli.str("precision");
 
     const TrainState* from = done.empty() ? nullptr : &state;
     int status;

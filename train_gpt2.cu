@@ -33,6 +33,7 @@
 #include "llmc/gelu.cuh"              // GELU (tanh form), forward and backward
 #include "llmc/gpt2_config.h"         // GPT2Config and the 16 parameter tensors (ParamIndex, param_sizes)
 #include "llmc/gpt2_io.h"             // llm.c model files and Hugging Face safetensors, in and out
+#include "llmc/gpt2_options.h"        // the command line: TrainOptions, GPT-2's options and defaults
 #include "llmc/kv_cache.cuh"          // attention of one new token against a KV cache (decoding)
 #include "llmc/layernorm.cuh"         // LayerNorm and the fused residual add, forward and backward
 #include "llmc/logger.h"              // the JSON Lines run log
@@ -41,9 +42,9 @@
 #include "llmc/model_state.cuh"       // parameters, gradients, master weights, optimizers, ZeRO
 #include "llmc/precision.cuh"         // storage types and conversions
 #include "llmc/rng.h"                 // NormalRNG: the random initialization's normal draws
+#include "llmc/run.h"                 // loss scaling, memory report, resume checks, the step reporter
 #include "llmc/schedulers.h"          // learning-rate schedules
 #include "llmc/tokenizer.h"           // GPT-2's BPE tokenizer (prompts and samples)
-#include "llmc/train_common.h"        // the trainers' shared options, loss scaling, memory report
 
 // ----------------------------------------------------------------------------
 // Configuration: GPT2Config (maxT, V, Vp, L, NH, C) is llmc/gpt2_config.h's, shared with the
@@ -101,7 +102,7 @@ inline std::vector<ParamSpec> param_specs(const GPT2Config& c) {
 // ----------------------------------------------------------------------------
 // Activations: everything the backward pass reads, sized for micro-batch (B, T), one allocation.
 //
-// Recomputation (Recompute, llmc/train_common.h) keeps one layer's worth of an activation instead of
+// Recomputation (Recompute, llmc/model_state.cuh) keeps one layer's worth of an activation instead of
 // every layer's and recomputes it in the backward pass from what is kept:
 //   gelu   the MLP's GELU output (B,T,4C) per layer -> recomputed from its input (kept)
 //   ln     also the two layernorm outputs (B,T,C) per layer -> recomputed from the residual stream
@@ -671,40 +672,6 @@ bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::st
 // ----------------------------------------------------------------------------
 // Training
 
-struct TrainOptions {
-    std::string train_pattern, val_pattern;
-    int B = 4, T = 1024;
-    long long total_batch_tokens = -1;
-    float lr = 3e-4f, grad_clip = 1.f;
-    OptimizerConfig opt;
-    LRScheduler schedule;
-    int max_steps = -1;
-    int val_every = 20, val_steps = 20;
-    bool shuffle = false, overfit_batch = false;
-    uint64_t seed = 42;
-    Precision precision = Precision::FP32;
-    bool tf32 = false;
-    int gen_tokens = 64, sample_every = 0;
-    float temperature = 1.f;
-    int top_k = 0;
-    std::string tokenizer_path;
-    std::string prompt;              // text that samples continue (after <|endoftext|>)
-    std::vector<int> prompt_tokens;  // its GPT-2 tokens, encoded in main()
-    std::string output_dir;    // log.jsonl and checkpoints go here ("" = nowhere)
-    std::string export_hf;     // write a transformers model here after training ("" = no)
-    int checkpoint_every = 0;  // steps between checkpoints (0: only at the end of the run)
-    int keep_checkpoints = 0;  // keep the newest K checkpoints (0: all)
-    int stop_after = 0;        // leave after this many steps of this run, to resume later (0: run to the end)
-    Recompute recompute = Recompute::None;
-    bool gelu_fusion = true;
-    bool fp8 = false;             // --precision fp8: bf16 with fp8 GEMMs in the blocks
-    float loss_scale = 65536.f;   // fp16: initial dynamic loss scale (PyTorch GradScaler's defaults)
-    int loss_scale_window = 2000; // fp16: clean steps before the scale doubles
-    std::string label;         // the run's name in the log
-    int zero = 0;              // data parallel: ZeRO stage (llmc/model_state.cuh)
-    bool log_ranks = false;    // with --output-dir: every rank writes its own log (log_rank<r>.jsonl)
-};
-
 // Draws the next token from a row of logits (host, at least V values): softmax(logits / temperature)
 // over the real vocabulary V, among the top_k largest only if top_k > 0, with one step of the
 // xorshift generator *rng per token (so a seed gives the same sample whatever computed the logits).
@@ -893,9 +860,9 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         // The smallest choice over the ranks: every rank must run the same micro-steps (each one a
         // collective under ZeRO-2), and GPUs differ in free memory. A B that fits one rank fits any
         // rank with more room, and divides the same tokens.
-        o.B = -all_reduce_max_scalar(dist, -auto_batch_size(model, o.T, o.total_batch_tokens / dist.world));
+        o.B = -all_reduce_max_scalar(dist, -auto_batch_size(model, o.T, o.total_batch / dist.world));
         printf("batch size auto: B=%d (the largest multiple of 8 that fits and divides %lld tokens per step%s)\n",
-               o.B, o.total_batch_tokens / dist.world, dist.world > 1 ? " and rank" : "");
+               o.B, o.total_batch / dist.world, dist.world > 1 ? " and rank" : "");
     }
     model.allocate_activations(o.B, o.T);
     const GPT2Config& c = model.config;
@@ -903,7 +870,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     // Tokens per micro-step on this rank and on all of them; --total-batch-size is the global batch,
     // whatever the number of ranks (each reads a disjoint part of every batch: llmc/dataloader.h).
     long long tokens_per_micro = (long long)o.B * o.T, global_micro = tokens_per_micro * dist.world;
-    long long total = o.total_batch_tokens > 0 ? o.total_batch_tokens : global_micro;
+    long long total = o.total_batch > 0 ? o.total_batch : global_micro;
     if (total % global_micro != 0)
         data_error("--total-batch-size %lld is not a multiple of B*T%s = %lld", total,
                    dist.world > 1 ? "*ranks" : "", global_micro);
@@ -914,8 +881,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     if (!o.val_pattern.empty())
         val_loader.reset(new DataLoader(o.val_pattern, o.B, o.T, dist.rank, dist.world, false, 0, c.vocab_size));
     int steps = o.max_steps > 0 ? o.max_steps : (int)std::max<size_t>(1, train_loader.batches_per_epoch() / accum);
-    LRScheduler sched = o.schedule;
-    sched.total = steps;
+    LRScheduler sched = o.scheduler(steps);
 
     // Where the run starts: step 0, or the checkpoint's step with its optimizer state, data
     // position and sampling RNG.
@@ -967,13 +933,20 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
-                  ",\"label\":" + json::quote(o.label) + ",\"params\":" + std::to_string(model.num_parameters) +
-                      ",\"rank\":" + std::to_string(dist.rank) + ",\"ranks\":" + std::to_string(dist.world) +
-                      ",\"zero\":" + std::to_string(o.zero) + ",\"memory\":" + memory_json(model.mem) +
-                      ",\"precision\":\"" + precision_name(o.precision) + (o.tf32 ? "+tf32" : o.fp8 ? "+fp8" : "") +
-                      "\",\"B\":" + std::to_string(o.B) + ",\"T\":" + std::to_string(o.T) +
-                      ",\"tokens_per_step\":" + std::to_string(total) + ",\"steps\":" + std::to_string(steps) +
-                      ",\"device\":" + json::quote(prop.name));
+                  JsonFields()
+                      .text("label", o.label)
+                      .integer("params", model.num_parameters)
+                      .integer("rank", dist.rank)
+                      .integer("ranks", dist.world)
+                      .integer("zero", o.zero)
+                      .raw("memory", memory_json(model.mem))
+                      .text("precision", std::string(precision_name(o.precision)) +
+                                             (o.tf32 ? "+tf32" : o.fp8 ? "+fp8" : ""))
+                      .integer("B", o.B)
+                      .integer("T", o.T)
+                      .integer("tokens_per_step", total)
+                      .integer("steps", steps)
+                      .text("device", prop.name));
         printf("log: %s/log.jsonl\n", o.output_dir.c_str());
     }
 
@@ -1007,14 +980,10 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         }
         printf("checkpoint: %s (+ %s, DONE)\n", model_path.c_str(),
                st.world > 1 ? (std::to_string(st.world) + " state shards").c_str() : "state");
-        log.write("checkpoint", done, ",\"path\":" + json::quote(model_path));
+        log.write("checkpoint", done, JsonFields().text("path", model_path));
     };
 
-    float peak = peak_tflops(prop.name, o.precision, o.tf32);
     double flops_per_token = 6.0 * model.num_parameters + 6.0 * c.num_layers * c.channels * o.T;
-    cudaEvent_t t0, t1;
-    cudaCheck(cudaEventCreate(&t0));
-    cudaCheck(cudaEventCreate(&t1));
     float* step_losses;  // (accum, B*T) pinned: every micro-step's losses, summed after the step
     cudaCheck(cudaMallocHost(&step_losses, (size_t)accum * tokens_per_micro * sizeof(float)));
     // Mean validation loss over val_steps batches from the start of the validation data.
@@ -1030,15 +999,15 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         double val = all_reduce_mean_scalar(dist, sum / o.val_steps);  // every rank read its own windows
         printf("step %d | val loss %.6f\n", step, val);
         fflush(stdout);
-        log.write("val", step, ",\"loss\":" + json_number(val));
+        log.write("val", step, JsonFields().number("loss", val));
     };
     bool validate = val_loader && o.val_every > 0;
-    StepClock clock;
     int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
+    StepReporter reporter(model.stream, steps, end_step, peak_tflops(prop.name, o.precision, o.tf32),
+                          {"tok/s", "%.0f", "tokens_per_s", "%.1f"}, &log);
     for (int step = start_step; step < end_step; step++) {
         if (validate && step % o.val_every == 0) evaluate(step);
-        long long launches0 = kernel_launch_count(), matmuls0 = matmul_context().calls;
-        cudaCheck(cudaEventRecord(t0, model.stream));
+        reporter.begin();
         model.zero_grads();
         for (int micro = 0; micro < accum; micro++) {
             model.sync_grads = micro == accum - 1;  // gradients are communicated on the last micro-step only
@@ -1050,51 +1019,34 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
             cudaCheck(cudaStreamSynchronize(model.stream));
             if (!o.overfit_batch) train_loader.next_batch();
         }
-        float lr = sched.lr(step);
-        bool applied = true;
-        float step_scale = scaler.scale;
+        StepFigures f;
+        f.done = step + 1;
+        f.lr = sched.lr(step);
+        f.scaling = scaling;
+        f.scale = scaler.scale;
         if (scaling) {  // the optimizer counts applied updates only (its bias correction), as torch's does
-            applied = model.update_scaled(lr, o.grad_clip, scaler.update_number(step), scaler.scale);
-            scaler.after_update(applied);
+            f.applied = model.update_scaled(f.lr, o.grad_clip, scaler.update_number(step), scaler.scale);
+            scaler.after_update(f.applied);
         } else {
-            model.update(lr, o.grad_clip, step + 1);
+            model.update(f.lr, o.grad_clip, step + 1);
         }
-        cudaCheck(cudaEventRecord(t1, model.stream));
-        cudaCheck(cudaEventSynchronize(t1));
+        reporter.end();
         double local_loss = 0;
         for (size_t i = 0; i < (size_t)accum * tokens_per_micro; i++) local_loss += step_losses[i];
         local_loss /= (double)accum * tokens_per_micro;
-        double loss = all_reduce_mean_scalar(dist, local_loss);
-        float norm = model.last_grad_norm();
-        float ms;
-        cudaCheck(cudaEventElapsedTime(&ms, t0, t1));
-        double tok_s = total / (ms / 1000.0);
-        double mfu_pct = peak > 0 ? 100.0 * flops_per_token * tok_s / (peak * 1e12) : NAN;
-        char mfu[48];
-        if (peak > 0) snprintf(mfu, sizeof(mfu), "MFU %.1f%%", mfu_pct);
-        else snprintf(mfu, sizeof(mfu), on_cpu_backend() ? "MFU n/a (CPU backend)" : "MFU n/a (unknown GPU)");
-        int done = step + 1;
-        std::string eta = clock.add(ms, end_step - done);
-        char scale[64] = "";
-        if (scaling)
-            snprintf(scale, sizeof(scale), " | scale %g%s", step_scale, applied ? "" : " SKIPPED (inf/nan gradients)");
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | %s | eta %s%s\n", done, steps,
-               loss, norm, lr, ms, tok_s, mfu, eta.c_str(), scale);
-        log.write("step", done,
-                  ",\"loss\":" + json_number(loss) + ",\"grad_norm\":" + json_number(norm) + ",\"lr\":" +
-                      json_number(lr) + ",\"ms\":" + json_number(ms, "%.3f") + ",\"tokens_per_s\":" +
-                      json_number(tok_s, "%.1f") + ",\"mfu\":" + json_number(mfu_pct, "%.3f") +
-                      ",\"tokens\":" + std::to_string((long long)done * total) +
-                      (dist.rank > 0 ? ",\"rank_loss\":" + json_number(local_loss) : std::string()) +
-                      (scaling ? ",\"loss_scale\":" + json_number(step_scale) + ",\"skipped\":" +
-                                     (applied ? "false" : "true")
-                               : std::string()));
-        if (step == start_step) print_first_step_figures(launches0, matmuls0);
-        fflush(stdout);
+        f.loss = all_reduce_mean_scalar(dist, local_loss);
+        f.norm = model.last_grad_norm();
+        f.units = (double)total;
+        f.flops = flops_per_token * total / dist.world;
+        JsonFields extra;
+        extra.integer("tokens", (long long)f.done * total);
+        if (dist.rank > 0) extra.number("rank_loss", local_loss);
+        reporter.report(f, extra);
+        int done = f.done;
         bool last = done == end_step;
         if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) save(done);
         if (o.sample_every > 0 && done % o.sample_every == 0 && done < steps && o.gen_tokens > 0 && dist.rank == 0)
-            log.write("sample", done, ",\"text\":" + json::quote(generate(model, o, &rng)));
+            log.write("sample", done, JsonFields().text("text", generate(model, o, &rng)));
     }
     if (end_step < steps) {
         printf("stopped after step %d of %d (--stop-after %d)%s\n", end_step, steps, o.stop_after,
@@ -1102,7 +1054,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     } else {
         if (validate) evaluate(steps);
         if (o.gen_tokens > 0 && dist.rank == 0)
-            log.write("sample", steps, ",\"text\":" + json::quote(generate(model, o, &rng)));
+            log.write("sample", steps, JsonFields().text("text", generate(model, o, &rng)));
         if (!o.export_hf.empty() && dist.rank == 0) {  // the parameters as trained: fp32, or bf16 written as BF16
             std::vector<floatX> p = model.params_host();
             std::vector<float> p32(p.size());
@@ -1111,8 +1063,6 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
             printf("exported for transformers: %s/model.safetensors + config.json\n", o.export_hf.c_str());
         }
     }
-    cudaCheck(cudaEventDestroy(t0));
-    cudaCheck(cudaEventDestroy(t1));
     cudaCheck(cudaFreeHost(step_losses));
     model.free_all();
     matmul_destroy();
@@ -1128,151 +1078,22 @@ int train_gpt2_main(int argc, char** argv) {
     if (dist.rank > 0 && !freopen("/dev/null", "w", stdout)) distributed_fatal("cannot silence stdout");  // rank 0 prints
     Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards (GPU, or the CPU backend when built with CPU=1). "
                           "Data parallel on N GPUs: mpirun -np N ./train_gpt2 ... (scripts/run_multi_gpu.sh).");
-    cli.add("train-data", "i", "GLOB", "dev/data/shakespeare/shakespeare_train.bin", "training token shards");
-    cli.add("val-data", "j", "GLOB", "dev/data/shakespeare/shakespeare_val.bin", "validation token shards ('' for none)");
-    cli.add("init", "e", "FILE|DIR|dN", "auto",
-            "start from a llm.c checkpoint (.bin), a Hugging Face GPT-2 (.safetensors, or a directory with "
-            "model.safetensors and config.json), or dN: a random GPT-2 of depth N (auto: d12 on a GPU, tiny on "
-            "the CPU backend: 4 layers, 128 channels, 4 heads, 128 positions)");
-    cli.add("layers", nullptr, "INT", "", "random init: number of layers (overrides --init's depth)");
-    cli.add("channels", nullptr, "INT", "", "random init: channels C");
-    cli.add("heads", nullptr, "INT", "", "random init: attention heads (C must divide by it)");
-    cli.add("max-seq-len", nullptr, "INT", "1024", "random init: positions maxT (the tiny CPU model: 128)");
-    cli.add("vocab-size", nullptr, "INT", "50257", "random init: vocabulary size V (padded to a multiple of 128)");
-    cli.add("output-dir", "o", "DIR", "", "write log.jsonl and checkpoints here (none: no files written)");
-    cli.add("checkpoint-every", "n", "STEPS", "0", "with --output-dir: checkpoint every this many steps (0: only at the end)");
-    cli.add("keep-checkpoints", "nk", "K", "0", "keep only the newest K checkpoints (0: keep all)");
-    cli.add_flag("resume", "y", "continue from the newest complete checkpoint in --output-dir (fresh start if none)");
-    cli.add("stop-after", nullptr, "STEPS", "0", "leave after this many steps of this run (e.g. a job's time limit; 0: run to the end)");
-    cli.add("batch-size", "b", "INT|auto", "4", "micro-batch size B; auto: the largest multiple of 8 that fits in "
-            "device memory (needs --total-batch-size; gradient accumulation makes up the rest)");
-    cli.add("seq-len", "t", "INT", "auto", "sequence length T (auto: 1024 on a GPU, 128 on the CPU backend)");
-    cli.add("total-batch-size", "d", "TOKENS", "-1", "tokens per optimizer step (gradient accumulation); -1: B*T");
-    cli.add("lr", "l", "FLOAT", "auto", "peak learning rate (auto: 3e-4 on a GPU, 1e-3 for the CPU backend's tiny model)");
-    cli.add("lr-schedule", "k", "NAME", "cosine", "cosine | linear | constant | wsd");
-    cli.add("warmup", "u", "STEPS", "0", "linear warmup steps");
-    cli.add("final-lr-frac", "q", "FLOAT", "1.0", "final learning rate as a fraction of the peak");
-    add_optimizer_options(cli, "0.95", "0.0");
-    cli.add("grad-clip", nullptr, "FLOAT", "1.0", "clip the global gradient norm to this (0: off)");
-    cli.add("max-steps", "x", "INT", "auto", "optimizer steps; -1: one epoch of the training data (auto: -1 on a GPU, 150 on the CPU backend)");
-    cli.add("val-every", "v", "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: 20 on a GPU, 25 on the CPU backend)");
-    cli.add("val-steps", "m", "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU backend)");
-    cli.add("precision", nullptr, "NAME", "auto", "auto: bf16 on a GPU of compute capability 8.0+, else fp32 | fp32 | tf32 | "
-            "bf16 | fp16 (with dynamic loss scaling) | fp8 (bf16 "
-            "with the blocks' matmuls in fp8, delayed scaling; compute capability 8.9+)");
-    add_loss_scale_options(cli);
-    cli.add("tf32", "f", "0|1", "0", "with fp32: TF32 tensor-core matmuls (llm.c's -f; same as --precision tf32)");
-    cli.add("recompute", "r", "WHAT", "none", "recompute in the backward pass instead of storing: none | gelu | ln "
-            "(gelu + layernorms) | layer (whole blocks); llm.c's 0/1/2 also work");
-    cli.add("gelu-fusion", "ge", "0|1", "1", "GELU as cuBLASLt's matmul epilogue (1) or a separate kernel (0; "
-            "always 0 with --recompute)");
-    cli.add("seed", nullptr, "INT", "42", "seed for initialization, shuffling and sampling");
-    cli.add("gen-tokens", "g", "INT", "auto", "tokens to sample after training, 0: none (auto: 256 on a GPU, 64 on the CPU backend)");
-    cli.add("sample-every", "s", "STEPS", "0", "also sample every this many steps during training (0: only at the end)");
-    cli.add("prompt", nullptr, "TEXT", "", "text the samples continue (encoded with --tokenizer)");
-    cli.add("temperature", nullptr, "FLOAT", "1.0", "sampling temperature");
-    cli.add("top-k", nullptr, "INT", "0", "sample among the k most likely tokens only (0: all)");
-    cli.add("tokenizer", nullptr, "FILE", "dev/data/shakespeare/gpt2_tokenizer.bin", "llm.c GPT-2 tokenizer file, to print samples");
-    cli.add("export-hf", nullptr, "DIR", "", "after training, write the model for Hugging Face transformers "
-            "(model.safetensors + config.json) into DIR");
-    cli.add("label", nullptr, "NAME", "", "the run's name in the log and plots (default: model and precision)");
-    cli.add("zero", "z", "0|1|2", "0", "data parallel (several ranks): 0 all-reduces the gradients; 1 also shards the "
-            "optimizer state and master weights across ranks (ZeRO-1); 2 also the gradients (ZeRO-2)");
-    cli.add_flag("log-ranks", nullptr, "with --output-dir and several ranks: every rank also writes its own "
-                 "log_rank<R>.jsonl (its loss and memory)");
-    cli.add_flag("shuffle", nullptr, "shuffle the order of batches and shards every epoch (seeded)");
-    cli.add_flag("overfit-batch", "a", "train on the first batch only (debugging)");
+    TrainOptions o;
+    add_gpt2_options(cli, &o);
     cli.parse(argc, argv);
     use_all_cpu_cores(dist.local_world);
-    // Machine-dependent defaults: a GPU trains GPT-2 124M; the CPU backend a model small enough
-    // that the first run finishes in a few minutes.
-    bool cpu = on_cpu_backend();
-    cli.resolve_auto("init", cpu ? "tiny" : "d12");
-    cli.resolve_auto("seq-len", cpu ? "128" : "1024");
-    cli.resolve_auto("lr", cpu ? "1e-3" : "3e-4");
-    cli.resolve_auto("max-steps", cpu ? "150" : "-1");
-    cli.resolve_auto("val-every", cpu ? "25" : "20");
-    cli.resolve_auto("val-steps", cpu ? "10" : "20");
-    cli.resolve_auto("gen-tokens", cpu ? "64" : "256");
-    // bf16 where the GPU has bf16 tensor cores, as llm.c; fp32 on the CPU backend, which has no bf16
-    // arithmetic (slower there) and where fp32 is the exact reference.
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, dist.device));
-    cli.resolve_auto("precision", !cpu && prop.major >= 8 ? "bf16" : "fp32");
-
-    TrainOptions o;
-    o.train_pattern = cli.str("train-data");
-    o.val_pattern = cli.str("val-data");
-    bool auto_batch = cli.str("batch-size") == "auto";
-    o.B = auto_batch ? 0 : (int)cli.integer("batch-size", 1, 1 << 16);
-    o.T = (int)cli.integer("seq-len", 1, 1 << 20);
-    o.total_batch_tokens = cli.integer("total-batch-size", -1, 1ll << 40);
-    if (auto_batch && o.total_batch_tokens <= 0)
-        cli.fail("option --batch-size: auto needs --total-batch-size (the tokens per step to keep)");
-    o.lr = (float)cli.number("lr", 0, 10);
-    o.schedule.max_lr = o.lr;
-    if (!parse_lr_schedule(cli.str("lr-schedule").c_str(), &o.schedule.kind))
-        cli.fail("option --lr-schedule: '%s' is not one of cosine, linear, constant, wsd", cli.str("lr-schedule").c_str());
-    o.schedule.warmup = (int)cli.integer("warmup", 0, 1 << 30);
-    o.schedule.final_fraction = (float)cli.number("final-lr-frac", 0, 1);
-    read_optimizer_options(cli, &o.opt);
-    o.grad_clip = (float)cli.number("grad-clip", 0, 1e9);
-    o.max_steps = (int)cli.integer("max-steps", -1, 1 << 30);
-    o.val_every = (int)cli.integer("val-every", 0, 1 << 30);
-    o.val_steps = (int)cli.integer("val-steps", 1, 1 << 30);
-    o.seed = (uint64_t)cli.integer("seed", 0);
-    o.shuffle = cli.flag("shuffle");
-    o.zero = (int)cli.integer("zero", 0, 2);
-    o.log_ranks = cli.flag("log-ranks");
-    if (o.zero > 0 && o.opt.kind == OptimizerKind::Adafactor && dist.world > 1)
-        cli.fail("option --zero: %d shards the optimizer state element by element, and Adafactor's factored "
-                 "statistics need whole matrices (use --zero 0 with adafactor)", o.zero);
-    o.overfit_batch = cli.flag("overfit-batch");
-    o.gen_tokens = (int)cli.integer("gen-tokens", 0, 1 << 20);
-    o.sample_every = (int)cli.integer("sample-every", 0, 1 << 30);
-    o.temperature = (float)cli.number("temperature", 1e-3, 100);
-    o.top_k = (int)cli.integer("top-k", 0, 1 << 24);
-    o.tokenizer_path = cli.str("tokenizer");
-    o.prompt = cli.str("prompt");
-    if (!o.prompt.empty()) {  // encoded now, so a bad tokenizer stops the run before training, not after
-        Tokenizer tok;
-        std::string err;
-        if (!tok.load(o.tokenizer_path, &err)) cli.fail("option --prompt: cannot load the tokenizer: %s", err.c_str());
-        if (!tok.can_encode()) cli.fail("option --prompt: %s cannot encode text (not a byte-level BPE)", o.tokenizer_path.c_str());
-        o.prompt_tokens = tok.encode(o.prompt);
-    }
-    o.output_dir = cli.str("output-dir");
-    o.export_hf = cli.str("export-hf");
-    o.checkpoint_every = (int)cli.integer("checkpoint-every", 0, 1 << 30);
-    o.keep_checkpoints = (int)cli.integer("keep-checkpoints", 0, 1 << 30);
-    o.stop_after = (int)cli.integer("stop-after", 0, 1 << 30);
-    bool resume = cli.flag("resume");
-    if (resume && o.output_dir.empty()) cli.fail("option --resume: needs --output-dir (where the checkpoints are)");
-    if ((cli.given("checkpoint-every") || cli.given("keep-checkpoints")) && o.output_dir.empty())
-        cli.fail("option --%s: needs --output-dir (where to write them)",
-                 cli.given("checkpoint-every") ? "checkpoint-every" : "keep-checkpoints");
-    o.recompute = read_recompute_option(cli, {Recompute::None, Recompute::Gelu, Recompute::LN, Recompute::Layer});
-    o.gelu_fusion = cli.integer("gelu-fusion", 0, 1) == 1;
+    resolve_gpt2_options(cli, &o, dist, prop);
     std::string prec = cli.str("precision");
-    PrecisionChoice pc = read_precision_option(cli);
-    o.precision = pc.precision;
-    o.tf32 = pc.tf32;
-    o.fp8 = pc.fp8;
-    std::string why;
-    if (o.fp8 && !fp8_supported(0, &why)) cli.fail("option --precision: %s", why.c_str());
-    read_loss_scale_options(cli, &o.loss_scale, &o.loss_scale_window);
-    if (cli.integer("tf32", 0, 1)) {
-        if (o.precision != Precision::FP32) cli.fail("option --tf32: applies to --precision fp32 only");
-        o.tf32 = true;
-    }
 
     // The model: from the newest complete checkpoint when resuming, else --init.
     GPT2Config config;
     std::vector<float> init;
     TrainState state;
     std::string state_path;
-    std::vector<int> done = resume ? complete_checkpoints(o.output_dir) : std::vector<int>{};
-    if (resume && done.empty()) printf("resume: no complete checkpoint in %s, starting from scratch\n", o.output_dir.c_str());
+    std::vector<int> done = o.resume ? complete_checkpoints(o.output_dir) : std::vector<int>{};
+    if (o.resume && done.empty()) printf("resume: no complete checkpoint in %s, starting from scratch\n", o.output_dir.c_str());
     std::string spec = cli.str("init");
     bool tiny = spec == "tiny";
     if (!done.empty()) {
@@ -1305,12 +1126,11 @@ int train_gpt2_main(int argc, char** argv) {
     }
     if (o.T > config.max_seq_len)
         cli.fail("option --seq-len: %d is longer than the model's %d positions", o.T, config.max_seq_len);
-    o.label = cli.given("label") ? cli.str("label")
-                                 : "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels) +
-                                       " " + prec + (o.tf32 && prec == "fp32" ? "+tf32" : "");
-
-    if (auto_batch && !done.empty()) o.B = state.B;  // a resumed run keeps its batch
-    if (auto_batch && !done.empty() && state.ranks != dist.world) o.B = state.B * state.ranks / dist.world;
+    if (!cli.given("label"))
+        o.label = "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels) + " " + prec +
+                  (o.tf32 && prec == "fp32" ? "+tf32" : "");
+    // --batch-size auto resumes with the checkpoint's batch (the same global batch on other ranks).
+    if (o.B == 0 && !done.empty()) o.B = state.ranks == dist.world ? state.B : state.B * state.ranks / dist.world;
     const TrainState* from = done.empty() ? nullptr : &state;
     int rc;
     switch (o.precision) {

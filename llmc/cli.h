@@ -5,38 +5,106 @@
 // llm.c's flags are a dash and one or two letters (-i, -nk), each followed by a value; its on/off
 // flags take 0 or 1 (-y 1). Here switches are long options without a value (--resume), and their
 // llm.c alias accepts an optional 0 or 1 after it, so llm.c command lines work unchanged.
+//
+// An option is declared once: a line of the table binds it to the field of the program's options
+// that receives it, with its default, its range (or its names, for a choice) and its help. parse()
+// then writes every bound field, so a program reads no option by hand unless its meaning depends
+// on others. A default of "auto" (a value that depends on the machine or the model) is written when
+// the program resolves it (resolve_auto), or at parse() when the user gave a value.
 #pragma once
 #include <cerrno>
 #include <cstdarg>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
+
+class Cli;
 
 struct CliOption {
     const char* long_name;   // without the leading "--"
     const char* short_name;  // llm.c's flag without the dash ("i", "nk"), or nullptr
     const char* value_name;  // e.g. "INT"; nullptr for a switch (no value)
-    const char* help;
+    std::string help;
     std::string value;       // current value as text (the default until parsed)
     bool given = false;
+    bool auto_default = false;                 // the default is "auto"
+    std::function<void(const Cli&)> store;     // writes the value into the bound field (empty: unbound)
 };
 
 class Cli {
   public:
     explicit Cli(const char* program, const char* summary) : program_(program), summary_(summary) {}
 
-    // Declares an option taking a value, with its default (shown in --help).
+    // Declares an option taking a value, with its default (shown in --help), read by name.
     void add(const char* long_name, const char* short_name, const char* value_name, const char* default_value,
-             const char* help) {
-        options_.push_back({long_name, short_name, value_name, help, default_value ? default_value : "", false});
+             const std::string& help) {
+        std::string def = default_value ? default_value : "";
+        options_.push_back({long_name, short_name, value_name, help, def, false, def == "auto", {}});
     }
     // Declares a switch (no value); its value is "1" when given, "0" otherwise.
-    void add_flag(const char* long_name, const char* short_name, const char* help) {
-        options_.push_back({long_name, short_name, nullptr, help, "0", false});
+    void add_flag(const char* long_name, const char* short_name, const std::string& help) {
+        options_.push_back({long_name, short_name, nullptr, help, "0", false, false, {}});
+    }
+
+    // Declares an option bound to *field: an integer in [lo, hi].
+    template <class Int, std::enable_if_t<std::is_integral<Int>::value && !std::is_same<Int, bool>::value, int> = 0>
+    void add(const char* long_name, const char* short_name, const char* value_name, const char* default_value,
+             const std::string& help, Int* field, long long lo, long long hi) {
+        add(long_name, short_name, value_name, default_value, help);
+        options_.back().store = [=](const Cli& c) { *field = (Int)c.integer(long_name, lo, hi); };
+    }
+    // Bound to *field: a finite number in [lo, hi].
+    template <class Real, std::enable_if_t<std::is_floating_point<Real>::value, int> = 0>
+    void add(const char* long_name, const char* short_name, const char* value_name, const char* default_value,
+             const std::string& help, Real* field, double lo, double hi) {
+        add(long_name, short_name, value_name, default_value, help);
+        options_.back().store = [=](const Cli& c) { *field = (Real)c.number(long_name, lo, hi); };
+    }
+    // Bound to *field: text.
+    void add(const char* long_name, const char* short_name, const char* value_name, const char* default_value,
+             const std::string& help, std::string* field) {
+        add(long_name, short_name, value_name, default_value, help);
+        options_.back().store = [=](const Cli& c) { *field = c.str(long_name); };
+    }
+    // Bound to *field: 0 or 1, given as a value (llm.c's -f 1).
+    void add(const char* long_name, const char* short_name, const char* default_value, const std::string& help,
+             bool* field) {
+        add(long_name, short_name, "0|1", default_value, help);
+        options_.back().store = [=](const Cli& c) { *field = c.integer(long_name, 0, 1) == 1; };
+    }
+    // A switch bound to *field.
+    void add_flag(const char* long_name, const char* short_name, const std::string& help, bool* field) {
+        add_flag(long_name, short_name, help);
+        options_.back().store = [=](const Cli& c) { *field = c.flag(long_name); };
+    }
+    // Binds the option declared last to a reader of its own, for a value whose meaning needs more
+    // than a range (e.g. "auto" or several fields set from one name).
+    void on_value(std::function<void(const Cli&)> store) { options_.back().store = std::move(store); }
+    // Bound to *field: one of the named values of `choices` (an error lists them).
+    template <class T>
+    void add_choice(const char* long_name, const char* short_name, const char* value_name, const char* default_value,
+                    const std::string& help, T* field, std::vector<std::pair<const char*, T>> choices) {
+        add(long_name, short_name, value_name, default_value, help);
+        options_.back().store = [=](const Cli& c) {
+            const std::string& v = c.str(long_name);
+            std::string names;
+            for (const auto& [name, value] : choices) {
+                if (v == name) {
+                    *field = value;
+                    return;
+                }
+                names += std::string(names.empty() ? "" : ", ") + name;
+            }
+            c.fail("option --%s: '%s' is not one of %s", long_name, v.c_str(), names.c_str());
+        };
     }
 
     // Parses argv; prints help and exits 0 for -h/--help; exits 2 with one message on any error.
@@ -83,12 +151,17 @@ class Cli {
             }
             opt->given = true;
         }
+        for (const CliOption& o : options_)
+            if (o.store && !(o.auto_default && o.value == "auto")) o.store(*this);
     }
 
-    // Replaces the value "auto" (a default that depends on the machine) with a concrete one.
+    // Replaces the value "auto" (a default that depends on the machine) with a concrete one, and
+    // writes it into the bound field.
     void resolve_auto(const char* long_name, const std::string& value) {
         CliOption& o = const_cast<CliOption&>(get(long_name));
-        if (o.value == "auto") o.value = value;
+        if (o.value != "auto") return;
+        o.value = value;
+        if (o.store) o.store(*this);
     }
 
     const std::string& str(const char* long_name) const { return get(long_name).value; }
@@ -135,7 +208,7 @@ class Cli {
             std::string alias = o.short_name ? std::string("-") + o.short_name + "," : "";
             snprintf(left, sizeof(left), "%-4s --%s%s%s", alias.c_str(), o.long_name, o.value_name ? " " : "",
                      o.value_name ? o.value_name : "");
-            printf("  %-36s %s", left, o.help);
+            printf("  %-36s %s", left, o.help.c_str());
             if (o.value_name) printf(" [%s]", o.value.empty() ? "none" : o.value.c_str());
             printf("\n");
         }

@@ -25,6 +25,30 @@ inline std::string json_number(double x, const char* fmt = "%.9g") {
     return buf;
 }
 
+// The fields of a log line after "event" and "step", built in the order they are added: e.g.
+// JsonFields().number("loss", 5.91).integer("rows", 12) is ,"loss":5.91,"rows":12
+class JsonFields {
+  public:
+    JsonFields& number(const char* key, double x, const char* fmt = "%.9g") { return raw(key, json_number(x, fmt)); }
+    JsonFields& integer(const char* key, long long n) { return raw(key, std::to_string(n)); }
+    JsonFields& text(const char* key, const std::string& s) { return raw(key, json::quote(s)); }
+    JsonFields& boolean(const char* key, bool b) { return raw(key, b ? "true" : "false"); }
+    // A value that is JSON already (an object, an array).
+    JsonFields& raw(const char* key, const std::string& json) {
+        s_ += std::string(",\"") + key + "\":" + json;
+        return *this;
+    }
+    // Appends another builder's fields.
+    JsonFields& append(const JsonFields& more) {
+        s_ += more.s_;
+        return *this;
+    }
+    const std::string& str() const { return s_; }
+
+  private:
+    std::string s_;
+};
+
 class RunLog {
   public:
     ~RunLog() {
@@ -54,11 +78,10 @@ class RunLog {
     }
     bool is_open() const { return f_ != nullptr; }
 
-    // Appends one line: {"event":EVENT,"step":STEP, then the caller's fields (already JSON, starting
-    // with a comma or empty), then }.
-    void write(const char* event, long long step, const std::string& fields) {
+    // Appends one line: {"event":EVENT,"step":STEP, then the fields, then }.
+    void write(const char* event, long long step, const JsonFields& fields = JsonFields()) {
         if (!f_) return;
-        fprintf(f_, "{\"event\":\"%s\",\"step\":%lld%s}\n", event, step, fields.c_str());
+        fprintf(f_, "{\"event\":\"%s\",\"step\":%lld%s}\n", event, step, fields.str().c_str());
         fflush(f_);
     }
 

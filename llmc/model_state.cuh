@@ -103,6 +103,20 @@ struct OptimizerConfig {
     AdafactorConfig adafactor;                        // Adafactor (its lr, relative step, beta1, clipping)
 };
 
+// Recomputation trades compute for memory: instead of keeping an activation for every layer, keep
+// one layer's worth and recompute it in the backward pass from what is kept (each trainer's
+// activations say which tensors each level drops). Levels, each including the ones before it:
+//   gelu   the MLP's GELU output -> recomputed from its input (kept)
+//   ln     also the layernorm outputs that can be recomputed from kept inputs
+//   layer  everything but each layer's input: the block's forward pass runs again in the backward
+//          pass (gradient checkpointing, one checkpoint per layer)
+// Recomputing runs the same kernels on the same inputs, so gradients are bit-identical to storing.
+enum class Recompute { None, Gelu, LN, Layer };
+inline const char* recompute_name(Recompute r) {
+    static const char* names[] = {"none", "gelu", "ln", "layer"};
+    return names[(int)r];
+}
+
 // Device memory by purpose, in bytes: exactly what a trainer allocates.
 struct MemoryAnatomy {
     size_t weights = 0;      // parameters in the compute precision

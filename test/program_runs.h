@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -51,6 +52,50 @@ inline std::string slurp(const std::string& path) {
 // The end of a run's output, for a failure's detail.
 inline std::string last_lines(const std::string& out) {
     return out.size() > 600 ? out.substr(out.size() - 600) : out;
+}
+
+// The options a program's --help lists (llmc/cli.h's layout), one per option without the prose:
+// "-b --batch-size INT [4]", "-y --resume", "--label NAME [none]" — what a user's command lines and
+// scripts rely on: the flags, the value each takes and its default.
+inline std::vector<std::string> option_listing(const std::string& help) {
+    std::vector<std::string> out;
+    for (size_t at = 0; at < help.size();) {
+        size_t end = help.find('\n', at);
+        if (end == std::string::npos) end = help.size();
+        std::string line = help.substr(at, end - at);
+        at = end + 1;
+        if (line.size() < 8 || line.compare(0, 2, "  ") != 0 || line.find("--", 2) != 7) continue;
+        std::string alias = line.substr(2, 4);
+        alias = alias.substr(0, alias.find_first_of(", "));
+        size_t left_end = line.find("  ", 7);  // the left column ends at its padding
+        std::string left = line.substr(7, left_end - 7);
+        std::string entry = (alias.empty() ? "" : alias + " ") + left;
+        if (left.find(' ') != std::string::npos) {  // an option with a value: its default ends the line
+            size_t open = line.rfind(" [");
+            if (open != std::string::npos && line.back() == ']') entry += line.substr(open);
+        }
+        out.push_back(entry);
+    }
+    return out;
+}
+
+// Compares the option listing of `help` with the expected one in `path` (one per line, '#' lines
+// are comments); returns "" or the first difference.
+inline std::string compare_option_listing(const std::string& help, const std::string& path) {
+    std::vector<std::string> want, got = option_listing(help);
+    std::string text = slurp(path);
+    for (size_t at = 0; at < text.size();) {
+        size_t end = text.find('\n', at);
+        if (end == std::string::npos) end = text.size();
+        std::string line = text.substr(at, end - at);
+        at = end + 1;
+        if (!line.empty() && line[0] != '#') want.push_back(line);
+    }
+    for (const std::string& w : want)
+        if (std::find(got.begin(), got.end(), w) == got.end()) return "missing or changed: " + w;
+    for (const std::string& g : got)
+        if (std::find(want.begin(), want.end(), g) == want.end()) return "not expected: " + g;
+    return want.empty() ? "no options in " + path : "";
 }
 
 }  // namespace th

@@ -5,6 +5,7 @@
 #define TESTING
 #include "../train_gpt2.cu"
 #include "harness.h"
+#include "program_runs.h"
 
 #include <fcntl.h>
 #include <chrono>
@@ -52,8 +53,7 @@ TrainOptions tiny_options(const std::string& dir, const std::string& train, cons
     o.B = 2;
     o.T = 16;
     o.lr = 1e-2f;
-    o.schedule.max_lr = o.lr;
-    o.schedule.warmup = 2;
+    o.warmup = 2;
     o.max_steps = 8;
     o.val_every = 3;
     o.val_steps = 2;
@@ -98,12 +98,7 @@ int resume_train(const TrainOptions& o) {
     return quiet_train<floatX>(o, &st, path);
 }
 
-std::string slurp(const std::string& path) {
-    std::vector<uint8_t> b;
-    std::string err;
-    if (!read_whole_file(path, &b, &err)) return "<missing " + path + ">";
-    return std::string(b.begin(), b.end());
-}
+using th::slurp;
 
 // The log's lines of the given events ("step" and "val"), which hold every loss.
 std::string losses_of(const std::string& dir) {
@@ -176,6 +171,7 @@ pid_t start_kill_run(const std::string& out_dir) {
 }
 
 int main(int argc, char** argv) {
+    if (argc >= 2 && strcmp(argv[1], "--train-gpt2") == 0) return train_gpt2_main(argc - 1, argv + 1);
     if (argc == 4 && strcmp(argv[1], "--kill-run") == 0) {
         g_tmp = argv[2];
         matmul_init(false);
@@ -194,6 +190,16 @@ int main(int argc, char** argv) {
     matmul_init(false);
     std::string train = write_shard("train.bin", 600, 64, 1), val = write_shard("val.bin", 200, 64, 2);
     TrainOptions o = tiny_options("", train, val);
+    {
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = 0;
+        th::ChildOutput c = th::run_command(std::string(self) + " --train-gpt2 --help 2>&1");
+        std::string diff = th::compare_option_listing(c.text, "test/fixtures/train_gpt2_options.txt");
+        th::report(th::exited_ok(c) && diff.empty(),
+                   "train_gpt2 --help lists the options, values and defaults of test/fixtures/train_gpt2_options.txt",
+                   "%s", diff.c_str());
+    }
 
     // Stop and resume, in each precision and with what moves the data position.
     test_resume<float>("resume fp32 (stop at a checkpoint)", "at", o, 4);
@@ -201,7 +207,7 @@ int main(int argc, char** argv) {
     test_resume<__nv_bfloat16>("resume bf16 (master weights)", "bf16", o, 5);
     TrainOptions shuf = o;
     shuf.shuffle = true;
-    shuf.total_batch_tokens = 2 * o.B * o.T;  // 2 micro-steps: 16 batches over 18 per epoch
+    shuf.total_batch = 2 * o.B * o.T;  // 2 micro-steps: 16 batches over 18 per epoch
     shuf.max_steps = 14;                      // ... so the run crosses into epoch 2
     test_resume<float>("resume with shuffling, accumulation, epoch boundary", "shuffle", shuf, 9);
     // fp16 with a planted huge loss scale: the first steps overflow and are skipped, the scale halves

@@ -1,6 +1,7 @@
 // test/test_cli.cu — the command-line parser (llmc/cli.h): long options and llm.c's short flags
 // (one or two letters, switches taking an optional 0/1), --help listing every option with its
-// default, and one error line naming the option, exit status 2, for every kind of bad input.
+// default, one error line naming the option, exit status 2, for every kind of bad input, and
+// options bound to fields (written by parse(), "auto" ones when resolved).
 #include "../llmc/cli.h"
 #include "harness.h"
 
@@ -17,6 +18,38 @@ Cli make_cli() {
     cli.add_flag("resume", "y", "resume");
     cli.add_flag("shuffle", nullptr, "shuffle");
     return cli;
+}
+
+// Options bound to fields, as the trainers declare them (llmc/run_options.h).
+enum class Fruit { Apple, Pear };
+struct Bound {
+    int steps = -7;
+    long long tokens = -7;
+    float lr = -7;
+    double warmup = -7;
+    std::string name = "unset";
+    bool fused = false, resume = false;
+    Fruit fruit = Fruit::Pear;
+};
+
+// Parses args with a table whose options are bound to *b; "steps" defaults to auto, resolved to 9
+// after the parse unless given.
+void parse_bound(std::vector<std::string> args, Bound* b) {
+    args.insert(args.begin(), "prog");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(&a[0]);
+    Cli cli("prog", "A test program.");
+    cli.add("steps", "x", "INT", "auto", "steps", &b->steps, -1, 100);
+    cli.add("tokens", "d", "TOKENS", "-1", "tokens", &b->tokens, -1, 1ll << 40);
+    cli.add("lr", "l", "FLOAT", "3e-4", "learning rate", &b->lr, 0, 1);
+    cli.add("warmup", "u", "FRACTION|STEPS", "0.1", "warmup", &b->warmup, 0, 1e9);
+    cli.add("name", nullptr, "NAME", "", "a name", &b->name);
+    cli.add("fused", "ge", "1", "fusion", &b->fused);
+    cli.add_flag("resume", "y", "resume", &b->resume);
+    cli.add_choice("fruit", nullptr, "NAME", "apple", "apple | pear", &b->fruit,
+                   {{"apple", Fruit::Apple}, {"pear", Fruit::Pear}});
+    cli.parse((int)argv.size(), argv.data());
+    cli.resolve_auto("steps", "9");
 }
 
 // Parses args (argv[0] added) with the table above.
@@ -89,5 +122,33 @@ int main() {
     expect_error("number out of range", "option --lr: 5 is out of range [0, 1]", [] { parse({"-l", "5"}).number("lr", 0, 1); });
     expect_error("empty value", "option --batch-size: '' is not an integer",
                  [] { parse({"--batch-size="}).integer("batch-size", 1, 100); });
+    {
+        Bound d, g;
+        parse_bound({}, &d);
+        parse_bound({"-x", "5", "-d", "4096", "--lr=0.5", "-u", "20", "--name", "run", "-ge", "0", "-y", "--fruit",
+                     "pear"}, &g);
+        bool defaults = d.steps == 9 && d.tokens == -1 && d.lr == 3e-4f && d.warmup == 0.1 && d.name.empty() &&
+                        d.fused && !d.resume && d.fruit == Fruit::Apple;
+        bool given = g.steps == 5 && g.tokens == 4096 && g.lr == 0.5f && g.warmup == 20 && g.name == "run" &&
+                     !g.fused && g.resume && g.fruit == Fruit::Pear;
+        th::report(defaults && given, "bound options: parse() writes every field, defaults included; auto on resolve",
+                   "");
+    }
+    expect_error("bound integer out of range", "option --steps: 101 is out of range [-1, 100]", [] {
+        Bound b;
+        parse_bound({"-x", "101"}, &b);
+    });
+    expect_error("an auto option given a value is checked at parse", "option --steps: 'many' is not an integer", [] {
+        Bound b;
+        parse_bound({"--steps", "many"}, &b);
+    });
+    expect_error("bound 0|1 value", "option --fused: 2 is out of range [0, 1]", [] {
+        Bound b;
+        parse_bound({"-ge", "2"}, &b);
+    });
+    expect_error("bound choice names the choices", "option --fruit: 'plum' is not one of apple, pear", [] {
+        Bound b;
+        parse_bound({"--fruit", "plum"}, &b);
+    });
     return th::finish();
 }

@@ -20,6 +20,7 @@
 #define TESTING
 #include "../train_bert.cu"
 #include "harness.h"
+#include "program_runs.h"
 
 #include <sys/wait.h>
 
@@ -78,12 +79,7 @@ void expect_error(const char* name, const std::string& args, const char* expect)
     th::report(ok, name, "exit %d, stderr: %s", WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1, err.c_str());
 }
 
-std::string slurp(const std::string& path) {
-    std::vector<uint8_t> b;
-    std::string err;
-    if (!read_whole_file(path, &b, &err)) return "<missing " + path + ">";
-    return std::string(b.begin(), b.end());
-}
+using th::slurp;
 
 // The lines of a run's log.jsonl that hold its losses: every "step" line up to its timing fields,
 // every "val" line.
@@ -114,19 +110,10 @@ std::vector<double> step_losses(const std::string& out) {
 
 void test_help() {
     th::ChildOutput c = run("--help");
-    bool every = true;
-    std::string missing;
-    for (const char* want : {"--task NAME", "[classify]", "-i,  --train-data GLOB", "-e,  --init DIR|FILE", "--config NAME",
-                             "-t,  --max-len INT", "[256]", "--epochs INT", "[2]", "--dropout P", "[0.1]",
-                             "--mask-rate FRACTION", "[0.15]", "--weight-decay FLOAT", "[0.01]", "--optimizer NAME",
-                             "--precision NAME", "-o,  --output-dir DIR", "-y,  --resume", "--export-hf DIR",
-                             "--bench", "--num-labels INT", "-d,  --total-batch-size"})
-        if (c.text.find(want) == std::string::npos) {
-            every = false;
-            missing = want;
-        }
-    th::report(exited(c, 0) && every, "--help lists every option with its default, exit 0", "%s%s",
-               missing.empty() ? "" : "missing: ", missing.c_str());
+    std::string diff = th::compare_option_listing(c.text, "test/fixtures/train_bert_options.txt");
+    th::report(exited(c, 0) && diff.empty(),
+               "--help lists the options, values and defaults of test/fixtures/train_bert_options.txt, exit 0", "%s",
+               diff.c_str());
 }
 
 void test_refusals(const std::string& cls3, const std::string& cls4, const std::string& v200, const std::string& mlm) {

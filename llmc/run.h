@@ -1,124 +1,20 @@
-// llmc/train_common.h — the host-side parts of a training program that train_gpt2.cu and
-// train_bert.cu share: the optimizer, precision and loss-scale options (declared in and read from
-// the llmc/cli.h table), fp16's dynamic loss scale, the memory anatomy printout, the check that a
-// checkpoint's training state can continue this run, and the step clock behind the ETA.
+// llmc/run.h — a training run's host side that train_gpt2.cu and train_bert.cu share: fp16's
+// dynamic loss scale, the memory anatomy printout, the check that a checkpoint's training state can
+// continue this run, and the step reporter (one timer, the step line, the log line, the ETA).
+// The options they share are llmc/run_options.h.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "checkpoint.h"
-#include "cli.h"
 #include "dataloader.h"
+#include "logger.h"
 #include "matmul.cuh"
 #include "model_state.cuh"
 #include "precision.cuh"
-
-// ----------------------------------------------------------------------------
-// Options
-
-// Declares the optimizer options: --optimizer, --weight-decay (-c), AdamW's betas and epsilon, SGD's
-// momentum and Nesterov, Adafactor's settings; beta2 and weight decay defaults are the trainer's
-// (GPT-2: 0.95 and 0, as llm.c; BERT: 0.999 and 0.01, torch's AdamW and the fine-tuning recipe).
-inline void add_optimizer_options(Cli& cli, const char* beta2_default, const char* weight_decay_default) {
-    cli.add("optimizer", nullptr, "NAME", "adamw", "adamw | adamw8bit (8-bit moments) | adafactor | sgd");
-    cli.add("weight-decay", "c", "FLOAT", weight_decay_default,
-            "weight decay, matrices only (AdamW/Adafactor: decoupled; SGD: L2)");
-    cli.add("beta1", nullptr, "FLOAT", "0.9", "AdamW beta1");
-    cli.add("beta2", nullptr, "FLOAT", beta2_default, "AdamW beta2");
-    cli.add("adam-eps", nullptr, "FLOAT", "1e-8", "AdamW epsilon");
-    cli.add("momentum", nullptr, "FLOAT", "0.9", "SGD momentum (0: plain SGD)");
-    cli.add_flag("nesterov", nullptr, "SGD: Nesterov momentum");
-    cli.add("adafactor-beta1", nullptr, "FLOAT", "0", "Adafactor first-moment decay (0: none, as transformers' default)");
-    cli.add("adafactor-clip", nullptr, "FLOAT", "1.0", "Adafactor update clipping threshold (RMS)");
-    cli.add("adafactor-decay-rate", nullptr, "FLOAT", "-0.8", "Adafactor second-moment decay exponent");
-}
-
-// Reads the options of add_optimizer_options into *opt. Adafactor keeps transformers' defaults
-// (relative step sizes scaled by each matrix's RMS, no first moment) unless --lr is given, which
-// then sets the step size (and the schedule applies).
-inline void read_optimizer_options(const Cli& cli, OptimizerConfig* opt) {
-    std::string name = cli.str("optimizer");
-    if (name == "adamw") opt->kind = OptimizerKind::AdamW;
-    else if (name == "adamw8bit") opt->kind = OptimizerKind::AdamW8bit;
-    else if (name == "adafactor") opt->kind = OptimizerKind::Adafactor;
-    else if (name == "sgd") opt->kind = OptimizerKind::SGD;
-    else cli.fail("option --optimizer: '%s' is not one of adamw, adamw8bit, adafactor, sgd", name.c_str());
-    opt->weight_decay = (float)cli.number("weight-decay", 0, 10);
-    opt->beta1 = (float)cli.number("beta1", 0, 1);
-    opt->beta2 = (float)cli.number("beta2", 0, 1);
-    opt->eps = (float)cli.number("adam-eps", 0, 1);
-    opt->momentum = (float)cli.number("momentum", 0, 1);
-    opt->nesterov = cli.flag("nesterov");
-    if (opt->nesterov && opt->momentum <= 0) cli.fail("option --nesterov: needs --momentum > 0");
-    AdafactorConfig& af = opt->adafactor;
-    af.use_first_moment = cli.number("adafactor-beta1", 0, 1) > 0;
-    af.beta1 = cli.number("adafactor-beta1", 0, 1);
-    af.clip_threshold = cli.number("adafactor-clip", 1e-6, 1e6);
-    af.decay_rate = cli.number("adafactor-decay-rate", -1, 0);
-    af.relative_step = !cli.given("lr");
-}
-
-// What --precision asks for: the storage type, TF32 matmuls (with fp32), fp8 GEMMs (with bf16).
-struct PrecisionChoice {
-    Precision precision = Precision::FP32;
-    bool tf32 = false;
-    bool fp8 = false;
-};
-
-// Reads --precision fp32 | tf32 | bf16 | fp16 | fp8 (whether fp8 is available is the trainer's call).
-inline PrecisionChoice read_precision_option(const Cli& cli) {
-    PrecisionChoice p;
-    std::string name = cli.str("precision");
-    if (name == "fp32") p.precision = Precision::FP32;
-    else if (name == "tf32") p.precision = Precision::FP32, p.tf32 = true;
-    else if (name == "bf16") p.precision = Precision::BF16;
-    else if (name == "fp16") p.precision = Precision::FP16;
-    else if (name == "fp8") p.precision = Precision::BF16, p.fp8 = true;
-    else cli.fail("option --precision: '%s' is not one of fp32, tf32, bf16, fp16, fp8", name.c_str());
-    return p;
-}
-
-// Recomputation trades compute for memory: instead of keeping an activation for every layer, keep
-// one layer's worth and recompute it in the backward pass from what is kept (each trainer's
-// activations say which tensors each level drops). Levels, each including the ones before it:
-//   gelu   the MLP's GELU output -> recomputed from its input (kept)
-//   ln     also the layernorm outputs that can be recomputed from kept inputs
-//   layer  everything but each layer's input: the block's forward pass runs again in the backward
-//          pass (gradient checkpointing, one checkpoint per layer)
-// Recomputing runs the same kernels on the same inputs, so gradients are bit-identical to storing.
-enum class Recompute { None, Gelu, LN, Layer };
-inline const char* recompute_name(Recompute r) {
-    static const char* names[] = {"none", "gelu", "ln", "layer"};
-    return names[(int)r];
-}
-
-// Reads --recompute: a level's name or llm.c's number (0-3), one of the levels the trainer offers.
-inline Recompute read_recompute_option(const Cli& cli, std::initializer_list<Recompute> offered) {
-    std::string name = cli.str("recompute"), list;
-    for (Recompute r : offered) {
-        if (name == recompute_name(r) || name == std::to_string((int)r)) return r;
-        list += std::string(list.empty() ? "" : ", ") + recompute_name(r) + " (" + std::to_string((int)r) + ")";
-    }
-    cli.fail("option --recompute: '%s' is not one of %s", name.c_str(), list.c_str());
-}
-
-// Declares fp16's loss-scale options (PyTorch GradScaler's defaults).
-inline void add_loss_scale_options(Cli& cli) {
-    cli.add("loss-scale", nullptr, "FLOAT", "65536", "fp16: initial loss scale (a power of two)");
-    cli.add("loss-scale-window", nullptr, "STEPS", "2000", "fp16: clean steps before the loss scale doubles");
-}
-
-// Reads them: the initial scale (a power of two, so that unscaling is exact) and the window.
-inline void read_loss_scale_options(const Cli& cli, float* scale, int* window) {
-    *scale = (float)cli.number("loss-scale", 1, 1e30);
-    int exponent;
-    if (std::frexp(*scale, &exponent) != 0.5) cli.fail("option --loss-scale: %g is not a power of two", *scale);
-    *window = (int)cli.integer("loss-scale-window", 1, 1 << 30);
-}
 
 // ----------------------------------------------------------------------------
 // fp16: dynamic loss scaling
@@ -323,4 +219,100 @@ struct StepClock {
         else snprintf(buf, sizeof(buf), "%ldm%02lds", s / 60, s % 60);
         return buf;
     }
+};
+
+// How a trainer counts its throughput on the step line and in the log: GPT-2 in tokens, BERT in
+// sequences.
+struct Throughput {
+    const char* unit;      // "tok/s"
+    const char* line_fmt;  // how the step line prints it, "%.0f"
+    const char* json_key;  // "tokens_per_s"
+    const char* json_fmt;  // "%.1f"
+};
+
+// What a finished optimizer step reports.
+struct StepFigures {
+    int done;              // steps completed, this one included
+    double loss;           // mean over the step's predictions, all ranks
+    float norm, lr;        // the global gradient norm before clipping, the step's learning rate
+    double units;          // tokens or sequences the step trained on, all ranks
+    double flops;          // the step's model FLOPs on this rank, for MFU
+    bool scaling = false;  // fp16's dynamic loss scale: the scale the step used, whether it applied
+    float scale = 1.f;
+    bool applied = true;
+};
+
+// The end of every optimizer step, one way for both trainers: the step is timed by two CUDA events
+// on the model's stream (begin() before its first work, end() after the update, which waits for it),
+// then report() prints the step line, writes the log line (with the trainer's own fields), keeps the
+// ETA, and after the run's first step prints the memory in use and, on the CPU backend, the launches.
+class StepReporter {
+  public:
+    StepReporter(cudaStream_t stream, int steps, int end_step, float peak_tflops, Throughput rate, RunLog* log)
+        : stream_(stream), steps_(steps), end_step_(end_step), peak_(peak_tflops), rate_(rate), log_(log) {
+        cudaCheck(cudaEventCreate(&t0_));
+        cudaCheck(cudaEventCreate(&t1_));
+    }
+    ~StepReporter() {
+        cudaCheck(cudaEventDestroy(t0_));
+        cudaCheck(cudaEventDestroy(t1_));
+    }
+    StepReporter(const StepReporter&) = delete;
+    StepReporter& operator=(const StepReporter&) = delete;
+
+    void begin() {
+        launches0_ = kernel_launch_count();
+        matmuls0_ = matmul_context().calls;
+        cudaCheck(cudaEventRecord(t0_, stream_));
+    }
+    // Waits until the step's work is done; returns its time in ms.
+    double end() {
+        cudaCheck(cudaEventRecord(t1_, stream_));
+        cudaCheck(cudaEventSynchronize(t1_));
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, t0_, t1_));
+        ms_ = ms;
+        return ms_;
+    }
+
+    void report(const StepFigures& f, const JsonFields& extra = JsonFields()) {
+        double per_s = f.units / (ms_ / 1000.0);
+        double mfu_pct = peak_ > 0 ? 100.0 * f.flops / (ms_ / 1000.0) / (peak_ * 1e12) : NAN;
+        char mfu[48];
+        if (peak_ > 0) snprintf(mfu, sizeof(mfu), "MFU %.1f%%", mfu_pct);
+        else snprintf(mfu, sizeof(mfu), on_cpu_backend() ? "MFU n/a (CPU backend)" : "MFU n/a (unknown GPU)");
+        char rate[48];
+        snprintf(rate, sizeof(rate), rate_.line_fmt, per_s);
+        std::string eta = clock_.add(ms_, end_step_ - f.done);
+        char scale[64] = "";
+        if (f.scaling)
+            snprintf(scale, sizeof(scale), " | scale %g%s", f.scale, f.applied ? "" : " SKIPPED (inf/nan gradients)");
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %s %s | %s | eta %s%s\n", f.done, steps_,
+               f.loss, f.norm, f.lr, ms_, rate, rate_.unit, mfu, eta.c_str(), scale);
+        JsonFields fields;
+        fields.number("loss", f.loss).number("grad_norm", f.norm).number("lr", f.lr).number("ms", ms_, "%.3f");
+        fields.number(rate_.json_key, per_s, rate_.json_fmt).number("mfu", mfu_pct, "%.3f").append(extra);
+        if (f.scaling) fields.number("loss_scale", f.scale).boolean("skipped", !f.applied);
+        log_->write("step", f.done, fields);
+        if (first_) first_step_mib_ = print_first_step_figures(launches0_, matmuls0_);
+        first_ = false;
+        fflush(stdout);
+    }
+
+    // The mean step time, leaving out the first step (warm-up) once there is another.
+    double mean_ms() const { return clock_.mean_ms(ms_); }
+    // Device memory in use after the run's first step (MiB).
+    double first_step_mib() const { return first_step_mib_; }
+
+  private:
+    cudaStream_t stream_;
+    cudaEvent_t t0_, t1_;
+    int steps_, end_step_;
+    float peak_;
+    Throughput rate_;
+    RunLog* log_;
+    StepClock clock_;
+    double ms_ = 0, first_step_mib_ = 0;
+    bool first_ = true;
+    long long launches0_ = 0, matmuls0_ = 0;
 };

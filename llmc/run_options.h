@@ -1,0 +1,203 @@
+// llmc/run_options.h — the options both trainers share, declared once in the llmc/cli.h table and
+// bound to RunOptions: data and batch, schedule, optimizer, precision, recompute, seed, checkpoints,
+// ranks and the log. Each trainer adds its own options (the model, sampling, the task) around them.
+#pragma once
+#include <cmath>
+#include <string>
+
+#include "cli.h"
+#include "distributed.h"
+#include "model_state.cuh"
+#include "precision.cuh"
+#include "schedulers.h"
+
+// What a training run is asked to do, as far as both trainers agree on it.
+struct RunOptions {
+    // Data and batch
+    std::string train_pattern, val_pattern;  // shard globs ("" val: no validation)
+    int B = 4;                               // micro-batch size in sequences (0: GPT-2's --batch-size auto)
+    long long total_batch = -1;              // per optimizer step, summed over ranks (GPT-2: tokens, BERT:
+                                             // sequences); -1: one micro-batch on every rank
+    // Schedule
+    float lr = 3e-4f;
+    LRSchedule schedule = LRSchedule::Cosine;
+    double warmup = 0;          // linear warmup: below 1 a fraction of the run's steps, else steps
+    float final_lr_frac = 0.f;  // the lr at the last step, as a fraction of the peak (GPT-2's --final-lr-frac)
+    int max_steps = -1;         // -1: the trainer's own measure (GPT-2: one epoch, BERT: --epochs)
+    // Optimizer
+    OptimizerConfig opt;
+    float grad_clip = 1.f;      // on the global gradient norm (0: off)
+    // Precision and memory
+    Precision precision = Precision::FP32;
+    bool tf32 = false;          // fp32 with TF32 tensor-core matmuls
+    bool fp8 = false;           // bf16 with fp8 GEMMs (GPT-2's blocks only)
+    float loss_scale = 65536.f; // fp16: initial dynamic loss scale (PyTorch GradScaler's defaults)
+    int loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
+    Recompute recompute = Recompute::None;
+    uint64_t seed = 42;
+    // Checkpoints and export
+    std::string output_dir;     // log.jsonl and checkpoints go here ("" = nowhere)
+    std::string export_hf;      // write a transformers model here after training ("" = no)
+    int checkpoint_every = 0;   // steps between checkpoints (0: only at the end of the run)
+    int keep_checkpoints = 0;   // keep the newest K checkpoints (0: all)
+    int stop_after = 0;         // leave after this many steps of this run, to resume later (0: run to the end)
+    bool resume = false;        // continue from the newest complete checkpoint in output_dir
+    // Ranks and the log
+    int zero = 0;               // data parallel: ZeRO stage (llmc/model_state.cuh)
+    std::string label;          // the run's name in the log
+
+    // The learning rate of every step of a run of `steps` steps.
+    LRScheduler scheduler(int steps) const {
+        LRScheduler s;
+        s.kind = schedule;
+        s.max_lr = lr;
+        s.total = steps;
+        s.warmup = warmup < 1 ? (int)std::lround(warmup * steps) : (int)warmup;
+        s.final_fraction = final_lr_frac;
+        return s;
+    }
+};
+
+// What the shared options differ in between the trainers: defaults, and the words for their units.
+struct RunOptionTexts {
+    const char* train_data;       // --train-data's default and help
+    const char* train_data_help;
+    const char* val_data;
+    const char* val_data_help;
+    const char* batch_size;       // --batch-size's default and help; batch_auto: "auto" is a value (B = 0)
+    const char* batch_help;
+    bool batch_auto = false;
+    const char* batch_unit;       // what --total-batch-size counts: "TOKENS" or "SEQUENCES"
+    const char* total_batch_help;
+    const char* lr_help;          // --lr's default is auto: the trainer says what it resolves to
+    const char* warmup;
+    const char* max_steps;
+    const char* max_steps_help;
+    const char* precision;
+    const char* precision_help;
+    const char* beta2;            // AdamW's beta2 and the weight decay (GPT-2: llm.c's; BERT: fine-tuning's)
+    const char* weight_decay;
+    const char* recompute_help;   // what each level keeps differs between the models
+    const char* seed_help;
+};
+
+// Reads --precision fp32 | tf32 | bf16 | fp16 | fp8 (whether fp8 is available is the trainer's call).
+inline void read_precision_option(const Cli& cli, RunOptions* o) {
+    std::string name = cli.str("precision");
+    o->tf32 = name == "tf32";
+    o->fp8 = name == "fp8";
+    if (name == "fp32" || name == "tf32") o->precision = Precision::FP32;
+    else if (name == "bf16" || name == "fp8") o->precision = Precision::BF16;
+    else if (name == "fp16") o->precision = Precision::FP16;
+    else cli.fail("option --precision: '%s' is not one of fp32, tf32, bf16, fp16, fp8", name.c_str());
+}
+
+// Reads --recompute: a level's name or llm.c's number (0-3).
+inline void read_recompute_option(const Cli& cli, Recompute* out) {
+    std::string name = cli.str("recompute"), list;
+    for (Recompute r : {Recompute::None, Recompute::Gelu, Recompute::LN, Recompute::Layer}) {
+        if (name == recompute_name(r) || name == std::to_string((int)r)) {
+            *out = r;
+            return;
+        }
+        list += std::string(list.empty() ? "" : ", ") + recompute_name(r) + " (" + std::to_string((int)r) + ")";
+    }
+    cli.fail("option --recompute: '%s' is not one of %s", name.c_str(), list.c_str());
+}
+
+// Declares the shared options, bound to *o (which must outlive cli.parse()).
+inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
+    // Data and batch
+    cli.add("train-data", "i", "GLOB", t.train_data, t.train_data_help, &o->train_pattern);
+    cli.add("val-data", "j", "GLOB", t.val_data, t.val_data_help, &o->val_pattern);
+    cli.add("batch-size", "b", t.batch_auto ? "INT|auto" : "INT", t.batch_size, t.batch_help);
+    cli.on_value([o, auto_ok = t.batch_auto](const Cli& c) {
+        o->B = auto_ok && c.str("batch-size") == "auto" ? 0 : (int)c.integer("batch-size", 1, 1 << 16);
+    });
+    cli.add("total-batch-size", "d", t.batch_unit, "-1", t.total_batch_help, &o->total_batch, -1, 1ll << 40);
+    // Schedule
+    cli.add("lr", "l", "FLOAT", "auto", t.lr_help, &o->lr, 0, 10);
+    cli.add_choice("lr-schedule", "k", "NAME", "cosine", "cosine | linear | constant | wsd", &o->schedule,
+                   {{"cosine", LRSchedule::Cosine}, {"linear", LRSchedule::Linear},
+                    {"constant", LRSchedule::Constant}, {"wsd", LRSchedule::WSD}});
+    cli.add("warmup", "u", "FRACTION|STEPS", t.warmup,
+            "linear warmup: below 1 a fraction of the run's steps, else steps", &o->warmup, 0, 1e9);
+    cli.add("max-steps", "x", "INT", t.max_steps, t.max_steps_help, &o->max_steps, -1, 1 << 30);
+    // Optimizer
+    OptimizerConfig* opt = &o->opt;
+    cli.add_choice("optimizer", nullptr, "NAME", "adamw", "adamw | adamw8bit (8-bit moments) | adafactor | sgd",
+                   &opt->kind, {{"adamw", OptimizerKind::AdamW}, {"adamw8bit", OptimizerKind::AdamW8bit},
+                                {"adafactor", OptimizerKind::Adafactor}, {"sgd", OptimizerKind::SGD}});
+    cli.add("weight-decay", "c", "FLOAT", t.weight_decay,
+            "weight decay, matrices only (AdamW/Adafactor: decoupled; SGD: L2)", &opt->weight_decay, 0, 10);
+    cli.add("beta1", nullptr, "FLOAT", "0.9", "AdamW beta1", &opt->beta1, 0, 1);
+    cli.add("beta2", nullptr, "FLOAT", t.beta2, "AdamW beta2", &opt->beta2, 0, 1);
+    cli.add("adam-eps", nullptr, "FLOAT", "1e-8", "AdamW epsilon", &opt->eps, 0, 1);
+    cli.add("momentum", nullptr, "FLOAT", "0.9", "SGD momentum (0: plain SGD)", &opt->momentum, 0, 1);
+    cli.add_flag("nesterov", nullptr, "SGD: Nesterov momentum", &opt->nesterov);
+    // Adafactor keeps transformers' defaults (relative step sizes scaled by each matrix's RMS, no
+    // first moment) unless --lr is given, which then sets the step size (and the schedule applies).
+    AdafactorConfig* af = &opt->adafactor;
+    cli.add("adafactor-beta1", nullptr, "FLOAT", "0",
+            "Adafactor first-moment decay (0: none, as transformers' default)", &af->beta1, 0, 1);
+    cli.add("adafactor-clip", nullptr, "FLOAT", "1.0", "Adafactor update clipping threshold (RMS)", &af->clip_threshold,
+            1e-6, 1e6);
+    cli.add("adafactor-decay-rate", nullptr, "FLOAT", "-0.8", "Adafactor second-moment decay exponent",
+            &af->decay_rate, -1, 0);
+    cli.add("grad-clip", nullptr, "FLOAT", "1.0", "clip the global gradient norm to this (0: off)", &o->grad_clip, 0,
+            1e9);
+    // Precision and memory
+    cli.add("precision", nullptr, "NAME", t.precision, t.precision_help);
+    cli.on_value([o](const Cli& c) { read_precision_option(c, o); });
+    cli.add("loss-scale", nullptr, "FLOAT", "65536", "fp16: initial loss scale (a power of two)", &o->loss_scale, 1,
+            1e30);
+    cli.add("loss-scale-window", nullptr, "STEPS", "2000", "fp16: clean steps before the loss scale doubles",
+            &o->loss_scale_window, 1, 1 << 30);
+    cli.add("recompute", "r", "WHAT", "none", t.recompute_help);
+    cli.on_value([o](const Cli& c) { read_recompute_option(c, &o->recompute); });
+    cli.add("seed", nullptr, "INT", "42", t.seed_help, &o->seed, 0, LLONG_MAX);
+    // Checkpoints and export
+    cli.add("output-dir", "o", "DIR", "", "write log.jsonl and checkpoints here (none: no files written)",
+            &o->output_dir);
+    cli.add("checkpoint-every", "n", "STEPS", "0",
+            "with --output-dir: checkpoint every this many steps (0: only at the end)", &o->checkpoint_every, 0,
+            1 << 30);
+    cli.add("keep-checkpoints", "nk", "K", "0", "keep only the newest K checkpoints (0: keep all)",
+            &o->keep_checkpoints, 0, 1 << 30);
+    cli.add_flag("resume", "y", "continue from the newest complete checkpoint in --output-dir (fresh start if none)",
+                 &o->resume);
+    cli.add("stop-after", nullptr, "STEPS", "0",
+            "leave after this many steps of this run (e.g. a job's time limit; 0: run to the end)", &o->stop_after, 0,
+            1 << 30);
+    cli.add("export-hf", nullptr, "DIR", "",
+            "after training, write the model for Hugging Face transformers (model.safetensors + config.json) into DIR",
+            &o->export_hf);
+    // Ranks and the log
+    cli.add("zero", "z", "0|1|2", "0", "data parallel (several ranks): 0 all-reduces the gradients; 1 also shards "
+            "the optimizer state and master weights across ranks (ZeRO-1); 2 also the gradients (ZeRO-2)", &o->zero,
+            0, 2);
+    cli.add("label", nullptr, "NAME", "", "the run's name in the log and plots (default: the model and precision)",
+            &o->label);
+}
+
+// The checks of the shared options that involve more than one of them, after cli.parse() (and the
+// trainer's resolve_auto calls): each failure is one error naming the option.
+inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& dist) {
+    if (o->total_batch == 0) cli.fail("option --total-batch-size: 0 per step (-1: one micro-batch on every rank)");
+    if (o->warmup >= 1 && o->warmup != std::floor(o->warmup))
+        cli.fail("option --warmup: %g is neither a fraction below 1 nor a whole number of steps", o->warmup);
+    AdafactorConfig& af = o->opt.adafactor;
+    af.use_first_moment = af.beta1 > 0;
+    af.relative_step = !cli.given("lr");
+    if (o->opt.nesterov && o->opt.momentum <= 0) cli.fail("option --nesterov: needs --momentum > 0");
+    if (o->zero > 0 && o->opt.kind == OptimizerKind::Adafactor && dist.world > 1)
+        cli.fail("option --zero: %d shards the optimizer state element by element, and Adafactor's factored "
+                 "statistics need whole matrices (use --zero 0 with adafactor)", o->zero);
+    int exponent;
+    if (std::frexp(o->loss_scale, &exponent) != 0.5)
+        cli.fail("option --loss-scale: %g is not a power of two (so that unscaling is exact)", o->loss_scale);
+    if (o->resume && o->output_dir.empty()) cli.fail("option --resume: needs --output-dir (where the checkpoints are)");
+    if ((cli.given("checkpoint-every") || cli.given("keep-checkpoints")) && o->output_dir.empty())
+        cli.fail("option --%s: needs --output-dir (where to write them)",
+                 cli.given("checkpoint-every") ? "checkpoint-every" : "keep-checkpoints");
+}
