@@ -1,7 +1,7 @@
 // test/test_train_bert_ranks.cu — the train_bert program data parallel, run as a user runs it: this
 // binary contains it (train_bert.cu included with TESTING) and starts itself as `mpirun -np N
 // test_train_bert_ranks --train-bert ARGS...` (or without mpirun for one process) on small
-// classification shards written here, with a tiny random BERT and dropout off:
+// classification shards (test/bert_shards.h), with a tiny random BERT and dropout off:
 //   for ZeRO 0, 1 and 2, 2 ranks of B sequences follow one process of 2B (the same global batches):
 //   step losses and the final evaluation's loss within fp32 rounding, parameters within the AdamW
 //   bound of test_data_parallel;
@@ -12,6 +12,7 @@
 //   down with its rank in the message.
 #define TESTING
 #include "../train_bert.cu"
+#include "bert_shards.h"
 #include "trainer_ranks.h"
 
 using ranks::run, ranks::tmp, ranks::worst_diff, th::exited_ok, th::last_lines, th::step_losses;
@@ -20,31 +21,6 @@ using ranks::run, ranks::tmp, ranks::worst_diff, th::exited_ok, th::last_lines, 
 static double val_loss(const std::string& out) {
     size_t at = out.rfind("| val loss ");
     return at == std::string::npos ? NAN : atof(out.c_str() + at + 11);
-}
-
-// A classification shard of n sequences of 3 to max_len tokens, vocabulary V (bert-base-uncased's
-// special ids), 2 classes whose tokens come from overlapping ranges.
-static std::string write_shard(const std::string& name, int n, int max_len, int V, uint64_t seed) {
-    BertShard s;
-    s.kind = BertShardKind::Classify;
-    s.max_len = max_len;
-    s.vocab_size = V;
-    s.cls_id = 101, s.sep_id = 102, s.pad_id = 0, s.mask_id = 103, s.unk_id = 100;
-    BertRng rng({seed, 77});
-    int lo = 110, span = V - lo;
-    for (int i = 0; i < n; i++) {
-        int len = 3 + (int)rng.below(max_len - 2);
-        int label = (int)rng.below(2);
-        s.tokens.push_back(101);
-        for (int t = 1; t < len - 1; t++) s.tokens.push_back((uint16_t)(lo + label * span / 3 + rng.below(2 * span / 3)));
-        s.tokens.push_back(102);
-        s.lengths.push_back(len);
-        s.labels.push_back(label);
-    }
-    s.label_names = {"even", "odd"};
-    std::string path = tmp + "/" + name, err;
-    if (!write_bert_shard(path, s, &err)) data_error("%s", err.c_str());
-    return path;
 }
 
 static std::string g_args;  // the model and data of every run (set in checks)
@@ -82,7 +58,9 @@ static void test_stages() {
 }
 
 static void checks() {
-    std::string train = write_shard("train.bin", 96, 16, 400, 1), val = write_shard("val.bin", 20, 16, 400, 2);
+    // Two classes, vocabulary 400, sequences of 3 to 16 tokens.
+    std::string train = th::write_bert_test_shard(tmp, "train.bin", BertShardKind::Classify, 96, 16, 400, 2, 1);
+    std::string val = th::write_bert_test_shard(tmp, "val.bin", BertShardKind::Classify, 20, 16, 400, 2, 2);
     // A tiny random BERT, 6 AdamW steps of 6 or 8 sequences, dropout off, an evaluation at the end.
     g_args = "--config tiny -i " + train + " -j " + val + " -t 16 -x 6 -l 1e-3 -k constant -u 0 --dropout 0 "
              "--eval-first 0 --seed 7 ";
