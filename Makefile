@@ -103,10 +103,15 @@ SIMT_SRCS := llmc/simt/scheduler.cpp llmc/simt/runtime.cpp llmc/simt/streams.cpp
 CPU_SIMT_OBJS  := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/cpu/simt/%.o)
 ASAN_SIMT_OBJS := $(SIMT_SRCS:llmc/simt/%.cpp=$(BUILD)/asan/simt/%.o)
 
-# Every test/test_<name>.cu is a test; the multi-rank ones need MPI and NCCL.
+# Every test/simt/test_<name>.cu tests the CPU backend itself (the CUDA, cuBLASLt and NCCL subsets it
+# implements), every test/test_<name>.cu the project's code; both build to test_<name>, the backend's
+# first so that the suite checks it before what runs on it. The multi-rank ones need MPI and NCCL.
+vpath test_%.cu test/simt test
 MPI_TESTS  := nccl distributed data_parallel train_gpt2_ranks train_bert_ranks
-TESTS      := $(filter-out $(if $(MULTI),,$(MPI_TESTS)),$(patsubst test/test_%.cu,%,$(wildcard test/test_*.cu)))
-CU_SOURCES := $(wildcard test/*.cu dev/cuda/*.cu *.cu)
+TESTS      := $(filter-out $(if $(MULTI),,$(MPI_TESTS)),\
+                $(patsubst test/simt/test_%.cu,%,$(wildcard test/simt/test_*.cu))\
+                $(patsubst test/test_%.cu,%,$(wildcard test/test_*.cu)))
+CU_SOURCES := $(wildcard test/*.cu test/simt/*.cu dev/cuda/*.cu *.cu)
 
 .PHONY: all help test test-asan test-nvcc test-gpu gpu-check bench clean
 
@@ -137,15 +142,15 @@ $(BUILD)/asan/simt/%.o: llmc/simt/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXXFLAGS) -c $< -o $@
 
-$(BUILD)/cpu/test_%: test/test_%.cu $(CPU_SIMT_OBJS)
+$(BUILD)/cpu/test_%: test_%.cu $(CPU_SIMT_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPU_CXXFLAGS) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
-$(BUILD)/asan/test_%: test/test_%.cu $(ASAN_SIMT_OBJS)
+$(BUILD)/asan/test_%: test_%.cu $(ASAN_SIMT_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXXFLAGS) -x c++ $< -x none $(ASAN_SIMT_OBJS) $(ASAN_LDLIBS) -o $@
 
 # GPU builds of the tests (run by `make test` when a GPU is present).
-$(BUILD)/gpu/test_%: test/test_%.cu
+$(BUILD)/gpu/test_%: test_%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -MMD -MP $< $(NVCC_LDLIBS) -o $@
 

@@ -46,8 +46,8 @@ echo "gpu_check: $gpu_name (compute capability $gpu_cc, $gpu_mem, driver $gpu_dr
 # Build: the tests, the trainers and the kernel benchmarks, for this GPU's architecture only.
 ranks_tests="nccl distributed data_parallel train_gpt2_ranks train_bert_ranks"  # need several GPUs
 tests=()
-for f in test/test_*.cu; do
-    t=${f#test/test_}; t=${t%.cu}
+for f in test/simt/test_*.cu test/test_*.cu; do
+    t=${f##*/test_}; t=${t%.cu}
     [[ $t == simt || " $ranks_tests " == *" $t "* ]] && continue
     tests+=("$t")
 done

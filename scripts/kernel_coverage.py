@@ -12,9 +12,9 @@ one is missing.
 
 What counts as launched. A kernel defined in a header (llmc/, the trainers, which tests include) may
 be launched by any program. A kernel defined in a test's or a dev/cuda validation's own .cu file
-must be launched by that program (test/test_X.cu by test_X, dev/cuda/X.cu by dev_X): files define
-kernels of the same name (row_sum_kernel in test_simt.cu and test_cooperative_groups.cu), and each
-is a kernel of its own. The kernels tests define to plant bugs count too: a planted fault whose
+must be launched by that program (test/test_X.cu and test/simt/test_X.cu by test_X, dev/cuda/X.cu by
+dev_X): files define kernels of the same name (row_sum_kernel in test_simt.cu and
+test_cooperative_groups.cu), and each is a kernel of its own. The kernels tests define to plant bugs count too: a planted fault whose
 launch no longer runs is a check that silently stopped checking.
 """
 import glob
@@ -24,7 +24,7 @@ import sys
 
 # The files whose __global__ functions the suite must launch. dev/cuda/bench_simt.cu is left out:
 # its kernels time the backend for `make bench` and check no result, so the suite does not run them.
-SOURCES = ["llmc/*.cuh", "llmc/*.h", "*.cu", "dev/cuda/*.cu", "dev/cuda/*.h", "test/*.cu", "test/*.h"]
+SOURCES = ["llmc/*.cuh", "llmc/*.h", "*.cu", "dev/cuda/*.cu", "dev/cuda/*.h", "test/*.cu", "test/*.h", "test/simt/*.cu"]
 NOT_SOURCES = {"dev/cuda/bench_simt.cu"}
 
 # `__global__`, then qualifiers (void, __launch_bounds__(...) with one level of nested parentheses),
@@ -66,7 +66,7 @@ def program_of(rel):
     """The program that must launch the kernels of file rel; None: any program."""
     directory, name = os.path.split(rel)
     stem = os.path.splitext(name)[0]
-    if directory == "test" and name.startswith("test_") and name.endswith(".cu"):
+    if directory in ("test", os.path.join("test", "simt")) and name.startswith("test_") and name.endswith(".cu"):
         return stem
     if directory == os.path.join("dev", "cuda") and name.endswith(".cu"):
         return "dev_" + stem

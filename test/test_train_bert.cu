@@ -19,47 +19,18 @@
 // weights.
 #define TESTING
 #include "../train_bert.cu"
+#include "bert_shards.h"
 #include "harness.h"
 #include "program_runs.h"
 
 #include <sys/wait.h>
 
 static std::string g_self, g_tmp;
+using th::slurp;
 static const std::string kFixtures = "test/fixtures/";
 
 // ----------------------------------------------------------------------------
 // Shards and runs
-
-// A shard of n sequences for the tests, vocabulary V (bert-base-uncased's special ids): lengths 3 to
-// max_len; classification with `labels` classes, class k's tokens drawn from its own (overlapping)
-// range so that a small model can learn it; MLM (labels = 0): tokens from [999, V).
-std::string write_shard(const std::string& name, BertShardKind kind, int n, int max_len, int V, int labels,
-                        uint64_t seed) {
-    BertShard s;
-    s.kind = kind;
-    s.max_len = max_len;
-    s.vocab_size = V;
-    s.cls_id = 101, s.sep_id = 102, s.pad_id = 0, s.mask_id = 103, s.unk_id = 100;
-    BertRng rng({seed, 77});
-    int lo = 110, span = V - lo;
-    for (int i = 0; i < n; i++) {
-        int len = 3 + (int)rng.below(max_len - 2);
-        int label = labels ? (int)rng.below(labels) : 0;
-        s.tokens.push_back(101);
-        for (int t = 1; t < len - 1; t++) {
-            int from = labels ? lo + label * span / (labels + 1) : lo;
-            int width = labels ? 2 * span / (labels + 1) : span;
-            s.tokens.push_back((uint16_t)(from + rng.below(width)));
-        }
-        s.tokens.push_back(102);
-        s.lengths.push_back(len);
-        if (labels) s.labels.push_back(label);
-    }
-    for (int k = 0; k < labels; k++) s.label_names.push_back(std::string("class") + char('a' + k));
-    std::string path = g_tmp + "/" + name, err;
-    if (!write_bert_shard(path, s, &err)) data_error("%s", err.c_str());
-    return path;
-}
 
 // Runs the program with args (this binary, --train-bert mode); returns its status and output
 // (stdout and stderr together, or stderr only).
@@ -78,8 +49,6 @@ void expect_error(const char* name, const std::string& args, const char* expect)
     bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) != 0 && err.find(expect) != std::string::npos && one_line;
     th::report(ok, name, "exit %d, stderr: %s", WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1, err.c_str());
 }
-
-using th::slurp;
 
 // The lines of a run's log.jsonl that hold its losses: every "step" line up to its timing fields,
 // every "val" line.
@@ -396,8 +365,8 @@ void write_ours(const std::string& dir, const std::string& path, BertHead head, 
 
 int export_mode(const std::string& dir) {
     g_tmp = dir;
-    std::string cls3 = write_shard("cls3.bin", BertShardKind::Classify, 96, 32, 500, 3, 1);
-    std::string mlm = write_shard("mlm.bin", BertShardKind::MLM, 96, 48, 500, 0, 2);
+    std::string cls3 = th::write_bert_test_shard(g_tmp, "cls3.bin", BertShardKind::Classify, 96, 32, 500, 3, 1);
+    std::string mlm = th::write_bert_test_shard(g_tmp, "mlm.bin", BertShardKind::MLM, 96, 48, 500, 0, 2);
     std::string self = g_self;
     if (run("--init " + kFixtures + "bert_tiny_cls -i " + cls3 + " -b 4 -t 32 --max-steps 3 --eval-first 0 " +
             "--export-hf " + dir + "/cls").status != 0 ||
@@ -419,12 +388,12 @@ int main(int argc, char** argv) {
     if (!mkdtemp(tmpl)) data_error("cannot create a temporary directory");
     g_tmp = tmpl;
 
-    std::string cls3 = write_shard("cls3.bin", BertShardKind::Classify, 96, 32, 500, 3, 1);
-    std::string cls3_val = write_shard("cls3_val.bin", BertShardKind::Classify, 24, 32, 500, 3, 11);
-    std::string cls4 = write_shard("cls4.bin", BertShardKind::Classify, 64, 32, 500, 4, 3);
-    std::string v200 = write_shard("v200.bin", BertShardKind::Classify, 64, 32, 200, 2, 4);
-    std::string mlm = write_shard("mlm.bin", BertShardKind::MLM, 96, 48, 500, 0, 5);
-    std::string mlm_val = write_shard("mlm_val.bin", BertShardKind::MLM, 24, 48, 500, 0, 6);
+    std::string cls3 = th::write_bert_test_shard(g_tmp, "cls3.bin", BertShardKind::Classify, 96, 32, 500, 3, 1);
+    std::string cls3_val = th::write_bert_test_shard(g_tmp, "cls3_val.bin", BertShardKind::Classify, 24, 32, 500, 3, 11);
+    std::string cls4 = th::write_bert_test_shard(g_tmp, "cls4.bin", BertShardKind::Classify, 64, 32, 500, 4, 3);
+    std::string v200 = th::write_bert_test_shard(g_tmp, "v200.bin", BertShardKind::Classify, 64, 32, 200, 2, 4);
+    std::string mlm = th::write_bert_test_shard(g_tmp, "mlm.bin", BertShardKind::MLM, 96, 48, 500, 0, 5);
+    std::string mlm_val = th::write_bert_test_shard(g_tmp, "mlm_val.bin", BertShardKind::MLM, 24, 48, 500, 0, 6);
 
     test_help();
     test_refusals(cls3, cls4, v200, mlm);

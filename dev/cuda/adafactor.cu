@@ -1,10 +1,20 @@
 // dev/cuda/adafactor.cu — Adafactor (factored second moments, update clipping, relative step sizes)
-// over all parameters: a CPU reference (double), a naive per-tensor variant, and the production
-// kernels (llmc/adafactor.cuh, four launches for the whole table); every variant is validated against
-// the CPU reference, then timed on GPT-2's parameter table (one entry per layer's matrix).
+// over all parameters: each variant against a CPU reference (double), then timed on GPT-2's parameter
+// table (one entry per layer's matrix, as transformers' Adafactor sees a Hugging Face model).
 //
-// Build and run (CPU backend): make build/cpu/dev_adafactor && build/cpu/dev_adafactor
-// GPU: nvcc -std=c++17 -O3 -arch=sm_90 dev/cuda/adafactor.cu -o adafactor && ./adafactor
+// Variants:
+//   1           per tensor: a block per row statistic, a block per column statistic (walking down the
+//               column), one block for the tensor's scalars, then the element-wise update: four
+//               launches per tensor
+//   production  llmc/adafactor.cuh: four launches for the whole table; 32x256 tiles give the row and
+//               column sums from one coalesced read of the gradient; the scalars' sums are spread over
+//               up to 256 blocks per tensor. Faster: no launches per tensor, no strided column reads,
+//               no single block walking a whole tensor while the GPU idles.
+//
+// Build and run: make build/cpu/dev_adafactor && build/cpu/dev_adafactor    (CPU backend)
+//                make build/gpu/dev_adafactor && build/gpu/dev_adafactor    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/adafactor.cuh"
 #include "../../test/harness.h"
 #include "common.h"

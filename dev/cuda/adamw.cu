@@ -1,13 +1,16 @@
-// dev/cuda/adamw.cu — AdamW over all parameters: a CPU reference, a simpler one-launch-per-tensor
-// variant, and the production kernel (llmc/adamw.cuh, one launch for the whole table); every variant
-// is validated against the CPU reference, then timed on GPT-2 124M's parameter table.
+// dev/cuda/adamw.cu — AdamW over all parameters: each variant against a CPU reference (torch's
+// operations in its order, so bit for bit), then timed on GPT-2 124M's parameter table.
 //
-// Build and run (CPU backend; build the backend objects first with `make build/cpu/test_simt`):
-//   g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ dev/cuda/adamw.cu -x none build/cpu/simt/*.o
-//       -Illmc/simt/include -Illmc/simt -I/usr/local/cuda/include
-//       -I/usr/include/x86_64-linux-gnu/openblas-pthread -rdynamic -lboost_context -lopenblas -lpthread
-//       $(mpicxx --showme:link) -o adamw && ./adamw
-// GPU: nvcc -std=c++17 -O3 --use_fast_math -arch=sm_90 dev/cuda/adamw.cu -o adamw && ./adamw
+// Variants:
+//   1           one launch per tensor, one element per thread (llm.c's first version)
+//   production  llmc/adamw.cuh: the same arithmetic (adamw_element) in one launch for the whole
+//               table. Faster: no launch latency and drain of the GPU between tensors, and the small
+//               tensors' few blocks share the GPU with the large ones'.
+//
+// Build and run: make build/cpu/dev_adamw && build/cpu/dev_adamw    (CPU backend)
+//                make build/gpu/dev_adamw && build/gpu/dev_adamw    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/adamw.cuh"
 #include "../../test/harness.h"
 #include "common.h"

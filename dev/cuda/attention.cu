@@ -1,27 +1,24 @@
-// dev/cuda/attention.cu — multi-head attention forward and backward: a CPU reference, a naive
-// variant that materializes the (B,NH,T,T) scores in global memory, the production flash-attention
-// kernels of llmc/attention.cuh (included, never copied), validation of every variant against the
-// reference, and a benchmark.
+// dev/cuda/attention.cu — multi-head attention forward and backward: each variant against a CPU
+// reference (double), then timed (TFLOP/s).
 //
-// GPU:          nvcc -std=c++17 -O3 --use_fast_math dev/cuda/attention.cu -o attention && ./attention
-// CPU backend:  make build/cpu/test_simt (builds the backend objects), then
-//               g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ dev/cuda/attention.cu -x none build/cpu/simt/*.o
-//                   -Illmc/simt/include -Illmc/simt -I/usr/local/cuda/include
-//                   -I/usr/include/x86_64-linux-gnu/openblas-pthread -rdynamic -lboost_context -lopenblas
-//                   -lpthread $(mpicxx --showme:link) -o /tmp/attention && /tmp/attention   (one line)
-// Validation runs everywhere and sets the exit code; the benchmark prints time and TFLOP/s against
-// the device's peak (on the CPU backend the figures say nothing about a GPU). Dropout on P is validated
-// for the flash kernels only (variant 1 has none): the reference takes its mask from
+// Variants:
+//   1           naive kernels, one thread per score: the (B,NH,T,T) scores and probabilities in global
+//               memory, fp32 math, no dropout
+//   production  llmc/attention.cuh, flash attention. Faster: variant 1 writes the scores, reads them
+//               back for the softmax, writes P and reads it again for P V (the backward adds dP and
+//               dS): O(B·NH·T²) bytes of DRAM traffic, several times, against 4·B·NH·T²·HS FLOPs — at
+//               HS = 64 about 8 FLOPs per byte, far below the ~300 an H100's tensor cores need, so it
+//               runs at DRAM speed and needs B·NH·T² floats per buffer (400 MB at B=8, NH=12, T=1024).
+//               Flash attention keeps each 64×64 tile of scores in registers and shared memory: its
+//               traffic is O(B·NH·T·HS) per pass over the keys, it skips the tiles above the causal
+//               diagonal or in padding, and its products run on tensor cores.
+// Dropout on P is validated for the flash kernels only: the reference takes its mask from
 // dropout_attention_keep, the host twin of what the kernels regenerate.
 //
-// Why flash attention is faster than variant 1. Variant 1 writes the scores, reads them back for
-// the softmax, writes P, and reads it again for P V (the backward adds dP and dS): O(B·NH·T²) bytes
-// of DRAM traffic, several times, against 4·B·NH·T²·HS FLOPs — at HS = 64 about 8 FLOPs per byte,
-// far below the ~300 FLOPs per byte an H100's tensor cores need, so it runs at DRAM speed and needs
-// B·NH·T² floats of memory (400 MB per buffer at B=8, NH=12, T=1024). Flash attention keeps each
-// 64×64 tile of scores in registers and shared memory: its traffic is O(B·NH·T·HS) per pass over
-// the keys, it skips the tiles above the causal diagonal or in padding, and its products run on
-// tensor cores.
+// Build and run: make build/cpu/dev_attention && build/cpu/dev_attention    (CPU backend)
+//                make build/gpu/dev_attention && build/gpu/dev_attention    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/attention.cuh"
 #include "../../llmc/mfu.h"
 #include "../../test/harness.h"

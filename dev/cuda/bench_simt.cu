@@ -1,8 +1,11 @@
 // dev/cuda/bench_simt.cu — what the CPU backend costs: each kernel's time against the same work as a
-// plain C++ loop, and the per-launch overhead. CPU-backend figures only (on a GPU this file still
-// compiles, and times the GPU against the host loop, which is a different question).
+// plain C++ loop, and the per-launch overhead. Not a kernel family: no variants and no validation, and
+// make test does not run it. CPU-backend figures only (on a GPU it times the GPU against the host
+// loop, which is a different question).
 //
-// make bench     (one worker: SIMT_THREADS=1, the default; the ratio is what the README records)
+// Build and run: make bench    (then scripts/bench_gpt2.sh; one worker, SIMT_THREADS=1, the default:
+//                               the ratio is what llmc/simt/README.md records)
+//                make build/cpu/bench_simt && build/cpu/bench_simt    (this file alone)
 #include "../../llmc/cuda_common.h"
 
 #include <mma.h>

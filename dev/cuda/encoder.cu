@@ -1,26 +1,23 @@
-// dev/cuda/encoder.cu — the embeddings (llmc/encoder.cuh): CPU reference, a simpler variant of
-// each kernel, validation of every variant, and a benchmark.
+// dev/cuda/encoder.cu — the embeddings (token + position, and BERT's token type), forward and
+// backward: each variant against a CPU reference, then timed.
 //
 // Variants:
 //   forward 1   one thread per element (2- or 4-byte accesses)
-//   forward 2   llmc/encoder.cuh: one thread per 16-byte pack of channels (Packed128). Faster
-//               because a warp moves 512 contiguous bytes per load instruction instead of 64-128,
-//               so 4-8x fewer instructions (and address computations) for the same bytes.
+//   forward     llmc/encoder.cuh: one thread per 16-byte pack of channels (Packed128). Faster: a warp
+//   production  moves 512 contiguous bytes per load instruction instead of 64-128, so 4-8x fewer
+//               instructions (and address computations) for the same bytes.
 //   backward 1  one thread per (destination row, channel), summing the row's whole group of
 //               positions in order (deterministic, like the production kernel)
-//   backward 2  llmc/encoder.cuh: groups cut into 32-position segments, one warp per (segment,
-//               channel chunk) with 16-byte loads, fp32 partials for large groups. Faster because
-//               variant 1 puts a whole group on one thread's chain of dependent loads: a token
-//               type row (BERT) sums all B*T positions serially, and frequent tokens (",", "the",
-//               EOT: hundreds per batch) stall their rows; it also moves 2-4 bytes per lane.
+//   backward    llmc/encoder.cuh: groups cut into 32-position segments, one warp per (segment,
+//   production  channel chunk) with 16-byte loads, fp32 partials for large groups. Faster: variant 1
+//               puts a whole group on one thread's chain of dependent loads (a token type row sums
+//               all B*T positions serially, frequent tokens stall their rows) and moves 2-4 bytes per
+//               lane.
 //
-// GPU:  nvcc -std=c++17 -O3 --use_fast_math dev/cuda/encoder.cu -o /tmp/encoder && /tmp/encoder
-// CPU backend (after `make build/cpu/test_simt` built the backend's objects):
-//   g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ dev/cuda/encoder.cu -x none build/cpu/simt/*.o
-//       -Illmc/simt/include -Illmc/simt -I/usr/local/cuda/include
-//       -I/usr/include/x86_64-linux-gnu/openblas-pthread -rdynamic -lboost_context -lopenblas
-//       -lpthread $(mpicxx --showme:link) -o /tmp/encoder && /tmp/encoder     (one line)
-// Exits non-zero when a variant fails validation.
+// Build and run: make build/cpu/dev_encoder && build/cpu/dev_encoder    (CPU backend)
+//                make build/gpu/dev_encoder && build/gpu/dev_encoder    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/encoder.cuh"
 #include "../../test/harness.h"
 #include "common.h"

@@ -1,22 +1,19 @@
-// dev/cuda/fused_classifier.cu — softmax cross-entropy fused with its backward
-// (llmc/fused_classifier.cuh): CPU reference, a simpler variant, validation, benchmark.
+// dev/cuda/fused_classifier.cu — softmax cross-entropy fused with its backward: each variant against
+// a CPU reference, then timed.
 //
 // Variants:
-//   1  one block per row, three sweeps over the row with element access: the max, the sum of
-//      exp(x - max), then dlogits written in place
-//   2  llmc/fused_classifier.cuh: one block per row, an online max/sum in the first sweep and
-//      dlogits in the second, which runs backwards over the row; 16-byte loads and stores.
-//      Faster because the row (100 KB in bf16 at V = 50257) is read twice instead of three times,
-//      the second read starting with what the first left in cache, and a warp moves 512 bytes
-//      per instruction instead of 64-128.
+//   1           one block per row, three sweeps over the row with element access: the max, the sum
+//               of exp(x - max), then dlogits written in place
+//   production  llmc/fused_classifier.cuh: one block per row, an online max/sum in the first sweep and
+//               dlogits in the second, which runs backwards over the row; 16-byte loads and stores.
+//               Faster: the row (100 KB in bf16 at V = 50257) is read twice instead of three times,
+//               the second read starting with what the first left in cache, and a warp moves 512
+//               bytes per instruction instead of 64-128.
 //
-// GPU:  nvcc -std=c++17 -O3 --use_fast_math dev/cuda/fused_classifier.cu -o /tmp/fc && /tmp/fc
-// CPU backend (after `make build/cpu/test_simt` built the backend's objects), on one line:
-//   g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ dev/cuda/fused_classifier.cu -x none
-//       build/cpu/simt/*.o -Illmc/simt/include -Illmc/simt -I/usr/local/cuda/include
-//       -I/usr/include/x86_64-linux-gnu/openblas-pthread -rdynamic -lboost_context -lopenblas
-//       -lpthread $(mpicxx --showme:link) -o /tmp/fc && /tmp/fc
-// Exits non-zero when a variant fails validation.
+// Build and run: make build/cpu/dev_fused_classifier && build/cpu/dev_fused_classifier    (CPU backend)
+//                make build/gpu/dev_fused_classifier && build/gpu/dev_fused_classifier    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/fused_classifier.cuh"
 #include "../../test/harness.h"
 #include "common.h"

@@ -1,12 +1,17 @@
 // dev/cuda/gather.cu — row gather (out = inp[rows]) and its backward (a scatter through a slot map
-// that zeroes the rows not gathered): a CPU reference, a simpler variant, the production kernels of
-// llmc/gather.cuh (included, never copied), validation of every variant against the reference, and
-// a benchmark.
+// that zeroes the rows not gathered): each variant against a CPU reference (bitwise), then timed.
 //
-// GPU:          nvcc -std=c++17 -O3 dev/cuda/gather.cu -o gather && ./gather
-// CPU backend:  make build/cpu/dev_gather && build/cpu/dev_gather
-// Validation runs everywhere and sets the exit code; the benchmark prints time and effective
-// bandwidth against the device's peak (on the CPU backend the figures say nothing about a GPU).
+// Variants:
+//   1           one thread per element, scalar loads and stores, each thread dividing its flat index
+//               by C to find its row
+//   production  llmc/gather.cuh: one 128-bit pack (4 fp32 / 8 bf16) per thread when C and the pointers
+//               allow it. Faster: 4-8x fewer threads, index divisions and memory instructions for the
+//               same bytes.
+//
+// Build and run: make build/cpu/dev_gather && build/cpu/dev_gather    (CPU backend)
+//                make build/gpu/dev_gather && build/gpu/dev_gather    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/gather.cuh"
 #include "../../test/harness.h"
 #include "common.h"

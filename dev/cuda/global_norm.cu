@@ -1,14 +1,16 @@
-// dev/cuda/global_norm.cu — the squared global gradient norm: a CPU reference, a simpler variant
-// (one element per thread, block sums combined with a float atomicAdd) and the production kernels
-// (llmc/global_norm.cuh: 128-bit loads, grid-stride, per-block partials, fixed-order final sum);
-// both validated against the CPU reference, then timed on a GPT-2 124M-sized gradient buffer.
+// dev/cuda/global_norm.cu — the squared global gradient norm: each variant against a CPU reference
+// (double), then timed on a GPT-2 124M-sized gradient buffer.
 //
-// Build and run (CPU backend; build the backend objects first with `make build/cpu/test_simt`):
-//   g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ dev/cuda/global_norm.cu -x none build/cpu/simt/*.o
-//       -Illmc/simt/include -Illmc/simt -I/usr/local/cuda/include
-//       -I/usr/include/x86_64-linux-gnu/openblas-pthread -rdynamic -lboost_context -lopenblas -lpthread
-//       $(mpicxx --showme:link) -o global_norm && ./global_norm
-// GPU: nvcc -std=c++17 -O3 --use_fast_math -arch=sm_90 dev/cuda/global_norm.cu -o global_norm && ./global_norm
+// Variants:
+//   1           one element per thread, a block reduction, each block's sum added with a float atomicAdd
+//   production  llmc/global_norm.cuh: 128-bit loads, grid-stride, per-block partials summed in a fixed
+//               order. Deterministic (the order of v1's atomics varies from run to run), and faster:
+//               far fewer blocks and reductions for the same bytes.
+//
+// Build and run: make build/cpu/dev_global_norm && build/cpu/dev_global_norm    (CPU backend)
+//                make build/gpu/dev_global_norm && build/gpu/dev_global_norm    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/global_norm.cuh"
 #include "../../test/harness.h"
 #include "common.h"

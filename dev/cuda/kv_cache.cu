@@ -1,11 +1,18 @@
-// dev/cuda/kv_cache.cu — attention of one new token against a KV cache (the decoding step): a CPU
-// reference, a simpler variant, the production kernel of llmc/kv_cache.cuh (included, never copied),
-// validation of every variant against the reference, and a benchmark.
+// dev/cuda/kv_cache.cu — attention of one new token against a KV cache (the decoding step): each
+// variant against a CPU reference (double), then timed.
 //
-// GPU:          nvcc -std=c++17 -O3 dev/cuda/kv_cache.cu -o kv_cache && ./kv_cache
-// CPU backend:  make build/cpu/dev_kv_cache && build/cpu/dev_kv_cache
-// Validation runs everywhere and sets the exit code; the benchmark prints time and effective
-// bandwidth against the device's peak (on the CPU backend the figures say nothing about a GPU).
+// Variants:
+//   1           one thread per (head, output dim), an online softmax over the keys: every thread of a
+//               head recomputes every score
+//   production  llmc/kv_cache.cuh: each score computed once (a few lanes per key, 128-bit loads), the
+//               weights in shared memory, the value sum split over slices of the keys. Faster: HS
+//               times less dot-product work and key loads, and no per-thread serial chain over the
+//               keys, so the time approaches one pass over the cache at memory bandwidth.
+//
+// Build and run: make build/cpu/dev_kv_cache && build/cpu/dev_kv_cache    (CPU backend)
+//                make build/gpu/dev_kv_cache && build/gpu/dev_kv_cache    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/kv_cache.cuh"
 #include "../../test/harness.h"
 #include "common.h"

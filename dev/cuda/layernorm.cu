@@ -1,15 +1,27 @@
-// dev/cuda/layernorm.cu — LayerNorm forward/backward, fused residual + LayerNorm, and the residual
-// add: a CPU reference, simpler variants, the production kernels of llmc/layernorm.cuh (included,
-// never copied), validation of every variant against the reference, and a benchmark.
+// dev/cuda/layernorm.cu — LayerNorm forward and backward, the residual add, and the two fused: each
+// variant against a CPU reference (double), then timed.
 //
-// GPU:          nvcc -std=c++17 -O3 --use_fast_math dev/cuda/layernorm.cu -o layernorm && ./layernorm
-// CPU backend:  make build/cpu/test_simt (builds the backend objects), then
-//               g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ dev/cuda/layernorm.cu -x none build/cpu/simt/*.o
-//                   -Illmc/simt/include -Illmc/simt -I/usr/local/cuda/include
-//                   -I/usr/include/x86_64-linux-gnu/openblas-pthread -rdynamic -lboost_context -lopenblas
-//                   -lpthread $(mpicxx --showme:link) -o /tmp/layernorm && /tmp/layernorm   (one line)
-// Validation runs everywhere and sets the exit code; the benchmark prints time and effective
-// bandwidth against the device's peak (on the CPU backend the figures say nothing about a GPU).
+// Variants:
+//   forward 1   one thread per row, three passes over the row in global memory
+//   forward     llmc/layernorm.cuh: a warp per row, the row read from DRAM once into shared memory,
+//   production  shuffle reductions. Faster: a warp's loads are 512 contiguous bytes (128-bit each)
+//               where variant 1's 32 threads read 32 rows, 32 sectors for 32 useful elements
+//   residual 1  one element per thread, scalar loads
+//   residual    llmc/layernorm.cuh: 16 bytes per operand per thread. Faster: one 128-bit instruction
+//   production  instead of 4 or 8, fewer threads for the same bytes
+//   backward 1  dinp with one thread per row (uncoalesced, as forward 1); dweight and dbias with one
+//               thread per channel walking the N rows, a second read of dout and inp
+//   backward    llmc/layernorm.cuh: dweight and dbias folded into the dinp pass (per-warp shared-memory
+//   production  accumulators, per-block partials, a small fixed-order reduction). Faster: one read of
+//               dout and inp, and the whole GPU busy instead of C threads
+//   fused 1     the residual add, then LayerNorm reading the residual back
+//   fused prod. llmc/layernorm.cuh: the add and the LayerNorm in one pass. Faster: no re-read of the
+//               residual it just wrote
+//
+// Build and run: make build/cpu/dev_layernorm && build/cpu/dev_layernorm    (CPU backend)
+//                make build/gpu/dev_layernorm && build/gpu/dev_layernorm    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/layernorm.cuh"
 #include "../../test/harness.h"
 #include "common.h"

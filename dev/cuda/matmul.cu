@@ -1,21 +1,25 @@
-// dev/cuda/matmul.cu — the linear layer's forward pass (out = GELU(inp · Wᵀ + bias)): a CPU reference,
-// two simpler variants, and the production launcher from llmc/matmul.cuh; validates each, then
-// benchmarks them (TFLOP/s against the device's peak on a GPU; CPU-backend figures otherwise).
+// dev/cuda/matmul.cu — the linear layer's forward pass (out = GELU(inp · Wᵀ + bias)): each variant
+// against a CPU reference, then timed (TFLOP/s).
 //
-// variant 1: one thread per output element, fp32 loop over C — no data reuse: every input is
-//            read from global memory OC (or N) times, so it is memory-bound at a few TFLOP/s.
-// variant 2: cuBLASLt GEMM (tensor cores) followed by separate bias and GELU kernels — fast
-//            GEMM, but the (N,OC) output makes two extra round trips through memory.
-// production: cuBLASLt with the GELU_AUX_BIAS epilogue — bias and GELU applied while the tile
-//            is still in registers, writing both the pre-GELU input (for backward) and the output.
-//
+// Variants:
+//   1           one thread per output element, fp32 loop over C: no data reuse, every input read from
+//               global memory OC (or N) times, so memory-bound at a few TFLOP/s
+//   2           cuBLASLt GEMM (tensor cores), then separate bias and GELU kernels: the (N,OC) output
+//               makes two extra round trips through memory
+//   production  llmc/matmul.cuh: cuBLASLt with the GELU_AUX_BIAS epilogue, bias and GELU applied while
+//               the tile is in registers, writing the pre-GELU input (for backward) and the output
 // fp8 (bf16 tensors, E4M3 GEMM; compute capability 8.9+, skipped with the reason elsewhere):
-// fp8 variant 1: current scaling — each call measures the amax of both operands, sets the scales,
-//            then casts: every operand is read twice before the GEMM.
-// fp8 production: matmul_forward_fp8 with delayed scaling — the scales come from earlier calls'
-//            amaxes, so each operand is read once by a cast that also records its amax.
-// fp8 GEMM only: the cuBLASLt fp8 GEMM (bias epilogue) on operands already cast, to show what the
-//            casts cost and how close the GEMM itself comes to the FP8 peak.
+//   fp8 1       current scaling: each call measures both operands' amax, sets the scales, then casts:
+//               every operand read twice before the GEMM
+//   fp8 prod.   matmul_forward_fp8, delayed scaling: the scales come from earlier calls' amaxes, so
+//               each operand is read once, by a cast that also records its amax
+//   fp8 GEMM    the cuBLASLt fp8 GEMM alone (bias epilogue) on operands already cast: what the casts
+//               cost, and how close the GEMM comes to the FP8 peak
+//
+// Build and run: make build/cpu/dev_matmul && build/cpu/dev_matmul    (CPU backend)
+//                make build/gpu/dev_matmul && build/gpu/dev_matmul    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/matmul.cuh"
 #include "../../llmc/mfu.h"
 #include "../../test/harness.h"

@@ -1,10 +1,18 @@
-// dev/cuda/sgd.cu — SGD (momentum, dampening, Nesterov, L2 weight decay) over all parameters: a CPU
-// reference, a simpler one-launch-per-tensor variant, and the production kernel (llmc/sgd.cuh, one
-// launch for the whole table); every variant is validated against the CPU reference, then timed on
+// dev/cuda/sgd.cu — SGD (momentum, dampening, Nesterov, L2 weight decay) over all parameters: each
+// variant against a CPU reference (torch's operations in its order, so bit for bit), then timed on
 // GPT-2 124M's parameter table.
 //
-// Build and run (CPU backend): make build/cpu/dev_sgd && build/cpu/dev_sgd
-// GPU: nvcc -std=c++17 -O3 -arch=sm_90 dev/cuda/sgd.cu -o sgd && ./sgd
+// Variants:
+//   1           one launch per tensor, one element per thread
+//   production  llmc/sgd.cuh: one launch for the whole table (blockIdx.y picks the tensor), its grid
+//               capped at one wave with a grid-stride loop. Faster: no launch latency and drain between
+//               tensors (a larger share of SGD's step than of AdamW's: few bytes per element), and no
+//               millions of short-lived blocks for the large tensors.
+//
+// Build and run: make build/cpu/dev_sgd && build/cpu/dev_sgd    (CPU backend)
+//                make build/gpu/dev_sgd && build/gpu/dev_sgd    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each variant (dev/cuda/README.md).
 #include "../../llmc/sgd.cuh"
 #include "../../test/harness.h"
 #include "common.h"

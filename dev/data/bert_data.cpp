@@ -30,6 +30,7 @@
 #include "../../llmc/bert_dataloader.h"
 #include "../../llmc/json.h"
 #include "../../llmc/wordpiece.h"
+#include "tool_main.h"
 
 #include <chrono>
 #include <filesystem>
@@ -40,6 +41,8 @@
 #include <vector>
 
 namespace bert_data {
+
+using data_tool::collect_text_files, data_tool::fail, data_tool::make_parent;
 
 const char* USAGE =
     "usage: bert_data mlm --vocab FILE --out PREFIX [--max-len N] [--val-fraction F] [--shard-tokens N]\n"
@@ -93,11 +96,6 @@ struct Stats {
     double seconds = 0;
 };
 
-inline bool fail(std::string* error, const std::string& why) {
-    *error = why;
-    return false;
-}
-
 // Parses the command line; false with a reason (or, for --help, true with *help set).
 inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::string* error) {
     *help = false;
@@ -127,7 +125,6 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
         }
         if (i + 1 >= argc) return fail(error, a + " needs a value");
         std::string v = argv[++i];
-        char* end = nullptr;
         if (a == "--vocab") {
             o->vocab = v;
         } else if (a == "--out") {
@@ -135,20 +132,16 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
         } else if (a == "--val") {
             o->val_input = v;
         } else if (a == "--max-len") {
+            char* end = nullptr;
             long n = strtol(v.c_str(), &end, 10);
             if (*end || v.empty() || n < 3 || n > 65536)
                 return fail(error, "--max-len must be an integer in [3, 65536], not '" + v + "'");
             o->max_len = (int)n;
         } else if (a == "--val-fraction") {
-            o->val_fraction = strtod(v.c_str(), &end);
-            if (*end || v.empty() || !(o->val_fraction >= 0 && o->val_fraction <= 1))
-                return fail(error, "--val-fraction must be a number in [0, 1], not '" + v + "'");
+            if (!data_tool::parse_val_fraction(v, &o->val_fraction, error)) return false;
             val_fraction_given = true;
         } else if (a == "--shard-tokens") {
-            o->shard_tokens = strtoll(v.c_str(), &end, 10);
-            if (*end || v.empty() || o->shard_tokens < 1 || o->shard_tokens > INT32_MAX)
-                return fail(error, "--shard-tokens must be an integer in [1, 2147483647] (the header's int32), not '" +
-                                       v + "'");
+            if (!data_tool::parse_shard_tokens(v, &o->shard_tokens, error)) return false;
         } else {  // --labels
             o->labels.clear();
             for (size_t start = 0;;) {
@@ -176,43 +169,6 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
     if (o->shard_tokens < o->max_len)
         return fail(error, "--shard-tokens " + std::to_string(o->shard_tokens) + " cannot hold one sequence of --max-len " +
                                std::to_string(o->max_len));
-    return true;
-}
-
-// The files to read: each INPUT file as given, each folder's *.txt files recursively and sorted;
-// adds up their sizes into *bytes.
-inline bool collect_text_files(const std::vector<std::string>& inputs, std::vector<std::string>* files, size_t* bytes,
-                               std::string* error) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    for (const std::string& in : inputs) {
-        fs::file_status st = fs::status(in, ec);
-        if (ec || !fs::exists(st)) return fail(error, "cannot read " + in + ": " + (ec ? ec.message() : "no such file or directory"));
-        if (!fs::is_directory(st)) {
-            files->push_back(in);
-            continue;
-        }
-        std::vector<std::string> found;
-        for (fs::recursive_directory_iterator it(in, ec), end; !ec && it != end; it.increment(ec))
-            if (it->is_regular_file() && it->path().extension() == ".txt") found.push_back(it->path().string());
-        if (ec) return fail(error, "cannot list " + in + ": " + ec.message());
-        std::sort(found.begin(), found.end());
-        files->insert(files->end(), found.begin(), found.end());
-    }
-    for (const std::string& f : *files) {
-        uintmax_t size = fs::file_size(f, ec);
-        if (ec) return fail(error, "cannot read " + f + ": " + ec.message());
-        *bytes += size;
-    }
-    return true;
-}
-
-// Creates the folders of an output prefix.
-inline bool make_parent(const std::string& prefix, std::string* error) {
-    std::filesystem::path parent = std::filesystem::path(prefix).parent_path();
-    std::error_code ec;
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    if (ec) return fail(error, "cannot create the output folder " + parent.string() + ": " + ec.message());
     return true;
 }
 
@@ -413,12 +369,7 @@ inline bool run_mlm(const Options& o, const WordPiece& wp, Stats* stats, std::st
     if (!val.flush(error) || !train.flush(error) || !val_out.close(error) || !train_out.close(error)) return false;
     if (stats->val.sequences + stats->train.sequences == 0)
         return fail(error, "the inputs hold no text (only blank lines or characters WordPiece drops)");
-    if (!o.quiet)
-        for (const std::string& stale : {val_out.next_path(), train_out.next_path()})
-            if (std::filesystem::exists(stale))
-                printf("bert_data: warning: %s (maybe more after it) is left from an earlier run: delete it, a "
-                       "loader's glob would read it\n",
-                       stale.c_str());
+    if (!o.quiet) data_tool::warn_leftovers("bert_data", {val_out.next_path(), train_out.next_path()});
     return true;
 }
 
@@ -718,26 +669,13 @@ inline void print_summary(const Options& o, const Stats& s) {
            o.mode == Mode::MLM ? "documents" : "examples", s.seconds, s.bytes / 1e6 / std::max(s.seconds, 1e-9));
 }
 
-// The command: parses argv, runs, prints; returns the exit code (0, or 1 after one "error: ..." line).
+// The command: parses argv, runs, prints the summary (unless quiet); returns the exit code (0, or 1
+// after one "error: ..." line).
 inline int main_entry(int argc, char** argv) {
-    Options o;
-    bool help;
-    std::string error;
-    if (!parse_args(argc, argv, &o, &help, &error)) {
-        fprintf(stderr, "error: %s\n", error.c_str());
-        return 1;
-    }
-    if (help) {
-        fputs(USAGE, stdout);
-        return 0;
-    }
-    Stats s;
-    if (!run(o, &s, &error)) {
-        fprintf(stderr, "error: %s\n", error.c_str());
-        return 1;
-    }
-    if (!o.quiet) print_summary(o, s);
-    return 0;
+    auto summary = [](const Options& o, const Stats& s) {
+        if (!o.quiet) print_summary(o, s);
+    };
+    return data_tool::run_main<Options, Stats>(argc, argv, USAGE, parse_args, run, summary);
 }
 
 }  // namespace bert_data

@@ -15,6 +15,7 @@
 // tokens each. The first --val-fraction of the input bytes (in input order) go to val: the split
 // falls between two tokens, as llm.c's own scripts split at a token count.
 #include "../../llmc/tokenizer.h"
+#include "tool_main.h"
 
 #include <chrono>
 #include <cinttypes>
@@ -77,23 +78,10 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
             o->eot_between_files = true;
         } else if (a == "--tokenizer" || a == "--out" || a == "--val-fraction" || a == "--shard-tokens") {
             if (!(v = value(a.c_str()))) return false;
-            char* end = nullptr;
             if (a == "--tokenizer") o->tokenizer = v;
             else if (a == "--out") o->out = v;
-            else if (a == "--val-fraction") {
-                o->val_fraction = strtod(v, &end);
-                if (*end || !(o->val_fraction >= 0 && o->val_fraction <= 1)) {
-                    *error = "--val-fraction must be a number in [0, 1], not '" + std::string(v) + "'";
-                    return false;
-                }
-            } else {
-                o->shard_tokens = strtoll(v, &end, 10);
-                if (*end || o->shard_tokens < 1 || o->shard_tokens > INT32_MAX) {
-                    *error = "--shard-tokens must be an integer in [1, 2147483647] (the header's int32), not '" +
-                             std::string(v) + "'";
-                    return false;
-                }
-            }
+            else if (a == "--val-fraction" && !data_tool::parse_val_fraction(v, &o->val_fraction, error)) return false;
+            else if (a == "--shard-tokens" && !data_tool::parse_shard_tokens(v, &o->shard_tokens, error)) return false;
         } else if (a.size() > 1 && a[0] == '-') {
             *error = "unknown option " + a + " (--help lists them)";
             return false;
@@ -104,43 +92,6 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
     if (o->tokenizer.empty() || o->out.empty() || o->inputs.empty()) {
         *error = "needs --tokenizer FILE, --out PREFIX and at least one INPUT (--help)";
         return false;
-    }
-    return true;
-}
-
-// The files to read: each INPUT file as given, each folder's *.txt files recursively and sorted;
-// adds up their sizes into *bytes.
-inline bool collect_inputs(const std::vector<std::string>& inputs, std::vector<std::string>* files, size_t* bytes,
-                           std::string* error) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    for (const std::string& in : inputs) {
-        fs::file_status st = fs::status(in, ec);
-        if (ec || !fs::exists(st)) {
-            *error = "cannot read " + in + ": " + (ec ? ec.message() : "no such file or directory");
-            return false;
-        }
-        if (fs::is_directory(st)) {
-            std::vector<std::string> found;
-            for (fs::recursive_directory_iterator it(in, ec), end; !ec && it != end; it.increment(ec))
-                if (it->is_regular_file() && it->path().extension() == ".txt") found.push_back(it->path().string());
-            if (ec) {
-                *error = "cannot list " + in + ": " + ec.message();
-                return false;
-            }
-            std::sort(found.begin(), found.end());
-            files->insert(files->end(), found.begin(), found.end());
-        } else {
-            files->push_back(in);
-        }
-    }
-    for (const std::string& f : *files) {
-        uintmax_t size = fs::file_size(f, ec);
-        if (ec) {
-            *error = "cannot read " + f + ": " + ec.message();
-            return false;
-        }
-        *bytes += size;
     }
     return true;
 }
@@ -230,18 +181,12 @@ inline bool run(const Options& o, Stats* stats, std::string* error) {
     }
     std::vector<std::string> files;
     size_t total = 0;
-    if (!collect_inputs(o.inputs, &files, &total, error)) return false;
+    if (!data_tool::collect_text_files(o.inputs, &files, &total, error)) return false;
     if (total == 0) {
         *error = files.empty() ? "no input files (folders contribute their *.txt files)" : "the inputs hold no text";
         return false;
     }
-    std::filesystem::path parent = std::filesystem::path(o.out).parent_path();
-    std::error_code ec;
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    if (ec) {
-        *error = "cannot create the output folder " + parent.string() + ": " + ec.message();
-        return false;
-    }
+    if (!data_tool::make_parent(o.out, error)) return false;
 
     ShardWriter val(o.out, "val", o.shard_tokens, o.quiet, stats), train(o.out, "train", o.shard_tokens, o.quiet, stats);
     const size_t val_bytes = (size_t)(o.val_fraction * (double)total + 0.5);
@@ -307,13 +252,16 @@ inline bool run(const Options& o, Stats* stats, std::string* error) {
     }
     if (!val.close(error) || !train.close(error)) return false;
     stats->seconds = elapsed();
-    if (!o.quiet)
-        for (const std::string& stale : {val.next_path(), train.next_path()})
-            if (std::filesystem::exists(stale))
-                printf("tokenize: warning: %s (maybe more after it) is left from an earlier run: delete it, a "
-                       "loader's glob would read it\n",
-                       stale.c_str());
+    if (!o.quiet) data_tool::warn_leftovers("tokenize", {val.next_path(), train.next_path()});
     return true;
+}
+
+// The summary line of a finished run.
+inline void print_summary(const Options&, const Stats& s) {
+    size_t tokens = s.val_tokens + s.train_tokens;
+    printf("tokenize: %zu files, %.2f MB -> %zu tokens (val %zu, train %zu) in %.2f s: %.1f MB/s, %.2fM tokens/s\n",
+           s.files, s.bytes / 1e6, tokens, s.val_tokens, s.train_tokens, s.seconds, s.bytes / 1e6 / s.seconds,
+           tokens / 1e6 / s.seconds);
 }
 
 }  // namespace tokenize_tool
@@ -321,26 +269,6 @@ inline bool run(const Options& o, Stats* stats, std::string* error) {
 #ifndef TOKENIZE_NO_MAIN
 int main(int argc, char** argv) {
     using namespace tokenize_tool;
-    Options o;
-    bool help;
-    std::string error;
-    if (!parse_args(argc, argv, &o, &help, &error)) {
-        fprintf(stderr, "error: %s\n", error.c_str());
-        return 1;
-    }
-    if (help) {
-        fputs(USAGE, stdout);
-        return 0;
-    }
-    Stats s;
-    if (!run(o, &s, &error)) {
-        fprintf(stderr, "error: %s\n", error.c_str());
-        return 1;
-    }
-    size_t tokens = s.val_tokens + s.train_tokens;
-    printf("tokenize: %zu files, %.2f MB -> %zu tokens (val %zu, train %zu) in %.2f s: %.1f MB/s, %.2fM tokens/s\n",
-           s.files, s.bytes / 1e6, tokens, s.val_tokens, s.train_tokens, s.seconds, s.bytes / 1e6 / s.seconds,
-           tokens / 1e6 / s.seconds);
-    return 0;
+    return data_tool::run_main(argc, argv, USAGE, parse_args, run, print_summary);
 }
 #endif

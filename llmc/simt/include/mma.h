@@ -7,7 +7,7 @@
 // element i is slot s = l * num_elements + i of the warp's 32 * num_elements slots, and slot s
 // holds tile element perm(s) mod (rows * cols), counted row by row in the *logical* tile (A is m×k,
 // B is k×n, accumulators m×n) whatever the memory layout; the memory layout only changes the
-// addresses load/store use. Per-lane counts are CUDA's own (static_asserts in test/test_wmma.cu pin
+// addresses load/store use. Per-lane counts are CUDA's own (static_asserts in test/simt/test_wmma.cu pin
 // them): where CUDA gives a lane more elements than rows*cols/32 (__half A/B fragments), each
 // element has several slots, whose copies stay equal under element-wise ops.
 //

@@ -1,9 +1,9 @@
-// test/test_simt.cu — the CPU backend's own tests: every SIMT feature the project relies on, the
+// test/simt/test_simt.cu — the CPU backend's own tests: every SIMT feature the project relies on, the
 // runtime API subset, and planted bugs that must be caught (run in child processes).
 // The feature tests are plain CUDA and also run on a real GPU; planted bugs are CPU-backend only.
-#include "../llmc/cuda_common.h"
-#include "../llmc/mfu.h"
-#include "harness.h"
+#include "../../llmc/cuda_common.h"
+#include "../../llmc/mfu.h"
+#include "../harness.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

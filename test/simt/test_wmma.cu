@@ -1,4 +1,4 @@
-// test/test_wmma.cu — tests the WMMA API (nvcuda::wmma) kernels rely on: every shape × type ×
+// test/simt/test_wmma.cu — tests the WMMA API (nvcuda::wmma) kernels rely on: every shape × type ×
 // layout combination against CPU references, element-wise fragment ops, a multi-tile GEMM with
 // several warps per block, __float_to_tf32 rounding, and (CPU backend) the documented faults and
 // the scrambled fragment order, with planted bugs that depend on it.
@@ -17,11 +17,8 @@
 // and SIMT_ORDER=reverse (or two SIMT_FRAGMENT_ORDER values) shows the results do not depend on
 // the order in which lanes run between sync points (or on the fragment orders).
 //
-// Build (CPU backend):
-//   g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ test/test_wmma.cu -x none llmc/simt/scheduler.cpp
-//       llmc/simt/runtime.cpp -Illmc/simt/include -Illmc/simt -I/usr/local/cuda/include -rdynamic
-//       -lboost_context -lpthread -o test_wmma
-// nvcc (compile check): nvcc -std=c++17 -arch=sm_80 -c test/test_wmma.cu
+// Build and run (CPU backend): make build/cpu/test_wmma && build/cpu/test_wmma
+// nvcc (compile check): nvcc -std=c++17 -arch=sm_80 -c test/simt/test_wmma.cu
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -35,7 +32,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "harness.h"
+#include "../harness.h"
 
 using namespace nvcuda;
 using tf32 = wmma::precision::tf32;

@@ -1,4 +1,4 @@
-// test/test_nccl.cu — NCCL collectives under MPI: every collective × dtype × op × in-place/out-of-place
+// test/simt/test_nccl.cu — NCCL collectives under MPI: every collective × dtype × op × in-place/out-of-place
 // against results computed locally from the known per-rank inputs, plus groups, a second
 // communicator, argument errors and bit-identical results across ranks.
 //
@@ -21,7 +21,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "harness.h"
+#include "../harness.h"
 
 #define CHECK_CUDA(x)                                                                                   \
     do {                                                                                                \

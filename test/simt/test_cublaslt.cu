@@ -1,7 +1,7 @@
-// test/test_cublaslt.cu — cublasLtMatmul against a naive double-precision GEMM for every type
+// test/simt/test_cublaslt.cu — cublasLtMatmul against a naive double-precision GEMM for every type
 // combination, transpose, epilogue, batching, beta and in-place mode the CPU backend supports,
 // plus the configurations the library refuses. Host code only, so the same file runs on a GPU
-// against the real cuBLASLt (nvcc -std=c++17 test/test_cublaslt.cu -lcublasLt); checks of
+// against the real cuBLASLt (nvcc -std=c++17 test/simt/test_cublaslt.cu -lcublasLt); checks of
 // behaviour that is the CPU backend's own (its conservative refusals) are compiled out there.
 //
 // Tolerances (doc/testing.md: |out - ref| <= atol + k*eps*|ref|). The reference is exact (double) on
@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "harness.h"
+#include "../harness.h"
 
 // The CPU backend's own choices (refusing what some GPU or version may accept; needing no
 // workspace) are tested only against the CPU backend.

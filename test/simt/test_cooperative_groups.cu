@@ -1,4 +1,4 @@
-// test/test_cooperative_groups.cu — tests the cooperative groups subset kernels rely on: thread
+// test/simt/test_cooperative_groups.cu — tests the cooperative groups subset kernels rely on: thread
 // block ranks, indices and sync; thread_block_tile<N> ranks, meta groups, shuffles, votes and
 // matches for N = 1..32; cg::reduce with every operator; an llm.c-style block sum; the generic
 // thread_group and run-time tiled_partition. References are computed on the host with CUDA's
@@ -9,11 +9,8 @@
 // SIMT_ORDER=forward, reverse and random shows the results do not depend on the order in which
 // threads run between sync points (block.sync() is what makes the shared-memory tests correct).
 //
-// Build (CPU backend):
-//   g++ -std=c++17 -O2 -fno-strict-aliasing -x c++ test/test_cooperative_groups.cu -x none
-//       llmc/simt/scheduler.cpp llmc/simt/runtime.cpp -Illmc/simt/include -Illmc/simt
-//       -I/usr/local/cuda/include -rdynamic -lboost_context -lpthread -o test_cooperative_groups
-// nvcc (compile check): nvcc -std=c++17 -arch=sm_80 -c test/test_cooperative_groups.cu
+// Build and run (CPU backend): make build/cpu/test_cooperative_groups && build/cpu/test_cooperative_groups
+// nvcc (compile check): nvcc -std=c++17 -arch=sm_80 -c test/simt/test_cooperative_groups.cu
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
@@ -23,7 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#include "harness.h"
+#include "../harness.h"
 
 namespace cg = cooperative_groups;
 

@@ -1,0 +1,114 @@
+// dev/data/tool_main.h — what the data tools (tokenize.cpp, bert_data.cpp) share: their main (parse,
+// --help, run, summary, one "error: ..." line and exit code 1 on failure), the options both take,
+// and how both read their inputs and create their output folder.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace data_tool {
+
+// Sets *error to `why`; false, for `return fail(error, ...)`.
+inline bool fail(std::string* error, const std::string& why) {
+    *error = why;
+    return false;
+}
+
+// --val-fraction's value: a number in [0, 1].
+inline bool parse_val_fraction(const std::string& v, double* out, std::string* error) {
+    char* end = nullptr;
+    *out = strtod(v.c_str(), &end);
+    if (*end || v.empty() || !(*out >= 0 && *out <= 1))
+        return fail(error, "--val-fraction must be a number in [0, 1], not '" + v + "'");
+    return true;
+}
+
+// --shard-tokens' value: a shard's token count, which its header holds as an int32.
+inline bool parse_shard_tokens(const std::string& v, long long* out, std::string* error) {
+    char* end = nullptr;
+    *out = strtoll(v.c_str(), &end, 10);
+    if (*end || v.empty() || *out < 1 || *out > INT32_MAX)
+        return fail(error, "--shard-tokens must be an integer in [1, 2147483647] (the header's int32), not '" + v +
+                               "'");
+    return true;
+}
+
+// The files to read: each INPUT file as given, each folder's *.txt files recursively and sorted;
+// adds up their sizes into *bytes.
+inline bool collect_text_files(const std::vector<std::string>& inputs, std::vector<std::string>* files, size_t* bytes,
+                               std::string* error) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (const std::string& in : inputs) {
+        fs::file_status st = fs::status(in, ec);
+        if (ec || !fs::exists(st))
+            return fail(error, "cannot read " + in + ": " + (ec ? ec.message() : "no such file or directory"));
+        if (!fs::is_directory(st)) {
+            files->push_back(in);
+            continue;
+        }
+        std::vector<std::string> found;
+        for (fs::recursive_directory_iterator it(in, ec), end; !ec && it != end; it.increment(ec))
+            if (it->is_regular_file() && it->path().extension() == ".txt") found.push_back(it->path().string());
+        if (ec) return fail(error, "cannot list " + in + ": " + ec.message());
+        std::sort(found.begin(), found.end());
+        files->insert(files->end(), found.begin(), found.end());
+    }
+    for (const std::string& f : *files) {
+        uintmax_t size = std::filesystem::file_size(f, ec);
+        if (ec) return fail(error, "cannot read " + f + ": " + ec.message());
+        *bytes += size;
+    }
+    return true;
+}
+
+// Creates the folders of an output prefix.
+inline bool make_parent(const std::string& prefix, std::string* error) {
+    std::filesystem::path parent = std::filesystem::path(prefix).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (ec) return fail(error, "cannot create the output folder " + parent.string() + ": " + ec.message());
+    return true;
+}
+
+// Warns about the shard files a longer earlier run left after this run's last ones (`next_paths`, the
+// files each split would write next): a loader's glob would read them with this run's.
+inline void warn_leftovers(const char* tool, const std::vector<std::string>& next_paths) {
+    for (const std::string& stale : next_paths)
+        if (std::filesystem::exists(stale))
+            printf("%s: warning: %s (maybe more after it) is left from an earlier run: delete it, a loader's glob "
+                   "would read it\n",
+                   tool, stale.c_str());
+}
+
+// A tool's main: parse_args fills the options (or asks for --help, which prints usage), run does the
+// work, summary prints what it made. Returns the exit code: 0, or 1 after one "error: ..." line.
+template <class Options, class Stats>
+int run_main(int argc, char** argv, const char* usage,
+             bool (*parse_args)(int, char**, Options*, bool* help, std::string* error),
+             bool (*run)(const Options&, Stats*, std::string* error), void (*summary)(const Options&, const Stats&)) {
+    Options o;
+    bool help;
+    std::string error;
+    if (!parse_args(argc, argv, &o, &help, &error)) {
+        fprintf(stderr, "error: %s\n", error.c_str());
+        return 1;
+    }
+    if (help) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    Stats s;
+    if (!run(o, &s, &error)) {
+        fprintf(stderr, "error: %s\n", error.c_str());
+        return 1;
+    }
+    summary(o, s);
+    return 0;
+}
+
+}  // namespace data_tool
