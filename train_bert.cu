@@ -949,12 +949,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
            c.num_heads, c.intermediate, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6,
            head == BertHead::Classify ? (", " + std::to_string(c.num_labels) + " labels").c_str() : "");
     printf("precision: %s%s | device: %s\n", precision_name(o.precision), o.tf32 ? " (tf32 matmuls)" : "", prop.name);
-    if (dist.world > 1)
-        printf("data parallel: %d ranks on %d node%s, ZeRO-%d (%s); memory below is per rank\n", dist.world,
-               dist.world / dist.local_world, dist.world / dist.local_world > 1 ? "s" : "", o.zero,
-               o.zero == 0   ? "gradients all-reduced, state replicated"
-               : o.zero == 1 ? "optimizer state and master weights sharded"
-                             : "gradients, optimizer state and master weights sharded");
+    print_data_parallel(dist, o.zero);
     char acts_note[96];
     snprintf(acts_note, sizeof(acts_note), "B=%d T<=%d%s, recompute %s", o.B, width,
              head == BertHead::MLM ? (", MLM rows <= " + std::to_string(model.max_masked)).c_str() : "",
@@ -1157,30 +1152,21 @@ int train_bert_main(int argc, char** argv) {
     check_bert_options(cli, &o, dist);
     const bool mlm = o.head == BertHead::MLM;
     std::string task = cli.str("task");
-    bool resume = o.resume;
 
     // The model: the newest complete checkpoint when resuming, else --init, --config, or (auto) the real
     // all-MiniLM-L6-v2 if it was fetched, else a tiny random BERT. Said first, with the reason.
     BertConfig config;
     std::vector<float> init;
     BertParts parts;
-    TrainState state;
-    std::string state_path, model_name, config_name = cli.str("config");
-    std::vector<int> done = resume ? complete_checkpoints(o.output_dir) : std::vector<int>{};
-    if (resume && done.empty()) printf("resume: no complete checkpoint in %s, starting from scratch\n", o.output_dir.c_str());
+    std::string model_name, config_name = cli.str("config");
+    ResumePoint from = find_resume_point(o.resume, o.output_dir);
     struct stat info;
     bool minilm = stat((std::string(kBertMinilmDir) + "/model.safetensors").c_str(), &info) == 0;
     std::string spec = cli.str("init");
     bool random = false;
-    if (!done.empty()) {
-        std::string path = checkpoint_file(o.output_dir, "model", done.back());
-        printf("init: resuming %s from %s (step %d)\n", o.output_dir.c_str(), path.c_str(), done.back());
-        init = load_hf_bert(path, &config, &parts, o.seed);
-        state_path = state_file(o.output_dir, done.back(), 0);
-        std::string err;
-        if (!read_train_state(state_path, &state, &err)) data_error("%s", err.c_str());
-        if (state.step != done.back())
-            data_error("%s: holds step %lld, its name says %d", state_path.c_str(), state.step, done.back());
+    if (from.found()) {
+        printf("init: resuming %s from %s (step %d)\n", o.output_dir.c_str(), from.model_path.c_str(), from.step);
+        init = load_hf_bert(from.model_path, &config, &parts, o.seed);
         model_name = "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels);
         // --lr and --max-steps left at auto take the values the run started with (config.json's llmc_run).
         for (const auto& [key, value] : read_bert_run_settings(o.output_dir))
@@ -1214,7 +1200,7 @@ int train_bert_main(int argc, char** argv) {
     // Machine-dependent defaults. On a GPU the default run is seed 000's recipe: 2 epochs at 2e-5. On the
     // CPU backend a pretrained model's 2 epochs take tens of minutes, so the default run from it is cut
     // to 100 steps (0.8 epochs) at 1e-4, which lands about where transformers does in as many steps.
-    bool pretrained = !random && done.empty();
+    bool pretrained = !random && !from.found();
     bool default_task = !o.bench && !mlm && cli.str("train-data") == "auto";
     bool cpu_short = cpu && default_task && pretrained && !cli.given("epochs");
     cli.resolve_auto("max-steps", o.bench ? "6" : cpu_short ? "100" : "-1");
@@ -1289,7 +1275,7 @@ int train_bert_main(int argc, char** argv) {
     if (!mlm) {
         int n = train.num_labels();
         for (int k = 0; k < n; k++) label_names.push_back(train.label_name(k));
-        bool fixed = !done.empty() || parts.has[PART_CLASSIFIER];  // a trained classifier keeps its outputs
+        bool fixed = from.found() || parts.has[PART_CLASSIFIER];  // a trained classifier keeps its outputs
         int want = cli.str("num-labels") == "auto" ? (fixed ? config.num_labels : std::max(2, n))
                                                    : (int)cli.integer("num-labels", 2, 1 << 16);
         if (fixed && want != config.num_labels)
@@ -1312,17 +1298,20 @@ int train_bert_main(int argc, char** argv) {
                                      : "");
     if (!cli.given("label")) o.label = model_name + " " + task + " " + cli.str("precision");
 
-    const TrainState* from = done.empty() ? nullptr : &state;
+    const TrainState* resume = from.state_or_null();
     int status;
     switch (o.precision) {
         case Precision::BF16:
-            status = train_bert<__nv_bfloat16>(o, config, init, train, val.get(), label_names, dist, from, state_path);
+            status = train_bert<__nv_bfloat16>(o, config, init, train, val.get(), label_names, dist, resume,
+                                            from.state_path);
             break;
         case Precision::FP16:
-            status = train_bert<__half>(o, config, init, train, val.get(), label_names, dist, from, state_path);
+            status = train_bert<__half>(o, config, init, train, val.get(), label_names, dist, resume,
+                                     from.state_path);
             break;
         default:
-            status = train_bert<float>(o, config, init, train, val.get(), label_names, dist, from, state_path);
+            status = train_bert<float>(o, config, init, train, val.get(), label_names, dist, resume,
+                                    from.state_path);
             break;
     }
     if (!bench_dir.empty()) {

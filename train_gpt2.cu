@@ -916,12 +916,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     printf("precision: %s%s | device: %s\n", precision_name(o.precision),
            o.tf32 ? " (tf32 matmuls)" : o.fp8 ? " with fp8 GEMMs in the blocks (E4M3 forward, E5M2 gradients)" : "",
            prop.name);
-    if (dist.world > 1)
-        printf("data parallel: %d ranks on %d node%s, ZeRO-%d (%s); memory below is per rank\n", dist.world,
-               dist.world / dist.local_world, dist.world / dist.local_world > 1 ? "s" : "", o.zero,
-               o.zero == 0   ? "gradients all-reduced, state replicated"
-               : o.zero == 1 ? "optimizer state and master weights sharded"
-                             : "gradients, optimizer state and master weights sharded");
+    print_data_parallel(dist, o.zero);
     char activations_note[64];
     snprintf(activations_note, sizeof(activations_note), "B=%d T=%d, recompute %s", o.B, o.T, recompute_name(o.recompute));
     print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o.precision, o.opt,
@@ -1090,19 +1085,11 @@ int train_gpt2_main(int argc, char** argv) {
     // The model: from the newest complete checkpoint when resuming, else --init.
     GPT2Config config;
     std::vector<float> init;
-    TrainState state;
-    std::string state_path;
-    std::vector<int> done = o.resume ? complete_checkpoints(o.output_dir) : std::vector<int>{};
-    if (o.resume && done.empty()) printf("resume: no complete checkpoint in %s, starting from scratch\n", o.output_dir.c_str());
+    ResumePoint from = find_resume_point(o.resume, o.output_dir);
     std::string spec = cli.str("init");
     bool tiny = spec == "tiny";
-    if (!done.empty()) {
-        init = load_checkpoint(checkpoint_file(o.output_dir, "model", done.back()), &config);
-        state_path = state_file(o.output_dir, done.back(), 0);
-        std::string err;
-        if (!read_train_state(state_path, &state, &err)) data_error("%s", err.c_str());
-        if (state.step != done.back())
-            data_error("%s: holds step %lld, its name says %d", state_path.c_str(), state.step, done.back());
+    if (from.found()) {
+        init = load_checkpoint(from.model_path, &config);
     } else if (tiny || config_from_depth(spec, &config)) {
         if (tiny) {
             config_from_depth("d4", &config);
@@ -1130,13 +1117,13 @@ int train_gpt2_main(int argc, char** argv) {
         o.label = "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels) + " " + prec +
                   (o.tf32 && prec == "fp32" ? "+tf32" : "");
     // --batch-size auto resumes with the checkpoint's batch (the same global batch on other ranks).
-    if (o.B == 0 && !done.empty()) o.B = state.ranks == dist.world ? state.B : state.B * state.ranks / dist.world;
-    const TrainState* from = done.empty() ? nullptr : &state;
+    const TrainState* resume = from.state_or_null();
+    if (o.B == 0 && resume) o.B = resume->ranks == dist.world ? resume->B : resume->B * resume->ranks / dist.world;
     int rc;
     switch (o.precision) {
-        case Precision::BF16: rc = train<__nv_bfloat16>(o, config, init, dist, from, state_path); break;
-        case Precision::FP16: rc = train<__half>(o, config, init, dist, from, state_path); break;
-        default: rc = train<float>(o, config, init, dist, from, state_path); break;
+        case Precision::BF16: rc = train<__nv_bfloat16>(o, config, init, dist, resume, from.state_path); break;
+        case Precision::FP16: rc = train<__half>(o, config, init, dist, resume, from.state_path); break;
+        default: rc = train<float>(o, config, init, dist, resume, from.state_path); break;
     }
     distributed_finalize(dist);
     return rc;

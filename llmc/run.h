@@ -11,6 +11,7 @@
 
 #include "checkpoint.h"
 #include "dataloader.h"
+#include "distributed.h"
 #include "logger.h"
 #include "matmul.cuh"
 #include "model_state.cuh"
@@ -101,6 +102,18 @@ inline std::string memory_json(const MemoryAnatomy& m) {
            ",\"activations\":" + std::to_string(m.activations) + ",\"other\":" + std::to_string(m.other) + "}";
 }
 
+// Under data parallelism: how the ranks share the work (rank 0 prints it before the memory anatomy,
+// which is then per rank).
+inline void print_data_parallel(const Distributed& dist, int zero) {
+    if (dist.world <= 1) return;
+    int nodes = dist.world / dist.local_world;
+    printf("data parallel: %d ranks on %d node%s, ZeRO-%d (%s); memory below is per rank\n", dist.world, nodes,
+           nodes > 1 ? "s" : "", zero,
+           zero == 0   ? "gradients all-reduced, state replicated"
+           : zero == 1 ? "optimizer state and master weights sharded"
+                       : "gradients, optimizer state and master weights sharded");
+}
+
 // ----------------------------------------------------------------------------
 // Resuming
 
@@ -144,6 +157,35 @@ inline void check_resumable(const TrainState& saved, const TrainState& now, size
                    "parameters, %zu bytes of %s state)", path.c_str(), (unsigned long long)s.num_params,
                    s.has_master ? " with master weights" : "", s.optimizer_state.size(),
                    (unsigned long long)now.num_params, state_bytes, optimizer_name((OptimizerKind)now.optimizer));
+}
+
+// Where a run with --resume starts: the newest complete checkpoint in its output directory, with the
+// training state rank 0 wrote (the step, data position, optimizer state); found() is false when
+// there is none (the run starts from scratch, and says so) or the run does not resume.
+struct ResumePoint {
+    int step = -1;
+    std::string model_path, state_path;
+    TrainState state;
+    bool found() const { return step >= 0; }
+    const TrainState* state_or_null() const { return found() ? &state : nullptr; }
+};
+
+inline ResumePoint find_resume_point(bool resume, const std::string& output_dir) {
+    ResumePoint r;
+    if (!resume) return r;
+    std::vector<int> done = complete_checkpoints(output_dir);
+    if (done.empty()) {
+        printf("resume: no complete checkpoint in %s, starting from scratch\n", output_dir.c_str());
+        return r;
+    }
+    r.step = done.back();
+    r.model_path = checkpoint_file(output_dir, "model", r.step);
+    r.state_path = state_file(output_dir, r.step, 0);
+    std::string err;
+    if (!read_train_state(r.state_path, &r.state, &err)) data_error("%s", err.c_str());
+    if (r.state.step != r.step)
+        data_error("%s: holds step %lld, its name says %d", r.state_path.c_str(), r.state.step, r.step);
+    return r;
 }
 
 // Loads the optimizer state of a resumed run into model (a ModelState, e.g. GPT2 or BERT): its own
