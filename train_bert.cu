@@ -4,8 +4,8 @@
 // The configuration and parameter layout are llmc/bert_config.h; the checkpoint formats (Hugging
 // Face checkpoints in and out, the run's model files) llmc/bert_io.h.
 //
-// Chapters: configuration · parameters · activations · the model (build, batch, forward, backward,
-// update) · initial weights · training · the program.
+// Chapters: parameters · activations · the model (build, batch, forward, backward, update) · initial
+// weights · training · the program.
 //
 // The model is Hugging Face's BertModel (post-LN: each sublayer's output is LayerNorm(x + sublayer(x));
 // word + position + token-type embeddings, then a LayerNorm; self-attention with biases over the
@@ -36,7 +36,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <glob.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,31 +62,6 @@
 #include "llmc/run.h"                 // loss scaling, memory report, resume checks, the step reporter
 #include "llmc/schedulers.h"          // learning-rate schedules
 #include "llmc/tanh.cuh"              // the pooler's tanh
-
-// ----------------------------------------------------------------------------
-// Configuration: BertConfig (llmc/bert_config.h) and the named shapes
-
-// The named shapes, all with the bert-base-uncased vocabulary and 512 positions: "base" (bert-base,
-// 110M: 12 layers, 768 channels, 12 heads), "large" (bert-large, 340M: 24, 1024, 16) and Google's
-// smaller BERTs (Turc et al. 2019, the BERT miniatures) "tiny" (2, 128, 2), "mini" (4, 256, 4) and
-// "small" (4, 512, 8); MLP width 4C. "bert-base" and "bert-large" are accepted too. False for any
-// other name.
-inline bool bert_config_preset(const std::string& name, BertConfig* c) {
-    struct Shape { const char* name; int layers, channels, heads; };
-    static const Shape shapes[] = {{"tiny", 2, 128, 2},  {"mini", 4, 256, 4},       {"small", 4, 512, 8},
-                                   {"base", 12, 768, 12}, {"bert-base", 12, 768, 12}, {"large", 24, 1024, 16},
-                                   {"bert-large", 24, 1024, 16}};
-    *c = BertConfig();
-    for (const Shape& s : shapes)
-        if (name == s.name) {
-            c->num_layers = s.layers;
-            c->channels = s.channels;
-            c->num_heads = s.heads;
-            c->intermediate = 4 * s.channels;
-            return true;
-        }
-    return false;
-}
 
 // ----------------------------------------------------------------------------
 // Parameters: the 26 tensors of llmc/bert_config.h in one allocation
@@ -844,29 +818,6 @@ inline double bert_train_flops(const BertConfig& c, const int* valid_len, int B,
     return 6.0 * (tokens * per_token + L * 2 * C * attention + head_macs);
 }
 
-// The longest sequence the shards matching pattern allow (their headers' max_len, at most): with
-// batches only as wide as their longest row, the activations need no more than this rounded up to 8.
-inline int bert_shards_max_len(const std::string& pattern) {
-    glob_t g;
-    int longest = 0;
-    if (glob(pattern.c_str(), 0, nullptr, &g) != 0) return 0;
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        uint8_t header[BERT_SHARD_HEADER_INTS * 4] = {};
-        FILE* f = fopen(g.gl_pathv[i], "rb");
-        if (!f) continue;
-        size_t got = fread(header, 1, sizeof(header), f);
-        long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-        fclose(f);
-        BertShard s;
-        size_t n, total;
-        std::string err;  // (a bad shard is the loader's to report)
-        if (got == sizeof(header) && size > 0 && parse_bert_shard_header(header, (size_t)size, &s, &n, &total, &err))
-            longest = std::max(longest, s.max_len);
-    }
-    globfree(&g);
-    return longest;
-}
-
 // Runs the training loop for storage type floatX: from `init` (fp32 parameters of config), or from a
 // checkpoint (resume: its training state; init holds its model). train and val are the loaders.
 template <class floatX>
@@ -1112,30 +1063,6 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
 static const char* kBertDefaultTrain = "dev/data/bert/genre_train.bin";
 static const char* kBertDefaultVal = "dev/data/bert/genre_val.bin";
 static const char* kBertMinilmDir = "dev/data/bert/minilm";
-
-// Writes --bench's synthetic shard into dir: n sequences of exactly len tokens ([CLS], ids drawn
-// uniformly from the vocabulary's ordinary tokens, [SEP]) with the bert-base-uncased special ids;
-// classification: labels alternating between 2 classes. Returns its path.
-std::string write_bench_shard(const std::string& dir, BertShardKind kind, size_t n, int len, int V, uint64_t seed) {
-    BertShard s;
-    s.kind = kind;
-    s.max_len = len;
-    s.vocab_size = V;
-    s.cls_id = 101, s.sep_id = 102, s.pad_id = 0, s.mask_id = 103, s.unk_id = 100;
-    if (V < 1000) data_error("--bench: the model's vocabulary (%d) is smaller than bert-base-uncased's special ids", V);
-    BertRng rng({seed, 0xBE7C});
-    for (size_t i = 0; i < n; i++) {
-        s.tokens.push_back((uint16_t)s.cls_id);
-        for (int t = 1; t < len - 1; t++) s.tokens.push_back((uint16_t)(999 + rng.below(V - 999)));
-        s.tokens.push_back((uint16_t)s.sep_id);
-        s.lengths.push_back(len);
-        if (kind == BertShardKind::Classify) s.labels.push_back((int32_t)(i % 2));
-    }
-    if (kind == BertShardKind::Classify) s.label_names = {"even", "odd"};
-    std::string path = dir + (kind == BertShardKind::MLM ? "/bench_mlm.bin" : "/bench_classify.bin"), err;
-    if (!write_bert_shard(path, s, &err)) data_error("--bench: %s", err.c_str());
-    return path;
-}
 
 int train_bert_main(int argc, char** argv) {
     // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.

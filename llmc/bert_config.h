@@ -3,8 +3,9 @@
 // What train_bert.cu's model and llmc/bert_io.h's checkpoint formats share: BertConfig (transformers'
 // BertConfig fields this model represents) and which configurations the kernels can run; the layout
 // of the parameters in one fp32 buffer (the tensors in order, their sizes, which part of a checkpoint
-// each belongs to, which take weight decay); the heads the model can compute; and the values
-// transformers initializes a BERT with, which from_pretrained also gives the parts a checkpoint lacks.
+// each belongs to, which take weight decay); the heads the model can compute; the values
+// transformers initializes a BERT with, which from_pretrained also gives the parts a checkpoint lacks;
+// and the named shapes --config offers (bert_config_preset).
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -177,4 +178,26 @@ inline void bert_init_parts(const BertConfig& c, uint64_t seed, const bool parts
             for (size_t k = first; k < count; k++) t[k] = rng.normal(c.initializer_range);
         }
     }
+}
+
+// The named shapes, all with the bert-base-uncased vocabulary and 512 positions: "base" (bert-base,
+// 110M: 12 layers, 768 channels, 12 heads), "large" (bert-large, 340M: 24, 1024, 16) and Google's
+// smaller BERTs (Turc et al. 2019, the BERT miniatures) "tiny" (2, 128, 2), "mini" (4, 256, 4) and
+// "small" (4, 512, 8); MLP width 4C. "bert-base" and "bert-large" are accepted too. False for any
+// other name.
+inline bool bert_config_preset(const std::string& name, BertConfig* c) {
+    struct Shape { const char* name; int layers, channels, heads; };
+    static const Shape shapes[] = {{"tiny", 2, 128, 2},  {"mini", 4, 256, 4},       {"small", 4, 512, 8},
+                                   {"base", 12, 768, 12}, {"bert-base", 12, 768, 12}, {"large", 24, 1024, 16},
+                                   {"bert-large", 24, 1024, 16}};
+    *c = BertConfig();
+    for (const Shape& s : shapes)
+        if (name == s.name) {
+            c->num_layers = s.layers;
+            c->channels = s.channels;
+            c->num_heads = s.heads;
+            c->intermediate = 4 * s.channels;
+            return true;
+        }
+    return false;
 }

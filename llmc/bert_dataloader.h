@@ -2,8 +2,9 @@
 // sequences for MLM pretraining, or labeled sequences for classification) and the loader that makes
 // train_bert.cu's batches of them: split across ranks, shuffled every epoch, bucketed by length and
 // padded only to a multiple of 8 of the longest sequence, masked anew every epoch for MLM, and
-// resumable batch for batch. Host C++17 and the standard library only (no CUDA): the tool and the
-// tests include it too.
+// resumable batch for batch; also the widest sequence a set of shards holds (bert_shards_max_len)
+// and --bench's synthetic shard (write_bench_shard). Host C++17 and the standard library only (no
+// CUDA): the tool and the tests include it too.
 //
 // Usage (train_bert.cu; B sequences per batch on this rank, T the model's sequence length):
 //
@@ -660,3 +661,50 @@ class BertDataLoader {
     std::vector<int> inputs_, token_types_, valid_len_, targets_, candidates_;
     std::vector<long long> row_seq_;
 };
+
+// The longest sequence the shards matching pattern allow (their headers' max_len, at most): with
+// batches only as wide as their longest row, the activations need no more than this rounded up to 8.
+inline int bert_shards_max_len(const std::string& pattern) {
+    glob_t g;
+    int longest = 0;
+    if (glob(pattern.c_str(), 0, nullptr, &g) != 0) return 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        uint8_t header[BERT_SHARD_HEADER_INTS * 4] = {};
+        FILE* f = fopen(g.gl_pathv[i], "rb");
+        if (!f) continue;
+        size_t got = fread(header, 1, sizeof(header), f);
+        long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        fclose(f);
+        BertShard s;
+        size_t n, total;
+        std::string err;  // (a bad shard is the loader's to report)
+        if (got == sizeof(header) && size > 0 && parse_bert_shard_header(header, (size_t)size, &s, &n, &total, &err))
+            longest = std::max(longest, s.max_len);
+    }
+    globfree(&g);
+    return longest;
+}
+
+// Writes --bench's synthetic shard into dir: n sequences of exactly len tokens ([CLS], ids drawn
+// uniformly from the vocabulary's ordinary tokens, [SEP]) with the bert-base-uncased special ids;
+// classification: labels alternating between 2 classes. Returns its path.
+inline std::string write_bench_shard(const std::string& dir, BertShardKind kind, size_t n, int len, int V, uint64_t seed) {
+    BertShard s;
+    s.kind = kind;
+    s.max_len = len;
+    s.vocab_size = V;
+    s.cls_id = 101, s.sep_id = 102, s.pad_id = 0, s.mask_id = 103, s.unk_id = 100;
+    if (V < 1000) data_error("--bench: the model's vocabulary (%d) is smaller than bert-base-uncased's special ids", V);
+    BertRng rng({seed, 0xBE7C});
+    for (size_t i = 0; i < n; i++) {
+        s.tokens.push_back((uint16_t)s.cls_id);
+        for (int t = 1; t < len - 1; t++) s.tokens.push_back((uint16_t)(999 + rng.below(V - 999)));
+        s.tokens.push_back((uint16_t)s.sep_id);
+        s.lengths.push_back(len);
+        if (kind == BertShardKind::Classify) s.labels.push_back((int32_t)(i % 2));
+    }
+    if (kind == BertShardKind::Classify) s.label_names = {"even", "odd"};
+    std::string path = dir + (kind == BertShardKind::MLM ? "/bench_mlm.bin" : "/bench_classify.bin"), err;
+    if (!write_bert_shard(path, s, &err)) data_error("--bench: %s", err.c_str());
+    return path;
+}
