@@ -286,8 +286,6 @@ struct BERT : ModelState<floatX> {
         // Layers kept per activation: L, or 1 when the backward pass recomputes it (see recompute).
         size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
                Lall = recompute >= Recompute::Layer ? 1 : L;
-        // Every region starts 256-byte aligned (cuBLASLt and 128-bit loads want aligned rows).
-        struct Region { void** ptr; size_t bytes; };
         std::vector<Region> regions = {
             {(void**)&acts.encoded, BT * C * sizeof(floatX)},
             {(void**)&acts.emb_ln, BT * C * sizeof(floatX)},
@@ -330,30 +328,18 @@ struct BERT : ModelState<floatX> {
             {(void**)&acts.slot, BT * sizeof(int)},
             {(void**)&acts.targets, R * sizeof(int)},
         };
-        acts_bytes = 0;
-        for (auto& r : regions) acts_bytes += (r.bytes + 255) / 256 * 256;
+        acts_bytes = regions_bytes(regions);
         cudaCheck(cudaMalloc(&acts_memory, acts_bytes));
-        char* p = static_cast<char*>(acts_memory);
-        for (auto& r : regions) {
-            *r.ptr = p;
-            p += (r.bytes + 255) / 256 * 256;
-        }
+        carve_regions(acts_memory, regions);
         // The embedding backward's plan buffers, reserved now for the worst case of this shape, so
         // that the memory anatomy is complete before the first step.
-        size_t plan_before = encoder_plan_bytes();
+        size_t plan_before = encoder_plan.device_bytes();
         std::vector<int> zeros(BT, 0);
         encoder_backward_plan(&encoder_plan, zeros.data(), zeros.data(), B, T, (int)C, config.vocab_size,
                               config.type_vocab_size, stream);
         cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
         mem.activations = acts_bytes;
-        mem.other += encoder_plan_bytes() - plan_before;
-    }
-
-    // Device bytes the embedding backward's plan holds.
-    size_t encoder_plan_bytes() const {
-        const EncoderBackwardPlan& e = encoder_plan;
-        return e.capacity_positions * sizeof(int) + e.capacity_segments * sizeof(EncoderSegment) +
-               e.capacity_groups * sizeof(EncoderGroup) + e.capacity_partials * sizeof(float);
+        mem.other += encoder_plan.device_bytes() - plan_before;
     }
 
     // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only).
@@ -488,11 +474,11 @@ struct BERT : ModelState<floatX> {
         const GeluKind erf = GeluKind::Erf;
         // self-attention over the valid tokens (dropout on its probabilities); then x + dropout(output
         // projection) -> LayerNorm
-        matmul_forward(x.qkv, (floatX*)nullptr, x.input, params.layer(QKVW, l, (size_t)3 * C * C),
-                       params.layer(QKVB, l, 3 * C), BT, C, 3 * C, erf, stream);
+        matmul_forward(x.qkv, x.input, params.layer(QKVW, l, (size_t)3 * C * C), params.layer(QKVB, l, 3 * C),
+                       BT, C, 3 * C, stream);
         attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, false, a.valid_len, stream, attention_dropout(l));
-        matmul_forward(a.btc, (floatX*)nullptr, x.atty, params.layer(ATTOW, l, (size_t)C * C), params.layer(ATTOB, l, C),
-                       BT, C, C, erf, stream);
+        matmul_forward(a.btc, x.atty, params.layer(ATTOW, l, (size_t)C * C), params.layer(ATTOB, l, C),
+                       BT, C, C, stream);
         drop(a.btc, btc, 2 + 3 * l);
         fused_residual_layernorm_forward(x.res_att, x.h_att, x.att_mean, x.att_rstd, x.input, a.btc,
                                          params.layer(ATTLNW, l, C), params.layer(ATTLNB, l, C), BT, C, eps,
@@ -501,8 +487,8 @@ struct BERT : ModelState<floatX> {
         // cuBLASLt has no erf-GELU epilogue: matmul_forward runs llmc/gelu.cuh's kernel after it.
         matmul_forward(x.fch_gelu, x.fch, x.h_att, params.layer(INTERW, l, (size_t)I * C),
                        params.layer(INTERB, l, I), BT, C, I, erf, stream);
-        matmul_forward(a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(OUTW, l, (size_t)C * I),
-                       params.layer(OUTB, l, C), BT, I, C, erf, stream);
+        matmul_forward(a.btc, x.fch_gelu, params.layer(OUTW, l, (size_t)C * I), params.layer(OUTB, l, C),
+                       BT, I, C, stream);
         drop(a.btc, btc, 3 + 3 * l);  // the MLP output, before the residual add
         fused_residual_layernorm_forward(x.res_out, x.h_out, x.out_mean, x.out_rstd, x.h_att, a.btc,
                                          params.layer(OUTLNW, l, C), params.layer(OUTLNB, l, C), BT, C, eps,
@@ -554,18 +540,15 @@ struct BERT : ModelState<floatX> {
             matmul_forward(a.head_act, a.head_pre, a.head_in, params.t[MLMW], params.t[MLMB], R, C, C, erf, stream);
             layernorm_forward(a.mlm_ln, a.mlm_mean, a.mlm_rstd, a.head_act, params.t[MLMLNW], params.t[MLMLNB], R, C,
                               eps, stream);
-            matmul_forward(a.logits, (floatX*)nullptr, a.mlm_ln, params.t[WORD_EMB], params.t[MLMDECB], R, C, Vp, erf,
-                           stream);
+            matmul_forward(a.logits, a.mlm_ln, params.t[WORD_EMB], params.t[MLMDECB], R, C, Vp, stream);
             fused_classifier(a.logits, a.losses, a.targets, R, V, Vp, dloss, -100, with_grad, stream);
         } else {
             // pooler: tanh([CLS] · poolwᵀ + poolb); classifier: · clswᵀ + clsb
             int NL = c.num_labels;
-            matmul_forward(a.head_pre, (floatX*)nullptr, a.head_in, params.t[POOLW], params.t[POOLB], R, C, C, erf,
-                           stream);
+            matmul_forward(a.head_pre, a.head_in, params.t[POOLW], params.t[POOLB], R, C, C, stream);
             tanh_forward(a.head_act, a.head_pre, (size_t)R * C, stream);
             drop(a.head_act, (size_t)R * C, 1 + 3 * L);  // in place: tanh's backward reads its input
-            matmul_forward(a.cls_logits, (floatX*)nullptr, a.head_act, params.t[CLSW], params.t[CLSB], R, C, NL, erf,
-                           stream);
+            matmul_forward(a.cls_logits, a.head_act, params.t[CLSW], params.t[CLSB], R, C, NL, stream);
             fused_classifier(a.cls_logits, a.losses, a.targets, R, NL, NL, dloss, -100, with_grad, stream);
         }
     }

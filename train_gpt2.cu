@@ -211,8 +211,7 @@ struct GPT2 : ModelState<floatX> {
         B = B_;
         T = T_;
         std::vector<Region> regions = activation_regions(B, T);
-        acts_bytes = 0;
-        for (auto& r : regions) acts_bytes += (r.bytes + 255) / 256 * 256;
+        acts_bytes = regions_bytes(regions);
         if (cudaMalloc(&acts_memory, acts_bytes) != cudaSuccess) {
             size_t free_b, total_b;
             cudaCheck(cudaMemGetInfo(&free_b, &total_b));
@@ -220,20 +219,16 @@ struct GPT2 : ModelState<floatX> {
                        "(lower --batch-size and keep the tokens per step with --total-batch-size, try --recompute, "
                        "or --batch-size auto)", B, T, acts_bytes / 1048576.0, free_b / 1048576.0);
         }
-        char* p = static_cast<char*>(acts_memory);
-        for (auto& r : regions) {
-            *r.ptr = p;
-            p += (r.bytes + 255) / 256 * 256;
-        }
+        carve_regions(acts_memory, regions);
         // The embedding backward's plan buffers, reserved now for the worst case of this shape (a
         // plan for any batch), so that the memory anatomy is complete before the first step.
-        size_t plan_before = encoder_plan_bytes();
+        size_t plan_before = encoder_plan.device_bytes();
         std::vector<int> no_tokens((size_t)B * T, 0);
         encoder_backward_plan(&encoder_plan, no_tokens.data(), (const int*)nullptr, B, T, config.channels,
                               config.vocab_size, 0, stream);
         cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
         mem.activations = acts_bytes;
-        mem.other += encoder_plan_bytes() - plan_before;
+        mem.other += encoder_plan.device_bytes() - plan_before;
         if (fp8 && !fp8_scratch) {  // one buffer for the largest of the four GEMMs of a block
             size_t C = config.channels, BT = (size_t)B * T;
             size_t bytes = std::max({matmul_fp8_scratch_bytes((int)BT, (int)C, (int)(3 * C)),
@@ -247,16 +242,10 @@ struct GPT2 : ModelState<floatX> {
 
     // Device bytes allocate_activations(B, T) needs: the activations and the embedding backward's plan.
     size_t activation_bytes(int B_, int T_) {
-        size_t bytes = encoder_plan_capacity(B_, T_, config.channels, false).bytes();
-        for (const Region& r : activation_regions(B_, T_)) bytes += (r.bytes + 255) / 256 * 256;
-        return bytes;
+        size_t plan = encoder_plan_capacity(B_, T_, config.channels, false).bytes();
+        return regions_bytes(activation_regions(B_, T_)) + plan;
     }
 
-    // One region of the activations allocation: where its pointer goes and its size.
-    struct Region {
-        void** ptr;
-        size_t bytes;
-    };
     // The activation regions for micro-batch (B, T), in allocation order.
     std::vector<Region> activation_regions(int B, int T) {
         size_t L = config.num_layers, C = config.channels, NH = config.num_heads, Vp = config.padded_vocab_size;
@@ -268,7 +257,6 @@ struct GPT2 : ModelState<floatX> {
         // Layers kept per activation: L, or 1 when the backward pass recomputes it (see Recompute).
         size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
                Lall = recompute >= Recompute::Layer ? 1 : L;
-        // Every region starts 256-byte aligned (cuBLASLt and 128-bit loads want aligned rows).
         return {
             {(void**)&acts.encoded, BT * C * sizeof(floatX)},
             {(void**)&acts.ln1, Lln * BT * C * sizeof(floatX)},
@@ -299,13 +287,6 @@ struct GPT2 : ModelState<floatX> {
         };
     }
 
-    // Device bytes the embedding backward's plan holds.
-    size_t encoder_plan_bytes() const {
-        const EncoderBackwardPlan& e = encoder_plan;
-        return e.capacity_positions * sizeof(int) + e.capacity_segments * sizeof(EncoderSegment) +
-               e.capacity_groups * sizeof(EncoderGroup) + e.capacity_partials * sizeof(float);
-    }
-
     // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only).
     LayerActs<floatX> layer_acts(int l) const {
         size_t BT = (size_t)B * T, btc = BT * config.channels, bht = (size_t)B * config.num_heads * T;
@@ -326,11 +307,11 @@ struct GPT2 : ModelState<floatX> {
         int C = config.channels, NH = config.num_heads, BT = B * T;
         const float eps = 1e-5f;
         // attention block: qkv = ln1 · qkvwᵀ + qkvb; causal self-attention; projection
-        linear_forward(LinQKV, l, x.qkv, (floatX*)nullptr, x.ln1, params.layer(QKVW, l, 3 * C * C),
-                       params.layer(QKVB, l, 3 * C), BT, C, 3 * C);
+        linear_forward(LinQKV, l, x.qkv, x.ln1, params.layer(QKVW, l, 3 * C * C), params.layer(QKVB, l, 3 * C),
+                       BT, C, 3 * C);
         attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, true, (const int*)nullptr, stream);
-        linear_forward(LinAttProj, l, acts.btc, (floatX*)nullptr, x.atty, params.layer(ATTPROJW, l, C * C),
-                       params.layer(ATTPROJB, l, C), BT, C, C);
+        linear_forward(LinAttProj, l, acts.btc, x.atty, params.layer(ATTPROJW, l, C * C), params.layer(ATTPROJB, l, C),
+                       BT, C, C);
         fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, acts.btc,
                                          params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT, C, eps, stream);
         // MLP block, first half: GELU(ln2 · fcwᵀ + fcb)
@@ -338,8 +319,8 @@ struct GPT2 : ModelState<floatX> {
             linear_forward(LinFC, l, x.fch_gelu, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C),
                            params.layer(FCB, l, 4 * C), BT, C, 4 * C);
         } else {
-            linear_forward(LinFC, l, x.fch, (floatX*)nullptr, x.ln2, params.layer(FCW, l, 4 * C * C),
-                           params.layer(FCB, l, 4 * C), BT, C, 4 * C);
+            linear_forward(LinFC, l, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C),
+                           BT, C, 4 * C);
             gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
         }
     }
@@ -359,6 +340,11 @@ struct GPT2 : ModelState<floatX> {
             }
         }
         matmul_forward(out, pre_gelu, inp, weight, bias, N, C, OC, GeluKind::Tanh, stream);
+    }
+    // The same without an activation: out = inp · Wᵀ + b.
+    void linear_forward(Linear which, int l, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                        int N, int C, int OC) {
+        linear_forward(which, l, out, (floatX*)nullptr, inp, weight, bias, N, C, OC);
     }
     // Its backward (see matmul_backward), fp8 as linear_forward.
     void linear_backward(Linear which, int l, floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
@@ -409,7 +395,7 @@ struct GPT2 : ModelState<floatX> {
             LayerActs<floatX> x = layer_acts(l);
             block_forward(l, x);
             // MLP block, second half: · fcprojwᵀ + fcprojb
-            linear_forward(LinFCProj, l, a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
+            linear_forward(LinFCProj, l, a.btc, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
                            params.layer(FCPROJB, l, C), BT, 4 * C, C);
             // The next layer's ln1 (or the final layernorm) is fused with this residual add.
             bool last = l == L - 1;
@@ -420,8 +406,7 @@ struct GPT2 : ModelState<floatX> {
                                              last ? params.t[LNFB] : params.layer(LN1B, l + 1, C), BT, C, eps, stream);
         }
         // LM head tied to the token embedding: logits (B,T,Vp) = lnf · wteᵀ
-        matmul_forward(a.logits, (floatX*)nullptr, a.lnf, params.t[WTE], (const floatX*)nullptr, BT, C, Vp,
-                       GeluKind::Tanh, stream);
+        matmul_forward(a.logits, a.lnf, params.t[WTE], (const floatX*)nullptr, BT, C, Vp, stream);
         fused_classifier(a.logits, a.losses, a.targets, BT, V, Vp, dloss, -1, with_grad, stream);
     }
 
@@ -545,7 +530,6 @@ struct GPT2 : ModelState<floatX> {
     void decode_allocate() {
         if (decode_memory) return;
         size_t L = config.num_layers, C = config.channels, maxT = config.max_seq_len, Vp = config.padded_vocab_size;
-        struct Region { void** ptr; size_t bytes; };
         std::vector<Region> regions = {
             {(void**)&dec_residual, C * sizeof(floatX)},  {(void**)&dec_ln, C * sizeof(floatX)},
             {(void**)&dec_atty, C * sizeof(floatX)},      {(void**)&dec_proj, C * sizeof(floatX)},
@@ -553,14 +537,9 @@ struct GPT2 : ModelState<floatX> {
             {(void**)&dec_fch_gelu, 4 * C * sizeof(floatX)}, {(void**)&dec_logits, Vp * sizeof(floatX)},
             {(void**)&dec_token, sizeof(int)},            {(void**)&kv_cache, L * maxT * 3 * C * sizeof(floatX)},
         };
-        decode_bytes = 0;
-        for (auto& r : regions) decode_bytes += (r.bytes + 255) / 256 * 256;
+        decode_bytes = regions_bytes(regions);
         cudaCheck(cudaMalloc(&decode_memory, decode_bytes));
-        char* p = static_cast<char*>(decode_memory);
-        for (auto& r : regions) {
-            *r.ptr = p;
-            p += (r.bytes + 255) / 256 * 256;
-        }
+        carve_regions(decode_memory, regions);
     }
 
     // Feeds `token` at position pos, given that positions 0..pos-1 are in the cache: writes its qkv
@@ -587,12 +566,12 @@ struct GPT2 : ModelState<floatX> {
                           eps, stream);
         for (int l = 0; l < L; l++) {
             floatX* cache = kv_cache + (size_t)l * maxT * 3 * C;  // (maxT, 3C) of layer l
-            matmul_forward(cache + (size_t)pos * 3 * C, (floatX*)nullptr, dec_ln, params.layer(QKVW, l, 3 * C * C),
-                           params.layer(QKVB, l, 3 * C), 1, C, 3 * C, GeluKind::Tanh, stream);
+            matmul_forward(cache + (size_t)pos * 3 * C, dec_ln, params.layer(QKVW, l, 3 * C * C),
+                           params.layer(QKVB, l, 3 * C), 1, C, 3 * C, stream);
             if (l == L - 1 && !with_logits) return nullptr;  // later tokens need only the cache rows
             attention_decode(dec_atty, (const floatX*)cache, pos, C, NH, maxT, stream);
-            matmul_forward(dec_proj, (floatX*)nullptr, dec_atty, params.layer(ATTPROJW, l, C * C),
-                           params.layer(ATTPROJB, l, C), 1, C, C, GeluKind::Tanh, stream);
+            matmul_forward(dec_proj, dec_atty, params.layer(ATTPROJW, l, C * C), params.layer(ATTPROJB, l, C),
+                           1, C, C, stream);
             fused_residual_layernorm_forward(dec_residual2, dec_ln, (float*)nullptr, (float*)nullptr, dec_residual,
                                              dec_proj, params.layer(LN2W, l, C), params.layer(LN2B, l, C), 1, C, eps,
                                              stream);
@@ -601,19 +580,18 @@ struct GPT2 : ModelState<floatX> {
                 matmul_forward(dec_fch_gelu, dec_fch, dec_ln, params.layer(FCW, l, 4 * C * C),
                                params.layer(FCB, l, 4 * C), 1, C, 4 * C, GeluKind::Tanh, stream);
             } else {
-                matmul_forward(dec_fch, (floatX*)nullptr, dec_ln, params.layer(FCW, l, 4 * C * C),
-                               params.layer(FCB, l, 4 * C), 1, C, 4 * C, GeluKind::Tanh, stream);
+                matmul_forward(dec_fch, dec_ln, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C),
+                               1, C, 4 * C, stream);
                 gelu_forward(dec_fch_gelu, dec_fch, (size_t)4 * C, GeluKind::Tanh, stream);
             }
-            matmul_forward(dec_proj, (floatX*)nullptr, dec_fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
-                           params.layer(FCPROJB, l, C), 1, 4 * C, C, GeluKind::Tanh, stream);
+            matmul_forward(dec_proj, dec_fch_gelu, params.layer(FCPROJW, l, 4 * C * C), params.layer(FCPROJB, l, C),
+                           1, 4 * C, C, stream);
             bool last = l == L - 1;
             fused_residual_layernorm_forward(dec_residual, dec_ln, (float*)nullptr, (float*)nullptr, dec_residual2,
                                              dec_proj, last ? params.t[LNFW] : params.layer(LN1W, l + 1, C),
                                              last ? params.t[LNFB] : params.layer(LN1B, l + 1, C), 1, C, eps, stream);
         }
-        matmul_forward(dec_logits, (floatX*)nullptr, dec_ln, params.t[WTE], (const floatX*)nullptr, 1, C, Vp,
-                       GeluKind::Tanh, stream);
+        matmul_forward(dec_logits, dec_ln, params.t[WTE], (const floatX*)nullptr, 1, C, Vp, stream);
         return dec_logits;
     }
 
