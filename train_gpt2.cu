@@ -1,10 +1,10 @@
 // train_gpt2.cu — GPT-2 training: the model, its whole forward and backward pass, the optimizer step
 // and the training loop, in one file. Kernels live in llmc/; this file is the model-level tier.
 //
-// Chapters: configuration · parameters · activations · the model (build, forward, backward, update,
-// decoding with a KV cache) · initial weights and checkpoints · training (options, sampling, the
-// loop) · main. The checkpoint formats — llm.c model files, Hugging Face safetensors — are in
-// llmc/gpt2_io.h.
+// Chapters: configuration · parameters · activations · the model (build, forward, backward, update) ·
+// decoding with a KV cache (GPT2Decoder) · initial weights and checkpoints · training (options,
+// sampling, the loop) · main. The checkpoint formats — llm.c model files, Hugging Face
+// safetensors — are in llmc/gpt2_io.h.
 //
 // Precision is a run-time choice (--precision auto|fp32|tf32|bf16|fp16|fp8): every model-level
 // function is a template on the storage type floatX of parameters and activations, and main()
@@ -185,6 +185,7 @@ struct GPT2 : ModelState<floatX> {
     // The MLP's GELU as cuBLASLt's matmul epilogue (one launch) or as llmc/gelu.cuh's kernel after
     // the matmul; recomputation needs the kernel (the backward pass recomputes exactly its bits).
     bool gelu_fusion = true;
+    bool fused_gelu() const { return gelu_fusion && recompute == Recompute::None; }
     EncoderBackwardPlan encoder_plan;
 
     // Allocates parameters, gradients and optimizer state for config and fills params_memory
@@ -315,7 +316,7 @@ struct GPT2 : ModelState<floatX> {
         fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, acts.btc,
                                          params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT, C, eps, stream);
         // MLP block, first half: GELU(ln2 · fcwᵀ + fcb)
-        if (gelu_fusion && recompute == Recompute::None) {
+        if (fused_gelu()) {
             linear_forward(LinFC, l, x.fch_gelu, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C),
                            params.layer(FCB, l, 4 * C), BT, C, 4 * C);
         } else {
@@ -432,11 +433,10 @@ struct GPT2 : ModelState<floatX> {
             if (recompute != Recompute::None) recompute_layer(l, x);
             // MLP block: dresidual is the gradient of the block's output
             // GELU's backward: fused into the matmul as dGELU when the forward fused it, else the kernel
-            const bool fused_gelu = gelu_fusion && recompute == Recompute::None;
             linear_backward(LinFCProj, l, a.dbt4c, grads.layer(FCPROJW, l, 4 * C * C), grads.layer(FCPROJB, l, C),
                             a.dresidual, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
-                            fused_gelu ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
-            if (!fused_gelu) gelu_backward_inplace(a.dbt4c, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
+                            fused_gelu() ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
+            if (!fused_gelu()) gelu_backward_inplace(a.dbt4c, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
             linear_backward(LinFC, l, a.dbtc, grads.layer(FCW, l, 4 * C * C), grads.layer(FCB, l, 4 * C), a.dbt4c,
                             x.ln2, params.layer(FCW, l, 4 * C * C), (const floatX*)nullptr, BT, C, 4 * C);
             layernorm_backward(a.dresidual, grads.layer(LN2W, l, C), grads.layer(LN2B, l, C), a.scratch, a.dbtc,
@@ -508,99 +508,109 @@ struct GPT2 : ModelState<floatX> {
             f.inp.primed = f.weight.primed = f.grad.primed = step > 0;
     }
 
-    // ---- Decoding with a KV cache (generation) ----
-    // One sequence, one token at a time: per layer a (maxT, 3C) cache holding every position's qkv row
-    // (what attention_decode reads), and one row of every activation. Independent of the training
-    // activations, so sampling between training steps neither frees nor resizes them, whatever the
-    // recomputation setting. Allocated by the first decode_allocate(), kept until free_all().
-    void* decode_memory = nullptr;
-    size_t decode_bytes = 0;
-    floatX* kv_cache = nullptr;       // (L, maxT, 3C)
-    floatX* dec_residual = nullptr;   // (C) the residual stream: the embedding, then each layer's output
-    floatX* dec_ln = nullptr;         // (C) the current layernorm output (ln1, ln2, lnf)
-    floatX* dec_atty = nullptr;       // (C)
-    floatX* dec_proj = nullptr;       // (C) the projections' outputs before their residual add
-    floatX* dec_residual2 = nullptr;  // (C)
-    floatX* dec_fch = nullptr;        // (4C) pre-GELU
-    floatX* dec_fch_gelu = nullptr;   // (4C)
-    floatX* dec_logits = nullptr;     // (Vp)
-    int* dec_token = nullptr;         // (1)
-
-    // Allocates the decode state (once): one allocation, 256-byte aligned regions, the cache last.
-    void decode_allocate() {
-        if (decode_memory) return;
-        size_t L = config.num_layers, C = config.channels, maxT = config.max_seq_len, Vp = config.padded_vocab_size;
-        std::vector<Region> regions = {
-            {(void**)&dec_residual, C * sizeof(floatX)},  {(void**)&dec_ln, C * sizeof(floatX)},
-            {(void**)&dec_atty, C * sizeof(floatX)},      {(void**)&dec_proj, C * sizeof(floatX)},
-            {(void**)&dec_residual2, C * sizeof(floatX)}, {(void**)&dec_fch, 4 * C * sizeof(floatX)},
-            {(void**)&dec_fch_gelu, 4 * C * sizeof(floatX)}, {(void**)&dec_logits, Vp * sizeof(floatX)},
-            {(void**)&dec_token, sizeof(int)},            {(void**)&kv_cache, L * maxT * 3 * C * sizeof(floatX)},
-        };
-        decode_bytes = regions_bytes(regions);
-        cudaCheck(cudaMalloc(&decode_memory, decode_bytes));
-        carve_regions(decode_memory, regions);
-    }
-
-    // Feeds `token` at position pos, given that positions 0..pos-1 are in the cache: writes its qkv
-    // rows into the cache and returns the device row of its logits (Vp) — or, without with_logits
-    // (prefill of a token whose successor is already known), stops once the last layer's cache row is
-    // written and returns nullptr. The ops are forward()'s for one row, so that decoding agrees with
-    // the full forward pass up to summation order (attention_decode's, and the matmuls' for N = 1).
-    const floatX* decode_step(int token, int pos, bool with_logits = true) {
-        const GPT2Config& c = config;
-        int L = c.num_layers, C = c.channels, NH = c.num_heads, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
-        if (token < 0 || token >= c.vocab_size || pos < 0 || pos >= maxT) {
-            fprintf(stderr, "decode_step: token %d must be in [0, %d) and pos %d in [0, %d) (the model's positions)\n",
-                    token, c.vocab_size, pos, maxT);
-            exit(EXIT_FAILURE);
-        }
-        decode_allocate();
-        const float eps = 1e-5f;
-        // from pageable memory: the copy has taken the value when the call returns
-        cudaCheck(cudaMemcpyAsync(dec_token, &token, sizeof(int), cudaMemcpyHostToDevice, stream));
-        // the embedding of one token at position pos: a (1,1) batch whose position table starts at pos
-        encoder_forward(dec_residual, dec_token, params.t[WTE], params.t[WPE] + (size_t)pos * C, (const int*)nullptr,
-                        (const floatX*)nullptr, 1, 1, C, stream);
-        layernorm_forward(dec_ln, (float*)nullptr, (float*)nullptr, dec_residual, params.t[LN1W], params.t[LN1B], 1, C,
-                          eps, stream);
-        for (int l = 0; l < L; l++) {
-            floatX* cache = kv_cache + (size_t)l * maxT * 3 * C;  // (maxT, 3C) of layer l
-            matmul_forward(cache + (size_t)pos * 3 * C, dec_ln, params.layer(QKVW, l, 3 * C * C),
-                           params.layer(QKVB, l, 3 * C), 1, C, 3 * C, stream);
-            if (l == L - 1 && !with_logits) return nullptr;  // later tokens need only the cache rows
-            attention_decode(dec_atty, (const floatX*)cache, pos, C, NH, maxT, stream);
-            matmul_forward(dec_proj, dec_atty, params.layer(ATTPROJW, l, C * C), params.layer(ATTPROJB, l, C),
-                           1, C, C, stream);
-            fused_residual_layernorm_forward(dec_residual2, dec_ln, (float*)nullptr, (float*)nullptr, dec_residual,
-                                             dec_proj, params.layer(LN2W, l, C), params.layer(LN2B, l, C), 1, C, eps,
-                                             stream);
-            // the same GELU as block_forward: the fused epilogue, or the kernel whenever forward() uses it
-            if (gelu_fusion && recompute == Recompute::None) {
-                matmul_forward(dec_fch_gelu, dec_fch, dec_ln, params.layer(FCW, l, 4 * C * C),
-                               params.layer(FCB, l, 4 * C), 1, C, 4 * C, GeluKind::Tanh, stream);
-            } else {
-                matmul_forward(dec_fch, dec_ln, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C),
-                               1, C, 4 * C, stream);
-                gelu_forward(dec_fch_gelu, dec_fch, (size_t)4 * C, GeluKind::Tanh, stream);
-            }
-            matmul_forward(dec_proj, dec_fch_gelu, params.layer(FCPROJW, l, 4 * C * C), params.layer(FCPROJB, l, C),
-                           1, 4 * C, C, stream);
-            bool last = l == L - 1;
-            fused_residual_layernorm_forward(dec_residual, dec_ln, (float*)nullptr, (float*)nullptr, dec_residual2,
-                                             dec_proj, last ? params.t[LNFW] : params.layer(LN1W, l + 1, C),
-                                             last ? params.t[LNFB] : params.layer(LN1B, l + 1, C), 1, C, eps, stream);
-        }
-        matmul_forward(dec_logits, dec_ln, params.t[WTE], (const floatX*)nullptr, 1, C, Vp, stream);
-        return dec_logits;
-    }
-
     void free_all() {
         this->free_state();
         for (void* p : {fp8_memory, fp8_scratch, acts_memory})
             if (p) cudaCheck(cudaFree(p));
         encoder_backward_plan_free(&encoder_plan);
-        if (decode_memory) cudaCheck(cudaFree(decode_memory));
+    }
+};
+
+// ----------------------------------------------------------------------------
+// Decoding with a KV cache: the model run for one new token at a time (generation)
+//
+// One sequence: per layer a (maxT, 3C) cache holding every position's qkv row (what attention_decode
+// reads), and one row of every activation. The decoder is its own allocation beside the model's, so
+// sampling between training steps neither frees nor resizes the training activations, whatever the
+// recomputation setting; it reads the model's parameters as they are at each step.
+
+template <class floatX>
+struct GPT2Decoder {
+    const GPT2<floatX>& model;
+    void* memory = nullptr;
+    size_t bytes = 0;
+    floatX* kv_cache = nullptr;   // (L, maxT, 3C)
+    floatX* residual = nullptr;   // (C) the residual stream: the embedding, then each layer's output
+    floatX* ln = nullptr;         // (C) the current layernorm output (ln1, ln2, lnf)
+    floatX* atty = nullptr;       // (C)
+    floatX* proj = nullptr;       // (C) the projections' outputs before their residual add
+    floatX* residual2 = nullptr;  // (C)
+    floatX* fch = nullptr;        // (4C) pre-GELU
+    floatX* fch_gelu = nullptr;   // (4C)
+    floatX* logits = nullptr;     // (Vp)
+    int* token = nullptr;         // (1)
+
+    // Allocates the decoding state for the model's shape: one allocation, the cache last.
+    explicit GPT2Decoder(const GPT2<floatX>& m) : model(m) {
+        const GPT2Config& c = model.config;
+        size_t L = c.num_layers, C = c.channels, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
+        std::vector<Region> regions = {
+            {(void**)&residual, C * sizeof(floatX)},  {(void**)&ln, C * sizeof(floatX)},
+            {(void**)&atty, C * sizeof(floatX)},      {(void**)&proj, C * sizeof(floatX)},
+            {(void**)&residual2, C * sizeof(floatX)}, {(void**)&fch, 4 * C * sizeof(floatX)},
+            {(void**)&fch_gelu, 4 * C * sizeof(floatX)}, {(void**)&logits, Vp * sizeof(floatX)},
+            {(void**)&token, sizeof(int)},            {(void**)&kv_cache, L * maxT * 3 * C * sizeof(floatX)},
+        };
+        bytes = regions_bytes(regions);
+        cudaCheck(cudaMalloc(&memory, bytes));
+        carve_regions(memory, regions);
+    }
+    ~GPT2Decoder() { cudaCheck(cudaFree(memory)); }
+    GPT2Decoder(const GPT2Decoder&) = delete;
+    GPT2Decoder& operator=(const GPT2Decoder&) = delete;
+
+    // Feeds `tok` at position pos, given that positions 0..pos-1 are in the cache: writes its qkv
+    // rows into the cache and returns the device row of its logits (Vp) — or, without with_logits
+    // (prefill of a token whose successor is already known), stops once the last layer's cache row is
+    // written and returns nullptr. The ops are GPT2::forward()'s for one row, so that decoding agrees
+    // with the full forward pass up to summation order (attention_decode's, and the matmuls' for N = 1).
+    const floatX* step(int tok, int pos, bool with_logits = true) {
+        const GPT2Config& c = model.config;
+        const ParameterTensors<floatX>& params = model.params;
+        cudaStream_t stream = model.stream;
+        int L = c.num_layers, C = c.channels, NH = c.num_heads, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
+        if (tok < 0 || tok >= c.vocab_size || pos < 0 || pos >= maxT) {
+            fprintf(stderr,
+                    "GPT2Decoder::step: token %d must be in [0, %d) and pos %d in [0, %d) (the model's positions)\n",
+                    tok, c.vocab_size, pos, maxT);
+            exit(EXIT_FAILURE);
+        }
+        const float eps = 1e-5f;
+        // from pageable memory: the copy has taken the value when the call returns
+        cudaCheck(cudaMemcpyAsync(token, &tok, sizeof(int), cudaMemcpyHostToDevice, stream));
+        // the embedding of one token at position pos: a (1,1) batch whose position table starts at pos
+        encoder_forward(residual, token, params.t[WTE], params.t[WPE] + (size_t)pos * C, (const int*)nullptr,
+                        (const floatX*)nullptr, 1, 1, C, stream);
+        layernorm_forward(ln, (float*)nullptr, (float*)nullptr, residual, params.t[LN1W], params.t[LN1B], 1, C, eps,
+                          stream);
+        for (int l = 0; l < L; l++) {
+            floatX* cache = kv_cache + (size_t)l * maxT * 3 * C;  // (maxT, 3C) of layer l
+            matmul_forward(cache + (size_t)pos * 3 * C, ln, params.layer(QKVW, l, 3 * C * C),
+                           params.layer(QKVB, l, 3 * C), 1, C, 3 * C, stream);
+            if (l == L - 1 && !with_logits) return nullptr;  // later tokens need only the cache rows
+            attention_decode(atty, (const floatX*)cache, pos, C, NH, maxT, stream);
+            matmul_forward(proj, atty, params.layer(ATTPROJW, l, C * C), params.layer(ATTPROJB, l, C), 1, C, C,
+                           stream);
+            fused_residual_layernorm_forward(residual2, ln, (float*)nullptr, (float*)nullptr, residual, proj,
+                                             params.layer(LN2W, l, C), params.layer(LN2B, l, C), 1, C, eps, stream);
+            // the GELU that block_forward applies: the same bits as the full forward pass's
+            if (model.fused_gelu()) {
+                matmul_forward(fch_gelu, fch, ln, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), 1, C,
+                               4 * C, GeluKind::Tanh, stream);
+            } else {
+                matmul_forward(fch, ln, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), 1, C, 4 * C,
+                               stream);
+                gelu_forward(fch_gelu, fch, (size_t)4 * C, GeluKind::Tanh, stream);
+            }
+            matmul_forward(proj, fch_gelu, params.layer(FCPROJW, l, 4 * C * C), params.layer(FCPROJB, l, C), 1, 4 * C,
+                           C, stream);
+            bool last = l == L - 1;
+            fused_residual_layernorm_forward(residual, ln, (float*)nullptr, (float*)nullptr, residual2, proj,
+                                             last ? params.t[LNFW] : params.layer(LN1W, l + 1, C),
+                                             last ? params.t[LNFB] : params.layer(LN1B, l + 1, C), 1, C, eps, stream);
+        }
+        matmul_forward(logits, ln, params.t[WTE], (const floatX*)nullptr, 1, C, Vp, stream);
+        return logits;
     }
 };
 
@@ -725,7 +735,7 @@ int sample_token(const std::vector<floatX>& row, int V, float temperature, int t
 // decoded as they come and returns the text (and appends the sampled ids to *sampled if given).
 // *rng_state is the sampling RNG's state (a checkpoint saves it, so a resumed run samples what an
 // uninterrupted one would).
-// Decoding with a KV cache (GPT2::decode_step): the prompt is fed once, token by token (the prefill),
+// Decoding with a KV cache (GPT2Decoder): the prompt is fed once, token by token (the prefill),
 // then each new token runs the model for its own position only, attending to the cached keys and
 // values of the earlier positions — instead of rerunning the whole window for every token. The
 // training activations are not touched. When the position reaches the model's maxT, the window
@@ -750,7 +760,7 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
                "vocabulary of %d\n", outside, o.tokenizer_path.c_str(), V);
         return "";
     }
-    model.decode_allocate();
+    GPT2Decoder<floatX> decoder(model);
     // The tokens at positions 0, 1, ... of the cache: <|endoftext|> and the prompt (its last maxT-1
     // tokens if it is longer).
     std::vector<int> window = {tok.eot()};
@@ -772,7 +782,7 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
     cudaCheck(cudaEventRecord(t0, model.stream));
     // prefill: every token of the window, the logits of the last one only
     const floatX* logits = nullptr;
-    for (size_t p = 0; p < window.size(); p++) logits = model.decode_step(window[p], (int)p, p + 1 == window.size());
+    for (size_t p = 0; p < window.size(); p++) logits = decoder.step(window[p], (int)p, p + 1 == window.size());
     std::vector<floatX> row(c.padded_vocab_size);
     uint64_t rng = *rng_state;
     for (int i = 0; i < o.gen_tokens; i++) {
@@ -787,10 +797,10 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
         if (i + 1 == o.gen_tokens) break;  // no successor to sample: the last token need not be fed
         if ((int)window.size() == maxT) {  // no position left: slide (see above)
             window.erase(window.begin(), window.end() - maxT / 2);
-            for (size_t p = 0; p < window.size(); p++) model.decode_step(window[p], (int)p, false);
+            for (size_t p = 0; p < window.size(); p++) decoder.step(window[p], (int)p, false);
         }
         window.push_back(next);
-        logits = model.decode_step(next, (int)window.size() - 1);
+        logits = decoder.step(next, (int)window.size() - 1);
     }
     cudaCheck(cudaEventRecord(t1, model.stream));
     cudaCheck(cudaEventSynchronize(t1));
