@@ -35,8 +35,9 @@
 // next to the tile loads, and parking them in shared memory (one word per thread) until used.
 // M is applied as a select on the P tile (the rounded P or 0, so that l still sums the undropped
 // weights) and 1/(1-p) is folded into the final row scaling of out and dV: no extra pass. The kernels
-// are compiled with and without dropout (a template flag): without, none of this code exists, and
-// p = 0 gives exactly the bits it gave before dropout was added.
+// are compiled with and without dropout (a template flag) and p = 0 launches the variant without, in
+// which none of this code exists: attention without dropout (GPT-2, BERT's eval passes) pays nothing
+// for it.
 //
 // Determinism. No atomics: the backward runs one kernel over key tiles for dK, dV and one over
 // query tiles for dQ (FlashAttention-2 accumulates dQ with fp32 atomics instead, which makes the
