@@ -331,15 +331,9 @@ struct BERT : ModelState<floatX> {
         acts_bytes = regions_bytes(regions);
         cudaCheck(cudaMalloc(&acts_memory, acts_bytes));
         carve_regions(acts_memory, regions);
-        // The embedding backward's plan buffers, reserved now for the worst case of this shape, so
-        // that the memory anatomy is complete before the first step.
-        size_t plan_before = encoder_plan.device_bytes();
-        std::vector<int> zeros(BT, 0);
-        encoder_backward_plan(&encoder_plan, zeros.data(), zeros.data(), B, T, (int)C, config.vocab_size,
-                              config.type_vocab_size, stream);
-        cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
         mem.activations = acts_bytes;
-        mem.other += encoder_plan.device_bytes() - plan_before;
+        mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, (int)C, config.vocab_size,
+                                                   config.type_vocab_size, stream);
     }
 
     // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only).
@@ -635,16 +629,7 @@ struct BERT : ModelState<floatX> {
     // Mean of the per-row losses of the last forward pass (syncs with the device): transformers'
     // loss, the mean over the masked tokens or over the batch. NaN for an MLM batch without masked
     // tokens, as transformers gives.
-    float mean_loss() {
-        if (head_rows == 0) return NAN;
-        std::vector<float> losses(head_rows);
-        cudaCheck(cudaMemcpyAsync(losses.data(), acts.losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                  stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        double s = 0;
-        for (float x : losses) s += x;
-        return (float)(s / losses.size());
-    }
+    float mean_loss() { return head_rows == 0 ? NAN : this->device_mean(acts.losses, head_rows); }
 
     // The last forward pass's per-row losses (head_rows of them) into *out (syncs with the device).
     void fetch_losses(std::vector<float>* out) {

@@ -221,15 +221,8 @@ struct GPT2 : ModelState<floatX> {
                        "or --batch-size auto)", B, T, acts_bytes / 1048576.0, free_b / 1048576.0);
         }
         carve_regions(acts_memory, regions);
-        // The embedding backward's plan buffers, reserved now for the worst case of this shape (a
-        // plan for any batch), so that the memory anatomy is complete before the first step.
-        size_t plan_before = encoder_plan.device_bytes();
-        std::vector<int> no_tokens((size_t)B * T, 0);
-        encoder_backward_plan(&encoder_plan, no_tokens.data(), (const int*)nullptr, B, T, config.channels,
-                              config.vocab_size, 0, stream);
-        cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
         mem.activations = acts_bytes;
-        mem.other += encoder_plan.device_bytes() - plan_before;
+        mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, config.channels, config.vocab_size, 0, stream);
         if (fp8 && !fp8_scratch) {  // one buffer for the largest of the four GEMMs of a block
             size_t C = config.channels, BT = (size_t)B * T;
             size_t bytes = std::max({matmul_fp8_scratch_bytes((int)BT, (int)C, (int)(3 * C)),
@@ -465,15 +458,7 @@ struct GPT2 : ModelState<floatX> {
     }
 
     // Mean of the per-token losses of the last forward pass (syncs with the device).
-    float mean_loss() {
-        std::vector<float> losses((size_t)B * T);
-        cudaCheck(cudaMemcpyAsync(losses.data(), acts.losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                  stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        double s = 0;
-        for (float x : losses) s += x;
-        return (float)(s / losses.size());
-    }
+    float mean_loss() { return this->device_mean(acts.losses, (size_t)B * T); }
 
     // Copies a micro-batch's token ids (host, B*T each) to the device; for training, also plans
     // the embedding backward pass (which groups positions by token id on the host).

@@ -336,6 +336,19 @@ inline void encoder_backward_plan(EncoderBackwardPlan* plan_ptr, const int* host
                               cudaMemcpyHostToDevice, stream));
 }
 
+// Reserves the plan's device buffers before the first step (so that a model's memory report is
+// complete then) by planning an all-zero batch of shape (B, T), token types too when n_types > 0:
+// every plan of that shape needs the same worst-case buffers. Returns the device bytes this added.
+inline size_t encoder_backward_plan_reserve(EncoderBackwardPlan* plan, int B, int T, int C, int V, int n_types,
+                                            cudaStream_t stream) {
+    size_t before = plan->device_bytes();
+    std::vector<int> zeros((size_t)B * T, 0);
+    encoder_backward_plan(plan, zeros.data(), n_types > 0 ? zeros.data() : (const int*)nullptr, B, T, C, V, n_types,
+                          stream);
+    cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
+    return plan->device_bytes() - before;
+}
+
 // Frees the plan's device buffers.
 inline void encoder_backward_plan_free(EncoderBackwardPlan* plan) {
     cudaCheck(cudaFree(plan->d_positions));

@@ -582,6 +582,17 @@ struct ModelState {
         if (master) cudaCheck(cudaMemcpy(master, mst.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
 
+    // Mean of n fp32 values on the device (a model's per-token or per-row losses), summed in double on
+    // the host in order (syncs with the device).
+    float device_mean(const float* values, size_t n) {
+        std::vector<float> host(n);
+        cudaCheck(cudaMemcpyAsync(host.data(), values, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        double s = 0;
+        for (float x : host) s += x;
+        return (float)(s / n);
+    }
+
     void free_state() {
         for (void* p : {(void*)params_memory, (void*)grads_memory, (void*)master, opt_state, (void*)opt_scratch,
                         (void*)adafactor_table, (void*)tensor_table, norm_scratch, (void*)norm_out, (void*)clip_scale,
