@@ -562,21 +562,21 @@ struct BERT : ModelState<floatX> {
         if (R > 0 && head == BertHead::MLM) {
             int Vp = c.padded_vocab_size;
             matmul_backward(a.dhead1, grads.t[WORD_EMB], grads.t[MLMDECB], a.scratch, a.logits, a.mlm_ln,
-                            params.t[WORD_EMB], (const floatX*)nullptr, R, C, Vp, erf, stream);
+                            params.t[WORD_EMB], R, C, Vp, stream);
             cudaCheck(cudaMemsetAsync(a.dhead2, 0, (size_t)R * C * sizeof(floatX), stream));
             layernorm_backward(a.dhead2, grads.t[MLMLNW], grads.t[MLMLNB], a.scratch, a.dhead1, a.head_act,
                                params.t[MLMLNW], a.mlm_mean, a.mlm_rstd, R, C, stream);
             gelu_backward_inplace(a.dhead2, a.head_pre, (size_t)R * C, erf, stream);
             matmul_backward(a.dhead1, grads.t[MLMW], grads.t[MLMB], a.scratch, a.dhead2, a.head_in, params.t[MLMW],
-                            (const floatX*)nullptr, R, C, C, erf, stream);
+                            R, C, C, stream);
         } else if (R > 0) {
             int NL = c.num_labels;
             matmul_backward(a.dhead2, grads.t[CLSW], grads.t[CLSB], a.scratch, a.cls_logits, a.head_act,
-                            params.t[CLSW], (const floatX*)nullptr, R, C, NL, erf, stream);
+                            params.t[CLSW], R, C, NL, stream);
             drop_backward(a.dhead2, a.dhead2, (size_t)R * C, 1 + 3 * L);
             tanh_backward_inplace(a.dhead2, a.head_pre, (size_t)R * C, stream);
             matmul_backward(a.dhead1, grads.t[POOLW], grads.t[POOLB], a.scratch, a.dhead2, a.head_in, params.t[POOLW],
-                            (const floatX*)nullptr, R, C, C, erf, stream);
+                            R, C, C, stream);
         }
         // The hidden states' gradient: the head's rows, zeros elsewhere (padding and unlabeled tokens).
         scatter_rows(a.dres, (const floatX*)a.dhead1, a.slot, BT, C, stream);
@@ -595,8 +595,7 @@ struct BERT : ModelState<floatX> {
             matmul_backward(a.dbig, grads.layer(OUTW, l, (size_t)C * I), grads.layer(OUTB, l, C), a.scratch, dmlp,
                             x.fch_gelu, params.layer(OUTW, l, (size_t)C * I), x.fch, BT, I, C, erf, stream);
             matmul_backward(a.d2, grads.layer(INTERW, l, (size_t)I * C), grads.layer(INTERB, l, I), a.scratch, a.dbig,
-                            x.h_att, params.layer(INTERW, l, (size_t)I * C), (const floatX*)nullptr, BT, C, I, erf,
-                            stream);
+                            x.h_att, params.layer(INTERW, l, (size_t)I * C), BT, C, I, stream);
             residual_forward(a.d2, a.d2, a.d1, btc, stream);  // + the residual path: d(h_att)
             // Attention LayerNorm -> d(res_att) in dres
             cudaCheck(cudaMemsetAsync(a.dres, 0, btc * sizeof(floatX), stream));
@@ -606,13 +605,11 @@ struct BERT : ModelState<floatX> {
             // d(input) through attention in d2
             const floatX* dproj = drop_backward(a.d2, a.dres, btc, 2 + 3 * l);
             matmul_backward(a.d1, grads.layer(ATTOW, l, (size_t)C * C), grads.layer(ATTOB, l, C), a.scratch, dproj,
-                            x.atty, params.layer(ATTOW, l, (size_t)C * C),
-                            (const floatX*)nullptr, BT, C, C, erf, stream);
+                            x.atty, params.layer(ATTOW, l, (size_t)C * C), BT, C, C, stream);
             attention_backward(a.dbig, a.d1, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, false, a.valid_len,
                                stream, attention_dropout(l));
-            matmul_backward(a.d2, grads.layer(QKVW, l, (size_t)3 * C * C), grads.layer(QKVB, l, 3 * C), a.scratch, a.dbig,
-                            x.input, params.layer(QKVW, l, (size_t)3 * C * C), (const floatX*)nullptr, BT, C, 3 * C, erf,
-                            stream);
+            matmul_backward(a.d2, grads.layer(QKVW, l, (size_t)3 * C * C), grads.layer(QKVB, l, 3 * C), a.scratch,
+                            a.dbig, x.input, params.layer(QKVW, l, (size_t)3 * C * C), BT, C, 3 * C, stream);
             residual_forward(a.dres, a.dres, a.d2, btc, stream);  // + the residual path: d(input)
             this->grads_final_layer(l);  // ... layer l's, while the layers below compute
         }

@@ -353,6 +353,11 @@ struct GPT2 : ModelState<floatX> {
         matmul_backward(dinp, dweight, dbias, acts.scratch, dout, inp, weight, pre_gelu, N, C, OC, GeluKind::Tanh,
                         stream);
     }
+    // The same without an activation below the layer.
+    void linear_backward(Linear which, int l, floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                         const floatX* inp, const floatX* weight, int N, int C, int OC) {
+        linear_backward(which, l, dinp, dweight, dbias, dout, inp, weight, (const floatX*)nullptr, N, C, OC);
+    }
 
     // Before layer l's backward pass: recompute what was not kept (see Recompute).
     void recompute_layer(int l, const LayerActs<floatX>& x) {
@@ -416,7 +421,7 @@ struct GPT2 : ModelState<floatX> {
         cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(floatX), stream));
         // LM head and final layernorm
         matmul_backward(a.dbtc, grads.t[WTE], (floatX*)nullptr, a.scratch, a.logits, a.lnf, params.t[WTE],
-                        (const floatX*)nullptr, BT, C, Vp, GeluKind::Tanh, stream);
+                        BT, C, Vp, stream);
         layernorm_backward(a.dresidual, grads.t[LNFW], grads.t[LNFB], a.scratch, a.dbtc, a.residual3 + (L - 1) * btc,
                            params.t[LNFW], a.lnf_mean, a.lnf_rstd, BT, C, stream);
         this->grads_final_before();  // data parallel: the final layernorm's gradients go out now
@@ -431,17 +436,17 @@ struct GPT2 : ModelState<floatX> {
                             fused_gelu() ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
             if (!fused_gelu()) gelu_backward_inplace(a.dbt4c, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
             linear_backward(LinFC, l, a.dbtc, grads.layer(FCW, l, 4 * C * C), grads.layer(FCB, l, 4 * C), a.dbt4c,
-                            x.ln2, params.layer(FCW, l, 4 * C * C), (const floatX*)nullptr, BT, C, 4 * C);
+                            x.ln2, params.layer(FCW, l, 4 * C * C), BT, C, 4 * C);
             layernorm_backward(a.dresidual, grads.layer(LN2W, l, C), grads.layer(LN2B, l, C), a.scratch, a.dbtc,
                                x.residual2, params.layer(LN2W, l, C), x.ln2_mean,
                                x.ln2_rstd, BT, C, stream);
             // attention block
             linear_backward(LinAttProj, l, a.dbtc, grads.layer(ATTPROJW, l, C * C), grads.layer(ATTPROJB, l, C),
-                            a.dresidual, x.atty, params.layer(ATTPROJW, l, C * C), (const floatX*)nullptr, BT, C, C);
+                            a.dresidual, x.atty, params.layer(ATTPROJW, l, C * C), BT, C, C);
             attention_backward(a.dbt4c, a.dbtc, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, true, (const int*)nullptr,
                                stream);
             linear_backward(LinQKV, l, a.dbtc, grads.layer(QKVW, l, 3 * C * C), grads.layer(QKVB, l, 3 * C), a.dbt4c,
-                            x.ln1, params.layer(QKVW, l, 3 * C * C), (const floatX*)nullptr, BT, C, 3 * C);
+                            x.ln1, params.layer(QKVW, l, 3 * C * C), BT, C, 3 * C);
             layernorm_backward(a.dresidual, grads.layer(LN1W, l, C), grads.layer(LN1B, l, C), a.scratch, a.dbtc,
                                x.residual, params.layer(LN1W, l, C), x.ln1_mean,
                                x.ln1_rstd, BT, C, stream);

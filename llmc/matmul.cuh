@@ -346,6 +346,14 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout
     }
 }
 
+// The gradients of a linear layer without an activation below it (dinp is dout · weight).
+template <class T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight, int N,
+                     int C, int OC, cudaStream_t stream) {
+    matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, (const T*)nullptr, N, C, OC, GeluKind::Tanh,
+                    stream);
+}
+
 // ----------------------------------------------------------------------------
 // fp8 linear layers (--precision fp8)
 
