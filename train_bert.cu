@@ -260,8 +260,6 @@ struct BERT : ModelState<floatX> {
         // Layers kept per activation: L, or 1 when the backward pass recomputes it (see recompute).
         size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
                Lall = recompute >= Recompute::Layer ? 1 : L;
-        // Every region starts 256-byte aligned (cuBLASLt and 128-bit loads want aligned rows).
-        struct Region { void** ptr; size_t bytes; };
         std::vector<Region> regions = {
             {(void**)&acts.encoded, BT * C * sizeof(floatX)},
             {(void**)&acts.emb_ln, BT * C * sizeof(floatX)},
@@ -304,30 +302,12 @@ struct BERT : ModelState<floatX> {
             {(void**)&acts.slot, BT * sizeof(int)},
             {(void**)&acts.targets, R * sizeof(int)},
         };
-        acts_bytes = 0;
-        for (auto& r : regions) acts_bytes += (r.bytes + 255) / 256 * 256;
+        acts_bytes = regions_bytes(regions);
         cudaCheck(cudaMalloc(&acts_memory, acts_bytes));
-        char* p = static_cast<char*>(acts_memory);
-        for (auto& r : regions) {
-            *r.ptr = p;
-            p += (r.bytes + 255) / 256 * 256;
-        }
-        // The embedding backward's plan buffers, reserved now for the worst case of this shape, so
-        // that the memory anatomy is complete before the first step.
-        size_t plan_before = encoder_plan_bytes();
-        std::vector<int> zeros(BT, 0);
-        encoder_backward_plan(&encoder_plan, zeros.data(), zeros.data(), B, T, (int)C, config.vocab_size,
-                              config.type_vocab_size, stream);
-        cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
+        carve_regions(acts_memory, regions);
         mem.activations = acts_bytes;
-        mem.other += encoder_plan_bytes() - plan_before;
-    }
-
-    // Device bytes the embedding backward's plan holds.
-    size_t encoder_plan_bytes() const {
-        const EncoderBackwardPlan& e = encoder_plan;
-        return e.capacity_positions * sizeof(int) + e.capacity_segments * sizeof(EncoderSegment) +
-               e.capacity_groups * sizeof(EncoderGroup) + e.capacity_partials * sizeof(float);
+        mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, (int)C, config.vocab_size,
+                                                   config.type_vocab_size, stream);
     }
 
     // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only).
@@ -462,11 +442,11 @@ struct BERT : ModelState<floatX> {
         const GeluKind erf = GeluKind::Erf;
         // self-attention over the valid tokens (dropout on its probabilities); then x + dropout(output
         // projection) -> LayerNorm
-        matmul_forward(x.qkv, (floatX*)nullptr, x.input, params.layer(QKVW, l, (size_t)3 * C * C),
-                       params.layer(QKVB, l, 3 * C), BT, C, 3 * C, erf, stream);
+        matmul_forward(x.qkv, x.input, params.layer(QKVW, l, (size_t)3 * C * C), params.layer(QKVB, l, 3 * C),
+                       BT, C, 3 * C, stream);
         attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, false, a.valid_len, stream, attention_dropout(l));
-        matmul_forward(a.btc, (floatX*)nullptr, x.atty, params.layer(ATTOW, l, (size_t)C * C), params.layer(ATTOB, l, C),
-                       BT, C, C, erf, stream);
+        matmul_forward(a.btc, x.atty, params.layer(ATTOW, l, (size_t)C * C), params.layer(ATTOB, l, C),
+                       BT, C, C, stream);
         drop(a.btc, btc, 2 + 3 * l);
         fused_residual_layernorm_forward(x.res_att, x.h_att, x.att_mean, x.att_rstd, x.input, a.btc,
                                          params.layer(ATTLNW, l, C), params.layer(ATTLNB, l, C), BT, C, eps,
@@ -475,8 +455,8 @@ struct BERT : ModelState<floatX> {
         // cuBLASLt has no erf-GELU epilogue: matmul_forward runs llmc/gelu.cuh's kernel after it.
         matmul_forward(x.fch_gelu, x.fch, x.h_att, params.layer(INTERW, l, (size_t)I * C),
                        params.layer(INTERB, l, I), BT, C, I, erf, stream);
-        matmul_forward(a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(OUTW, l, (size_t)C * I),
-                       params.layer(OUTB, l, C), BT, I, C, erf, stream);
+        matmul_forward(a.btc, x.fch_gelu, params.layer(OUTW, l, (size_t)C * I), params.layer(OUTB, l, C),
+                       BT, I, C, stream);
         drop(a.btc, btc, 3 + 3 * l);  // the MLP output, before the residual add
         fused_residual_layernorm_forward(x.res_out, x.h_out, x.out_mean, x.out_rstd, x.h_att, a.btc,
                                          params.layer(OUTLNW, l, C), params.layer(OUTLNB, l, C), BT, C, eps,
@@ -528,18 +508,15 @@ struct BERT : ModelState<floatX> {
             matmul_forward(a.head_act, a.head_pre, a.head_in, params.t[MLMW], params.t[MLMB], R, C, C, erf, stream);
             layernorm_forward(a.mlm_ln, a.mlm_mean, a.mlm_rstd, a.head_act, params.t[MLMLNW], params.t[MLMLNB], R, C,
                               eps, stream);
-            matmul_forward(a.logits, (floatX*)nullptr, a.mlm_ln, params.t[WORD_EMB], params.t[MLMDECB], R, C, Vp, erf,
-                           stream);
+            matmul_forward(a.logits, a.mlm_ln, params.t[WORD_EMB], params.t[MLMDECB], R, C, Vp, stream);
             fused_classifier(a.logits, a.losses, a.targets, R, V, Vp, dloss, -100, with_grad, stream);
         } else {
             // pooler: tanh([CLS] · poolwᵀ + poolb); classifier: · clswᵀ + clsb
             int NL = c.num_labels;
-            matmul_forward(a.head_pre, (floatX*)nullptr, a.head_in, params.t[POOLW], params.t[POOLB], R, C, C, erf,
-                           stream);
+            matmul_forward(a.head_pre, a.head_in, params.t[POOLW], params.t[POOLB], R, C, C, stream);
             tanh_forward(a.head_act, a.head_pre, (size_t)R * C, stream);
             drop(a.head_act, (size_t)R * C, 1 + 3 * L);  // in place: tanh's backward reads its input
-            matmul_forward(a.cls_logits, (floatX*)nullptr, a.head_act, params.t[CLSW], params.t[CLSB], R, C, NL, erf,
-                           stream);
+            matmul_forward(a.cls_logits, a.head_act, params.t[CLSW], params.t[CLSB], R, C, NL, stream);
             fused_classifier(a.cls_logits, a.losses, a.targets, R, NL, NL, dloss, -100, with_grad, stream);
         }
     }
@@ -559,21 +536,21 @@ struct BERT : ModelState<floatX> {
         if (R > 0 && head == BertHead::MLM) {
             int Vp = c.padded_vocab_size;
             matmul_backward(a.dhead1, grads.t[WORD_EMB], grads.t[MLMDECB], a.scratch, a.logits, a.mlm_ln,
-                            params.t[WORD_EMB], (const floatX*)nullptr, R, C, Vp, erf, stream);
+                            params.t[WORD_EMB], R, C, Vp, stream);
             cudaCheck(cudaMemsetAsync(a.dhead2, 0, (size_t)R * C * sizeof(floatX), stream));
             layernorm_backward(a.dhead2, grads.t[MLMLNW], grads.t[MLMLNB], a.scratch, a.dhead1, a.head_act,
                                params.t[MLMLNW], a.mlm_mean, a.mlm_rstd, R, C, stream);
             gelu_backward_inplace(a.dhead2, a.head_pre, (size_t)R * C, erf, stream);
             matmul_backward(a.dhead1, grads.t[MLMW], grads.t[MLMB], a.scratch, a.dhead2, a.head_in, params.t[MLMW],
-                            (const floatX*)nullptr, R, C, C, erf, stream);
+                            R, C, C, stream);
         } else if (R > 0) {
             int NL = c.num_labels;
             matmul_backward(a.dhead2, grads.t[CLSW], grads.t[CLSB], a.scratch, a.cls_logits, a.head_act,
-                            params.t[CLSW], (const floatX*)nullptr, R, C, NL, erf, stream);
+                            params.t[CLSW], R, C, NL, stream);
             drop_backward(a.dhead2, a.dhead2, (size_t)R * C, 1 + 3 * L);
             tanh_backward_inplace(a.dhead2, a.head_pre, (size_t)R * C, stream);
             matmul_backward(a.dhead1, grads.t[POOLW], grads.t[POOLB], a.scratch, a.dhead2, a.head_in, params.t[POOLW],
-                            (const floatX*)nullptr, R, C, C, erf, stream);
+                            R, C, C, stream);
         }
         // The hidden states' gradient: the head's rows, zeros elsewhere (padding and unlabeled tokens).
         scatter_rows(a.dres, (const floatX*)a.dhead1, a.slot, BT, C, stream);
@@ -592,8 +569,7 @@ struct BERT : ModelState<floatX> {
             matmul_backward(a.dbig, grads.layer(OUTW, l, (size_t)C * I), grads.layer(OUTB, l, C), a.scratch, dmlp,
                             x.fch_gelu, params.layer(OUTW, l, (size_t)C * I), x.fch, BT, I, C, erf, stream);
             matmul_backward(a.d2, grads.layer(INTERW, l, (size_t)I * C), grads.layer(INTERB, l, I), a.scratch, a.dbig,
-                            x.h_att, params.layer(INTERW, l, (size_t)I * C), (const floatX*)nullptr, BT, C, I, erf,
-                            stream);
+                            x.h_att, params.layer(INTERW, l, (size_t)I * C), BT, C, I, stream);
             residual_forward(a.d2, a.d2, a.d1, btc, stream);  // + the residual path: d(h_att)
             // Attention LayerNorm -> d(res_att) in dres
             cudaCheck(cudaMemsetAsync(a.dres, 0, btc * sizeof(floatX), stream));
@@ -603,13 +579,11 @@ struct BERT : ModelState<floatX> {
             // d(input) through attention in d2
             const floatX* dproj = drop_backward(a.d2, a.dres, btc, 2 + 3 * l);
             matmul_backward(a.d1, grads.layer(ATTOW, l, (size_t)C * C), grads.layer(ATTOB, l, C), a.scratch, dproj,
-                            x.atty, params.layer(ATTOW, l, (size_t)C * C),
-                            (const floatX*)nullptr, BT, C, C, erf, stream);
+                            x.atty, params.layer(ATTOW, l, (size_t)C * C), BT, C, C, stream);
             attention_backward(a.dbig, a.d1, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, false, a.valid_len,
                                stream, attention_dropout(l));
-            matmul_backward(a.d2, grads.layer(QKVW, l, (size_t)3 * C * C), grads.layer(QKVB, l, 3 * C), a.scratch, a.dbig,
-                            x.input, params.layer(QKVW, l, (size_t)3 * C * C), (const floatX*)nullptr, BT, C, 3 * C, erf,
-                            stream);
+            matmul_backward(a.d2, grads.layer(QKVW, l, (size_t)3 * C * C), grads.layer(QKVB, l, 3 * C), a.scratch,
+                            a.dbig, x.input, params.layer(QKVW, l, (size_t)3 * C * C), BT, C, 3 * C, stream);
             residual_forward(a.dres, a.dres, a.d2, btc, stream);  // + the residual path: d(input)
             this->grads_final_layer(l);  // ... layer l's, while the layers below compute
         }
@@ -626,16 +600,7 @@ struct BERT : ModelState<floatX> {
     // Mean of the per-row losses of the last forward pass (syncs with the device): transformers'
     // loss, the mean over the masked tokens or over the batch. NaN for an MLM batch without masked
     // tokens, as transformers gives.
-    float mean_loss() {
-        if (head_rows == 0) return NAN;
-        std::vector<float> losses(head_rows);
-        cudaCheck(cudaMemcpyAsync(losses.data(), acts.losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                  stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        double s = 0;
-        for (float x : losses) s += x;
-        return (float)(s / losses.size());
-    }
+    float mean_loss() { return head_rows == 0 ? NAN : this->device_mean(acts.losses, head_rows); }
 
     // The last forward pass's per-row losses (head_rows of them) into *out (syncs with the device).
     void fetch_losses(std::vector<float>* out) {

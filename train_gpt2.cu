@@ -1,10 +1,10 @@
 // train_gpt2.cu — GPT-2 training: the model, its whole forward and backward pass, the optimizer step
 // and the training loop, in one file. Kernels live in llmc/; this file is the model-level tier.
 //
-// Chapters: configuration · parameters · activations · the model (build, forward, backward, update,
-// decoding with a KV cache) · initial weights and checkpoints · training (options, sampling, the
-// loop) · main. The checkpoint formats — llm.c model files, Hugging Face safetensors — are in
-// llmc/gpt2_io.h.
+// Chapters: configuration · parameters · activations · the model (build, forward, backward, update) ·
+// decoding with a KV cache (GPT2Decoder) · initial weights and checkpoints · training (options,
+// sampling, the loop) · main. The checkpoint formats — llm.c model files, Hugging Face
+// safetensors — are in llmc/gpt2_io.h.
 //
 // Precision is a run-time choice (--precision auto|fp32|tf32|bf16|fp16|fp8): every model-level
 // function is a template on the storage type floatX of parameters and activations, and main()
@@ -186,6 +186,7 @@ struct GPT2 : ModelState<floatX> {
     // The MLP's GELU as cuBLASLt's matmul epilogue (one launch) or as llmc/gelu.cuh's kernel after
     // the matmul; recomputation needs the kernel (the backward pass recomputes exactly its bits).
     bool gelu_fusion = true;
+    bool fused_gelu() const { return gelu_fusion && recompute == Recompute::None; }
     EncoderBackwardPlan encoder_plan;
 
     // Allocates parameters, gradients and optimizer state for config and fills params_memory
@@ -212,8 +213,7 @@ struct GPT2 : ModelState<floatX> {
         B = B_;
         T = T_;
         std::vector<Region> regions = activation_regions(B, T);
-        acts_bytes = 0;
-        for (auto& r : regions) acts_bytes += (r.bytes + 255) / 256 * 256;
+        acts_bytes = regions_bytes(regions);
         if (cudaMalloc(&acts_memory, acts_bytes) != cudaSuccess) {
             size_t free_b, total_b;
             cudaCheck(cudaMemGetInfo(&free_b, &total_b));
@@ -221,20 +221,9 @@ struct GPT2 : ModelState<floatX> {
                        "(lower --batch-size and keep the tokens per step with --total-batch-size, try --recompute, "
                        "or --batch-size auto)", B, T, acts_bytes / 1048576.0, free_b / 1048576.0);
         }
-        char* p = static_cast<char*>(acts_memory);
-        for (auto& r : regions) {
-            *r.ptr = p;
-            p += (r.bytes + 255) / 256 * 256;
-        }
-        // The embedding backward's plan buffers, reserved now for the worst case of this shape (a
-        // plan for any batch), so that the memory anatomy is complete before the first step.
-        size_t plan_before = encoder_plan_bytes();
-        std::vector<int> no_tokens((size_t)B * T, 0);
-        encoder_backward_plan(&encoder_plan, no_tokens.data(), (const int*)nullptr, B, T, config.channels,
-                              config.vocab_size, 0, stream);
-        cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
+        carve_regions(acts_memory, regions);
         mem.activations = acts_bytes;
-        mem.other += encoder_plan_bytes() - plan_before;
+        mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, config.channels, config.vocab_size, 0, stream);
         if (fp8 && !fp8_scratch) {  // one buffer for the largest of the four GEMMs of a block
             size_t C = config.channels, BT = (size_t)B * T;
             size_t bytes = std::max({matmul_fp8_scratch_bytes((int)BT, (int)C, (int)(3 * C)),
@@ -248,16 +237,10 @@ struct GPT2 : ModelState<floatX> {
 
     // Device bytes allocate_activations(B, T) needs: the activations and the embedding backward's plan.
     size_t activation_bytes(int B_, int T_) {
-        size_t bytes = encoder_plan_capacity(B_, T_, config.channels, false).bytes();
-        for (const Region& r : activation_regions(B_, T_)) bytes += (r.bytes + 255) / 256 * 256;
-        return bytes;
+        size_t plan = encoder_plan_capacity(B_, T_, config.channels, false).bytes();
+        return regions_bytes(activation_regions(B_, T_)) + plan;
     }
 
-    // One region of the activations allocation: where its pointer goes and its size.
-    struct Region {
-        void** ptr;
-        size_t bytes;
-    };
     // The activation regions for micro-batch (B, T), in allocation order.
     std::vector<Region> activation_regions(int B, int T) {
         size_t L = config.num_layers, C = config.channels, NH = config.num_heads, Vp = config.padded_vocab_size;
@@ -269,7 +252,6 @@ struct GPT2 : ModelState<floatX> {
         // Layers kept per activation: L, or 1 when the backward pass recomputes it (see Recompute).
         size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
                Lall = recompute >= Recompute::Layer ? 1 : L;
-        // Every region starts 256-byte aligned (cuBLASLt and 128-bit loads want aligned rows).
         return {
             {(void**)&acts.encoded, BT * C * sizeof(floatX)},
             {(void**)&acts.ln1, Lln * BT * C * sizeof(floatX)},
@@ -300,13 +282,6 @@ struct GPT2 : ModelState<floatX> {
         };
     }
 
-    // Device bytes the embedding backward's plan holds.
-    size_t encoder_plan_bytes() const {
-        const EncoderBackwardPlan& e = encoder_plan;
-        return e.capacity_positions * sizeof(int) + e.capacity_segments * sizeof(EncoderSegment) +
-               e.capacity_groups * sizeof(EncoderGroup) + e.capacity_partials * sizeof(float);
-    }
-
     // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only).
     LayerActs<floatX> layer_acts(int l) const {
         size_t BT = (size_t)B * T, btc = BT * config.channels, bht = (size_t)B * config.num_heads * T;
@@ -327,20 +302,20 @@ struct GPT2 : ModelState<floatX> {
         int C = config.channels, NH = config.num_heads, BT = B * T;
         const float eps = 1e-5f;
         // attention block: qkv = ln1 · qkvwᵀ + qkvb; causal self-attention; projection
-        linear_forward(LinQKV, l, x.qkv, (floatX*)nullptr, x.ln1, params.layer(QKVW, l, 3 * C * C),
-                       params.layer(QKVB, l, 3 * C), BT, C, 3 * C);
+        linear_forward(LinQKV, l, x.qkv, x.ln1, params.layer(QKVW, l, 3 * C * C), params.layer(QKVB, l, 3 * C),
+                       BT, C, 3 * C);
         attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, true, (const int*)nullptr, stream);
-        linear_forward(LinAttProj, l, acts.btc, (floatX*)nullptr, x.atty, params.layer(ATTPROJW, l, C * C),
-                       params.layer(ATTPROJB, l, C), BT, C, C);
+        linear_forward(LinAttProj, l, acts.btc, x.atty, params.layer(ATTPROJW, l, C * C), params.layer(ATTPROJB, l, C),
+                       BT, C, C);
         fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, acts.btc,
                                          params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT, C, eps, stream);
         // MLP block, first half: GELU(ln2 · fcwᵀ + fcb)
-        if (gelu_fusion && recompute == Recompute::None) {
+        if (fused_gelu()) {
             linear_forward(LinFC, l, x.fch_gelu, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C),
                            params.layer(FCB, l, 4 * C), BT, C, 4 * C);
         } else {
-            linear_forward(LinFC, l, x.fch, (floatX*)nullptr, x.ln2, params.layer(FCW, l, 4 * C * C),
-                           params.layer(FCB, l, 4 * C), BT, C, 4 * C);
+            linear_forward(LinFC, l, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C),
+                           BT, C, 4 * C);
             gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
         }
     }
@@ -361,6 +336,11 @@ struct GPT2 : ModelState<floatX> {
         }
         matmul_forward(out, pre_gelu, inp, weight, bias, N, C, OC, GeluKind::Tanh, stream);
     }
+    // The same without an activation: out = inp · Wᵀ + b.
+    void linear_forward(Linear which, int l, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                        int N, int C, int OC) {
+        linear_forward(which, l, out, (floatX*)nullptr, inp, weight, bias, N, C, OC);
+    }
     // Its backward (see matmul_backward), fp8 as linear_forward.
     void linear_backward(Linear which, int l, floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                          const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C, int OC) {
@@ -373,6 +353,11 @@ struct GPT2 : ModelState<floatX> {
         }
         matmul_backward(dinp, dweight, dbias, acts.scratch, dout, inp, weight, pre_gelu, N, C, OC, GeluKind::Tanh,
                         stream);
+    }
+    // The same without an activation below the layer.
+    void linear_backward(Linear which, int l, floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                         const floatX* inp, const floatX* weight, int N, int C, int OC) {
+        linear_backward(which, l, dinp, dweight, dbias, dout, inp, weight, (const floatX*)nullptr, N, C, OC);
     }
 
     // Before layer l's backward pass: recompute what was not kept (see Recompute).
@@ -410,7 +395,7 @@ struct GPT2 : ModelState<floatX> {
             LayerActs<floatX> x = layer_acts(l);
             block_forward(l, x);
             // MLP block, second half: · fcprojwᵀ + fcprojb
-            linear_forward(LinFCProj, l, a.btc, (floatX*)nullptr, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
+            linear_forward(LinFCProj, l, a.btc, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
                            params.layer(FCPROJB, l, C), BT, 4 * C, C);
             // The next layer's ln1 (or the final layernorm) is fused with this residual add.
             bool last = l == L - 1;
@@ -421,8 +406,7 @@ struct GPT2 : ModelState<floatX> {
                                              last ? params.t[LNFB] : params.layer(LN1B, l + 1, C), BT, C, eps, stream);
         }
         // LM head tied to the token embedding: logits (B,T,Vp) = lnf · wteᵀ
-        matmul_forward(a.logits, (floatX*)nullptr, a.lnf, params.t[WTE], (const floatX*)nullptr, BT, C, Vp,
-                       GeluKind::Tanh, stream);
+        matmul_forward(a.logits, a.lnf, params.t[WTE], (const floatX*)nullptr, BT, C, Vp, stream);
         fused_classifier(a.logits, a.losses, a.targets, BT, V, Vp, dloss, -1, with_grad, stream);
     }
 
@@ -438,7 +422,7 @@ struct GPT2 : ModelState<floatX> {
         cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(floatX), stream));
         // LM head and final layernorm
         matmul_backward(a.dbtc, grads.t[WTE], (floatX*)nullptr, a.scratch, a.logits, a.lnf, params.t[WTE],
-                        (const floatX*)nullptr, BT, C, Vp, GeluKind::Tanh, stream);
+                        BT, C, Vp, stream);
         layernorm_backward(a.dresidual, grads.t[LNFW], grads.t[LNFB], a.scratch, a.dbtc, a.residual3 + (L - 1) * btc,
                            params.t[LNFW], a.lnf_mean, a.lnf_rstd, BT, C, stream);
         this->grads_final_before();  // data parallel: the final layernorm's gradients go out now
@@ -448,23 +432,22 @@ struct GPT2 : ModelState<floatX> {
             if (recompute != Recompute::None) recompute_layer(l, x);
             // MLP block: dresidual is the gradient of the block's output
             // GELU's backward: fused into the matmul as dGELU when the forward fused it, else the kernel
-            const bool fused_gelu = gelu_fusion && recompute == Recompute::None;
             linear_backward(LinFCProj, l, a.dbt4c, grads.layer(FCPROJW, l, 4 * C * C), grads.layer(FCPROJB, l, C),
                             a.dresidual, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
-                            fused_gelu ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
-            if (!fused_gelu) gelu_backward_inplace(a.dbt4c, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
+                            fused_gelu() ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
+            if (!fused_gelu()) gelu_backward_inplace(a.dbt4c, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
             linear_backward(LinFC, l, a.dbtc, grads.layer(FCW, l, 4 * C * C), grads.layer(FCB, l, 4 * C), a.dbt4c,
-                            x.ln2, params.layer(FCW, l, 4 * C * C), (const floatX*)nullptr, BT, C, 4 * C);
+                            x.ln2, params.layer(FCW, l, 4 * C * C), BT, C, 4 * C);
             layernorm_backward(a.dresidual, grads.layer(LN2W, l, C), grads.layer(LN2B, l, C), a.scratch, a.dbtc,
                                x.residual2, params.layer(LN2W, l, C), x.ln2_mean,
                                x.ln2_rstd, BT, C, stream);
             // attention block
             linear_backward(LinAttProj, l, a.dbtc, grads.layer(ATTPROJW, l, C * C), grads.layer(ATTPROJB, l, C),
-                            a.dresidual, x.atty, params.layer(ATTPROJW, l, C * C), (const floatX*)nullptr, BT, C, C);
+                            a.dresidual, x.atty, params.layer(ATTPROJW, l, C * C), BT, C, C);
             attention_backward(a.dbt4c, a.dbtc, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, true, (const int*)nullptr,
                                stream);
             linear_backward(LinQKV, l, a.dbtc, grads.layer(QKVW, l, 3 * C * C), grads.layer(QKVB, l, 3 * C), a.dbt4c,
-                            x.ln1, params.layer(QKVW, l, 3 * C * C), (const floatX*)nullptr, BT, C, 3 * C);
+                            x.ln1, params.layer(QKVW, l, 3 * C * C), BT, C, 3 * C);
             layernorm_backward(a.dresidual, grads.layer(LN1W, l, C), grads.layer(LN1B, l, C), a.scratch, a.dbtc,
                                x.residual, params.layer(LN1W, l, C), x.ln1_mean,
                                x.ln1_rstd, BT, C, stream);
@@ -481,15 +464,7 @@ struct GPT2 : ModelState<floatX> {
     }
 
     // Mean of the per-token losses of the last forward pass (syncs with the device).
-    float mean_loss() {
-        std::vector<float> losses((size_t)B * T);
-        cudaCheck(cudaMemcpyAsync(losses.data(), acts.losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                  stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        double s = 0;
-        for (float x : losses) s += x;
-        return (float)(s / losses.size());
-    }
+    float mean_loss() { return this->device_mean(acts.losses, (size_t)B * T); }
 
     // Copies a micro-batch's token ids (host, B*T each) to the device; for training, also plans
     // the embedding backward pass (which groups positions by token id on the host).
@@ -524,106 +499,109 @@ struct GPT2 : ModelState<floatX> {
             f.inp.primed = f.weight.primed = f.grad.primed = step > 0;
     }
 
-    // ---- Decoding with a KV cache (generation) ----
-    // One sequence, one token at a time: per layer a (maxT, 3C) cache holding every position's qkv row
-    // (what attention_decode reads), and one row of every activation. Independent of the training
-    // activations, so sampling between training steps neither frees nor resizes them, whatever the
-    // recomputation setting. Allocated by the first decode_allocate(), kept until free_all().
-    void* decode_memory = nullptr;
-    size_t decode_bytes = 0;
-    floatX* kv_cache = nullptr;       // (L, maxT, 3C)
-    floatX* dec_residual = nullptr;   // (C) the residual stream: the embedding, then each layer's output
-    floatX* dec_ln = nullptr;         // (C) the current layernorm output (ln1, ln2, lnf)
-    floatX* dec_atty = nullptr;       // (C)
-    floatX* dec_proj = nullptr;       // (C) the projections' outputs before their residual add
-    floatX* dec_residual2 = nullptr;  // (C)
-    floatX* dec_fch = nullptr;        // (4C) pre-GELU
-    floatX* dec_fch_gelu = nullptr;   // (4C)
-    floatX* dec_logits = nullptr;     // (Vp)
-    int* dec_token = nullptr;         // (1)
-
-    // Allocates the decode state (once): one allocation, 256-byte aligned regions, the cache last.
-    void decode_allocate() {
-        if (decode_memory) return;
-        size_t L = config.num_layers, C = config.channels, maxT = config.max_seq_len, Vp = config.padded_vocab_size;
-        struct Region { void** ptr; size_t bytes; };
-        std::vector<Region> regions = {
-            {(void**)&dec_residual, C * sizeof(floatX)},  {(void**)&dec_ln, C * sizeof(floatX)},
-            {(void**)&dec_atty, C * sizeof(floatX)},      {(void**)&dec_proj, C * sizeof(floatX)},
-            {(void**)&dec_residual2, C * sizeof(floatX)}, {(void**)&dec_fch, 4 * C * sizeof(floatX)},
-            {(void**)&dec_fch_gelu, 4 * C * sizeof(floatX)}, {(void**)&dec_logits, Vp * sizeof(floatX)},
-            {(void**)&dec_token, sizeof(int)},            {(void**)&kv_cache, L * maxT * 3 * C * sizeof(floatX)},
-        };
-        decode_bytes = 0;
-        for (auto& r : regions) decode_bytes += (r.bytes + 255) / 256 * 256;
-        cudaCheck(cudaMalloc(&decode_memory, decode_bytes));
-        char* p = static_cast<char*>(decode_memory);
-        for (auto& r : regions) {
-            *r.ptr = p;
-            p += (r.bytes + 255) / 256 * 256;
-        }
-    }
-
-    // Feeds `token` at position pos, given that positions 0..pos-1 are in the cache: writes its qkv
-    // rows into the cache and returns the device row of its logits (Vp) — or, without with_logits
-    // (prefill of a token whose successor is already known), stops once the last layer's cache row is
-    // written and returns nullptr. The ops are forward()'s for one row, so that decoding agrees with
-    // the full forward pass up to summation order (attention_decode's, and the matmuls' for N = 1).
-    const floatX* decode_step(int token, int pos, bool with_logits = true) {
-        const GPT2Config& c = config;
-        int L = c.num_layers, C = c.channels, NH = c.num_heads, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
-        if (token < 0 || token >= c.vocab_size || pos < 0 || pos >= maxT) {
-            fprintf(stderr, "decode_step: token %d must be in [0, %d) and pos %d in [0, %d) (the model's positions)\n",
-                    token, c.vocab_size, pos, maxT);
-            exit(EXIT_FAILURE);
-        }
-        decode_allocate();
-        const float eps = 1e-5f;
-        // from pageable memory: the copy has taken the value when the call returns
-        cudaCheck(cudaMemcpyAsync(dec_token, &token, sizeof(int), cudaMemcpyHostToDevice, stream));
-        // the embedding of one token at position pos: a (1,1) batch whose position table starts at pos
-        encoder_forward(dec_residual, dec_token, params.t[WTE], params.t[WPE] + (size_t)pos * C, (const int*)nullptr,
-                        (const floatX*)nullptr, 1, 1, C, stream);
-        layernorm_forward(dec_ln, (float*)nullptr, (float*)nullptr, dec_residual, params.t[LN1W], params.t[LN1B], 1, C,
-                          eps, stream);
-        for (int l = 0; l < L; l++) {
-            floatX* cache = kv_cache + (size_t)l * maxT * 3 * C;  // (maxT, 3C) of layer l
-            matmul_forward(cache + (size_t)pos * 3 * C, (floatX*)nullptr, dec_ln, params.layer(QKVW, l, 3 * C * C),
-                           params.layer(QKVB, l, 3 * C), 1, C, 3 * C, GeluKind::Tanh, stream);
-            if (l == L - 1 && !with_logits) return nullptr;  // later tokens need only the cache rows
-            attention_decode(dec_atty, (const floatX*)cache, pos, C, NH, maxT, stream);
-            matmul_forward(dec_proj, (floatX*)nullptr, dec_atty, params.layer(ATTPROJW, l, C * C),
-                           params.layer(ATTPROJB, l, C), 1, C, C, GeluKind::Tanh, stream);
-            fused_residual_layernorm_forward(dec_residual2, dec_ln, (float*)nullptr, (float*)nullptr, dec_residual,
-                                             dec_proj, params.layer(LN2W, l, C), params.layer(LN2B, l, C), 1, C, eps,
-                                             stream);
-            // the same GELU as block_forward: the fused epilogue, or the kernel whenever forward() uses it
-            if (gelu_fusion && recompute == Recompute::None) {
-                matmul_forward(dec_fch_gelu, dec_fch, dec_ln, params.layer(FCW, l, 4 * C * C),
-                               params.layer(FCB, l, 4 * C), 1, C, 4 * C, GeluKind::Tanh, stream);
-            } else {
-                matmul_forward(dec_fch, (floatX*)nullptr, dec_ln, params.layer(FCW, l, 4 * C * C),
-                               params.layer(FCB, l, 4 * C), 1, C, 4 * C, GeluKind::Tanh, stream);
-                gelu_forward(dec_fch_gelu, dec_fch, (size_t)4 * C, GeluKind::Tanh, stream);
-            }
-            matmul_forward(dec_proj, (floatX*)nullptr, dec_fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
-                           params.layer(FCPROJB, l, C), 1, 4 * C, C, GeluKind::Tanh, stream);
-            bool last = l == L - 1;
-            fused_residual_layernorm_forward(dec_residual, dec_ln, (float*)nullptr, (float*)nullptr, dec_residual2,
-                                             dec_proj, last ? params.t[LNFW] : params.layer(LN1W, l + 1, C),
-                                             last ? params.t[LNFB] : params.layer(LN1B, l + 1, C), 1, C, eps, stream);
-        }
-        matmul_forward(dec_logits, (floatX*)nullptr, dec_ln, params.t[WTE], (const floatX*)nullptr, 1, C, Vp,
-                       GeluKind::Tanh, stream);
-        return dec_logits;
-    }
-
     void free_all() {
         this->free_state();
         for (void* p : {fp8_memory, fp8_scratch, acts_memory})
             if (p) cudaCheck(cudaFree(p));
         encoder_backward_plan_free(&encoder_plan);
-        if (decode_memory) cudaCheck(cudaFree(decode_memory));
+    }
+};
+
+// ----------------------------------------------------------------------------
+// Decoding with a KV cache: the model run for one new token at a time (generation)
+//
+// One sequence: per layer a (maxT, 3C) cache holding every position's qkv row (what attention_decode
+// reads), and one row of every activation. The decoder is its own allocation beside the model's, so
+// sampling between training steps neither frees nor resizes the training activations, whatever the
+// recomputation setting; it reads the model's parameters as they are at each step.
+
+template <class floatX>
+struct GPT2Decoder {
+    const GPT2<floatX>& model;
+    void* memory = nullptr;
+    size_t bytes = 0;
+    floatX* kv_cache = nullptr;   // (L, maxT, 3C)
+    floatX* residual = nullptr;   // (C) the residual stream: the embedding, then each layer's output
+    floatX* ln = nullptr;         // (C) the current layernorm output (ln1, ln2, lnf)
+    floatX* atty = nullptr;       // (C)
+    floatX* proj = nullptr;       // (C) the projections' outputs before their residual add
+    floatX* residual2 = nullptr;  // (C)
+    floatX* fch = nullptr;        // (4C) pre-GELU
+    floatX* fch_gelu = nullptr;   // (4C)
+    floatX* logits = nullptr;     // (Vp)
+    int* token = nullptr;         // (1)
+
+    // Allocates the decoding state for the model's shape: one allocation, the cache last.
+    explicit GPT2Decoder(const GPT2<floatX>& m) : model(m) {
+        const GPT2Config& c = model.config;
+        size_t L = c.num_layers, C = c.channels, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
+        std::vector<Region> regions = {
+            {(void**)&residual, C * sizeof(floatX)},  {(void**)&ln, C * sizeof(floatX)},
+            {(void**)&atty, C * sizeof(floatX)},      {(void**)&proj, C * sizeof(floatX)},
+            {(void**)&residual2, C * sizeof(floatX)}, {(void**)&fch, 4 * C * sizeof(floatX)},
+            {(void**)&fch_gelu, 4 * C * sizeof(floatX)}, {(void**)&logits, Vp * sizeof(floatX)},
+            {(void**)&token, sizeof(int)},            {(void**)&kv_cache, L * maxT * 3 * C * sizeof(floatX)},
+        };
+        bytes = regions_bytes(regions);
+        cudaCheck(cudaMalloc(&memory, bytes));
+        carve_regions(memory, regions);
+    }
+    ~GPT2Decoder() { cudaCheck(cudaFree(memory)); }
+    GPT2Decoder(const GPT2Decoder&) = delete;
+    GPT2Decoder& operator=(const GPT2Decoder&) = delete;
+
+    // Feeds `tok` at position pos, given that positions 0..pos-1 are in the cache: writes its qkv
+    // rows into the cache and returns the device row of its logits (Vp) — or, without with_logits
+    // (prefill of a token whose successor is already known), stops once the last layer's cache row is
+    // written and returns nullptr. The ops are GPT2::forward()'s for one row, so that decoding agrees
+    // with the full forward pass up to summation order (attention_decode's, and the matmuls' for N = 1).
+    const floatX* step(int tok, int pos, bool with_logits = true) {
+        const GPT2Config& c = model.config;
+        const ParameterTensors<floatX>& params = model.params;
+        cudaStream_t stream = model.stream;
+        int L = c.num_layers, C = c.channels, NH = c.num_heads, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
+        if (tok < 0 || tok >= c.vocab_size || pos < 0 || pos >= maxT) {
+            fprintf(stderr,
+                    "GPT2Decoder::step: token %d must be in [0, %d) and pos %d in [0, %d) (the model's positions)\n",
+                    tok, c.vocab_size, pos, maxT);
+            exit(EXIT_FAILURE);
+        }
+        const float eps = 1e-5f;
+        // from pageable memory: the copy has taken the value when the call returns
+        cudaCheck(cudaMemcpyAsync(token, &tok, sizeof(int), cudaMemcpyHostToDevice, stream));
+        // the embedding of one token at position pos: a (1,1) batch whose position table starts at pos
+        encoder_forward(residual, token, params.t[WTE], params.t[WPE] + (size_t)pos * C, (const int*)nullptr,
+                        (const floatX*)nullptr, 1, 1, C, stream);
+        layernorm_forward(ln, (float*)nullptr, (float*)nullptr, residual, params.t[LN1W], params.t[LN1B], 1, C, eps,
+                          stream);
+        for (int l = 0; l < L; l++) {
+            floatX* cache = kv_cache + (size_t)l * maxT * 3 * C;  // (maxT, 3C) of layer l
+            matmul_forward(cache + (size_t)pos * 3 * C, ln, params.layer(QKVW, l, 3 * C * C),
+                           params.layer(QKVB, l, 3 * C), 1, C, 3 * C, stream);
+            if (l == L - 1 && !with_logits) return nullptr;  // later tokens need only the cache rows
+            attention_decode(atty, (const floatX*)cache, pos, C, NH, maxT, stream);
+            matmul_forward(proj, atty, params.layer(ATTPROJW, l, C * C), params.layer(ATTPROJB, l, C), 1, C, C,
+                           stream);
+            fused_residual_layernorm_forward(residual2, ln, (float*)nullptr, (float*)nullptr, residual, proj,
+                                             params.layer(LN2W, l, C), params.layer(LN2B, l, C), 1, C, eps, stream);
+            // the GELU that block_forward applies: the same bits as the full forward pass's
+            if (model.fused_gelu()) {
+                matmul_forward(fch_gelu, fch, ln, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), 1, C,
+                               4 * C, GeluKind::Tanh, stream);
+            } else {
+                matmul_forward(fch, ln, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), 1, C, 4 * C,
+                               stream);
+                gelu_forward(fch_gelu, fch, (size_t)4 * C, GeluKind::Tanh, stream);
+            }
+            matmul_forward(proj, fch_gelu, params.layer(FCPROJW, l, 4 * C * C), params.layer(FCPROJB, l, C), 1, 4 * C,
+                           C, stream);
+            bool last = l == L - 1;
+            fused_residual_layernorm_forward(residual, ln, (float*)nullptr, (float*)nullptr, residual2, proj,
+                                             last ? params.t[LNFW] : params.layer(LN1W, l + 1, C),
+                                             last ? params.t[LNFB] : params.layer(LN1B, l + 1, C), 1, C, eps, stream);
+        }
+        matmul_forward(logits, ln, params.t[WTE], (const floatX*)nullptr, 1, C, Vp, stream);
+        return logits;
     }
 };
 
@@ -714,7 +692,7 @@ int sample_token(const std::vector<floatX>& row, int V, float temperature, int t
 // decoded as they come and returns the text (and appends the sampled ids to *sampled if given).
 // *rng_state is the sampling RNG's state (a checkpoint saves it, so a resumed run samples what an
 // uninterrupted one would).
-// Decoding with a KV cache (GPT2::decode_step): the prompt is fed once, token by token (the prefill),
+// Decoding with a KV cache (GPT2Decoder): the prompt is fed once, token by token (the prefill),
 // then each new token runs the model for its own position only, attending to the cached keys and
 // values of the earlier positions — instead of rerunning the whole window for every token. The
 // training activations are not touched. When the position reaches the model's maxT, the window
@@ -739,7 +717,7 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
                "vocabulary of %d\n", outside, o.tokenizer_path.c_str(), V);
         return "";
     }
-    model.decode_allocate();
+    GPT2Decoder<floatX> decoder(model);
     // The tokens at positions 0, 1, ... of the cache: <|endoftext|> and the prompt (its last maxT-1
     // tokens if it is longer).
     std::vector<int> window = {tok.eot()};
@@ -761,7 +739,7 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
     cudaCheck(cudaEventRecord(t0, model.stream));
     // prefill: every token of the window, the logits of the last one only
     const floatX* logits = nullptr;
-    for (size_t p = 0; p < window.size(); p++) logits = model.decode_step(window[p], (int)p, p + 1 == window.size());
+    for (size_t p = 0; p < window.size(); p++) logits = decoder.step(window[p], (int)p, p + 1 == window.size());
     std::vector<floatX> row(c.padded_vocab_size);
     uint64_t rng = *rng_state;
     for (int i = 0; i < o.gen_tokens; i++) {
@@ -776,10 +754,10 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
         if (i + 1 == o.gen_tokens) break;  // no successor to sample: the last token need not be fed
         if ((int)window.size() == maxT) {  // no position left: slide (see above)
             window.erase(window.begin(), window.end() - maxT / 2);
-            for (size_t p = 0; p < window.size(); p++) model.decode_step(window[p], (int)p, false);
+            for (size_t p = 0; p < window.size(); p++) decoder.step(window[p], (int)p, false);
         }
         window.push_back(next);
-        logits = model.decode_step(next, (int)window.size() - 1);
+        logits = decoder.step(next, (int)window.size() - 1);
     }
     cudaCheck(cudaEventRecord(t1, model.stream));
     cudaCheck(cudaEventSynchronize(t1));

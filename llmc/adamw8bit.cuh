@@ -43,7 +43,7 @@
 #include <type_traits>
 #include <vector>
 
-// Elements per quantization block. The paper used 2048; bitsandbytes now uses 256: an outlier
+// Elements per quantization block: 256, as in bitsandbytes (the paper's blocks hold 2048): an outlier
 // costs precision to fewer neighbours, the absmax overhead stays small (4 bytes per 256 = 0.016
 // bytes per element and moment), and one warp covers a block with 8 elements per lane, so the
 // absmax is a warp max (shuffles, no shared memory or barrier).

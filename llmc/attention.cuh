@@ -35,8 +35,9 @@
 // next to the tile loads, and parking them in shared memory (one word per thread) until used.
 // M is applied as a select on the P tile (the rounded P or 0, so that l still sums the undropped
 // weights) and 1/(1-p) is folded into the final row scaling of out and dV: no extra pass. The kernels
-// are compiled with and without dropout (a template flag): without, none of this code exists, and
-// p = 0 gives exactly the bits it gave before dropout was added.
+// are compiled with and without dropout (a template flag) and p = 0 launches the variant without, in
+// which none of this code exists: attention without dropout (GPT-2, BERT's eval passes) pays nothing
+// for it.
 //
 // Determinism. No atomics: the backward runs one kernel over key tiles for dK, dV and one over
 // query tiles for dQ (FlashAttention-2 accumulates dQ with fp32 atomics instead, which makes the
@@ -700,9 +701,7 @@ inline int attention_check_shape(const char* who, int B, int T, int C, int NH,
     else if (B > 65535 || NH > 65535) problem = "B and NH must be <= 65535 (grid y/z limits)";
     else if (C / NH != 16 && C / NH != 32 && C / NH != 64 && C / NH != 128)
         problem = "head size HS = C/NH must be 16, 32, 64 or 128";
-    for (const void* p : buffers)
-        if (!problem && reinterpret_cast<uintptr_t>(p) % 16 != 0)
-            problem = "qkv, out, dout and dqkv must be 16-byte aligned (128-bit loads)";
+    if (!problem && !aligned16(buffers)) problem = "qkv, out, dout and dqkv must be 16-byte aligned (128-bit loads)";
     if (problem) {
         fprintf(stderr, "%s: unsupported shape B=%d T=%d C=%d NH=%d: %s\n", who, B, T, C, NH, problem);
         exit(EXIT_FAILURE);
@@ -725,12 +724,7 @@ inline DropoutArgs attention_dropout_args(const char* who, const AttentionDropou
 // The shared memory per block the launchers may use: the device's opt-in limit, read once (tests
 // lower it to run the compact blocks on a device that has more).
 inline int& attention_smem_limit() {
-    static int limit = [] {
-        int device = 0, bytes = 0;
-        cudaCheck(cudaGetDevice(&device));
-        cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        return bytes;
-    }();
+    static int limit = device_smem_optin();
     return limit;
 }
 
@@ -779,7 +773,7 @@ void attention_forward_blocks(floatX* out, float* lse, const floatX* qkv, int B,
     using Tile = AttnTile<floatX, HS, kWarps>;
     auto kernel = dropout ? attention_forward_kernel<floatX, HS, kWarps, true>
                           : attention_forward_kernel<floatX, HS, kWarps, false>;
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kForwardSmem));
+    reserve_dynamic_smem(kernel, Tile::kForwardSmem, "attention_forward", "HS", HS);
     dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
     cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), Tile::kForwardSmem, stream, out, lse, qkv, T, C, NH,
                             causal, valid_len, drop));
@@ -828,12 +822,12 @@ void attention_backward_blocks(floatX* dqkv, const floatX* dout, const floatX* q
     dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
     auto dkdv = dropout ? attention_backward_dkdv_kernel<floatX, HS, kWarps, true>
                         : attention_backward_dkdv_kernel<floatX, HS, kWarps, false>;
-    cudaCheck(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kBackwardSmem));
+    reserve_dynamic_smem(dkdv, Tile::kBackwardSmem, "attention_backward", "HS", HS);
     cudaCheck(launch_kernel(dkdv, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse, D,
                             T, C, NH, causal, valid_len, drop));
     auto dq = dropout ? attention_backward_dq_kernel<floatX, HS, kWarps, true>
                       : attention_backward_dq_kernel<floatX, HS, kWarps, false>;
-    cudaCheck(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tile::kBackwardSmem));
+    reserve_dynamic_smem(dq, Tile::kBackwardSmem, "attention_backward", "HS", HS);
     cudaCheck(launch_kernel(dq, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse, D, T, C,
                             NH, causal, valid_len, drop));
 }

@@ -1,10 +1,13 @@
 // llmc/cuda_common.h — what every kernel file, test and trainer shares: the error-check macro, the
-// launch helper, dynamic shared memory and CEIL_DIV. Compiles with nvcc and with the CPU backend.
+// launch helper, dynamic shared memory (access and reservation), the 16-byte alignment check and
+// CEIL_DIV. Compiles with nvcc and with the CPU backend.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <thread>
 #include <utility>
 
@@ -50,6 +53,39 @@ __device__ inline T* dynamic_shared() {
     extern __shared__ __align__(128) unsigned char dynamic_smem_[];
     return reinterpret_cast<T*>(dynamic_smem_);
 #endif
+}
+
+// The dynamic shared memory per block a kernel on the current device may opt in to.
+inline int device_smem_optin() {
+    int device = 0, bytes = 0;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return bytes;
+}
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory per block. Every device gives 48 KiB
+// without asking; above that the kernel must opt in, up to device_smem_optin(). When the device has
+// less, exits with "<op>: <size_name>=<size> needs N bytes of shared memory per block, the device
+// allows M: <size_name> is too large", naming the launcher's argument that set the size.
+template <class Kernel>
+inline void reserve_dynamic_smem(Kernel kernel, size_t bytes, const char* op, const char* size_name, long long size) {
+    if (bytes <= 48 * 1024) return;
+    int limit = device_smem_optin();
+    if (bytes > (size_t)limit) {
+        fprintf(stderr,
+                "%s: %s=%lld needs %zu bytes of shared memory per block, the device allows %d: %s is too large\n", op,
+                size_name, size, bytes, limit, size_name);
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// Whether every pointer allows 128-bit loads and stores (Packed128). cudaMalloc gives 256-byte
+// alignment, but views into a tensor at odd offsets may have less; null pointers pass.
+inline bool aligned16(std::initializer_list<const void*> pointers) {
+    for (const void* p : pointers)
+        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    return true;
 }
 
 // Kernel launches since start-up, counted by the CPU backend (a GPU build has no counter: -1).

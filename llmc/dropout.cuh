@@ -165,13 +165,6 @@ inline DropoutArgs dropout_args(const char* who, float p, uint64_t seed, uint64_
     return d;
 }
 
-// Whether every pointer allows 128-bit access (cudaMalloc gives 256-byte alignment; views at odd
-// offsets may not).
-inline bool dropout_aligned16(const void* a, const void* b, const void* c) {
-    return reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0 &&
-           reinterpret_cast<uintptr_t>(c) % 16 == 0;
-}
-
 // Launches dropout_forward_kernel over n elements, the p = 0 variant without random numbers.
 template <class T, bool kResidual>
 void dropout_launch(const char* who, T* out, const T* residual, const T* inp, size_t n, float p, uint64_t seed,
@@ -180,7 +173,7 @@ void dropout_launch(const char* who, T* out, const T* residual, const T* inp, si
     if (n == 0) return;
     constexpr int P = Packed128<T>::size;
     dim3 grid((unsigned)CEIL_DIV(n, (size_t)kDropoutBlockSize * P));
-    bool packed = dropout_aligned16(out, inp, kResidual ? (const void*)residual : (const void*)inp);
+    bool packed = aligned16({out, inp, kResidual ? (const void*)residual : (const void*)inp});
     auto kernel = p > 0.f ? dropout_forward_kernel<T, true, kResidual> : dropout_forward_kernel<T, false, kResidual>;
     cudaCheck(launch_kernel(kernel, grid, dim3(kDropoutBlockSize), 0, stream, out, residual, inp, n, d, packed));
 }

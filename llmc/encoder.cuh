@@ -71,6 +71,11 @@ struct EncoderBackwardPlan {
     EncoderGroup* d_groups = nullptr;
     float* d_partials = nullptr;  // (partial rows, C)
     size_t capacity_positions = 0, capacity_segments = 0, capacity_groups = 0, capacity_partials = 0;  // elements
+    // Device bytes its buffers hold (a model's memory report counts them).
+    size_t device_bytes() const {
+        return capacity_positions * sizeof(int) + capacity_segments * sizeof(EncoderSegment) +
+               capacity_groups * sizeof(EncoderGroup) + capacity_partials * sizeof(float);
+    }
 };
 
 // ----------------------------------------------------------------------------
@@ -185,16 +190,6 @@ __global__ void encoder_group_sum_kernel(floatX* dwte, floatX* dwpe, floatX* dwt
 // ----------------------------------------------------------------------------
 // kernel launchers
 
-// The widest access all pointers allow: a Packed128 per thread when C is a multiple of its width
-// and every pointer is 16-byte aligned, else single elements.
-template <class floatX>
-inline bool encoder_can_pack(int C, std::initializer_list<const void*> ptrs) {
-    if (C % Packed128<floatX>::size != 0) return false;
-    for (const void* p : ptrs)
-        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-    return true;
-}
-
 // out (B,T,C) = wte[inp[b,t]] + wpe[t] (+ wtt[token_types[b,t]]), summed in fp32, rounded once.
 // inp (B,T) are token ids in [0, V) and token_types (B,T) ids in [0, n_types): not checked here
 // (a GPU cannot report nicely from every thread); the dataloader validates the tokens it reads,
@@ -213,7 +208,7 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
     }
     const int block_size = 256;
     size_t BT = (size_t)B * T;
-    if (encoder_can_pack<floatX>(C, {out, wte, wpe, wtt})) {
+    if (rows_pack128<floatX>(C, {out, wte, wpe, wtt})) {
         constexpr int VEC = Packed128<floatX>::size;
         int grid = (int)CEIL_DIV(BT * (C / VEC), (size_t)block_size);
         cudaCheck(launch_kernel(encoder_forward_kernel<floatX, VEC>, dim3(grid), dim3(block_size), 0, stream, out,
@@ -341,6 +336,19 @@ inline void encoder_backward_plan(EncoderBackwardPlan* plan_ptr, const int* host
                               cudaMemcpyHostToDevice, stream));
 }
 
+// Reserves the plan's device buffers before the first step (so that a model's memory report is
+// complete then) by planning an all-zero batch of shape (B, T), token types too when n_types > 0:
+// every plan of that shape needs the same worst-case buffers. Returns the device bytes this added.
+inline size_t encoder_backward_plan_reserve(EncoderBackwardPlan* plan, int B, int T, int C, int V, int n_types,
+                                            cudaStream_t stream) {
+    size_t before = plan->device_bytes();
+    std::vector<int> zeros((size_t)B * T, 0);
+    encoder_backward_plan(plan, zeros.data(), n_types > 0 ? zeros.data() : (const int*)nullptr, B, T, C, V, n_types,
+                          stream);
+    cudaCheck(cudaStreamSynchronize(stream));  // its upload reads the plan's host vectors
+    return plan->device_bytes() - before;
+}
+
 // Frees the plan's device buffers.
 inline void encoder_backward_plan_free(EncoderBackwardPlan* plan) {
     cudaCheck(cudaFree(plan->d_positions));
@@ -372,7 +380,7 @@ void encoder_backward(floatX* dwte, floatX* dwpe, floatX* dwtt, const EncoderBac
     int num_segments = (int)plan.segments.size();
     const EncoderSegment* segments = plan.d_segments;
     const int* positions = plan.d_positions;
-    if (encoder_can_pack<floatX>(C, {dwte, dwpe, dwtt, dout})) {
+    if (rows_pack128<floatX>(C, {dwte, dwpe, dwtt, dout})) {
         constexpr int VEC = Packed128<floatX>::size;
         size_t warps = (size_t)num_segments * CEIL_DIV(C, 32 * VEC);
         dim3 grid((unsigned)CEIL_DIV(warps * 32, (size_t)block_size));

@@ -151,7 +151,7 @@ void fused_classifier(T* logits, float* losses, const int* targets, int N, int V
     }
     if (N == 0) return;
     constexpr int P = Packed128<T>::size;
-    bool pack = Vp % P == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
+    bool pack = rows_pack128<T>(Vp, {logits});
     if (pack) {
         cudaCheck(launch_kernel(fused_classifier_kernel<T, P>, dim3(N), dim3(CLASSIFIER_BLOCK), 0, stream, logits,
                                 losses, targets, V, Vp, dloss, ignore_index, write_dlogits));

@@ -64,15 +64,6 @@ __global__ void scatter_rows_kernel(T* dinp, const T* dout, const int* slot, int
 // ----------------------------------------------------------------------------
 // kernel launchers
 
-// Whether C and every pointer allow one Packed128 per thread.
-template <class T>
-inline bool gather_can_pack(int C, std::initializer_list<const void*> ptrs) {
-    if (C % Packed128<T>::size != 0) return false;
-    for (const void* p : ptrs)
-        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-    return true;
-}
-
 // Host side: checks that rows (M host ints) are distinct rows of [0, N) and fills slot (N host ints)
 // with the inverse map scatter_rows needs: slot[rows[i]] = i, -1 for rows not gathered. Exits with a
 // message naming the first bad entry (a bad row would read or write outside the tensors).
@@ -106,7 +97,7 @@ void gather_rows(T* out, const T* inp, const int* rows, int M, int C, cudaStream
     }
     if (M == 0) return;
     const int block_size = 256;
-    if (gather_can_pack<T>(C, {out, inp})) {
+    if (rows_pack128<T>(C, {out, inp})) {
         constexpr int P = Packed128<T>::size;
         size_t threads = (size_t)M * (C / P);
         cudaCheck(launch_kernel(gather_rows_kernel<T, P>, dim3((unsigned)CEIL_DIV(threads, (size_t)block_size)),
@@ -128,7 +119,7 @@ void scatter_rows(T* dinp, const T* dout, const int* slot, int N, int C, cudaStr
     }
     if (N == 0) return;
     const int block_size = 256;
-    if (gather_can_pack<T>(C, {dinp, dout})) {
+    if (rows_pack128<T>(C, {dinp, dout})) {
         constexpr int P = Packed128<T>::size;
         size_t threads = (size_t)N * (C / P);
         cudaCheck(launch_kernel(scatter_rows_kernel<T, P>, dim3((unsigned)CEIL_DIV(threads, (size_t)block_size)),

@@ -99,19 +99,13 @@ __global__ void gelu_backward_inplace_kernel(T* d_in_out, const T* inp, size_t N
 
 constexpr int kGeluBlockSize = 256;
 
-// Whether both pointers allow 128-bit access (cudaMalloc gives 256-byte alignment; views into a
-// tensor at odd offsets may not).
-inline bool gelu_aligned16(const void* a, const void* b) {
-    return reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
-}
-
 // out = GELU(inp) over N elements (any N, any alignment; out may equal inp).
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t N, GeluKind kind, cudaStream_t stream) {
     if (N == 0) return;
     constexpr int P = Packed128<T>::size;
     dim3 grid((unsigned)CEIL_DIV(N, (size_t)kGeluBlockSize * P));
-    bool packed = gelu_aligned16(out, inp);
+    bool packed = aligned16({out, inp});
     auto kernel = kind == GeluKind::Tanh ? gelu_forward_kernel<T, GeluKind::Tanh> : gelu_forward_kernel<T, GeluKind::Erf>;
     cudaCheck(launch_kernel(kernel, grid, dim3(kGeluBlockSize), 0, stream, out, inp, N, packed));
 }
@@ -123,7 +117,7 @@ void gelu_backward_inplace(T* d_in_out, const T* inp, size_t N, GeluKind kind, c
     if (N == 0) return;
     constexpr int P = Packed128<T>::size;
     dim3 grid((unsigned)CEIL_DIV(N, (size_t)kGeluBlockSize * P));
-    bool packed = gelu_aligned16(d_in_out, inp);
+    bool packed = aligned16({d_in_out, inp});
     auto kernel = kind == GeluKind::Tanh ? gelu_backward_inplace_kernel<T, GeluKind::Tanh>
                                          : gelu_backward_inplace_kernel<T, GeluKind::Erf>;
     cudaCheck(launch_kernel(kernel, grid, dim3(kGeluBlockSize), 0, stream, d_in_out, inp, N, packed));

@@ -103,7 +103,7 @@ __global__ void grad_clip_scale_kernel(float* scale, const float* norm_squared, 
 // (cudaMalloc'd buffers are); N is any size.
 template <class T>
 void global_norm_squared(float* out, void* scratch, const T* values, size_t N, cudaStream_t stream) {
-    if (reinterpret_cast<uintptr_t>(values) % 16 != 0) {
+    if (!aligned16({values})) {
         fprintf(stderr, "global_norm_squared: values must be 16-byte aligned (128-bit loads), got %p\n",
                 (const void*)values);
         exit(EXIT_FAILURE);

@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 1)
 template <class T>
 inline int attention_decode_vec(const T* qkv_cache, int C, int NH) {
     constexpr int P = Packed128<T>::size;
-    bool aligned = C % NH == 0 && (C / NH) % P == 0 && C % P == 0 && reinterpret_cast<uintptr_t>(qkv_cache) % 16 == 0;
+    bool aligned = C % NH == 0 && (C / NH) % P == 0 && C % P == 0 && aligned16({qkv_cache});
     return aligned ? P : 1;
 }
 
@@ -217,19 +217,7 @@ void attention_decode(T* out, const T* qkv_cache, int pos, int C, int NH, int ma
     const int HS = C / NH, vec = attention_decode_vec(qkv_cache, C, NH);
     auto kernel = vec == 1 ? attention_decode_kernel<T, 1> : attention_decode_kernel<T, Packed128<T>::size>;
     size_t smem = attention_decode_smem_bytes(HS, vec, maxT);
-    if (smem > 48 * 1024) {  // above the default: opt in, if the device has that much
-        int device = 0, max_optin = 0;
-        cudaCheck(cudaGetDevice(&device));
-        cudaCheck(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        if (smem > (size_t)max_optin) {
-            fprintf(stderr,
-                    "attention_decode: maxT=%d needs %zu bytes of shared memory per block (4 per position), the "
-                    "device allows %d: maxT is too large\n",
-                    maxT, smem, max_optin);
-            exit(EXIT_FAILURE);
-        }
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    }
+    reserve_dynamic_smem(kernel, smem, "attention_decode", "maxT", maxT);  // 4 bytes per position
     float scale_log2 = (float)(1.4426950408889634 / std::sqrt((double)HS));
     cudaCheck(launch_kernel(kernel, dim3(NH), dim3(kDecodeThreads), smem, stream, out, qkv_cache, pos, C, HS,
                             scale_log2));

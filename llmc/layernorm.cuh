@@ -239,30 +239,6 @@ inline void layernorm_check_shape(const char* op, int N, int C) {
     }
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory: opts in above the 48 KiB default, and exits
-// naming the op and C when the device cannot provide that much (C is too large for this kernel).
-template <class Kernel>
-inline void layernorm_reserve_smem(Kernel kernel, size_t bytes, const char* op, int C) {
-    if (bytes <= 48 * 1024) return;
-    int device = 0, max_optin = 0;
-    cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    if (bytes > (size_t)max_optin) {
-        fprintf(stderr, "%s: C=%d needs %zu bytes of shared memory per block, the device allows %d: C is too large\n",
-                op, C, bytes, max_optin);
-        exit(EXIT_FAILURE);
-    }
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-
-// Whether every pointer allows 128-bit access (cudaMalloc gives 256-byte alignment; views into
-// a tensor at odd offsets may not).
-inline bool layernorm_aligned16(std::initializer_list<const void*> pointers) {
-    for (const void* p : pointers)
-        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-    return true;
-}
-
 // Shared by layernorm_forward and fused_residual_layernorm_forward: picks 128-bit or scalar access
 // and launches one warp per row.
 template <class T, bool kResidual>
@@ -272,10 +248,10 @@ inline void layernorm_forward_launch(const char* op, T* out, float* mean, float*
     layernorm_check_shape(op, N, C);
     if (N == 0) return;
     constexpr int P = Packed128<T>::size;
-    bool packed = C % P == 0 && layernorm_aligned16({out, residual, inp1, inp2, weight, bias});
+    bool packed = rows_pack128<T>(C, {out, residual, inp1, inp2, weight, bias});
     auto kernel = packed ? layernorm_forward_kernel<T, P, kResidual> : layernorm_forward_kernel<T, 1, kResidual>;
     size_t smem = (size_t)kLayernormForwardWarps * C * sizeof(T);
-    layernorm_reserve_smem(kernel, smem, op, C);
+    reserve_dynamic_smem(kernel, smem, op, "C", C);
     cudaCheck(launch_kernel(kernel, dim3(CEIL_DIV(N, kLayernormForwardWarps)), dim3(32 * kLayernormForwardWarps),
                             smem, stream, out, mean, rstd, residual, inp1, inp2, weight, bias, N, C, eps));
 }
@@ -304,7 +280,7 @@ void residual_forward(T* out, const T* inp1, const T* inp2, size_t N, cudaStream
     if (N == 0) return;
     constexpr int P = Packed128<T>::size;
     const int block_size = 256;
-    bool packed = layernorm_aligned16({out, inp1, inp2});
+    bool packed = aligned16({out, inp1, inp2});
     cudaCheck(launch_kernel(residual_forward_kernel<T>, dim3((unsigned)CEIL_DIV(N, (size_t)block_size * P)),
                             dim3(block_size), 0, stream, out, inp1, inp2, N, packed));
 }
@@ -335,11 +311,11 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* d
     layernorm_check_shape("layernorm_backward", N, C);
     if (N == 0) return;
     constexpr int P = Packed128<T>::size;
-    bool packed = C % P == 0 && layernorm_aligned16({dinp, dout, inp, weight});
+    bool packed = rows_pack128<T>(C, {dinp, dout, inp, weight});
     auto kernel = packed ? layernorm_backward_kernel<T, P> : layernorm_backward_kernel<T, 1>;
     int padded_C = packed ? CEIL_DIV(C, 32 * P) * 32 * P : CEIL_DIV(C, 32) * 32;
     size_t smem = (size_t)kLayernormBackwardWarps * 2 * padded_C * sizeof(float);
-    layernorm_reserve_smem(kernel, smem, "layernorm_backward", C);
+    reserve_dynamic_smem(kernel, smem, "layernorm_backward", "C", C);
 
     int rows_per_block = layernorm_backward_rows_per_block(N);
     int n_blocks = CEIL_DIV(N, rows_per_block);

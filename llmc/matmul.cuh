@@ -286,6 +286,12 @@ void matmul_forward(T* out, T* pre_gelu, const T* inp, const T* weight, const T*
     if (pre_gelu) gelu_forward(out, pre_gelu, (size_t)N * OC, gelu_kind, stream);
 }
 
+// A linear layer without an activation: out (N,OC) = inp (N,C) · weightᵀ + bias (OC, or null).
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC, cudaStream_t stream) {
+    matmul_forward(out, (T*)nullptr, inp, weight, bias, N, C, OC, GeluKind::Tanh, stream);
+}
+
 // Scratch the backward pass needs (the bias-gradient partial sums).
 inline size_t matmul_backward_scratch_bytes(int N, int OC) {
     int slices = CEIL_DIV(N, 256);
@@ -338,6 +344,14 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout
         cudaCheck(launch_kernel(bias_backward_final_kernel<T>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
                                 (const float*)partial, slices, OC));
     }
+}
+
+// The gradients of a linear layer without an activation below it (dinp is dout · weight).
+template <class T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight, int N,
+                     int C, int OC, cudaStream_t stream) {
+    matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, (const T*)nullptr, N, C, OC, GeluKind::Tanh,
+                    stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -418,12 +432,10 @@ inline void matmul_fp8_check(const char* who, int N, int C, int OC, std::initial
                 who, N, C, OC);
         exit(EXIT_FAILURE);
     }
-    for (const void* p : outputs)
-        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-            fprintf(stderr, "%s: fp8 matmul outputs must be 16-byte aligned (cuBLASLt's fp8 kernels), got %p\n", who,
-                    p);
-            exit(EXIT_FAILURE);
-        }
+    if (!aligned16(outputs)) {
+        fprintf(stderr, "%s: fp8 matmul outputs must be 16-byte aligned (cuBLASLt's fp8 kernels)\n", who);
+        exit(EXIT_FAILURE);
+    }
 }
 
 // out (N,OC) = inp (N,C) · weightᵀ (weight (OC,C)) + bias (OC, or null), with the two products'

@@ -83,6 +83,31 @@ struct TensorViews {
     }
 };
 
+// One allocation carved into regions (a model's activations, its decoding state): each region
+// starts 256-byte aligned, as cudaMalloc's own allocations do, so that cuBLASLt and 128-bit loads
+// see aligned rows in every one.
+struct Region {
+    void** ptr;    // where the region's address goes
+    size_t bytes;
+};
+inline size_t region_span(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Bytes one allocation needs for all the regions.
+inline size_t regions_bytes(const std::vector<Region>& regions) {
+    size_t bytes = 0;
+    for (const Region& r : regions) bytes += region_span(r.bytes);
+    return bytes;
+}
+
+// Points every region into base (regions_bytes(regions) bytes), in order.
+inline void carve_regions(void* base, const std::vector<Region>& regions) {
+    char* p = static_cast<char*>(base);
+    for (const Region& r : regions) {
+        *r.ptr = p;
+        p += region_span(r.bytes);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // Optimizers: AdamW (fp32 moments), AdamW with 8-bit block-quantized moments, Adafactor (factored
 // second moments), SGD with momentum. Each keeps its state in one device allocation, saved in
@@ -569,6 +594,17 @@ struct ModelState {
             cudaCheck(cudaMemcpy(extra, old[0].optimizer_state.data() + arrays * n_old * sizeof(float), extra_bytes,
                                  cudaMemcpyHostToDevice));
         if (master) cudaCheck(cudaMemcpy(master, mst.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+
+    // Mean of n fp32 values on the device (a model's per-token or per-row losses), summed in double on
+    // the host in order (syncs with the device).
+    float device_mean(const float* values, size_t n) {
+        std::vector<float> host(n);
+        cudaCheck(cudaMemcpyAsync(host.data(), values, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        double s = 0;
+        for (float x : host) s += x;
+        return (float)(s / n);
     }
 
     void free_state() {

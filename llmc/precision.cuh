@@ -71,6 +71,13 @@ struct alignas(16) Packed128 {
     __device__ const T& operator[](int k) const { return payload[k]; }
 };
 
+// Whether rows of `row` elements of T can move as whole Packed128s: the row length a multiple of
+// the pack width and every pointer 16-byte aligned.
+template <class T>
+inline bool rows_pack128(int row, std::initializer_list<const void*> pointers) {
+    return row % Packed128<T>::size == 0 && aligned16(pointers);
+}
+
 // Loads 16 bytes from a 16-byte aligned address.
 template <class T>
 __device__ inline Packed128<T> load128(const T* address) {

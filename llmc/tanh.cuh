@@ -76,11 +76,6 @@ __global__ void tanh_backward_inplace_kernel(T* d_in_out, const T* inp, size_t N
 
 constexpr int kTanhBlockSize = 256;
 
-// Whether both pointers allow 128-bit access.
-inline bool tanh_aligned16(const void* a, const void* b) {
-    return reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
-}
-
 // out = tanh(inp) over N elements (any N, any alignment; out may equal inp).
 template <class T>
 void tanh_forward(T* out, const T* inp, size_t N, cudaStream_t stream) {
@@ -88,7 +83,7 @@ void tanh_forward(T* out, const T* inp, size_t N, cudaStream_t stream) {
     constexpr int P = Packed128<T>::size;
     dim3 grid((unsigned)CEIL_DIV(N, (size_t)kTanhBlockSize * P));
     cudaCheck(launch_kernel(tanh_forward_kernel<T>, grid, dim3(kTanhBlockSize), 0, stream, out, inp, N,
-                            tanh_aligned16(out, inp)));
+                            aligned16({out, inp})));
 }
 
 // d_in_out = d_in_out * tanh'(inp) over N elements: on entry the gradient of tanh's output, on return
@@ -99,5 +94,5 @@ void tanh_backward_inplace(T* d_in_out, const T* inp, size_t N, cudaStream_t str
     constexpr int P = Packed128<T>::size;
     dim3 grid((unsigned)CEIL_DIV(N, (size_t)kTanhBlockSize * P));
     cudaCheck(launch_kernel(tanh_backward_inplace_kernel<T>, grid, dim3(kTanhBlockSize), 0, stream, d_in_out, inp, N,
-                            tanh_aligned16(d_in_out, inp)));
+                            aligned16({d_in_out, inp})));
 }

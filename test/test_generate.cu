@@ -1,6 +1,6 @@
-// test/test_generate.cu — generation with a KV cache (train_gpt2.cu: GPT2::decode_step, generate()) on
+// test/test_generate.cu — generation with a KV cache (train_gpt2.cu: GPT2Decoder, generate()) on
 // the tiny fixture model (test/fixtures/gpt2_tiny_model.bin: L=2, C=64, NH=4, maxT=64, V=500):
-//   1. decode_step's logits at every position t of a 64-token sequence equal row t of the full forward
+//   1. GPT2Decoder::step's logits at every position t of a 64-token sequence equal row t of the full forward
 //      pass's logits, in fp32 and bf16, with recomputation and with either GELU path;
 //   2. both are judged against an exact (double) forward pass of the same parameters: decoding may
 //      round differently, but not worse than the full forward pass (its error <= 2x the forward's);
@@ -129,7 +129,7 @@ std::vector<double> exact_logits(const GPT2Config& c, const std::vector<float>& 
 }
 
 // ----------------------------------------------------------------------------
-// 1 and 2: decode_step vs the full forward pass, and both vs the exact logits
+// 1 and 2: GPT2Decoder::step vs the full forward pass, and both vs the exact logits
 
 // The fp32 budget's k for position t (see the top): twice the reduction lengths on a logit's path.
 double fp32_k(const GPT2Config& c, int t) {
@@ -137,7 +137,7 @@ double fp32_k(const GPT2Config& c, int t) {
     return 2.0 * (c.num_layers * (C + HS + 2 * (t + 1) + C + C + 4 * C) + C);
 }
 
-// Runs the full forward pass on tokens (B=1, T=maxT) and decode_step at every position, compares them
+// Runs the full forward pass on tokens (B=1, T=maxT) and GPT2Decoder::step at every position, compares them
 // row by row and against the exact logits; returns the largest difference (for the sampling test).
 template <class floatX>
 double check_decode(const char* tname, const GPT2Config& config, const std::vector<float>& init, Recompute r,
@@ -156,9 +156,12 @@ double check_decode(const char* tname, const GPT2Config& config, const std::vect
     std::vector<unsigned char> acts_before((size_t)m.acts_bytes);
     cudaCheck(cudaMemcpy(acts_before.data(), m.acts_memory, m.acts_bytes, cudaMemcpyDeviceToHost));
     std::vector<floatX> dec((size_t)T * Vp);
-    for (int t = 0; t < T; t++) {
-        const floatX* row = m.decode_step(tokens[t], t);
-        cudaCheck(cudaMemcpy(dec.data() + (size_t)t * Vp, row, Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+    {
+        GPT2Decoder<floatX> decoder(m);
+        for (int t = 0; t < T; t++) {
+            const floatX* row = decoder.step(tokens[t], t);
+            cudaCheck(cudaMemcpy(dec.data() + (size_t)t * Vp, row, Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+        }
     }
     std::vector<unsigned char> acts_after((size_t)m.acts_bytes);
     cudaCheck(cudaMemcpy(acts_after.data(), m.acts_memory, m.acts_bytes, cudaMemcpyDeviceToHost));
@@ -182,9 +185,9 @@ double check_decode(const char* tname, const GPT2Config& config, const std::vect
     char name[200];
     const char* setting = r == Recompute::None ? (fusion ? "recompute none, fused GELU" : "recompute none, GELU kernel")
                                                : (r == Recompute::Layer ? "recompute layer" : "recompute gelu");
-    snprintf(name, sizeof(name), "decode_step<%s, %s> logits == full forward's, every position", tname, setting);
+    snprintf(name, sizeof(name), "GPT2Decoder::step<%s, %s> logits == full forward's, every position", tname, setting);
     th::check_budget(name, ref, got, budget);
-    snprintf(name, sizeof(name), "decode_step<%s, %s> vs the next position's forward row: apart", tname, setting);
+    snprintf(name, sizeof(name), "GPT2Decoder::step<%s, %s> vs the next position's forward row: apart", tname, setting);
     th::report(min_apart > 2, name, "every decoded row is >= %.1f budgets from the next position's forward row "
                "(needs > 2)", min_apart);
     double worst = 0;
@@ -201,12 +204,12 @@ double check_decode(const char* tname, const GPT2Config& config, const std::vect
             err_fwd = std::max(err_fwd, std::fabs(to_float(full[(size_t)t * Vp + v]) - e));
             err_dec = std::max(err_dec, std::fabs(to_float(dec[(size_t)t * Vp + v]) - e));
         }
-    snprintf(name, sizeof(name), "decode_step<%s, %s> error vs exact <= 2x the full forward's", tname, setting);
+    snprintf(name, sizeof(name), "GPT2Decoder::step<%s, %s> error vs exact <= 2x the full forward's", tname, setting);
     th::report(err_dec <= 2 * err_fwd, name, "max |decode - exact| %.3g, max |forward - exact| %.3g, max |decode - "
                "forward| %.3g", err_dec, err_fwd, worst);
 
     // 4 (decoding part): the training activations are untouched.
-    snprintf(name, sizeof(name), "decode_step<%s, %s> leaves the training activations alone", tname, setting);
+    snprintf(name, sizeof(name), "GPT2Decoder::step<%s, %s> leaves the training activations alone", tname, setting);
     th::check_bitwise(name, acts_before.data(), acts_after.data(), acts_before.size());
     m.free_all();
     return worst;
