@@ -2,9 +2,9 @@
 // and the training loop, in one file. Kernels live in llmc/; this file is the model-level tier.
 //
 // Chapters: configuration · parameters · activations · the model (build, forward, backward, update) ·
-// decoding with a KV cache (GPT2Decoder) · initial weights and checkpoints · training (options,
-// sampling, the loop) · main. The checkpoint formats — llm.c model files, Hugging Face
-// safetensors — are in llmc/gpt2_io.h.
+// decoding with a KV cache (GPT2Decoder) · initial weights and checkpoints · training (sampling text,
+// the loop) · main. The checkpoint formats — llm.c model files, Hugging Face safetensors — are in
+// llmc/gpt2_io.h; the command line in llmc/gpt2_options.h.
 //
 // Precision is a run-time choice (--precision auto|fp32|tf32|bf16|fp16|fp8): every model-level
 // function is a template on the storage type floatX of parameters and activations, and main()
@@ -43,6 +43,7 @@
 #include "llmc/precision.cuh"         // storage types and conversions
 #include "llmc/rng.h"                 // NormalRNG: the random initialization's normal draws
 #include "llmc/run.h"                 // loss scaling, memory report, resume checks, the step reporter
+#include "llmc/sampling.h"            // sample_token: the next token from a row of logits
 #include "llmc/schedulers.h"          // learning-rate schedules
 #include "llmc/tokenizer.h"           // GPT-2's BPE tokenizer (prompts and samples)
 
@@ -649,44 +650,6 @@ bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::st
 
 // ----------------------------------------------------------------------------
 // Training
-
-// Draws the next token from a row of logits (host, at least V values): softmax(logits / temperature)
-// over the real vocabulary V, among the top_k largest only if top_k > 0, with one step of the
-// xorshift generator *rng per token (so a seed gives the same sample whatever computed the logits).
-// margin, if given, receives how far the draw lies from the nearest edge of the chosen token's
-// interval, as a fraction of the total probability: how much the probabilities may move (from
-// rounding differences in the logits) before the same draw picks another token.
-template <class floatX>
-int sample_token(const std::vector<floatX>& row, int V, float temperature, int top_k, uint64_t* rng,
-                 double* margin = nullptr) {
-    std::vector<float> probs(V);
-    float cutoff = -INFINITY;
-    if (top_k > 0 && top_k < V) {
-        std::vector<float> sorted(V);
-        for (int v = 0; v < V; v++) sorted[v] = to_float(row[v]);
-        std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<float>());
-        cutoff = sorted[top_k - 1];
-    }
-    float maxl = -INFINITY;
-    for (int v = 0; v < V; v++) maxl = std::max(maxl, to_float(row[v]));
-    double sum = 0;
-    for (int v = 0; v < V; v++) {
-        float l = to_float(row[v]);
-        probs[v] = l < cutoff ? 0.f : std::exp((l - maxl) / temperature);
-        sum += probs[v];
-    }
-    uint64_t r = *rng;
-    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-    *rng = r;
-    double u = (r >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
-    int next = V - 1;
-    for (int v = 0; v < V; v++) {
-        acc += probs[v];
-        if (u < acc) { next = v; break; }
-    }
-    if (margin) *margin = std::min(u - (acc - probs[next]), acc - u) / sum;
-    return next;
-}
 
 // Samples o.gen_tokens tokens from the model, starting from <|endoftext|> and the prompt, prints them
 // decoded as they come and returns the text (and appends the sampled ids to *sampled if given).
