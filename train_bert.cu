@@ -2,7 +2,8 @@
 // pretraining and sequence classification, the optimizer step, and the training program, in one
 // file. Kernels live in llmc/ and are shared with train_gpt2.cu; this file is the model-level tier.
 // The configuration and parameter layout are llmc/bert_config.h; the checkpoint formats (Hugging
-// Face checkpoints in and out, the run's model files) llmc/bert_io.h.
+// Face checkpoints in and out, the run's model files) llmc/bert_io.h; the command line
+// llmc/bert_options.h.
 //
 // Chapters: parameters · activations · the model (build, batch, forward, backward, update) · initial
 // weights · training · the program.
@@ -673,7 +674,7 @@ void bert_set_num_labels(BertConfig* c, std::vector<float>* p, int num_labels, u
 }
 
 // ----------------------------------------------------------------------------
-// Training: options, a run's checkpoints, evaluation, the loop
+// Training: a run's checkpoints, evaluation, the loop
 
 // The run's precision as saved in training states (Precision's codes), by name.
 inline const char* bert_precision_code_name(int code) {
