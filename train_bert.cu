@@ -1114,8 +1114,11 @@ int train_bert_main(int argc, char** argv) {
         if (!mkdtemp(tmpl)) data_error("--bench: cannot create a temporary directory: %s", strerror(errno));
         bench_dir = tmpl;
         long long per_step = o.total_batch > 0 ? o.total_batch : (long long)o.B * dist.world;
-        o.train_pattern = write_bench_shard(bench_dir, mlm ? BertShardKind::MLM : BertShardKind::Classify,
-                                            (size_t)(per_step * (o.max_steps + 1)), o.max_len, config.vocab_size, o.seed);
+        o.train_pattern = bench_dir + (mlm ? "/bench_mlm.bin" : "/bench_classify.bin");
+        std::string err;
+        if (!write_bench_shard(o.train_pattern, mlm ? BertShardKind::MLM : BertShardKind::Classify,
+                               (size_t)(per_step * (o.max_steps + 1)), o.max_len, config.vocab_size, o.seed, &err))
+            data_error("--bench: %s", err.c_str());
         o.val_pattern = "";
         printf("bench: synthetic %s shard of %lld sequences of %d tokens (%s)\n", mlm ? "MLM" : "classification",
                per_step * (o.max_steps + 1), o.max_len, o.train_pattern.c_str());

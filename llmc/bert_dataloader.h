@@ -685,16 +685,21 @@ inline int bert_shards_max_len(const std::string& pattern) {
     return longest;
 }
 
-// Writes --bench's synthetic shard into dir: n sequences of exactly len tokens ([CLS], ids drawn
-// uniformly from the vocabulary's ordinary tokens, [SEP]) with the bert-base-uncased special ids;
-// classification: labels alternating between 2 classes. Returns its path.
-inline std::string write_bench_shard(const std::string& dir, BertShardKind kind, size_t n, int len, int V, uint64_t seed) {
+// Writes --bench's synthetic shard to path: n sequences of exactly len tokens ([CLS], ids drawn
+// uniformly from the vocabulary's ordinary tokens, [SEP]) with the bert-base-uncased special ids
+// (so V must be at least 1000); classification: labels alternating between 2 classes. False, with
+// *err, if it cannot.
+inline bool write_bench_shard(const std::string& path, BertShardKind kind, size_t n, int len, int V, uint64_t seed,
+                              std::string* err) {
+    if (V < 1000) {
+        *err = "the model's vocabulary (" + std::to_string(V) + ") is smaller than bert-base-uncased's special ids";
+        return false;
+    }
     BertShard s;
     s.kind = kind;
     s.max_len = len;
     s.vocab_size = V;
     s.cls_id = 101, s.sep_id = 102, s.pad_id = 0, s.mask_id = 103, s.unk_id = 100;
-    if (V < 1000) data_error("--bench: the model's vocabulary (%d) is smaller than bert-base-uncased's special ids", V);
     BertRng rng({seed, 0xBE7C});
     for (size_t i = 0; i < n; i++) {
         s.tokens.push_back((uint16_t)s.cls_id);
@@ -704,7 +709,5 @@ inline std::string write_bench_shard(const std::string& dir, BertShardKind kind,
         if (kind == BertShardKind::Classify) s.labels.push_back((int32_t)(i % 2));
     }
     if (kind == BertShardKind::Classify) s.label_names = {"even", "odd"};
-    std::string path = dir + (kind == BertShardKind::MLM ? "/bench_mlm.bin" : "/bench_classify.bin"), err;
-    if (!write_bert_shard(path, s, &err)) data_error("--bench: %s", err.c_str());
-    return path;
+    return write_bert_shard(path, s, err);
 }
