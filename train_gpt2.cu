@@ -45,6 +45,7 @@
 #include "llmc/run.h"                 // loss scaling, memory report, resume checks, the step reporter
 #include "llmc/sampling.h"            // sample_token: the next token from a row of logits
 #include "llmc/schedulers.h"          // learning-rate schedules
+#include "llmc/staging.h"             // pinned slots for the micro-batches a step uploads
 #include "llmc/tokenizer.h"           // GPT-2's BPE tokenizer (prompts and samples)
 
 // ----------------------------------------------------------------------------
@@ -189,6 +190,7 @@ struct GPT2 : ModelState<floatX> {
     bool gelu_fusion = true;
     bool fused_gelu() const { return gelu_fusion && recompute == Recompute::None; }
     EncoderBackwardPlan encoder_plan;
+    StagingSlots batch_slots;  // pinned copies of the micro-batches in flight (set_batch)
 
     // Allocates parameters, gradients and optimizer state for config and fills params_memory
     // from the fp32 host values (which must hold num_parameters floats).
@@ -225,6 +227,7 @@ struct GPT2 : ModelState<floatX> {
         carve_regions(acts_memory, regions);
         mem.activations = acts_bytes;
         mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, config.channels, config.vocab_size, 0, stream);
+        reserve_batch_slots(1);
         if (fp8 && !fp8_scratch) {  // one buffer for the largest of the four GEMMs of a block
             size_t C = config.channels, BT = (size_t)B * T;
             size_t bytes = std::max({matmul_fp8_scratch_bytes((int)BT, (int)C, (int)(3 * C)),
@@ -468,13 +471,23 @@ struct GPT2 : ModelState<floatX> {
     float mean_loss() { return this->device_mean(acts.losses, (size_t)B * T); }
 
     // Copies a micro-batch's token ids (host, B*T each) to the device; for training, also plans
-    // the embedding backward pass (which groups positions by token id on the host).
+    // the embedding backward pass (which groups positions by token id on the host). Through a pinned
+    // slot: the caller may refill its buffers at once, and the host does not wait for the device.
     void set_batch(const int* inputs, const int* targets, bool for_training = true) {
-        cudaCheck(cudaMemcpyAsync(acts.inputs, inputs, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice, stream));
-        cudaCheck(cudaMemcpyAsync(acts.targets, targets, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice, stream));
+        size_t BT = (size_t)B * T;
+        int* slot = static_cast<int*>(batch_slots.acquire());  // inputs (B*T) | targets (B*T) | the plan
+        memcpy(slot, inputs, BT * sizeof(int));
+        memcpy(slot + BT, targets, BT * sizeof(int));
+        cudaCheck(cudaMemcpyAsync(acts.inputs, slot, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(acts.targets, slot + BT, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
         if (for_training)
             encoder_backward_plan(&encoder_plan, inputs, (const int*)nullptr, B, T, config.channels,
-                                  config.vocab_size, 0, stream);
+                                  config.vocab_size, 0, stream, slot + 2 * BT);
+        batch_slots.release(stream);
+    }
+    // One pinned slot per micro-step of an optimizer step (llmc/staging.h): no host wait inside a step.
+    void reserve_batch_slots(int n) {
+        batch_slots.reserve(n, 2 * (size_t)B * T * sizeof(int) + encoder_plan_staging_bytes(B, T, false));
     }
 
     // Bytes of the fp8 GEMMs' scaling states, and of the state a checkpoint saves besides the master
@@ -505,6 +518,7 @@ struct GPT2 : ModelState<floatX> {
         for (void* p : {fp8_memory, fp8_scratch, acts_memory})
             if (p) cudaCheck(cudaFree(p));
         encoder_backward_plan_free(&encoder_plan);
+        batch_slots.free_all();
     }
 };
 
@@ -816,6 +830,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         data_error("--total-batch-size %lld is not a multiple of B*T%s = %lld", total,
                    dist.world > 1 ? "*ranks" : "", global_micro);
     int accum = (int)(total / global_micro);
+    model.reserve_batch_slots(accum);
 
     DataLoader train_loader(o.train_pattern, o.B, o.T, dist.rank, dist.world, o.shuffle, o.seed, c.vocab_size);
     std::unique_ptr<DataLoader> val_loader;
@@ -951,9 +966,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
             model.forward(true, scaler.scale / (float)(tokens_per_micro * accum));
             model.backward();
             model.fetch_losses(step_losses + (size_t)micro * tokens_per_micro);
-            // The batch buffers must not change while their copy to the device may be in flight.
-            cudaCheck(cudaStreamSynchronize(model.stream));
-            if (!o.overfit_batch) train_loader.next_batch();
+            if (!o.overfit_batch) train_loader.next_batch();  // set_batch took its own copy
         }
         StepFigures f;
         f.done = step + 1;

@@ -98,6 +98,16 @@ inline long long kernel_launch_count() {
 #endif
 }
 
+// Calls since start-up that can make the host wait for the device, counted by the CPU backend
+// (simt::host_sync_count says which); -1 on a GPU, where nothing counts them.
+inline long long host_sync_count() {
+#if defined(SIMT_CPU)
+    return (long long)simt::host_sync_count();
+#else
+    return -1;
+#endif
+}
+
 // True when this build runs on the CPU backend rather than a GPU (programs pick smaller defaults).
 constexpr bool on_cpu_backend() {
 #if defined(SIMT_CPU)

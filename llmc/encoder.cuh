@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <vector>
 
@@ -54,9 +55,9 @@ struct EncoderGroup {
 // The host-side preparation of one step's backward (built by encoder_backward_plan from the host
 // copy of the step's token ids) and the device buffers it is uploaded to. Reused across steps:
 // the device buffers are sized for the worst case of (B, T, C) once and only grow if B*T or C grows.
-// Build it when the batch arrives (where the trainer copies the ids to the device): the upload
-// from pageable memory waits for the stream's earlier work, which costs nothing there, while in
-// the middle of the backward it would stall the host and leave the GPU idle.
+// Build it when the batch arrives (where the trainer copies the ids to the device), and upload it
+// from pinned staging memory: then the host never waits for the stream and can prepare the next
+// micro-batch while the GPU runs this one.
 struct EncoderBackwardPlan {
     int B = 0, T = 0, C = 0;
     bool has_types = false;
@@ -235,6 +236,13 @@ inline EncoderPlanCapacity encoder_plan_capacity(int B, int T, int C, bool has_t
     return EncoderPlanCapacity{n, n, n / (ENCODER_SEGMENT + 1) + 1, (n / 16 + 1) * (size_t)C};
 }
 
+// Bytes of pinned host memory encoder_backward_plan needs to upload a plan of (B, T) without making
+// the host wait: its three lists at their worst-case lengths.
+inline size_t encoder_plan_staging_bytes(int B, int T, bool has_types) {
+    EncoderPlanCapacity cap = encoder_plan_capacity(B, T, 1, has_types);
+    return cap.positions * sizeof(int) + cap.segments * sizeof(EncoderSegment) + cap.groups * sizeof(EncoderGroup);
+}
+
 // Grows a device buffer to hold at least `need` elements (contents are not kept).
 template <class X>
 inline void encoder_plan_reserve(X*& ptr, size_t& capacity, size_t need) {
@@ -279,11 +287,15 @@ inline void encoder_plan_bucket(EncoderBackwardPlan& plan, int table, const int*
 
 // Fills the plan for one step from the host copy of its token ids (B,T) and token types (B,T) or
 // nullptr, and uploads it on `stream` (ordered after the previous step's encoder_backward on the
-// same stream; the host buffers are free again on return). Checks every id against the vocabulary
+// same stream). The upload reads from `staging` when given — pinned host memory of
+// encoder_plan_staging_bytes(B, T, types) that must stay untouched until the stream has run the
+// copies (e.g. one buffer per micro-step, reused after the step) — which never makes the host wait;
+// without it, from the plan's own pageable vectors, which CUDA may stage by waiting for the stream. Checks every id against the vocabulary
 // size V and n_types and exits with a message naming the first bad one (a bad id would otherwise
 // read and write outside the tables). Sizes the device buffers for the worst case of (B, T, C).
 inline void encoder_backward_plan(EncoderBackwardPlan* plan_ptr, const int* host_inp, const int* host_token_types,
-                                  int B, int T, int C, int V, int n_types, cudaStream_t stream) {
+                                  int B, int T, int C, int V, int n_types, cudaStream_t stream,
+                                  void* staging = nullptr) {
     EncoderBackwardPlan& plan = *plan_ptr;
     if (B <= 0 || T <= 0 || C <= 0 || V <= 0 || (host_token_types != nullptr && n_types <= 0)) {
         fprintf(stderr, "encoder_backward_plan: B=%d, T=%d, C=%d, V=%d (and n_types=%d with token types) "
@@ -328,12 +340,21 @@ inline void encoder_backward_plan(EncoderBackwardPlan* plan_ptr, const int* host
     encoder_plan_reserve(plan.d_groups, plan.capacity_groups, cap.groups);
     encoder_plan_reserve(plan.d_partials, plan.capacity_partials, cap.partials);
 
-    cudaCheck(cudaMemcpyAsync(plan.d_positions, plan.positions.data(), plan.positions.size() * sizeof(int),
-                              cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaMemcpyAsync(plan.d_segments, plan.segments.data(), plan.segments.size() * sizeof(EncoderSegment),
-                              cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaMemcpyAsync(plan.d_groups, plan.groups.data(), plan.groups.size() * sizeof(EncoderGroup),
-                              cudaMemcpyHostToDevice, stream));
+    const void* positions = plan.positions.data();
+    const void* segments = plan.segments.data();
+    const void* groups = plan.groups.data();
+    size_t positions_bytes = plan.positions.size() * sizeof(int);
+    size_t segments_bytes = plan.segments.size() * sizeof(EncoderSegment);
+    size_t groups_bytes = plan.groups.size() * sizeof(EncoderGroup);
+    if (staging) {  // the lists back to back (all of 4-byte fields)
+        char* at = static_cast<char*>(staging);
+        positions = memcpy(at, positions, positions_bytes);
+        segments = memcpy(at += positions_bytes, segments, segments_bytes);
+        groups = memcpy(at + segments_bytes, groups, groups_bytes);
+    }
+    cudaCheck(cudaMemcpyAsync(plan.d_positions, positions, positions_bytes, cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemcpyAsync(plan.d_segments, segments, segments_bytes, cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemcpyAsync(plan.d_groups, groups, groups_bytes, cudaMemcpyHostToDevice, stream));
 }
 
 // Reserves the plan's device buffers before the first step (so that a model's memory report is

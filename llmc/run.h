@@ -287,7 +287,8 @@ struct StepFigures {
 // The end of every optimizer step, one way for both trainers: the step is timed by two CUDA events
 // on the model's stream (begin() before its first work, end() after the update, which waits for it),
 // then report() prints the step line, writes the log line (with the trainer's own fields), keeps the
-// ETA, and after the run's first step prints the memory in use and, on the CPU backend, the launches.
+// ETA, and after the run's first step prints the memory in use and, on the CPU backend, the launches
+// and the times the host waited for the device inside the step (llmc/staging.h says why none should).
 class StepReporter {
   public:
     StepReporter(cudaStream_t stream, int steps, int end_step, float peak_tflops, Throughput rate, RunLog* log)
@@ -303,12 +304,14 @@ class StepReporter {
     StepReporter& operator=(const StepReporter&) = delete;
 
     void begin() {
+        syncs0_ = host_sync_count();
         launches0_ = kernel_launch_count();
         matmuls0_ = matmul_context().calls;
         cudaCheck(cudaEventRecord(t0_, stream_));
     }
     // Waits until the step's work is done; returns its time in ms.
     double end() {
+        host_waits_ = syncs0_ >= 0 ? host_sync_count() - syncs0_ : -1;
         cudaCheck(cudaEventRecord(t1_, stream_));
         cudaCheck(cudaEventSynchronize(t1_));
         float ms;
@@ -336,7 +339,11 @@ class StepReporter {
         fields.number(rate_.json_key, per_s, rate_.json_fmt).number("mfu", mfu_pct, "%.3f").append(extra);
         if (f.scaling) fields.number("loss_scale", f.scale).boolean("skipped", !f.applied);
         log_->write("step", f.done, fields);
-        if (first_) first_step_mib_ = print_first_step_figures(launches0_, matmuls0_);
+        if (first_) {
+            first_step_mib_ = print_first_step_figures(launches0_, matmuls0_);
+            if (host_waits_ >= 0)
+                printf("host waits for the device inside the step: %lld (counted by the CPU backend)\n", host_waits_);
+        }
         first_ = false;
         fflush(stdout);
     }
@@ -357,4 +364,5 @@ class StepReporter {
     double ms_ = 0, first_step_mib_ = 0;
     bool first_ = true;
     long long launches0_ = 0, matmuls0_ = 0;
+    long long syncs0_ = -1, host_waits_ = -1;  // host_sync_count() at begin(); the waits begin()..end()
 };

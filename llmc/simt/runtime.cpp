@@ -298,6 +298,7 @@ cudaError_t free_device(void* ptr) {
 // Waits for all queued work first, as a GPU does: some of it may use the memory.
 cudaError_t cudaFree(void* ptr) {
     if (!ptr) return cudaSuccess;
+    simt::note_host_sync();
     simt::synchronize_device();
     return free_device(ptr);
 }
@@ -324,6 +325,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) { return cudaMa
 
 cudaError_t cudaFreeHost(void* ptr) {
     if (!ptr) return cudaSuccess;
+    simt::note_host_sync();
     simt::synchronize_device();
     std::lock_guard<std::mutex> lk(simt::allocs().mu);
     if (!simt::allocs().pinned.erase(ptr)) return set_last_error(cudaErrorInvalidValue);

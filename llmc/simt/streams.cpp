@@ -23,6 +23,7 @@
 // and cudaMemset on device memory do not wait.
 #include "internal.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -159,6 +160,12 @@ void synchronize_device() {
     for (const auto& q : streams().all) run_all(q);
 }
 
+namespace {
+std::atomic<uint64_t> g_host_syncs{0};
+}
+uint64_t host_sync_count() { return g_host_syncs.load(); }
+void note_host_sync() { g_host_syncs++; }
+
 }  // namespace simt
 
 using simt::set_last_error;
@@ -190,6 +197,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    simt::note_host_sync();
     simt::synchronize_stream(stream);
     return cudaSuccess;
 }
@@ -211,6 +219,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+    simt::note_host_sync();
     simt::synchronize_device();
     return cudaSuccess;
 }
@@ -244,6 +253,7 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, uns
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     if (!event) return set_last_error(cudaErrorInvalidResourceHandle);
     std::lock_guard<std::recursive_mutex> lk(simt::streams().mu);
+    if (event->queue && event->queue->completed < event->seq) simt::note_host_sync();  // a wait, not a check
     if (event->queue) simt::run_until(event->queue, event->seq);
     return cudaSuccess;
 }
@@ -279,6 +289,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
     if (!count) return cudaSuccess;
     if (!dst || !src) return set_last_error(cudaErrorInvalidValue);
     Mem d = memory_kind(dst), s = memory_kind(src);
+    if (d == Mem::Pageable || s == Mem::Pageable) simt::note_host_sync();
     if (d == Mem::Pageable && s == Mem::Pageable) {  // host to host: synchronous
         memmove(dst, src, count);
     } else if (s == Mem::Pageable) {
@@ -299,15 +310,18 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
     if (!count) return cudaSuccess;
     if (!dst || !src) return set_last_error(cudaErrorInvalidValue);
+    bool host = !(simt::is_device_memory(dst) && simt::is_device_memory(src));
+    bool counted = memory_kind(dst) == Mem::Pageable || memory_kind(src) == Mem::Pageable;  // by the async copy
+    if (host && !counted) simt::note_host_sync();
     cudaError_t err = cudaMemcpyAsync(dst, src, count, kind, nullptr);
-    if (err == cudaSuccess && !(simt::is_device_memory(dst) && simt::is_device_memory(src)))
-        simt::synchronize_stream(nullptr);
+    if (err == cudaSuccess && host) simt::synchronize_stream(nullptr);
     return err;
 }
 
 cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                          size_t height, cudaMemcpyKind) {
     if (width > dpitch || width > spitch) return set_last_error(cudaErrorInvalidValue);
+    simt::note_host_sync();
     simt::synchronize_stream(nullptr);
     for (size_t r = 0; r < height; r++)
         memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);

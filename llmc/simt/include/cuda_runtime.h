@@ -126,6 +126,14 @@ int get_workers();
 // Number of kernel launches since start-up (the trainers report launches per step).
 uint64_t launch_count();
 
+// Number of calls since start-up that can make the host wait for the device: stream and device
+// synchronization, event synchronization on an event whose work has not run yet, copies to or from
+// pageable host memory (CUDA may stage those by waiting for the stream), synchronous copies
+// involving host memory, cudaFree and cudaFreeHost. A training step that makes none keeps the GPU
+// fed while the host prepares the next micro-batch.
+uint64_t host_sync_count();
+void note_host_sync();
+
 // Size of the virtual device's global memory in bytes: cudaMalloc fails with
 // cudaErrorMemoryAllocation beyond it, as on a GPU. SIMT_DEVICE_MEMORY sets the default (bytes, or
 // with a K/M/G suffix: "80G" for an H100); unset, the memory of the SIMT_DEVICE profile's GPU, at
