@@ -1,7 +1,8 @@
 // llmc/moe.cuh — the kernel layer of a Mixture-of-Experts MLP: router softmax and top-k, the dispatch
 // plan (a counting sort of the token -> expert assignments), the permutation of token rows into
 // expert-grouped order and back, the weighted combine, and the router's backward with the
-// load-balancing and z auxiliary losses. The expert MLPs themselves (grouped GEMMs) are not here.
+// load-balancing and z auxiliary losses. The layer that adds the router GEMM and the expert MLPs is
+// llmc/moe_layer.cuh.
 //
 // Shapes. N tokens (B*T), C channels, E experts, K experts per token (1 <= K <= MOE_MAX_K, K <= E).
 // An assignment is a (token n, choice k) pair, numbered a = n*K + k: token-major, k in rank order.
@@ -512,6 +513,17 @@ void moe_combine(T* out, const T* ye, const float* weight, const int* slot, int 
     }
 }
 
+// The weight half of moe_combine's backward: dweight (N,K, overwritten; 0 for dropped choices) =
+// dot(dout[n], ye[slot[n,k]]), for dout (N,C) and the rows ye (any row count) that slot (N,K) indexes.
+template <class T>
+void moe_combine_backward_weight(float* dweight, const T* dout, const T* ye, const int* slot, int N, int K, int C,
+                                 cudaStream_t stream) {
+    int NK = N * K;
+    if (NK == 0) return;
+    cudaCheck(launch_kernel(moe_combine_backward_weight_kernel<T>, dim3(CEIL_DIV(NK, MOE_WARPS)), dim3(MOE_BLOCK), 0,
+                            stream, dweight, dout, ye, slot, NK, K, C));
+}
+
 // The backward of moe_combine: dye (R,C, overwritten; zeros past M) and dweight (N,K, overwritten; 0
 // for dropped choices) from dout (N,C), with ye (R,C) and weight (N,K) of the forward.
 template <class T>
@@ -537,10 +549,7 @@ void moe_combine_backward(T* dye, float* dweight, const T* dout, const T* ye, co
                                     dye, dout, weight, row_assign, offsets, E, K, R, C));
         }
     }
-    int NK = N * K;
-    if (NK == 0) return;
-    cudaCheck(launch_kernel(moe_combine_backward_weight_kernel<T>, dim3(CEIL_DIV(NK, MOE_WARPS)), dim3(MOE_BLOCK), 0,
-                            stream, dweight, dout, ye, slot, NK, K, C));
+    moe_combine_backward_weight(dweight, dout, ye, slot, N, K, C, stream);
 }
 
 // The auxiliary losses: losses (2) = {aux, z}; load (E) = f_e, the fraction of assignments routed to
