@@ -62,6 +62,7 @@
 #include "llmc/precision.cuh"         // storage types and conversions
 #include "llmc/run.h"                 // loss scaling, memory report, resume checks, the step reporter
 #include "llmc/schedulers.h"          // learning-rate schedules
+#include "llmc/staging.h"             // pinned slots for the micro-batches a step uploads
 #include "llmc/tanh.cuh"              // the pooler's tanh
 
 // ----------------------------------------------------------------------------
@@ -191,6 +192,7 @@ struct BERT : ModelState<floatX> {
     BertHead head = BertHead::None;   // the current batch's head (set_batch)
     int head_rows = 0;                // its rows: M masked positions, or B
     EncoderBackwardPlan encoder_plan;
+    StagingSlots batch_slots;  // pinned copies of the micro-batches in flight (set_batch)
     // Host copies of the current batch's head rows, slot map and labels (uploaded from here).
     std::vector<int> host_rows, host_slot, host_targets, host_types;
     // Dropout in training passes (forward(true, ...)), transformers' hidden_dropout_prob and
@@ -309,6 +311,7 @@ struct BERT : ModelState<floatX> {
         mem.activations = acts_bytes;
         mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, (int)C, config.vocab_size,
                                                    config.type_vocab_size, stream);
+        reserve_batch_slots(1);
     }
 
     // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only).
@@ -392,20 +395,30 @@ struct BERT : ModelState<floatX> {
         gather_slot_map(host_rows.data(), head_rows, BT, &host_slot);
         if (!token_types) host_types.assign(BT, 0);
         const int* types = token_types ? token_types : host_types.data();
-        cudaCheck(cudaMemcpyAsync(acts.inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
-        cudaCheck(cudaMemcpyAsync(acts.token_types, types, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, stream));
-        cudaCheck(cudaMemcpyAsync(acts.valid_len, valid_len, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, stream));
-        cudaCheck(cudaMemcpyAsync(acts.slot, host_slot.data(), (size_t)BT * sizeof(int), cudaMemcpyHostToDevice,
-                                  stream));
-        if (head_rows) {
-            cudaCheck(cudaMemcpyAsync(acts.rows, host_rows.data(), host_rows.size() * sizeof(int),
-                                      cudaMemcpyHostToDevice, stream));
-            cudaCheck(cudaMemcpyAsync(acts.targets, host_targets.data(), host_targets.size() * sizeof(int),
-                                      cudaMemcpyHostToDevice, stream));
-        }
+        // Every upload from one pinned slot (llmc/staging.h): the caller may refill its buffers at
+        // once, and the host does not wait for the device.
+        int* at = static_cast<int*>(batch_slots.acquire());
+        auto upload = [&](int* device, const int* host, size_t n) {
+            if (n == 0) return;
+            memcpy(at, host, n * sizeof(int));
+            cudaCheck(cudaMemcpyAsync(device, at, n * sizeof(int), cudaMemcpyHostToDevice, stream));
+            at += n;
+        };
+        upload(acts.inputs, inputs, BT);
+        upload(acts.token_types, types, BT);
+        upload(acts.valid_len, valid_len, B);
+        upload(acts.slot, host_slot.data(), BT);
+        upload(acts.rows, host_rows.data(), host_rows.size());
+        upload(acts.targets, host_targets.data(), host_targets.size());
         if (for_training)
             encoder_backward_plan(&encoder_plan, inputs, types, B, T, c.channels, c.vocab_size, c.type_vocab_size,
-                                  stream);
+                                  stream, at);
+        batch_slots.release(stream);
+    }
+    // One pinned slot per micro-step of an optimizer step (llmc/staging.h): no host wait inside a step.
+    void reserve_batch_slots(int n) {
+        size_t ints = 3 * (size_t)B * max_T + B + 2 * (size_t)std::max(max_masked, B);
+        batch_slots.reserve(n, ints * sizeof(int) + encoder_plan_staging_bytes(B, max_T, true));
     }
 
     // Dropout sites of one pass: the embeddings, three per layer (attention probabilities, attention
@@ -603,7 +616,13 @@ struct BERT : ModelState<floatX> {
     // tokens, as transformers gives.
     float mean_loss() { return head_rows == 0 ? NAN : this->device_mean(acts.losses, head_rows); }
 
-    // The last forward pass's per-row losses (head_rows of them) into *out (syncs with the device).
+    // The last forward pass's per-row losses (head_rows of them) into pinned host memory, when the
+    // stream gets there (the step's end waits for it).
+    void copy_losses(float* host) {
+        if (head_rows)
+            cudaCheck(cudaMemcpyAsync(host, acts.losses, head_rows * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    }
+    // The same into *out, now (syncs with the device).
     void fetch_losses(std::vector<float>* out) {
         out->resize(head_rows);
         if (head_rows)
@@ -637,6 +656,7 @@ struct BERT : ModelState<floatX> {
         this->free_state();
         if (acts_memory) cudaCheck(cudaFree(acts_memory));
         encoder_backward_plan_free(&encoder_plan);
+        batch_slots.free_all();
         *this = BERT();
     }
 };
@@ -819,6 +839,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         data_error("--total-batch-size %lld is not a multiple of the micro-batch B%s = %lld", total,
                    dist.world > 1 ? "*ranks" : "", global_micro);
     int accum = (int)(total / global_micro);
+    model.reserve_batch_slots(accum);
     int steps_per_epoch = (int)(train.batches_per_epoch() / accum);
     if (steps_per_epoch < 1)
         data_error("%s: %zu batches per epoch, fewer than the %d micro-steps of one optimizer step",
@@ -934,42 +955,39 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
     StepReporter reporter(model.stream, steps, end_step, peak_tflops(prop.name, o.precision, o.tf32),
                           {"seq/s", "%.1f", "sequences_per_s", "%.2f"}, &log);
-    std::vector<float> losses;
+    // (accum, max rows) pinned: each micro-step's per-row losses, summed after the step's end
+    size_t max_rows = (size_t)std::max(model.max_masked, o.B);
+    float* step_losses;
+    cudaCheck(cudaMallocHost(&step_losses, (size_t)accum * max_rows * sizeof(float)));
+    std::vector<int> micro_rows(accum);
     for (int step = start_step; step < end_step; step++) {
         if (eval_due(step)) evaluate(step);
         reporter.begin();
         model.zero_grads();
-        double loss = 0, flops = 0;
-        int counted = 0;
+        double flops = 0;
         long long rows = 0;
         for (int micro = 0; micro < accum; micro++) {
             model.dropout_pass = (uint64_t)step * accum + micro;  // new masks every pass, the same on resume
             model.sync_grads = micro == accum - 1;  // gradients are communicated on the last micro-step only
             model.set_batch(train.inputs(), train.token_types(), train.valid_len(), train.targets(), head, true,
                             train.T());
-            int R = model.head_rows;
+            int R = micro_rows[micro] = model.head_rows;
             flops += bert_train_flops(c, train.valid_len(), o.B, R, head);
             if (R > 0) {  // an MLM batch may have no masked token: then nothing to learn from it
                 // transformers' loss is the mean over the rows; accumulated micro-batches count equally
                 // (and ranks too: the gradients are averaged over them)
                 model.forward(true, scaler.scale / (float)((double)R * accum));
                 model.backward();
-                model.fetch_losses(&losses);  // (and the batch's copy to the device is done: next_batch may
-                double sum = 0;               // overwrite its host buffers)
-                for (float x : losses) sum += x;
-                loss += sum / R;
-                counted++;
+                model.copy_losses(step_losses + micro * max_rows);
                 rows += R;
             } else if (dist.world > 1) {  // the others communicate this pass's gradients: join with zeros
                 model.forward(true, 0.f);
                 model.backward();
             }
-            train.next_batch();
+            train.next_batch();  // set_batch took its own copy
         }
-        loss = counted ? loss / counted : NAN;
         StepFigures f;
         f.done = step + 1;
-        f.loss = all_reduce_mean_scalar(dist, loss);
         rows = (long long)all_reduce_sum_scalar(dist, (double)rows);
         f.lr = sched.lr(step);
         f.scaling = scaling;
@@ -981,6 +999,18 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             model.update(f.lr, o.grad_clip, step + 1);
         }
         reporter.end();
+        double loss = 0;  // the mean of the micro-steps' mean losses
+        int counted = 0;
+        for (int micro = 0; micro < accum; micro++) {
+            int R = micro_rows[micro];
+            if (R == 0) continue;
+            double sum = 0;
+            for (int r = 0; r < R; r++) sum += step_losses[micro * max_rows + r];
+            loss += sum / R;
+            counted++;
+        }
+        loss = counted ? loss / counted : NAN;
+        f.loss = all_reduce_mean_scalar(dist, loss);
         f.norm = model.last_grad_norm();
         f.units = (double)total;
         f.flops = flops;
@@ -1018,6 +1048,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
                    head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification");
         }
     }
+    cudaCheck(cudaFreeHost(step_losses));
     model.free_all();
     matmul_destroy();
     return 0;

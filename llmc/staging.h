@@ -9,13 +9,30 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "cuda_common.h"
 
 class StagingSlots {
   public:
+    StagingSlots() = default;
     ~StagingSlots() { free_all(); }
+    // Owns pinned memory: movable (a model reset by assignment), not copyable.
+    StagingSlots(const StagingSlots&) = delete;
+    StagingSlots& operator=(const StagingSlots&) = delete;
+    StagingSlots(StagingSlots&& o) noexcept { *this = std::move(o); }
+    StagingSlots& operator=(StagingSlots&& o) noexcept {
+        if (this != &o) {
+            free_all();
+            slots_ = std::move(o.slots_);
+            bytes_ = o.bytes_;
+            next_ = o.next_;
+            o.slots_.clear();
+            o.bytes_ = o.next_ = 0;
+        }
+        return *this;
+    }
 
     // At least n slots of at least `bytes` each (existing slots are kept when big enough).
     void reserve(int n, size_t bytes) {
