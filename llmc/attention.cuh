@@ -6,59 +6,78 @@
 // uses columns h*HS .. h*HS+HS-1 of each part (HS = C/NH), and of out (B,T,C). Scores are scaled by
 // 1/sqrt(HS). Head sizes 16, 32, 64, 128 (a template parameter, dispatched at run time).
 //
-// Algorithm (FlashAttention-2). A block owns 64 rows (queries, or keys in the dK/dV kernel) of one
-// (batch, head), 16 per warp (32 or 16 on GPUs with less shared memory: attn_compact_warps), keeps
-// them in shared memory and streams 64-row tiles of the other operand through shared memory. The
-// forward keeps a running row max m and row sum l (online softmax), rescales the accumulated output
-// when m grows, and saves lse = m + log(l) per query row, from which the backward recomputes
-// P = exp(S - lse) tile by tile.
+// Two implementations share the semantics below: for bf16/fp16, FlashAttention-2 on tensor cores
+// through mma.sync m16n8k16 (llmc/tensor_core.cuh); for fp32, plain FMAs on CUDA cores, an exact
+// reference (no tensor cores, no tf32). dev/cuda/attention.cu keeps a third, the fp32 kernels with
+// their tile products on WMMA, as the simpler tensor-core variant to compare against.
+//
+// Algorithm (FlashAttention-2). The forward walks the key tiles a block of query rows sees, keeping a
+// running row max m and row sum l (online softmax), rescaling the accumulated output when m grows, and
+// saves lse = m + log(l) per query row, from which the backward recomputes P = exp(S - lse) tile by
+// tile.
+//
+// The 16-bit kernels (AttnMmaTile). Blocks of 4 warps; a warp owns 16 rows. Fragment layouts are the
+// PTX ISA's, so every row-wise step works on registers: a lane holds rows g = lane/4 and g+8 of each
+// 16×8 accumulator tile, the 4 lanes of a quad share a row (row max and sum: 2 xor-shuffles), and the
+// accumulators of two adjacent 8-column tiles, rounded to floatX, are exactly the A fragment of the
+// next product's 16-wide k slice (P for P V, dS for dS Q): no shared-memory round trip.
+//   Forward: block = 64 queries; Q's fragments are loaded once (ldmatrix) and stay in registers; K and
+//   V stream in 64-key tiles through two shared-memory stages, cp.async filling one while the warps
+//   compute on the other; S = Q K^T, the softmax, P and the output accumulator O live in registers.
+//   Backward: one kernel, block = 64 keys (K, V in shared memory); it streams the query tiles that
+//   see them (64 queries, 32 at HS = 128 for registers; Q, dO, lse, D double-buffered) and computes 5
+//   products per tile pair: S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dK += dS^T Q in registers, and
+//   dQ = dS K after parking dS^T (64 × 64) in shared memory, each warp taking 16 query rows (or half of
+//   them at HS = 128).
+//   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 45 (85) KiB, backward 64 (74) KiB; all
+//   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
+//   an H100 (228 KiB); registers <= 255 per thread without spills (__launch_bounds__(128, 2)).
+// The fp32 kernels (AttnTile). A block owns 64 rows (queries, or keys in the dK/dV kernel), 16 per
+// warp (32 or 16 on GPUs with less shared memory: attn_compact_warps), keeps them in shared memory and
+// streams 64-row tiles of the other operand through shared memory; the lane layout is the
+// "warp lane layout" of AttnTile. The backward runs a dK/dV kernel and a dQ kernel (7 tile products
+// per tile pair: S and dP are computed by both).
 //
 // Masks. causal: key j > query i gets zero weight; tiles entirely above the diagonal are never
-// visited. valid_len (B ints, device memory, or nullptr = all T valid): keys j >= valid_len[b] get
-// zero weight; query rows i >= valid_len[b] produce out = 0 and lse = 0 and pass no gradient (their
-// dq, dk, dv rows are 0); tiles entirely in padding are not computed. Values above T count as T.
+// visited, and the mask is evaluated only on tiles that cross the diagonal or the valid length.
+// valid_len (B ints, device memory, or nullptr = all T valid): keys j >= valid_len[b] get zero weight;
+// query rows i >= valid_len[b] produce out = 0 and lse = 0 and pass no gradient (their dq, dk, dv rows
+// are 0); tiles entirely in padding are not computed. Values above T count as T.
 //
-// Precision. floatX = float: plain fp32 FMAs on CUDA cores, so the fp32 path is an exact reference
-// (no tensor cores, no tf32). floatX = __nv_bfloat16 or __half: tensor cores through WMMA (m16n16k16,
-// fp32 accumulate, one code path for both types); P and dS are rounded to floatX before their
-// products, as FlashAttention does; scores, softmax statistics, lse, D and all accumulations stay
-// fp32. In fp16 the stored values are what can overflow: P <= 1 cannot, but dS = P (dP - D) and the
-// outputs can under a large loss scale, and then become inf (never clamped), which the trainer's
-// overflow check must see; small P and dS round to fp16 subnormals (absolute error <= 2^-25).
+// Precision. bf16/fp16: tensor-core products with fp32 accumulation; P and dS are rounded to floatX
+// before their products, as FlashAttention does; scores, softmax statistics, lse, D and all
+// accumulations (dQ's slices included) stay fp32. In fp16 the stored values are what can overflow: P
+// <= 1 cannot, but dS = P (dP - D) and the outputs can under a large loss scale, and then become inf
+// (never clamped), which the trainer's overflow check must see; small P and dS round to fp16
+// subnormals (absolute error <= 2^-25).
 //
 // Dropout (AttentionDropout, off by default), with FlashAttention's semantics: the softmax statistics
 // and lse are those of the undropped scores; out = (P∘M/(1-p)) V; the backward uses D = rowsum(dO∘O) of
 // that (dropped) output, dV = (P∘M)^T dO / (1-p) and dS = P∘(dP∘M/(1-p) - D). M is never stored: every
 // kernel regenerates it per (b, h, query, key) from the counter-based generator of llmc/dropout.cuh
 // (dropout_attention_keep is the reference), each lane computing the keep bits of its 32 elements of a
-// tile with 8 Philox calls (the 2×2 groups of llmc/dropout.cuh lie in one lane in all three kernels)
-// next to the tile loads, and parking them in shared memory (one word per thread) until used.
-// M is applied as a select on the P tile (the rounded P or 0, so that l still sums the undropped
-// weights) and 1/(1-p) is folded into the final row scaling of out and dV: no extra pass. The kernels
-// are compiled with and without dropout (a template flag) and p = 0 launches the variant without, in
-// which none of this code exists: attention without dropout (GPT-2, BERT's eval passes) pays nothing
-// for it.
+// 16×64 tile with 8 Philox calls: the 2×2 groups {q, q^8} × {k, k^8} of llmc/dropout.cuh lie in one
+// lane in every kernel (rows g and g+8 of a fragment; columns c and c+8 of two adjacent n8 tiles).
+// M is applied as a select on P (the rounded P or 0, so that l still sums the undropped weights) and
+// 1/(1-p) is folded into the final row scaling of out and dV: no extra pass. The kernels are compiled
+// with and without dropout (a template flag) and p = 0 launches the variant without, in which none of
+// this code exists: attention without dropout (GPT-2, BERT's eval passes) pays nothing for it.
 //
-// Determinism. No atomics: the backward runs one kernel over key tiles for dK, dV and one over
-// query tiles for dQ (FlashAttention-2 accumulates dQ with fp32 atomics instead, which makes the
-// result depend on the order blocks finish). The cost: both kernels recompute S = QK^T, and each
-// computes dP = dO V^T, so the backward does 7 tile products per (query tile, key tile) instead of
-// 5 — about 40% more tensor-core work than FlashAttention-2's backward — and reads Q, K, V, dO twice.
-//
-// Why WMMA costs a shared-memory round trip. WMMA hides which lane holds which accumulator element,
-// so row-wise work (softmax max/sum, masks, rescaling) cannot be done on fragments: each warp stores
-// its 16×64 score tile to shared memory and reads it back in a known lane layout. The rescale of the
-// output accumulator (another round trip) is skipped whenever no row max of the warp changed, which
-// after the first tiles is the common case. On an H100, mma.sync/ldmatrix with known layouts and
-// cp.async/TMA double buffering would remove these round trips (PTX, which this project keeps out
-// of kernels); this file is the portable, tested baseline for them.
+// Determinism. No float atomics decide a result. FlashAttention-2 adds each key tile's dQ
+// contribution with fp32 atomics, so its dQ depends on the order blocks finish. Here the 16-bit
+// backward's grid is (splits, NH, B): block s takes the key tiles s, s + splits, ... of its head and
+// accumulates their dQ contributions into its own fp32 slice of the scratch (plain loads and stores:
+// no other block touches it), and a small kernel sums the slices in split order. splits =
+// attention_dq_splits(B, T, NH) (enough blocks for a large GPU: B·NH·splits >= 512); the result is a
+// function of the inputs and of (B, T, NH), bit for bit under any scheduling. Cost: the scratch,
+// splits · B·T·C fp32 (GPT-2 124M at B = 8, T = 1024: 6 slices, 151 MB, reused by every layer), and a
+// read-modify-write of 16·HS fp32 per warp per tile pair where FlashAttention-2 issues atomics. The
+// fp32 backward instead runs a separate dQ kernel over query tiles (7 products).
 #pragma once
 #include "cuda_common.h"
 #include "dropout.cuh"
 #include "precision.cuh"
 #include "tensor_core.cuh"
-
-#include <mma.h>
 
 #include <cmath>
 #include <cstdint>
@@ -69,9 +88,10 @@
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
-// Shapes and shared-memory layout of the attention kernels for storage type floatX, head size HS and
-// kWarps warps per block (the row strides and the streamed tile do not depend on kWarps).
-// The warp lane layout used for every row-wise step (both math paths agree on it): lane = 8*rg + cg
+// Shapes and shared-memory layout of the CUDA-core kernels (fp32; dev/cuda/attention.cu instantiates
+// them for bf16/fp16 with WMMA products) for storage type floatX, head size HS and kWarps warps per
+// block (the row strides and the streamed tile do not depend on kWarps).
+// The warp lane layout used for every row-wise step (every Math policy agrees on it): lane = 8*rg + cg
 // holds rows rg + 4*i (i < 4) of its warp's 16 rows and columns cg + 8*j (j < 8) of a 64-column
 // tile; the 8 lanes sharing a row are consecutive, so a row reduction is 3 xor-shuffles.
 template <class floatX, int HS, int kWarps_ = 4>
@@ -168,7 +188,10 @@ __device__ void attn_store_rows(floatX* dst, size_t stride, const float* scratch
     }
 }
 
-// The fp32 path: tile products as plain FMAs, accumulators in registers in the warp lane layout.
+// The fp32 path's Math policy: tile products as plain FMAs, accumulators in registers in the warp lane
+// layout. The CUDA-core kernels below take their products from a Math policy (Acc, zero, scores,
+// accumulate, scale_rows, store); dev/cuda/attention.cu plugs in one on WMMA, whose accumulators need
+// the warp's scratch, hence the scratch arguments this one ignores.
 template <int HS>
 struct AttnSimtMath {
     using Tile = AttnTile<float, HS>;
@@ -234,94 +257,6 @@ struct AttnSimtMath {
             for (int c = 0; c < HS / 8; c++) scratch[(rg + 4 * i) * Tile::kLdX + cg + 8 * c] = acc.v[i][c];
     }
 };
-
-// The 16-bit path: tile products on tensor cores (WMMA m16n16k16, fp32 accumulate); accumulators in
-// fragments, whose element-to-lane mapping is opaque, so row-wise steps go through the scratch.
-template <class floatX, int HS>
-struct AttnWmmaMath {
-    using Tile = AttnTile<floatX, HS>;
-    using FragA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, floatX, nvcuda::wmma::row_major>;
-    using FragB = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::row_major>;
-    // B^T read from a row-major B: a col_major matrix_b fragment.
-    using FragBt = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::col_major>;
-    using FragC = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
-    // A (16, HS) accumulator: one 16×16 fragment per 16 columns.
-    struct Acc {
-        FragC f[HS / 16];
-    };
-
-    __device__ static void zero(Acc& acc) {
-        for (int n = 0; n < HS / 16; n++) nvcuda::wmma::fill_fragment(acc.f[n], 0.f);
-    }
-
-    // Computes the warp's (16, 64) tile of A B^T and calls visit(i, j, value) for this lane's elements
-    // (see AttnSimtMath::scores), through the warp's scratch. Visiting element by element lets the
-    // compiler load each value from the scratch where it is used: the backward kernels hold two
-    // (16, HS) accumulators and a score tile, and at HS = 128 one more tile in registers would spill.
-    // For the same reason the A fragments are kept in registers across the 4 column blocks only up
-    // to HS = 64, and reloaded from shared memory for each block at HS = 128.
-    template <class Visit>
-    __device__ static void scores(const floatX* A, const floatX* B, float* scratch, Visit visit) {
-        constexpr bool kKeepA = HS <= 64;
-        FragA a[kKeepA ? HS / 16 : 1];
-        if (kKeepA)
-            for (int k = 0; k < HS / 16; k++) nvcuda::wmma::load_matrix_sync(a[k], A + 16 * k, Tile::kLd);
-        for (int n = 0; n < Tile::kCols / 16; n++) {
-            FragC c;
-            nvcuda::wmma::fill_fragment(c, 0.f);
-            for (int k = 0; k < HS / 16; k++) {
-                if (!kKeepA) nvcuda::wmma::load_matrix_sync(a[0], A + 16 * k, Tile::kLd);
-                FragBt b;
-                nvcuda::wmma::load_matrix_sync(b, B + 16 * n * Tile::kLd + 16 * k, Tile::kLd);
-                nvcuda::wmma::mma_sync(c, a[kKeepA ? k : 0], b, c);
-            }
-            nvcuda::wmma::store_matrix_sync(scratch + 16 * n, c, Tile::kLdX, nvcuda::wmma::mem_row_major);
-        }
-        __syncwarp();
-        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 8; j++) visit(i, j, scratch[(rg + 4 * i) * Tile::kLdX + cg + 8 * j]);
-        __syncwarp();  // everyone has read the scratch before it is written again
-    }
-
-    // acc += X Y, X the warp's (16, 64) tile (row stride kLdP), Y a (64, HS) tile (row stride kLd).
-    __device__ static void accumulate(Acc& acc, const floatX* X, const floatX* Y) {
-        for (int k = 0; k < Tile::kCols / 16; k++) {
-            FragA x;
-            nvcuda::wmma::load_matrix_sync(x, X + 16 * k, Tile::kLdP);
-            for (int n = 0; n < HS / 16; n++) {
-                FragB y;
-                nvcuda::wmma::load_matrix_sync(y, Y + 16 * k * Tile::kLd + 16 * n, Tile::kLd);
-                nvcuda::wmma::mma_sync(acc.f[n], x, y, acc.f[n]);
-            }
-        }
-    }
-
-    // Multiplies accumulator row rg + 4*i by f[i] through the scratch; skipped (exactly: the factors
-    // are all 1) when no lane of the warp has a factor other than 1.
-    __device__ static void scale_rows(Acc& acc, const float (&f)[4], float* scratch) {
-        bool needed = f[0] != 1.f || f[1] != 1.f || f[2] != 1.f || f[3] != 1.f;
-        if (!__any_sync(0xffffffffu, needed)) return;
-        store(acc, scratch);
-        __syncwarp();
-        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
-        for (int i = 0; i < 4; i++)
-            for (int c = cg; c < HS; c += 8) scratch[(rg + 4 * i) * Tile::kLdX + c] *= f[i];
-        __syncwarp();
-        for (int n = 0; n < HS / 16; n++)
-            nvcuda::wmma::load_matrix_sync(acc.f[n], scratch + 16 * n, Tile::kLdX, nvcuda::wmma::mem_row_major);
-    }
-
-    // Writes the accumulator to the warp's (16, HS) fp32 scratch (row stride kLdX).
-    __device__ static void store(const Acc& acc, float* scratch) {
-        for (int n = 0; n < HS / 16; n++)
-            nvcuda::wmma::store_matrix_sync(scratch + 16 * n, acc.f[n], Tile::kLdX, nvcuda::wmma::mem_row_major);
-    }
-};
-
-// The math path of a storage type: fp32 on CUDA cores, 16-bit types on tensor cores.
-template <class floatX, int HS>
-using AttnMath = std::conditional_t<std::is_same<floatX, float>::value, AttnSimtMath<HS>, AttnWmmaMath<floatX, HS>>;
 
 // Sum over the 8 lanes of a row group (lanes 8*rg .. 8*rg+7); every lane gets the same bits.
 __device__ inline float attn_row_sum(float x) {
@@ -394,12 +329,11 @@ __device__ inline uint32_t attn_dropout_bits(const DropoutArgs& d, uint32_t bh, 
 // Forward. Grid (ceil(T/kRows), NH, B), kThreads threads; block x owns query rows q0 .. q0+kRows-1 of
 // head blockIdx.y of sequence blockIdx.z and streams the key/value tiles its rows can see. kDropout:
 // dropout on P as `drop` says.
-template <class floatX, int HS, int kWarps, bool kDropout>
+template <class floatX, int HS, int kWarps, bool kDropout, class Math>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
                              const int* valid_len, DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS, kWarps>;
-    using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y;
     // Last query blocks first: under a causal mask they have the most key tiles, and starting the
     // longest blocks first shortens the tail of the grid.
@@ -506,13 +440,12 @@ __global__ void attention_backward_preprocess_kernel(float* D, const floatX* dou
 // k0 on, so that every block size sums over the same tiles in the same order: the same bits), recomputing
 // P^T = exp(K Q^T * scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T ∘ (dP^T - D), dK += dS^T Q
 // (with dropout: dV += (P∘M)^T dO, dP^T ∘ M / (1-p) in dS^T, and dV scaled by 1/(1-p) at the end).
-template <class floatX, int HS, int kWarps, bool kDropout>
+template <class floatX, int HS, int kWarps, bool kDropout, class Math>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                    const float* D, int T, int C, int NH, bool causal, const int* valid_len,
                                    DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS, kWarps>;
-    using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * Tile::kRows;  // under a causal mask the
     const int valid = attn_valid_length(valid_len, b, T);                    // first blocks are longest
     const int rows = min(Tile::kRows, T - k0);
@@ -602,13 +535,12 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 // Backward, step 3: dQ. Grid (ceil(T/kRows), NH, B), kThreads threads; block x owns query rows
 // q0 .. q0+kRows-1 and streams the key tiles they see, recomputing P = exp(Q K^T * scale - lse), dP = dO V^T,
 // dS = P ∘ (dP - D), dQ += dS K (with dropout: dP ∘ M / (1-p) in place of dP).
-template <class floatX, int HS, int kWarps, bool kDropout>
+template <class floatX, int HS, int kWarps, bool kDropout, class Math>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                  const float* D, int T, int C, int NH, bool causal, const int* valid_len,
                                  DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS, kWarps>;
-    using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * Tile::kRows;  // longest blocks first, as in the forward
     const int valid = attn_valid_length(valid_len, b, T);
@@ -983,10 +915,10 @@ __global__ void __launch_bounds__(128, 2)
 // (M, 1/(1-p): dropout; P^T's and dS^T's C fragments are the A fragments of their products), then
 // parks dS^T in shared memory and the 4 warps compute the key tile's contribution dS K to the tile's
 // dQ rows, each a (16, HS·kColsB/64) slice, which the block adds to its own fp32 dQ slice in
-// dq_part (S, B, NH, T, HS): plain loads and stores, no atomics, as only this block touches that
-// slice (its first key tile writes, the later ones add, in tile order). attention_backward_dq_reduce
-// then sums the slices in split order. The results depend on splits (a function of B, T, NH) and
-// on nothing else: not on timing.
+// dq_part (splits, B, NH, T, HS): plain loads and stores, no atomics, as only this block touches
+// that slice (its first key tile writes, the later ones add, in tile order);
+// attention_backward_dq_reduce_kernel then sums the slices in split order. The results depend on
+// splits (a function of B, T, NH) and on nothing else: not on timing.
 template <class floatX, int HS, bool kDropout>
 __global__ void __launch_bounds__(128, 2)
     attention_backward_mma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
@@ -1059,7 +991,8 @@ __global__ void __launch_bounds__(128, 2)
             uint32_t abuf[4];  // an A fragment fetched from shared memory
             if (active) {
                 const uint32_t keep = kDropout ? attn_mma_dropout_bits<true, NQ>(drop, bh, key0, q0) : ~0u;
-                float p[NQ / 8][4] = {};  // P^T (undropped, fp32): keys key0 + g + 8 (e / 2), queries q0 + 8j + 2t + e % 2
+                // P^T (undropped, fp32): keys key0 + g + 8 (e / 2), queries q0 + 8j + 2t + e % 2.
+                float p[NQ / 8][4] = {};
                 attn_mma_abt<floatX, HS, NQ>(p, [&](int kk) -> const uint32_t(&)[4] {
                     attn_ldsm_a(abuf, Kw + 16 * kk, kLd);
                     return abuf;
@@ -1138,11 +1071,18 @@ __global__ void __launch_bounds__(128, 2)
     }
 }
 
-// The number of dQ slices of attention_backward_mma_kernel (its grid's x): enough blocks to give every
-// SM of a large GPU a few (B·NH·splits >= 512: an H100 has 132 SMs, each holding 2 blocks at HS = 64),
+// The blocks attention_backward_mma_kernel's grid aims at: enough to give every SM of a large GPU a
+// few (an H100 has 132 SMs, each holding 2 blocks at HS = 64). Tests lower it to give small shapes
+// blocks with several key tiles; attention_backward_scratch_bytes depends on it.
+inline int& attention_dq_target_blocks() {
+    static int blocks = 512;
+    return blocks;
+}
+
+// The number of dQ slices of attention_backward_mma_kernel (its grid's x): B·NH·splits >= the target,
 // at most one per 64-key tile.
 inline int attention_dq_splits(int B, int T, int NH) {
-    int key_tiles = CEIL_DIV(T, 64), want = CEIL_DIV(512, B * NH);
+    int key_tiles = CEIL_DIV(T, 64), want = CEIL_DIV(attention_dq_target_blocks(), B * NH);
     return want < key_tiles ? want : key_tiles;
 }
 
@@ -1266,12 +1206,12 @@ AttnLaunch attn_launch_shape(const char* who, bool backward) {
     exit(EXIT_FAILURE);
 }
 
-template <class floatX, int HS, int kWarps>
+template <class floatX, int HS, int kWarps, class Math>
 void attention_forward_blocks(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
                               const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
     using Tile = AttnTile<floatX, HS, kWarps>;
-    auto kernel = dropout ? attention_forward_kernel<floatX, HS, kWarps, true>
-                          : attention_forward_kernel<floatX, HS, kWarps, false>;
+    auto kernel = dropout ? attention_forward_kernel<floatX, HS, kWarps, true, Math>
+                          : attention_forward_kernel<floatX, HS, kWarps, false, Math>;
     reserve_dynamic_smem(kernel, Tile::kForwardSmem, "attention_forward", "HS", HS);
     dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
     cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), Tile::kForwardSmem, stream, out, lse, qkv, T, C, NH,
@@ -1289,12 +1229,12 @@ void attention_forward_hs(floatX* out, float* lse, const floatX* qkv, int B, int
         dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
         cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), Tile::kForwardSmem, stream, out, lse, qkv, T, C,
                                 NH, causal, valid_len, drop));
-        return;
+    } else {  // fp32: the CUDA-core kernels
+        auto blocks = attn_launch_shape<floatX, HS>("attention_forward", false).warps == 4
+                          ? attention_forward_blocks<floatX, HS, 4, AttnSimtMath<HS>>
+                          : attention_forward_blocks<floatX, HS, attn_compact_warps<floatX, HS>(), AttnSimtMath<HS>>;
+        blocks(out, lse, qkv, B, T, C, NH, causal, valid_len, drop, dropout, stream);
     }
-    auto blocks = attn_launch_shape<floatX, HS>("attention_forward", false).warps == 4
-                      ? attention_forward_blocks<floatX, HS, 4>
-                      : attention_forward_blocks<floatX, HS, attn_compact_warps<floatX, HS>()>;
-    blocks(out, lse, qkv, B, T, C, NH, causal, valid_len, drop, dropout, stream);
 }
 
 // out (B,T,C) = softmax(Q K^T / sqrt(HS) + mask) V per head, and lse (B,NH,T) = the logsumexp of each
@@ -1319,7 +1259,7 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
 
 // Bytes of device scratch attention_backward needs: D = rowsum(dO ∘ O), fp32 (B,NH,T), then (for the
 // 16-bit types; fp32 leaves it unused) the dQ slices, fp32 (splits,B,NH,T,HS): splits · B·T·C · 4 bytes,
-// splits = attention_dq_splits(B, T, NH) (GPT-2 124M at B = 8, T = 1024: 6 · 25 MiB).
+// splits = attention_dq_splits(B, T, NH) (GPT-2 124M at B = 8, T = 1024: 6 · 25.2 MB).
 inline size_t attention_dq_part_offset(int B, int T, int NH) {
     return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256;
 }
@@ -1327,19 +1267,19 @@ inline size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     return attention_dq_part_offset(B, T, NH) + (size_t)attention_dq_splits(B, T, NH) * B * T * C * sizeof(float);
 }
 
-template <class floatX, int HS, int kWarps>
+template <class floatX, int HS, int kWarps, class Math>
 void attention_backward_blocks(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
                                int B, int T, int C, int NH, bool causal, const int* valid_len, DropoutArgs drop,
                                bool dropout, cudaStream_t stream) {
     using Tile = AttnTile<floatX, HS, kWarps>;
     dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
-    auto dkdv = dropout ? attention_backward_dkdv_kernel<floatX, HS, kWarps, true>
-                        : attention_backward_dkdv_kernel<floatX, HS, kWarps, false>;
+    auto dkdv = dropout ? attention_backward_dkdv_kernel<floatX, HS, kWarps, true, Math>
+                        : attention_backward_dkdv_kernel<floatX, HS, kWarps, false, Math>;
     reserve_dynamic_smem(dkdv, Tile::kBackwardSmem, "attention_backward", "HS", HS);
     cudaCheck(launch_kernel(dkdv, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse, D,
                             T, C, NH, causal, valid_len, drop));
-    auto dq = dropout ? attention_backward_dq_kernel<floatX, HS, kWarps, true>
-                      : attention_backward_dq_kernel<floatX, HS, kWarps, false>;
+    auto dq = dropout ? attention_backward_dq_kernel<floatX, HS, kWarps, true, Math>
+                      : attention_backward_dq_kernel<floatX, HS, kWarps, false, Math>;
     reserve_dynamic_smem(dq, Tile::kBackwardSmem, "attention_backward", "HS", HS);
     cudaCheck(launch_kernel(dq, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse, D, T, C,
                             NH, causal, valid_len, drop));
@@ -1364,12 +1304,12 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
         const size_t n = (size_t)B * T * NH * (HS / Packed128<floatX>::size);
         cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, HS>, dim3((unsigned)CEIL_DIV(n, block)),
                                 dim3(block), 0, stream, dqkv, dq_part, B, T, C, NH, splits, causal, valid_len));
-        return;
+    } else {  // fp32: the CUDA-core kernels, dK/dV then dQ
+        auto blocks = attn_launch_shape<floatX, HS>("attention_backward", true).warps == 4
+                          ? attention_backward_blocks<floatX, HS, 4, AttnSimtMath<HS>>
+                          : attention_backward_blocks<floatX, HS, attn_compact_warps<floatX, HS>(), AttnSimtMath<HS>>;
+        blocks(dqkv, dout, qkv, lse, D, B, T, C, NH, causal, valid_len, drop, dropout, stream);
     }
-    auto blocks = attn_launch_shape<floatX, HS>("attention_backward", true).warps == 4
-                      ? attention_backward_blocks<floatX, HS, 4>
-                      : attention_backward_blocks<floatX, HS, attn_compact_warps<floatX, HS>()>;
-    blocks(dqkv, dout, qkv, lse, D, B, T, C, NH, causal, valid_len, drop, dropout, stream);
 }
 
 // dqkv (B,T,3C, overwritten) = the gradient of the loss with respect to qkv, given dout (B,T,C) and the
