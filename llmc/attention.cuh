@@ -621,7 +621,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 // HS = 128, where the dK and dV accumulators (2 × 64 floats per lane) leave no room for two 64-wide
 // score tiles in 255 registers. Row stride kLd = HS + 8 elements: every row is 16 bytes longer than
 // a multiple of 128, so the 8 row addresses of one ldmatrix phase fall in 8 distinct 16-byte bank
-// groups (the same holds for the (64, kColsB) dS^T tile's stride kLdS).
+// groups (as they do with the (64, kColsB) dS^T tile's stride kLdS: 144 or 80 bytes).
 template <class floatX, int HS>
 struct AttnMmaTile {
     static_assert(HS % 16 == 0 && HS <= 128, "head sizes 16, 32, 64, 128");
@@ -640,7 +640,8 @@ struct AttnMmaTile {
     // Forward: Q + 2 stages of (K, V). Backward: K, V + 2 stages of (Q, dO) + dS^T + 2 stages of
     // (lse, D) of the streamed queries. (+ 128: slack to align the dynamic shared memory.)
     static constexpr size_t kForwardSmem = 128 + (kOwnTile + 4 * kStreamTile) * sizeof(floatX);
-    static constexpr size_t kBackwardStats = (2 * kOwnTile + 4 * kStreamTileB + (size_t)kRows * kLdS) * sizeof(floatX);
+    static constexpr size_t kBackwardStats =  // byte offset of the (lse, D) stages
+        (2 * kOwnTile + 4 * kStreamTileB + (size_t)kRows * kLdS) * sizeof(floatX);
     static constexpr size_t kBackwardSmem = 128 + kBackwardStats + 4 * kColsB * sizeof(float);
 };
 
