@@ -72,9 +72,9 @@
 // function of the inputs and of (B, T, NH), bit for bit under any scheduling. Cost: the scratch,
 // splits · B·T·C fp32 (GPT-2 124M at B = 8, T = 1024: 6 slices, 151 MB, reused by every layer; as
 // splits · B·NH < 512 + B·NH, always below (512 + B·NH)·T·HS floats: one fp32 copy of a (B,T,C)
-// activation plus 512·T·HS floats), and a read-modify-write of the query tile's dQ rows (kColsB × HS fp32 per
-// block) per tile pair where FlashAttention-2 issues atomics. The fp32 backward instead runs a
-// separate dQ kernel over query tiles (7 products).
+// activation plus 512·T·HS floats), and a read-modify-write of the query tile's dQ rows (kColsB × HS
+// fp32 per block) per tile pair where FlashAttention-2 issues atomics. The fp32 backward instead runs
+// a separate dQ kernel over query tiles (7 products).
 #pragma once
 #include "cuda_common.h"
 #include "dropout.cuh"
