@@ -6,70 +6,94 @@
 // uses columns h*HS .. h*HS+HS-1 of each part (HS = C/NH), and of out (B,T,C). Scores are scaled by
 // 1/sqrt(HS). Head sizes 16, 32, 64, 128 (a template parameter, dispatched at run time).
 //
-// Algorithm (FlashAttention-2). A block owns 64 rows (queries, or keys in the dK/dV kernel) of one
-// (batch, head), 16 per warp (32 or 16 on GPUs with less shared memory: attn_compact_warps), keeps
-// them in shared memory and streams 64-row tiles of the other operand through shared memory. The
-// forward keeps a running row max m and row sum l (online softmax), rescales the accumulated output
-// when m grows, and saves lse = m + log(l) per query row, from which the backward recomputes
-// P = exp(S - lse) tile by tile.
+// Two implementations share the semantics below: for bf16/fp16, FlashAttention-2 on tensor cores
+// through mma.sync m16n8k16 (llmc/tensor_core.cuh); for fp32, plain FMAs on CUDA cores, an exact
+// reference (no tensor cores, no tf32). dev/cuda/attention.cu keeps a third, the fp32 kernels with
+// their tile products on WMMA, as the simpler tensor-core variant to compare against.
+//
+// Algorithm (FlashAttention-2). The forward walks the key tiles a block of query rows sees, keeping a
+// running row max m and row sum l (online softmax), rescaling the accumulated output when m grows, and
+// saves lse = m + log(l) per query row, from which the backward recomputes P = exp(S - lse) tile by
+// tile.
+//
+// The 16-bit kernels (AttnMmaTile). Blocks of 4 warps; a warp owns 16 rows. Fragment layouts are the
+// PTX ISA's, so every row-wise step works on registers: a lane holds rows g = lane/4 and g+8 of each
+// 16×8 accumulator tile, the 4 lanes of a quad share a row (row max and sum: 2 xor-shuffles), and the
+// accumulators of two adjacent 8-column tiles, rounded to floatX, are exactly the A fragment of the
+// next product's 16-wide k slice (P for P V, dS for dS Q): no shared-memory round trip.
+//   Forward: block = 64 queries; Q's fragments are loaded once (ldmatrix) and stay in registers; K and
+//   V stream in 64-key tiles through two shared-memory stages, cp.async filling one while the warps
+//   compute on the other; S = Q K^T, the softmax, P and the output accumulator O live in registers.
+//   Backward: one kernel, block = 64 keys (K, V in shared memory); it streams the query tiles that
+//   see them (64 queries, 32 at HS = 128 for registers; Q, dO, lse, D double-buffered) and computes 5
+//   products per tile pair: S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dK += dS^T Q in registers, and
+//   dQ = dS K after parking dS^T (64 × 64) in shared memory, each warp taking 16 query rows (or half of
+//   them at HS = 128).
+//   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 45 (85) KiB, backward 64 (74) KiB; all
+//   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
+//   an H100 (228 KiB); registers <= 255 per thread without spills (__launch_bounds__(128, 2)).
+// The fp32 kernels (AttnTile). A block owns 64 rows (queries, or keys in the dK/dV kernel), 16 per
+// warp (32 or 16 on GPUs with less shared memory: attn_compact_warps), keeps them in shared memory and
+// streams 64-row tiles of the other operand through shared memory; the lane layout is the
+// "warp lane layout" of AttnTile. The backward runs a dK/dV kernel and a dQ kernel (7 tile products
+// per tile pair: S and dP are computed by both).
 //
 // Masks. causal: key j > query i gets zero weight; tiles entirely above the diagonal are never
-// visited. valid_len (B ints, device memory, or nullptr = all T valid): keys j >= valid_len[b] get
-// zero weight; query rows i >= valid_len[b] produce out = 0 and lse = 0 and pass no gradient (their
-// dq, dk, dv rows are 0); tiles entirely in padding are not computed. Values above T count as T.
+// visited, and the mask is evaluated only on tiles that cross the diagonal or the valid length.
+// valid_len (B ints, device memory, or nullptr = all T valid): keys j >= valid_len[b] get zero weight;
+// query rows i >= valid_len[b] produce out = 0 and lse = 0 and pass no gradient (their dq, dk, dv rows
+// are 0); tiles entirely in padding are not computed. Values above T count as T.
 //
-// Precision. floatX = float: plain fp32 FMAs on CUDA cores, so the fp32 path is an exact reference
-// (no tensor cores, no tf32). floatX = __nv_bfloat16 or __half: tensor cores through WMMA (m16n16k16,
-// fp32 accumulate, one code path for both types); P and dS are rounded to floatX before their
-// products, as FlashAttention does; scores, softmax statistics, lse, D and all accumulations stay
-// fp32. In fp16 the stored values are what can overflow: P <= 1 cannot, but dS = P (dP - D) and the
-// outputs can under a large loss scale, and then become inf (never clamped), which the trainer's
-// overflow check must see; small P and dS round to fp16 subnormals (absolute error <= 2^-25).
+// Precision. bf16/fp16: tensor-core products with fp32 accumulation; P and dS are rounded to floatX
+// before their products, as FlashAttention does; scores, softmax statistics, lse, D and all
+// accumulations (dQ's slices included) stay fp32. In fp16 the stored values are what can overflow: P
+// <= 1 cannot, but dS = P (dP - D) and the outputs can under a large loss scale, and then become inf
+// (never clamped), which the trainer's overflow check must see; small P and dS round to fp16
+// subnormals (absolute error <= 2^-25).
 //
 // Dropout (AttentionDropout, off by default), with FlashAttention's semantics: the softmax statistics
 // and lse are those of the undropped scores; out = (P∘M/(1-p)) V; the backward uses D = rowsum(dO∘O) of
 // that (dropped) output, dV = (P∘M)^T dO / (1-p) and dS = P∘(dP∘M/(1-p) - D). M is never stored: every
 // kernel regenerates it per (b, h, query, key) from the counter-based generator of llmc/dropout.cuh
 // (dropout_attention_keep is the reference), each lane computing the keep bits of its 32 elements of a
-// tile with 8 Philox calls (the 2×2 groups of llmc/dropout.cuh lie in one lane in all three kernels)
-// next to the tile loads, and parking them in shared memory (one word per thread) until used.
-// M is applied as a select on the P tile (the rounded P or 0, so that l still sums the undropped
-// weights) and 1/(1-p) is folded into the final row scaling of out and dV: no extra pass. The kernels
-// are compiled with and without dropout (a template flag) and p = 0 launches the variant without, in
-// which none of this code exists: attention without dropout (GPT-2, BERT's eval passes) pays nothing
-// for it.
+// 16×64 tile with 8 Philox calls: the 2×2 groups {q, q^8} × {k, k^8} of llmc/dropout.cuh lie in one
+// lane in every kernel (rows g and g+8 of a fragment; columns c and c+8 of two adjacent n8 tiles).
+// M is applied as a select on P (the rounded P or 0, so that l still sums the undropped weights) and
+// 1/(1-p) is folded into the final row scaling of out and dV: no extra pass. The kernels are compiled
+// with and without dropout (a template flag) and p = 0 launches the variant without, in which none of
+// this code exists: attention without dropout (GPT-2, BERT's eval passes) pays nothing for it.
 //
-// Determinism. No atomics: the backward runs one kernel over key tiles for dK, dV and one over
-// query tiles for dQ (FlashAttention-2 accumulates dQ with fp32 atomics instead, which makes the
-// result depend on the order blocks finish). The cost: both kernels recompute S = QK^T, and each
-// computes dP = dO V^T, so the backward does 7 tile products per (query tile, key tile) instead of
-// 5 — about 40% more tensor-core work than FlashAttention-2's backward — and reads Q, K, V, dO twice.
-//
-// Why WMMA costs a shared-memory round trip. WMMA hides which lane holds which accumulator element,
-// so row-wise work (softmax max/sum, masks, rescaling) cannot be done on fragments: each warp stores
-// its 16×64 score tile to shared memory and reads it back in a known lane layout. The rescale of the
-// output accumulator (another round trip) is skipped whenever no row max of the warp changed, which
-// after the first tiles is the common case. On an H100, mma.sync/ldmatrix with known layouts and
-// cp.async/TMA double buffering would remove these round trips (PTX, which this project keeps out
-// of kernels); this file is the portable, tested baseline for them.
+// Determinism. No float atomics decide a result. FlashAttention-2 adds each key tile's dQ
+// contribution with fp32 atomics, so its dQ depends on the order blocks finish. Here the 16-bit
+// backward's grid is (splits, NH, B): block s takes the key tiles s, s + splits, ... of its head and
+// accumulates their dQ contributions into its own fp32 slice of the scratch (plain loads and stores:
+// no other block touches it), and a small kernel sums the slices in split order. splits =
+// attention_dq_splits(B, T, NH) (enough blocks for a large GPU: B·NH·splits >= 512); the result is a
+// function of the inputs and of (B, T, NH), bit for bit under any scheduling. Cost: the scratch,
+// splits · B·T·C fp32 (GPT-2 124M at B = 8, T = 1024: 6 slices, 151 MB, reused by every layer; as
+// splits · B·NH < 512 + B·NH, always below (512 + B·NH)·T·HS floats: one fp32 copy of a (B,T,C)
+// activation plus 512·T·HS floats), and a read-modify-write of the query tile's dQ rows (kColsB × HS
+// fp32 per block) per tile pair where FlashAttention-2 issues atomics. The fp32 backward instead runs
+// a separate dQ kernel over query tiles (7 products).
 #pragma once
 #include "cuda_common.h"
 #include "dropout.cuh"
 #include "precision.cuh"
-
-#include <mma.h>
+#include "tensor_core.cuh"
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
 
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
-// Shapes and shared-memory layout of the attention kernels for storage type floatX, head size HS and
-// kWarps warps per block (the row strides and the streamed tile do not depend on kWarps).
-// The warp lane layout used for every row-wise step (both math paths agree on it): lane = 8*rg + cg
+// Shapes and shared-memory layout of the CUDA-core kernels (fp32; dev/cuda/attention.cu instantiates
+// them for bf16/fp16 with WMMA products) for storage type floatX, head size HS and kWarps warps per
+// block (the row strides and the streamed tile do not depend on kWarps).
+// The warp lane layout used for every row-wise step (every Math policy agrees on it): lane = 8*rg + cg
 // holds rows rg + 4*i (i < 4) of its warp's 16 rows and columns cg + 8*j (j < 8) of a 64-column
 // tile; the 8 lanes sharing a row are consecutive, so a row reduction is 3 xor-shuffles.
 template <class floatX, int HS, int kWarps_ = 4>
@@ -166,7 +190,10 @@ __device__ void attn_store_rows(floatX* dst, size_t stride, const float* scratch
     }
 }
 
-// The fp32 path: tile products as plain FMAs, accumulators in registers in the warp lane layout.
+// The fp32 path's Math policy: tile products as plain FMAs, accumulators in registers in the warp lane
+// layout. The CUDA-core kernels below take their products from a Math policy (Acc, zero, scores,
+// accumulate, scale_rows, store); dev/cuda/attention.cu plugs in one on WMMA, whose accumulators need
+// the warp's scratch, hence the scratch arguments this one ignores.
 template <int HS>
 struct AttnSimtMath {
     using Tile = AttnTile<float, HS>;
@@ -232,94 +259,6 @@ struct AttnSimtMath {
             for (int c = 0; c < HS / 8; c++) scratch[(rg + 4 * i) * Tile::kLdX + cg + 8 * c] = acc.v[i][c];
     }
 };
-
-// The 16-bit path: tile products on tensor cores (WMMA m16n16k16, fp32 accumulate); accumulators in
-// fragments, whose element-to-lane mapping is opaque, so row-wise steps go through the scratch.
-template <class floatX, int HS>
-struct AttnWmmaMath {
-    using Tile = AttnTile<floatX, HS>;
-    using FragA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, floatX, nvcuda::wmma::row_major>;
-    using FragB = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::row_major>;
-    // B^T read from a row-major B: a col_major matrix_b fragment.
-    using FragBt = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::col_major>;
-    using FragC = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
-    // A (16, HS) accumulator: one 16×16 fragment per 16 columns.
-    struct Acc {
-        FragC f[HS / 16];
-    };
-
-    __device__ static void zero(Acc& acc) {
-        for (int n = 0; n < HS / 16; n++) nvcuda::wmma::fill_fragment(acc.f[n], 0.f);
-    }
-
-    // Computes the warp's (16, 64) tile of A B^T and calls visit(i, j, value) for this lane's elements
-    // (see AttnSimtMath::scores), through the warp's scratch. Visiting element by element lets the
-    // compiler load each value from the scratch where it is used: the backward kernels hold two
-    // (16, HS) accumulators and a score tile, and at HS = 128 one more tile in registers would spill.
-    // For the same reason the A fragments are kept in registers across the 4 column blocks only up
-    // to HS = 64, and reloaded from shared memory for each block at HS = 128.
-    template <class Visit>
-    __device__ static void scores(const floatX* A, const floatX* B, float* scratch, Visit visit) {
-        constexpr bool kKeepA = HS <= 64;
-        FragA a[kKeepA ? HS / 16 : 1];
-        if (kKeepA)
-            for (int k = 0; k < HS / 16; k++) nvcuda::wmma::load_matrix_sync(a[k], A + 16 * k, Tile::kLd);
-        for (int n = 0; n < Tile::kCols / 16; n++) {
-            FragC c;
-            nvcuda::wmma::fill_fragment(c, 0.f);
-            for (int k = 0; k < HS / 16; k++) {
-                if (!kKeepA) nvcuda::wmma::load_matrix_sync(a[0], A + 16 * k, Tile::kLd);
-                FragBt b;
-                nvcuda::wmma::load_matrix_sync(b, B + 16 * n * Tile::kLd + 16 * k, Tile::kLd);
-                nvcuda::wmma::mma_sync(c, a[kKeepA ? k : 0], b, c);
-            }
-            nvcuda::wmma::store_matrix_sync(scratch + 16 * n, c, Tile::kLdX, nvcuda::wmma::mem_row_major);
-        }
-        __syncwarp();
-        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 8; j++) visit(i, j, scratch[(rg + 4 * i) * Tile::kLdX + cg + 8 * j]);
-        __syncwarp();  // everyone has read the scratch before it is written again
-    }
-
-    // acc += X Y, X the warp's (16, 64) tile (row stride kLdP), Y a (64, HS) tile (row stride kLd).
-    __device__ static void accumulate(Acc& acc, const floatX* X, const floatX* Y) {
-        for (int k = 0; k < Tile::kCols / 16; k++) {
-            FragA x;
-            nvcuda::wmma::load_matrix_sync(x, X + 16 * k, Tile::kLdP);
-            for (int n = 0; n < HS / 16; n++) {
-                FragB y;
-                nvcuda::wmma::load_matrix_sync(y, Y + 16 * k * Tile::kLd + 16 * n, Tile::kLd);
-                nvcuda::wmma::mma_sync(acc.f[n], x, y, acc.f[n]);
-            }
-        }
-    }
-
-    // Multiplies accumulator row rg + 4*i by f[i] through the scratch; skipped (exactly: the factors
-    // are all 1) when no lane of the warp has a factor other than 1.
-    __device__ static void scale_rows(Acc& acc, const float (&f)[4], float* scratch) {
-        bool needed = f[0] != 1.f || f[1] != 1.f || f[2] != 1.f || f[3] != 1.f;
-        if (!__any_sync(0xffffffffu, needed)) return;
-        store(acc, scratch);
-        __syncwarp();
-        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
-        for (int i = 0; i < 4; i++)
-            for (int c = cg; c < HS; c += 8) scratch[(rg + 4 * i) * Tile::kLdX + c] *= f[i];
-        __syncwarp();
-        for (int n = 0; n < HS / 16; n++)
-            nvcuda::wmma::load_matrix_sync(acc.f[n], scratch + 16 * n, Tile::kLdX, nvcuda::wmma::mem_row_major);
-    }
-
-    // Writes the accumulator to the warp's (16, HS) fp32 scratch (row stride kLdX).
-    __device__ static void store(const Acc& acc, float* scratch) {
-        for (int n = 0; n < HS / 16; n++)
-            nvcuda::wmma::store_matrix_sync(scratch + 16 * n, acc.f[n], Tile::kLdX, nvcuda::wmma::mem_row_major);
-    }
-};
-
-// The math path of a storage type: fp32 on CUDA cores, 16-bit types on tensor cores.
-template <class floatX, int HS>
-using AttnMath = std::conditional_t<std::is_same<floatX, float>::value, AttnSimtMath<HS>, AttnWmmaMath<floatX, HS>>;
 
 // Sum over the 8 lanes of a row group (lanes 8*rg .. 8*rg+7); every lane gets the same bits.
 __device__ inline float attn_row_sum(float x) {
@@ -392,12 +331,11 @@ __device__ inline uint32_t attn_dropout_bits(const DropoutArgs& d, uint32_t bh, 
 // Forward. Grid (ceil(T/kRows), NH, B), kThreads threads; block x owns query rows q0 .. q0+kRows-1 of
 // head blockIdx.y of sequence blockIdx.z and streams the key/value tiles its rows can see. kDropout:
 // dropout on P as `drop` says.
-template <class floatX, int HS, int kWarps, bool kDropout>
+template <class floatX, int HS, int kWarps, bool kDropout, class Math>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
                              const int* valid_len, DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS, kWarps>;
-    using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y;
     // Last query blocks first: under a causal mask they have the most key tiles, and starting the
     // longest blocks first shortens the tail of the grid.
@@ -504,13 +442,12 @@ __global__ void attention_backward_preprocess_kernel(float* D, const floatX* dou
 // k0 on, so that every block size sums over the same tiles in the same order: the same bits), recomputing
 // P^T = exp(K Q^T * scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T ∘ (dP^T - D), dK += dS^T Q
 // (with dropout: dV += (P∘M)^T dO, dP^T ∘ M / (1-p) in dS^T, and dV scaled by 1/(1-p) at the end).
-template <class floatX, int HS, int kWarps, bool kDropout>
+template <class floatX, int HS, int kWarps, bool kDropout, class Math>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                    const float* D, int T, int C, int NH, bool causal, const int* valid_len,
                                    DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS, kWarps>;
-    using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * Tile::kRows;  // under a causal mask the
     const int valid = attn_valid_length(valid_len, b, T);                    // first blocks are longest
     const int rows = min(Tile::kRows, T - k0);
@@ -600,13 +537,12 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 // Backward, step 3: dQ. Grid (ceil(T/kRows), NH, B), kThreads threads; block x owns query rows
 // q0 .. q0+kRows-1 and streams the key tiles they see, recomputing P = exp(Q K^T * scale - lse), dP = dO V^T,
 // dS = P ∘ (dP - D), dQ += dS K (with dropout: dP ∘ M / (1-p) in place of dP).
-template <class floatX, int HS, int kWarps, bool kDropout>
+template <class floatX, int HS, int kWarps, bool kDropout, class Math>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                  const float* D, int T, int C, int NH, bool causal, const int* valid_len,
                                  DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS, kWarps>;
-    using Math = AttnMath<floatX, HS>;
     const int b = blockIdx.z, h = blockIdx.y;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * Tile::kRows;  // longest blocks first, as in the forward
     const int valid = attn_valid_length(valid_len, b, T);
@@ -676,6 +612,512 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     Math::store(dq_acc, scratch);
     __syncwarp();
     attn_store_rows<floatX, HS>(dq + 16 * warp * stride, stride, scratch, row0, valid, T, scale);
+}
+
+// ----------------------------------------------------------------------------
+// The 16-bit kernels: mma.sync m16n8k16 with the PTX fragment layouts (llmc/tensor_core.cuh)
+
+// Shapes and shared-memory layout of the mma.sync kernels for storage type floatX and head size HS. A
+// block has 4 warps, each owning 16 rows (kRows = 64: queries in the forward, keys in the backward).
+// The forward streams kCols = 64 keys per tile; the backward streams kColsB queries per tile, 32 at
+// HS = 128, where the dK and dV accumulators (2 × 64 floats per lane) leave no room for two 64-wide
+// score tiles in 255 registers. Row stride kLd = HS + 8 elements: every row is 16 bytes longer than
+// a multiple of 128, so the 8 row addresses of one ldmatrix phase fall in 8 distinct 16-byte bank
+// groups (as they do with the (64, kColsB) dS^T tile's stride kLdS: 144 or 80 bytes).
+template <class floatX, int HS>
+struct AttnMmaTile {
+    static_assert(HS % 16 == 0 && HS <= 128, "head sizes 16, 32, 64, 128");
+    static constexpr int kWarps = 4;
+    static constexpr int kThreads = 32 * kWarps;
+    static constexpr int kRows = 16 * kWarps;
+    static constexpr int kCols = 64;
+    static constexpr int kColsB = HS == 128 ? 32 : 64;
+    static constexpr int kLd = HS + 8;
+    static constexpr int kLdS = kColsB + 8;
+    static constexpr float kScale = AttnTile<floatX, HS>::kScale;
+    static constexpr float kScaleLog2 = AttnTile<floatX, HS>::kScaleLog2;
+    static constexpr size_t kOwnTile = (size_t)kRows * kLd;      // elements of a (64, HS) tile
+    static constexpr size_t kStreamTile = (size_t)kCols * kLd;   // elements of a (64, HS) tile
+    static constexpr size_t kStreamTileB = (size_t)kColsB * kLd; // elements of a (kColsB, HS) tile
+    // Forward: Q + 2 stages of (K, V). Backward: K, V + 2 stages of (Q, dO) + dS^T + 2 stages of
+    // (lse, D) of the streamed queries. (+ 128: slack to align the dynamic shared memory.)
+    static constexpr size_t kForwardSmem = 128 + (kOwnTile + 4 * kStreamTile) * sizeof(floatX);
+    static constexpr size_t kBackwardStats =  // byte offset of the (lse, D) stages
+        (2 * kOwnTile + 4 * kStreamTileB + (size_t)kRows * kLdS) * sizeof(floatX);
+    static constexpr size_t kBackwardSmem = 128 + kBackwardStats + 4 * kColsB * sizeof(float);
+};
+
+// Starts cp.async copies of rows [0, n) of a (rows, HS) tile (global row stride `stride` elements) into
+// shared memory (row stride kLd) and zero-fills rows [n, rows) with plain stores: rows past the end or
+// in padding meet zero probabilities, so they must be finite (0 * NaN is NaN). The caller commits.
+template <class floatX, int HS>
+__device__ void attn_async_tile(floatX* dst, const floatX* src, size_t stride, int n, int rows) {
+    constexpr int V = 16 / (int)sizeof(floatX), kPackets = HS / V;
+    constexpr int kLd = AttnMmaTile<floatX, HS>::kLd;
+    for (int idx = threadIdx.x; idx < rows * kPackets; idx += blockDim.x) {
+        int r = idx / kPackets, c = (idx % kPackets) * V;
+        if (r < n) cp_async_16(dst + r * kLd + c, src + r * stride + c);
+        else *reinterpret_cast<int4*>(dst + r * kLd + c) = make_int4(0, 0, 0, 0);
+    }
+}
+
+// Two floatX values packed into one .b32 register of an mma fragment, the first in the low 16 bits
+// (the lower-indexed element, as the PTX layouts put it).
+template <class floatX>
+__device__ inline uint32_t attn_pack2(floatX lo, floatX hi) {
+    uint16_t l, h;
+    memcpy(&l, &lo, 2);
+    memcpy(&h, &hi, 2);
+    return (uint32_t)l | (uint32_t)h << 16;
+}
+
+// mma's A fragment of the 16×16 block at `tile` (row stride ld) of a row-major matrix: ldmatrix_x4,
+// lane l addressing row l % 16, column 8 (l / 16).
+template <class floatX>
+__device__ inline void attn_ldsm_a(uint32_t (&a)[4], const floatX* tile, int ld) {
+    int lane = threadIdx.x % 32;
+    ldmatrix_x4(a, tile + (lane % 16) * ld + 8 * (lane / 16));
+}
+
+// s[j] += A B^T for the NC/8 n8 tiles j of a (16, NC) product over KD: A's fragments from fetch_a(kk)
+// (the 16×16 block kk), B the NC rows of a (NC, KD) shared tile (row stride ld). B^T's fragment
+// b[0] = B^T(2t.., g) = B(g, 2t..) is a row of B, so the non-transposing ldmatrix gives it; one
+// ldmatrix_x4 (lane l: row 8 (l / 16) + l % 8, column 16 kk + 8 ((l / 8) % 2)) gives those of two n8
+// tiles. kk is the outer loop, so an A fetched from shared memory costs 4 registers.
+template <class floatX, int KD, int NC, class FetchA>
+__device__ inline void attn_mma_abt(float (&s)[NC / 8][4], FetchA fetch_a, const floatX* B, int ld) {
+    int lane = threadIdx.x % 32;
+    for (int kk = 0; kk < KD / 16; kk++) {
+        const uint32_t(&a)[4] = fetch_a(kk);
+        for (int np = 0; np < NC / 16; np++) {
+            uint32_t r[4];
+            ldmatrix_x4(r, B + (16 * np + lane % 8 + 8 * (lane / 16)) * ld + 16 * kk + 8 * ((lane / 8) % 2));
+            mma_m16n8k16<floatX>(s[2 * np], a, {r[0], r[1]}, s[2 * np]);
+            mma_m16n8k16<floatX>(s[2 * np + 1], a, {r[2], r[3]}, s[2 * np + 1]);
+        }
+    }
+}
+
+// acc[n] += X Y for the N/8 n8 tiles n of a (16, N) product over KD: X's fragments from fetch_x(kk),
+// Y a row-major (KD, N) shared tile (row stride ld), whose b fragments the transposing ldmatrix
+// gives; one ldmatrix_x4_trans (lane l: row 16 kk + l % 8 + 8 ((l / 8) % 2), column 16 np + 8 (l / 16))
+// gives those of two n8 tiles.
+template <class floatX, int KD, int N, class FetchX>
+__device__ inline void attn_mma_xy(float (&acc)[N / 8][4], FetchX fetch_x, const floatX* Y, int ld) {
+    int lane = threadIdx.x % 32;
+    for (int kk = 0; kk < KD / 16; kk++) {
+        const uint32_t(&x)[4] = fetch_x(kk);
+        for (int np = 0; np < N / 16; np++) {
+            uint32_t r[4];
+            ldmatrix_x4_trans(r, Y + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * ld + 16 * np + 8 * (lane / 16));
+            mma_m16n8k16<floatX>(acc[2 * np], x, {r[0], r[1]}, acc[2 * np]);
+            mma_m16n8k16<floatX>(acc[2 * np + 1], x, {r[2], r[3]}, acc[2 * np + 1]);
+        }
+    }
+}
+
+// The C fragments of a (16, NC) product, holding values of floatX, as the A fragments of the next
+// product: C's n8 tiles 2kk and 2kk+1 hold rows g, g+8 and columns 2t.., 8+2t.. of the k16 slice kk,
+// exactly A's a[0] (g, 2t..), a[1] (g+8, 2t..), a[2] (g, 2t+8..), a[3] (g+8, 2t+8..). No data moves.
+template <class floatX, int NC>
+__device__ inline void attn_c_to_a(uint32_t (&x)[NC / 16][4], const float (&c)[NC / 8][4]) {
+    for (int kk = 0; kk < NC / 16; kk++)
+        for (int half = 0; half < 2; half++) {
+            const float* e = c[2 * kk + half];
+            x[kk][2 * half] = attn_pack2(from_float<floatX>(e[0]), from_float<floatX>(e[1]));
+            x[kk][2 * half + 1] = attn_pack2(from_float<floatX>(e[2]), from_float<floatX>(e[3]));
+        }
+}
+
+// Sum and max over the 4 lanes of a quad (lanes 4g .. 4g+3: the lanes sharing a row of a C fragment).
+__device__ inline float attn_quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ inline float attn_quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// Dropout keep bits of this lane's 4 NC/8 elements of a (16, NC) C-fragment tile: bit 4j + e for
+// register e of n8 tile j, i.e. row r0 + g + 8 (e / 2), column c0 + 8j + 2t + e % 2. Rows are queries
+// and columns keys, or the reverse (kRowsAreKeys: the backward's P^T). r0 and c0 are multiples of 16,
+// so row g + 8 is row g with bit 3 set and tile 2jj + 1's column is tile 2jj's with bit 3 set: each of
+// the NC/8 Philox calls gives the 4 words of one group {q, q^8} × {k, k^8} of dropout_attention_keep,
+// all this lane's.
+template <bool kRowsAreKeys, int NC>
+__device__ inline uint32_t attn_mma_dropout_bits(const DropoutArgs& d, uint32_t bh, int r0, int c0) {
+    static_assert(NC <= 64, "32 bits");
+    int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    uint32_t bits = 0;
+    for (int jj = 0; jj < NC / 16; jj++)
+        for (int e = 0; e < 2; e++) {
+            int r = r0 + g, c = c0 + 16 * jj + 2 * t + e;
+            uint4 w = dropout_random4(d.seed, d.offset,
+                                      dropout_attention_index(bh, kRowsAreKeys ? c : r, kRowsAreKeys ? r : c));
+            // Words x (q, k), y (q, k^8), z (q^8, k), w (q^8, k^8).
+            uint32_t next_col = kRowsAreKeys ? w.z : w.y, next_row = kRowsAreKeys ? w.y : w.z;
+            int j = 2 * jj;
+            bits |= (uint32_t)(w.x >= d.threshold) << (4 * j + e) |
+                    (uint32_t)(next_col >= d.threshold) << (4 * (j + 1) + e) |
+                    (uint32_t)(next_row >= d.threshold) << (4 * j + 2 + e) |
+                    (uint32_t)(w.w >= d.threshold) << (4 * (j + 1) + 2 + e);
+        }
+    return bits;
+}
+
+// Writes a warp's 16 rows of results (C fragments acc, row g + 8r scaled by factor[r]) to global
+// memory as floatX: through the warp's own 16 rows of a shared tile `stage` (row stride kLd; no other
+// warp reads them now), then 128-bit stores of whole rows. row0 is the global index of the warp's first
+// row; rows >= valid are written as zeros, rows >= end not at all.
+template <class floatX, int HS>
+__device__ void attn_mma_store_rows(floatX* dst, size_t stride, floatX* stage, const float (&acc)[HS / 8][4],
+                                    const float (&factor)[2], int row0, int valid, int end) {
+    constexpr int kLd = AttnMmaTile<floatX, HS>::kLd, V = Packed128<floatX>::size;
+    int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    __syncwarp();  // every lane is done reading these rows
+    for (int n = 0; n < HS / 8; n++)
+        for (int r = 0; r < 2; r++)
+            *reinterpret_cast<uint32_t*>(stage + (g + 8 * r) * kLd + 8 * n + 2 * t) =
+                attn_pack2(from_float<floatX>(acc[n][2 * r] * factor[r]),
+                           from_float<floatX>(acc[n][2 * r + 1] * factor[r]));
+    __syncwarp();
+    for (int idx = lane; idx < 16 * (HS / V); idx += 32) {
+        int r = idx / (HS / V), c = (idx % (HS / V)) * V, row = row0 + r;
+        if (row >= end) continue;
+        store128(dst + (size_t)r * stride + c, row < valid ? load128(stage + r * kLd + c) : Packed128<floatX>::zeros());
+    }
+    __syncwarp();  // the rows are free again
+}
+
+// Forward, 16-bit types (FlashAttention-2). Grid (ceil(T/64), NH, B), 128 threads; block x owns query
+// rows q0 .. q0+63, 16 per warp, whose Q fragments stay in registers for the whole pass, and streams
+// the (K, V) tiles its rows can see through two shared-memory stages: while the warps compute on
+// tile i, cp.async fills the other stage with tile i+1. S = Q K^T, the softmax and P stay in
+// registers (C fragments: this lane holds rows g, g+8 of each n8 tile; the 4 lanes of a quad share
+// a row, so row max and sum are 2 xor-shuffles), and P's C fragments are the A fragments of O += P V.
+// The masks are evaluated only on tiles that need them (the diagonal tile, the tile holding the
+// last valid key).
+template <class floatX, int HS, bool kDropout>
+__global__ void __launch_bounds__(128, 2)
+    attention_forward_mma_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
+                                 const int* valid_len, DropoutArgs drop) {
+    using Tile = AttnMmaTile<floatX, HS>;
+    const int b = blockIdx.z, h = blockIdx.y;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * Tile::kRows;  // longest blocks first
+    const int valid = attn_valid_length(valid_len, b, T);
+    const int rows = min(Tile::kRows, T - q0);
+    const size_t stride = 3 * (size_t)C;
+    const floatX* q = qkv + ((size_t)b * T + q0) * stride + h * HS;  // (B,T,3C) at (b, q0, q part)
+    const floatX* k = qkv + (size_t)b * T * stride + C + h * HS;     // (B,T,3C) at (b, 0, k part)
+    const floatX* v = k + C;
+    floatX* o = out + ((size_t)b * T + q0) * C + h * HS;  // (B,T,C) at (b, q0)
+    float* lse_q = lse + ((size_t)b * NH + h) * T + q0;   // (B,NH,T) at (b, h, q0)
+    if (q0 >= valid) {  // every query row is padding: zeros, no compute
+        attn_zero_rows<floatX, HS>(o, C, rows);
+        for (int r = threadIdx.x; r < rows; r += blockDim.x) lse_q[r] = 0.f;
+        return;
+    }
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    floatX* Qs = reinterpret_cast<floatX*>(attn_smem_base());  // (64, HS)
+    floatX* KVs = Qs + Tile::kOwnTile;  // stage s: K at 2s, V at 2s+1, (64, HS) each
+    const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;  // keys any row of the block sees
+    const int tiles = CEIL_DIV(kend, Tile::kCols);
+    attn_async_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0), Tile::kRows);
+    attn_async_tile<floatX, HS>(KVs, k, stride, min(Tile::kCols, kend), Tile::kCols);
+    attn_async_tile<floatX, HS>(KVs + Tile::kStreamTile, v, stride, min(Tile::kCols, kend), Tile::kCols);
+    cp_async_commit();
+
+    const int row0 = q0 + 16 * warp;   // this warp's first query row
+    const bool active = row0 < valid;  // warp-uniform: a warp entirely in padding skips the math
+    uint32_t qa[HS / 16][4];            // Q's A fragments
+    float acc[HS / 8][4] = {};          // O, unnormalized: rows g, g+8 of each n8 tile of HS
+    float m[2] = {-INFINITY, -INFINITY};  // running row max (log2 units) of rows g, g+8
+    float l[2] = {0.f, 0.f};              // this lane's share of the running row sums
+
+    for (int it = 0; it < tiles; it++) {
+        const int k0 = it * Tile::kCols;
+        const floatX* Ks = KVs + (it % 2) * 2 * Tile::kStreamTile;
+        const floatX* Vs = Ks + Tile::kStreamTile;
+        cp_async_wait<0>();
+        __syncthreads();  // tile it is visible to all, and every warp is done with the other stage
+        if (it + 1 < tiles) {
+            floatX* next = KVs + ((it + 1) % 2) * 2 * Tile::kStreamTile;
+            const int k1 = k0 + Tile::kCols, n = min(Tile::kCols, kend - k1);
+            attn_async_tile<floatX, HS>(next, k + k1 * stride, stride, n, Tile::kCols);
+            attn_async_tile<floatX, HS>(next + Tile::kStreamTile, v + k1 * stride, stride, n, Tile::kCols);
+        }
+        cp_async_commit();
+        if (!active) continue;
+        if (it == 0)
+            for (int kk = 0; kk < HS / 16; kk++) attn_ldsm_a(qa[kk], Qs + 16 * warp * Tile::kLd + 16 * kk, Tile::kLd);
+        const uint32_t keep = kDropout ? attn_mma_dropout_bits<false, 64>(drop, b * NH + h, row0, k0) : ~0u;
+
+        float s[8][4] = {};  // scores of rows g, g+8 (registers 0-1, 2-3), keys k0 + 8j + 2t + {0, 1}
+        attn_mma_abt<floatX, HS, 64>(s, [&](int kk) -> const uint32_t(&)[4] { return qa[kk]; }, Ks, Tile::kLd);
+        const bool masked = k0 + Tile::kCols > valid || (causal && k0 + Tile::kCols - 1 > row0);
+        for (int j = 0; j < 8; j++)
+            for (int e = 0; e < 4; e++) {
+                s[j][e] *= Tile::kScaleLog2;  // log2 units: exp2
+                if (masked) {
+                    int qi = row0 + g + 8 * (e / 2), kj = k0 + 8 * j + 2 * t + e % 2;
+                    if (kj >= valid || (causal && kj > qi)) s[j][e] = -INFINITY;
+                }
+            }
+        // Online softmax: raise the row max, rescale O and l by alpha = exp2(m_old - m_new), P =
+        // exp2(s - m) rounded to floatX; l sums the rounded, undropped P (the weights PV uses, before
+        // dropout), dropped elements enter PV as 0. A row with every score masked so far keeps m = -inf.
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+            for (int j = 0; j < 8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+            float m_new = fmaxf(m[r], attn_quad_max(mx));
+            float m_ref = m_new == -INFINITY ? 0.f : m_new;  // avoids (-inf) - (-inf)
+            float alpha = exp2f(m[r] - m_ref);
+            m[r] = m_new;
+            l[r] *= alpha;
+            for (int n = 0; n < HS / 8; n++) {
+                acc[n][2 * r] *= alpha;
+                acc[n][2 * r + 1] *= alpha;
+            }
+            for (int j = 0; j < 8; j++)
+                for (int e = 2 * r; e < 2 * r + 2; e++) {
+                    float p = to_float(from_float<floatX>(exp2f(s[j][e] - m_ref)));
+                    l[r] += p;
+                    s[j][e] = (keep >> (4 * j + e)) & 1 ? p : 0.f;
+                }
+        }
+        uint32_t pa[4][4];
+        attn_c_to_a<floatX, 64>(pa, s);
+        attn_mma_xy<floatX, 64, HS>(acc, [&](int kk) -> const uint32_t(&)[4] { return pa[kk]; }, Vs, Tile::kLd);
+    }
+    cp_async_wait<0>();  // the last (empty) group: no copy outlives the block
+
+    // out = acc / l (times 1/(1-p) with dropout); lse = (m + log2 l) * ln 2 (m is in log2 units).
+    float inv_l[2];
+    for (int r = 0; r < 2; r++) {
+        l[r] = attn_quad_sum(l[r]);
+        inv_l[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
+        if (kDropout) inv_l[r] *= drop.scale;
+    }
+    attn_mma_store_rows<floatX, HS>(o + 16 * warp * C, C, Qs + 16 * warp * Tile::kLd, acc, inv_l, row0, valid, T);
+    if (t == 0)
+        for (int r = 0; r < 2; r++) {
+            int qi = row0 + g + 8 * r;
+            if (qi < T) lse_q[qi - q0] = qi < valid ? (m[r] + log2f(l[r])) * 0.69314718055994531f : 0.f;
+        }
+}
+
+// Backward, 16-bit types, 5 tile products per (key tile, query tile) (FlashAttention-2's), with dQ made
+// deterministic. Grid (splits, NH, B), 128 threads; block x takes the key tiles x, x + splits, ... of
+// head blockIdx.y of sequence blockIdx.z. For a key tile (64 keys, 16 per warp, in shared memory) it
+// streams the query tiles that see it (kColsB rows of Q and dO, double-buffered through cp.async, with
+// their lse and D) and, per tile, computes in registers
+//   S^T = K Q^T,  P^T = exp(S^T * scale - lse),  dV += (P∘M)^T dO,  dP^T = V dO^T,
+//   dS^T = P^T ∘ (dP^T ∘ M / (1-p) - D),  dK += dS^T Q
+// (M, 1/(1-p): dropout; P^T's and dS^T's C fragments are the A fragments of their products), then
+// parks dS^T in shared memory and the 4 warps compute the key tile's contribution dS K to the tile's
+// dQ rows, each a (16, HS·kColsB/64) slice, which the block adds to its own fp32 dQ slice in
+// dq_part (splits, B, NH, T, HS): plain loads and stores, no atomics, as only this block touches
+// that slice (its first key tile writes, the later ones add, in tile order);
+// attention_backward_dq_reduce_kernel then sums the slices in split order. The results depend on
+// splits (a function of B, T, NH) and on nothing else: not on timing.
+template <class floatX, int HS, bool kDropout>
+__global__ void __launch_bounds__(128, 2)
+    attention_backward_mma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
+                                  const float* lse, const float* D, int T, int C, int NH, bool causal,
+                                  const int* valid_len, DropoutArgs drop) {
+    using Tile = AttnMmaTile<floatX, HS>;
+    constexpr int NQ = Tile::kColsB, kLd = Tile::kLd;
+    // The dQ product's split among the warps: NQ/16 groups of 16 query rows, each shared by
+    // 4 / (NQ/16) warps taking NCW columns of HS.
+    constexpr int kGroups = NQ / 16, NCW = HS * kGroups / 4;
+    const int b = blockIdx.z, h = blockIdx.y, split = blockIdx.x, bh = b * NH + h;
+    const int valid = attn_valid_length(valid_len, b, T);
+    const size_t stride = 3 * (size_t)C;
+    const floatX* qb = qkv + (size_t)b * T * stride + h * HS;  // (B,T,3C) at (b, 0, q part)
+    const floatX* dob = dout + (size_t)b * T * C + h * HS;      // (B,T,C) at (b, 0)
+    floatX* dkb = dqkv + (size_t)b * T * stride + C + h * HS;   // (B,T,3C) at (b, 0, k part)
+    const float* lse_bh = lse + (size_t)bh * T;                 // (B,NH,T) at (b, h, 0)
+    const float* D_bh = D + (size_t)bh * T;
+    float* dq_bh = dq_part + ((size_t)split * gridDim.z * NH + bh) * T * HS;  // (S,B,NH,T,HS) at (split, b, h)
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    unsigned char* smem = attn_smem_base();
+    floatX* Ks = reinterpret_cast<floatX*>(smem);  // (64, HS) each
+    floatX* Vs = Ks + Tile::kOwnTile;
+    floatX* QdO = Vs + Tile::kOwnTile;             // stage s: Q at 2s, dO at 2s+1, (NQ, HS) each
+    floatX* dSt = QdO + 4 * Tile::kStreamTileB;    // (64 keys, NQ queries), row stride kLdS
+    float* stats = reinterpret_cast<float*>(smem + Tile::kBackwardStats);  // stage s: lse2 at 2s, D at 2s+1, (NQ)
+    // Starts the loads of query tile q0 (n valid rows) into stage st: Q and dO by cp.async, lse (in
+    // log2 units) and D by plain loads and stores (their rows are 4 bytes, not 16-byte aligned).
+    auto load_queries = [&](int st, int q0, int n) {
+        floatX* dst = QdO + 2 * st * Tile::kStreamTileB;
+        attn_async_tile<floatX, HS>(dst, qb + q0 * stride, stride, n, NQ);
+        attn_async_tile<floatX, HS>(dst + Tile::kStreamTileB, dob + (size_t)q0 * C, C, n, NQ);
+        for (int r = threadIdx.x; r < NQ; r += blockDim.x) {
+            stats[2 * st * NQ + r] = r < n ? lse_bh[q0 + r] * 1.4426950408889634f : 0.f;
+            stats[(2 * st + 1) * NQ + r] = r < n ? D_bh[q0 + r] : 0.f;
+        }
+    };
+
+    for (int kt = split; kt * Tile::kRows < T; kt += gridDim.x) {
+        const int k0 = kt * Tile::kRows, rows = min(Tile::kRows, T - k0);
+        if (k0 >= valid) {  // every key row is padding: zero gradients, no compute
+            attn_zero_rows<floatX, HS>(dkb + k0 * stride, stride, rows);
+            attn_zero_rows<floatX, HS>(dkb + C + k0 * stride, stride, rows);
+            continue;
+        }
+        __syncthreads();  // every warp is done with the previous key tile's K, V and dS^T
+        attn_async_tile<floatX, HS>(Ks, qb + C + k0 * stride, stride, min(Tile::kRows, valid - k0), Tile::kRows);
+        attn_async_tile<floatX, HS>(Vs, qb + 2 * C + k0 * stride, stride, min(Tile::kRows, valid - k0), Tile::kRows);
+        const int qstart = causal ? k0 : 0;  // causal: queries before k0 see no key of the tile
+        const int tiles = CEIL_DIV(valid - qstart, NQ);
+        load_queries(0, qstart, min(NQ, valid - qstart));
+        cp_async_commit();
+        const int key0 = k0 + 16 * warp;   // this warp's first key
+        const bool active = key0 < valid;  // warp-uniform
+        const floatX* Kw = Ks + 16 * warp * kLd;
+        const floatX* Vw = Vs + 16 * warp * kLd;
+        float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};  // rows: keys key0 + g, key0 + g + 8
+
+        for (int it = 0; it < tiles; it++) {
+            const int q0 = qstart + it * NQ, st = it % 2;
+            const floatX* Qs = QdO + 2 * st * Tile::kStreamTileB;
+            const floatX* dOs = Qs + Tile::kStreamTileB;
+            const float* lse2_s = stats + 2 * st * NQ;
+            const float* D_s = lse2_s + NQ;
+            cp_async_wait<0>();
+            __syncthreads();  // tile it is visible to all, every warp is done with the other stage
+            if (it + 1 < tiles) load_queries(st ^ 1, q0 + NQ, min(NQ, valid - q0 - NQ));
+            cp_async_commit();
+            uint32_t abuf[4];  // an A fragment fetched from shared memory
+            if (active) {
+                const uint32_t keep = kDropout ? attn_mma_dropout_bits<true, NQ>(drop, bh, key0, q0) : ~0u;
+                // P^T (undropped, fp32): keys key0 + g + 8 (e / 2), queries q0 + 8j + 2t + e % 2.
+                float p[NQ / 8][4] = {};
+                attn_mma_abt<floatX, HS, NQ>(p, [&](int kk) -> const uint32_t(&)[4] {
+                    attn_ldsm_a(abuf, Kw + 16 * kk, kLd);
+                    return abuf;
+                }, Qs, kLd);
+                const bool masked = q0 + NQ > valid || key0 + 16 > valid || (causal && key0 + 15 > q0);
+                float pm[NQ / 8][4];  // P^T ∘ M, rounded to floatX
+                for (int j = 0; j < NQ / 8; j++)
+                    for (int e = 0; e < 4; e++) {
+                        const int kj = key0 + g + 8 * (e / 2), qc = 8 * j + 2 * t + e % 2, qi = q0 + qc;
+                        bool zero = masked && (qi >= valid || kj >= valid || (causal && kj > qi));
+                        p[j][e] = zero ? 0.f : exp2f(p[j][e] * Tile::kScaleLog2 - lse2_s[qc]);
+                        pm[j][e] = (keep >> (4 * j + e)) & 1 ? to_float(from_float<floatX>(p[j][e])) : 0.f;
+                    }
+                uint32_t xa[NQ / 16][4];
+                attn_c_to_a<floatX, NQ>(xa, pm);
+                attn_mma_xy<floatX, NQ, HS>(dv, [&](int kk) -> const uint32_t(&)[4] { return xa[kk]; }, dOs, kLd);
+                float ds[NQ / 8][4] = {};  // dP^T, then dS^T rounded to floatX
+                attn_mma_abt<floatX, HS, NQ>(ds, [&](int kk) -> const uint32_t(&)[4] {
+                    attn_ldsm_a(abuf, Vw + 16 * kk, kLd);
+                    return abuf;
+                }, dOs, kLd);
+                for (int j = 0; j < NQ / 8; j++)
+                    for (int e = 0; e < 4; e++) {
+                        float dp = ds[j][e];
+                        if (kDropout) dp *= (keep >> (4 * j + e)) & 1 ? drop.scale : 0.f;  // dP^T ∘ M / (1-p)
+                        ds[j][e] = to_float(from_float<floatX>(p[j][e] * (dp - D_s[8 * j + 2 * t + e % 2])));
+                    }
+                attn_c_to_a<floatX, NQ>(xa, ds);
+                attn_mma_xy<floatX, NQ, HS>(dk, [&](int kk) -> const uint32_t(&)[4] { return xa[kk]; }, Qs, kLd);
+                for (int j = 0; j < NQ / 8; j++)
+                    for (int r = 0; r < 2; r++)
+                        *reinterpret_cast<uint32_t*>(dSt + (16 * warp + g + 8 * r) * Tile::kLdS + 8 * j + 2 * t) =
+                            xa[j / 2][2 * (j % 2) + r];
+            } else {  // keys in padding: dS^T = 0
+                for (int j = 0; j < NQ / 8; j++)
+                    for (int r = 0; r < 2; r++)
+                        *reinterpret_cast<uint32_t*>(dSt + (16 * warp + g + 8 * r) * Tile::kLdS + 8 * j + 2 * t) = 0u;
+            }
+            __syncthreads();  // dS^T of all 64 keys is complete
+
+            // This key tile's dQ rows: dS (16 queries of group qg, 64 keys) K (64 keys, NCW columns
+            // from cpart·NCW). dS's A fragments come from dS^T with the transposing ldmatrix (lane l:
+            // key 16 kk + l % 8 + 8 (l / 16), query 16 qg + 8 ((l / 8) % 2)).
+            const int qg = warp % kGroups, cpart = warp / kGroups;
+            float dq[NCW / 8][4] = {};
+            attn_mma_xy<floatX, 64, NCW>(dq, [&](int kk) -> const uint32_t(&)[4] {
+                ldmatrix_x4_trans(abuf, dSt + (16 * kk + lane % 8 + 8 * (lane / 16)) * Tile::kLdS + 16 * qg +
+                                            8 * ((lane / 8) % 2));
+                return abuf;
+            }, Ks + cpart * NCW, kLd);
+            for (int r = 0; r < 2; r++) {
+                const int qi = q0 + 16 * qg + g + 8 * r;
+                if (qi >= valid) continue;
+                float* row = dq_bh + (size_t)qi * HS + cpart * NCW + 2 * t;
+                for (int n = 0; n < NCW / 8; n++) {
+                    float2 x = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+                    if (kt != split) {  // not the block's first key tile: add to its partial sum
+                        float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
+                        x.x += old.x;
+                        x.y += old.y;
+                    }
+                    *reinterpret_cast<float2*>(row + 8 * n) = x;
+                }
+            }
+        }
+        cp_async_wait<0>();  // the last (empty) group
+        __syncthreads();     // every warp is done reading K (dQ) before the warps stage dK in it
+        // dV = sum (P∘M)^T dO (times 1/(1-p) with dropout); dK = scale * sum dS^T Q (dS is the gradient
+        // of the scaled scores).
+        const float dv_factor[2] = {kDropout ? drop.scale : 1.f, kDropout ? drop.scale : 1.f};
+        const float dk_factor[2] = {Tile::kScale, Tile::kScale};
+        attn_mma_store_rows<floatX, HS>(dkb + C + (size_t)key0 * stride, stride, Vs + 16 * warp * kLd, dv, dv_factor,
+                                        key0, valid, T);
+        attn_mma_store_rows<floatX, HS>(dkb + (size_t)key0 * stride, stride, Ks + 16 * warp * kLd, dk, dk_factor,
+                                        key0, valid, T);
+    }
+}
+
+// The blocks attention_backward_mma_kernel's grid aims at: enough to give every SM of a large GPU a
+// few (an H100 has 132 SMs, each holding 2 blocks at HS = 64). Tests lower it to give small shapes
+// blocks with several key tiles; attention_backward_scratch_bytes depends on it.
+inline int& attention_dq_target_blocks() {
+    static int blocks = 512;
+    return blocks;
+}
+
+// The number of dQ slices of attention_backward_mma_kernel (its grid's x): B·NH·splits >= the target,
+// at most one per 64-key tile.
+inline int attention_dq_splits(int B, int T, int NH) {
+    int key_tiles = CEIL_DIV(T, 64), want = CEIL_DIV(attention_dq_target_blocks(), B * NH);
+    return want < key_tiles ? want : key_tiles;
+}
+
+// dQ = scale · the sum of the dQ slices, in split order; 0 for padded rows. One thread per 8 elements
+// of dQ (a Packed128 of bf16/fp16). Slice s holds rows t < valid of sequences with a key tile s
+// (64 s < valid), causal: only t >= 64 s (the rows its first key tile sees); other slices' rows are
+// not read (never written).
+template <class floatX, int HS>
+__global__ void attention_backward_dq_reduce_kernel(floatX* dqkv, const float* dq_part, int B, int T, int C, int NH,
+                                                    int splits, bool causal, const int* valid_len) {
+    constexpr int V = Packed128<floatX>::size;
+    constexpr float kScale = AttnMmaTile<floatX, HS>::kScale;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // (b, t, h, c / V), c fastest
+    if (idx >= (size_t)B * T * NH * (HS / V)) return;
+    const int c = (int)(idx % (HS / V)) * V, h = (int)(idx / (HS / V) % NH);
+    const int t = (int)(idx / ((size_t)(HS / V) * NH) % T), b = (int)(idx / ((size_t)(HS / V) * NH * T));
+    const int valid = attn_valid_length(valid_len, b, T);
+    float sum[V] = {};
+    for (int s = 0; s < splits && t < valid; s++) {
+        if (64 * s >= valid || (causal && t < 64 * s)) continue;
+        const float* p = dq_part + ((((size_t)s * B + b) * NH + h) * T + t) * HS + c;
+        for (int e = 0; e < V; e += 4) {
+            float4 x = *reinterpret_cast<const float4*>(p + e);
+            sum[e] += x.x;
+            sum[e + 1] += x.y;
+            sum[e + 2] += x.z;
+            sum[e + 3] += x.w;
+        }
+    }
+    Packed128<floatX> out;
+    for (int e = 0; e < V; e++) out[e] = from_float<floatX>(sum[e] * kScale);
+    store128(dqkv + ((size_t)b * T + t) * 3 * C + h * HS + c, out);
 }
 
 // ----------------------------------------------------------------------------
@@ -767,12 +1209,12 @@ AttnLaunch attn_launch_shape(const char* who, bool backward) {
     exit(EXIT_FAILURE);
 }
 
-template <class floatX, int HS, int kWarps>
+template <class floatX, int HS, int kWarps, class Math>
 void attention_forward_blocks(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
                               const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
     using Tile = AttnTile<floatX, HS, kWarps>;
-    auto kernel = dropout ? attention_forward_kernel<floatX, HS, kWarps, true>
-                          : attention_forward_kernel<floatX, HS, kWarps, false>;
+    auto kernel = dropout ? attention_forward_kernel<floatX, HS, kWarps, true, Math>
+                          : attention_forward_kernel<floatX, HS, kWarps, false, Math>;
     reserve_dynamic_smem(kernel, Tile::kForwardSmem, "attention_forward", "HS", HS);
     dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
     cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), Tile::kForwardSmem, stream, out, lse, qkv, T, C, NH,
@@ -782,10 +1224,20 @@ void attention_forward_blocks(floatX* out, float* lse, const floatX* qkv, int B,
 template <class floatX, int HS>
 void attention_forward_hs(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
                           const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
-    auto blocks = attn_launch_shape<floatX, HS>("attention_forward", false).warps == 4
-                      ? attention_forward_blocks<floatX, HS, 4>
-                      : attention_forward_blocks<floatX, HS, attn_compact_warps<floatX, HS>()>;
-    blocks(out, lse, qkv, B, T, C, NH, causal, valid_len, drop, dropout, stream);
+    if constexpr (!std::is_same<floatX, float>::value) {  // 16-bit types: the mma.sync kernel
+        using Tile = AttnMmaTile<floatX, HS>;
+        auto kernel = dropout ? attention_forward_mma_kernel<floatX, HS, true>
+                              : attention_forward_mma_kernel<floatX, HS, false>;
+        reserve_dynamic_smem(kernel, Tile::kForwardSmem, "attention_forward", "HS", HS);
+        dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
+        cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), Tile::kForwardSmem, stream, out, lse, qkv, T, C,
+                                NH, causal, valid_len, drop));
+    } else {  // fp32: the CUDA-core kernels
+        auto blocks = attn_launch_shape<floatX, HS>("attention_forward", false).warps == 4
+                          ? attention_forward_blocks<floatX, HS, 4, AttnSimtMath<HS>>
+                          : attention_forward_blocks<floatX, HS, attn_compact_warps<floatX, HS>(), AttnSimtMath<HS>>;
+        blocks(out, lse, qkv, B, T, C, NH, causal, valid_len, drop, dropout, stream);
+    }
 }
 
 // out (B,T,C) = softmax(Q K^T / sqrt(HS) + mask) V per head, and lse (B,NH,T) = the logsumexp of each
@@ -808,25 +1260,29 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
     }
 }
 
-// Bytes of device scratch attention_backward needs: D = rowsum(dO ∘ O), fp32 (B,NH,T).
+// Bytes of device scratch attention_backward needs: D = rowsum(dO ∘ O), fp32 (B,NH,T), then (for the
+// 16-bit types; fp32 leaves it unused) the dQ slices, fp32 (splits,B,NH,T,HS): splits · B·T·C · 4 bytes,
+// splits = attention_dq_splits(B, T, NH) (GPT-2 124M at B = 8, T = 1024: 6 · 25.2 MB).
+inline size_t attention_dq_part_offset(int B, int T, int NH) {
+    return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256;
+}
 inline size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
-    (void)C;
-    return (size_t)B * NH * T * sizeof(float);
+    return attention_dq_part_offset(B, T, NH) + (size_t)attention_dq_splits(B, T, NH) * B * T * C * sizeof(float);
 }
 
-template <class floatX, int HS, int kWarps>
+template <class floatX, int HS, int kWarps, class Math>
 void attention_backward_blocks(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
                                int B, int T, int C, int NH, bool causal, const int* valid_len, DropoutArgs drop,
                                bool dropout, cudaStream_t stream) {
     using Tile = AttnTile<floatX, HS, kWarps>;
     dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
-    auto dkdv = dropout ? attention_backward_dkdv_kernel<floatX, HS, kWarps, true>
-                        : attention_backward_dkdv_kernel<floatX, HS, kWarps, false>;
+    auto dkdv = dropout ? attention_backward_dkdv_kernel<floatX, HS, kWarps, true, Math>
+                        : attention_backward_dkdv_kernel<floatX, HS, kWarps, false, Math>;
     reserve_dynamic_smem(dkdv, Tile::kBackwardSmem, "attention_backward", "HS", HS);
     cudaCheck(launch_kernel(dkdv, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse, D,
                             T, C, NH, causal, valid_len, drop));
-    auto dq = dropout ? attention_backward_dq_kernel<floatX, HS, kWarps, true>
-                      : attention_backward_dq_kernel<floatX, HS, kWarps, false>;
+    auto dq = dropout ? attention_backward_dq_kernel<floatX, HS, kWarps, true, Math>
+                      : attention_backward_dq_kernel<floatX, HS, kWarps, false, Math>;
     reserve_dynamic_smem(dq, Tile::kBackwardSmem, "attention_backward", "HS", HS);
     cudaCheck(launch_kernel(dq, grid, dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv, dout, qkv, lse, D, T, C,
                             NH, causal, valid_len, drop));
@@ -839,10 +1295,24 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
     const int block = 256;
     cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, HS>, dim3(CEIL_DIV(B * T * NH, block)),
                             dim3(block), 0, stream, D, dout, out, B, T, C, NH, valid_len));
-    auto blocks = attn_launch_shape<floatX, HS>("attention_backward", true).warps == 4
-                      ? attention_backward_blocks<floatX, HS, 4>
-                      : attention_backward_blocks<floatX, HS, attn_compact_warps<floatX, HS>()>;
-    blocks(dqkv, dout, qkv, lse, D, B, T, C, NH, causal, valid_len, drop, dropout, stream);
+    if constexpr (!std::is_same<floatX, float>::value) {  // 16-bit types: the mma.sync kernels
+        using Tile = AttnMmaTile<floatX, HS>;
+        auto kernel = dropout ? attention_backward_mma_kernel<floatX, HS, true>
+                              : attention_backward_mma_kernel<floatX, HS, false>;
+        reserve_dynamic_smem(kernel, Tile::kBackwardSmem, "attention_backward", "HS", HS);
+        const int splits = attention_dq_splits(B, T, NH);
+        float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
+        cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv,
+                                dq_part, dout, qkv, lse, D, T, C, NH, causal, valid_len, drop));
+        const size_t n = (size_t)B * T * NH * (HS / Packed128<floatX>::size);
+        cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, HS>, dim3((unsigned)CEIL_DIV(n, block)),
+                                dim3(block), 0, stream, dqkv, dq_part, B, T, C, NH, splits, causal, valid_len));
+    } else {  // fp32: the CUDA-core kernels, dK/dV then dQ
+        auto blocks = attn_launch_shape<floatX, HS>("attention_backward", true).warps == 4
+                          ? attention_backward_blocks<floatX, HS, 4, AttnSimtMath<HS>>
+                          : attention_backward_blocks<floatX, HS, attn_compact_warps<floatX, HS>(), AttnSimtMath<HS>>;
+        blocks(dqkv, dout, qkv, lse, D, B, T, C, NH, causal, valid_len, drop, dropout, stream);
+    }
 }
 
 // dqkv (B,T,3C, overwritten) = the gradient of the loss with respect to qkv, given dout (B,T,C) and the

@@ -39,10 +39,11 @@
 //
 // Attention probabilities: element (bh = b·NH + h, query q, key k) uses counter index
 // bh·2^42 + (q with bit 3 cleared)·2^21 + (k with bit 3 cleared) and word 2·(bit 3 of q) + (bit 3 of k):
-// one Philox call covers the 2×2 group {q, q^8} × {k, k^8}. Why that group: the attention kernels give
-// each lane rows r, r+4, r+8, r+12 of a 16-row block and columns c, c+8, ..., c+56 of a 64-column tile,
-// with rows = queries in the forward and dQ kernels and rows = keys in the dK/dV kernel; {q, q^8} ×
-// {k, k^8} lies in one lane in both orientations, so every call's 4 words are used by the lane that
+// one Philox call covers the 2×2 group {q, q^8} × {k, k^8}. Why that group: the fp32 attention kernels
+// give each lane rows r, r+4, r+8, r+12 of a 16-row block and columns c, c+8, ..., c+56 of a 64-column
+// tile, the bf16/fp16 ones (mma.sync fragments) rows g, g+8 and columns c, c+8 (two adjacent 8-column
+// tiles), with rows = queries in the forward and dQ kernels and rows = keys in the backward's P^T;
+// {q, q^8} × {k, k^8} lies in one lane in every kernel and both orientations, so every call's 4 words are used by the lane that
 // made it (a group of 4 consecutive keys would waste 3 of them). The mask does not depend on T, so
 // extra padding changes no decision. Requires q, k < 2^21 and b·NH + h < 2^22.
 #pragma once

@@ -48,12 +48,17 @@
 // does not depend on the padded length T; padded rows stay zero; the keep rate of the visible elements
 // is within 5 sigma of the binomial's 1-p.
 //
-// Block shapes (llmc/attention.cuh, attn_compact_warps): the shapes chosen on this device fit its opt-in
-// shared memory per block; the compact blocks of a 99 KiB device (an L4, RTX 3090), forced here by
-// lowering the limit the launchers plan for, give bit for bit the results of the device's own shapes
-// (which the checks above hold to the reference); on the CPU backend a child process runs attention
-// on the L4 profile (SIMT_DEVICE=l4, whose 99 KiB the backend enforces) against the reference; a head
-// size that fits no shape stops with one line naming its needs.
+// Block shapes (llmc/attention.cuh): the fp32 kernels' shapes chosen on this device (attn_compact_warps)
+// and the bf16/fp16 mma.sync kernels' one shape fit its opt-in shared memory per block (and the 16-bit
+// ones at HS <= 64 leave room for two blocks per SM on an A100); the compact blocks of a 99 KiB device
+// (an L4, RTX 3090), forced here by lowering the limit the launchers plan for, give bit for bit the
+// results of the device's own shapes, which the checks above hold to the reference (for the 16-bit
+// types, whose shape never changes, this checks that the planned limit changes nothing); on the CPU
+// backend a child process runs attention on the L4 profile (SIMT_DEVICE=l4, whose 99 KiB the backend
+// enforces) against the reference; a head size that fits no shape stops with one line naming its needs.
+//
+// The bf16/fp16 backward's dQ slices (attention_dq_splits): small shapes give one key tile per block,
+// so two cases lower the block target to give blocks several key tiles (one slice; two slices).
 #include "../llmc/attention.cuh"
 #include "harness.h"
 
@@ -563,19 +568,32 @@ void test_backward_nonfinite_fp16() {
 }
 
 // The block shapes chosen for every head size of floatX fit this device's opt-in shared memory per block
-// (queried here, not through the launchers' planned limit), and the compact ones fit 99 KiB.
+// (queried here, not through the launchers' planned limit). fp32: the chosen shapes, and the compact
+// ones fit 99 KiB. bf16/fp16: the mma.sync kernels' one shape fits 99 KiB, and at HS <= 64 two blocks
+// (each with the 1 KiB the GPU reserves per block) fit an A100's 164 KiB of shared memory per SM (an
+// H100 has 228 KiB), so that two blocks are resident per SM on sm_80 and sm_90.
 template <class floatX, int HS>
 void check_block_shapes(int device_limit) {
-    using Compact = AttnTile<floatX, HS, attn_compact_warps<floatX, HS>()>;
-    AttnLaunch fwd = attn_launch_shape<floatX, HS>("test", false), bwd = attn_launch_shape<floatX, HS>("test", true);
-    bool ok = fwd.smem <= (size_t)device_limit && bwd.smem <= (size_t)device_limit &&
-              Compact::kForwardSmem <= kAttnSmallestOptin && Compact::kBackwardSmem <= kAttnSmallestOptin;
-    std::string name = std::string(th::dtype_name<floatX>()) + " HS=" + std::to_string(HS) +
-                       ": block shapes fit the device's shared memory per block";
-    th::report(ok, name.c_str(),
-               "forward %d warps %zu B, backward %d warps %zu B (device %d B); compact %d warps %zu / %zu B",
-               fwd.warps, fwd.smem, bwd.warps, bwd.smem, device_limit, Compact::kWarps, Compact::kForwardSmem,
-               Compact::kBackwardSmem);
+    const std::string name = std::string(th::dtype_name<floatX>()) + " HS=" + std::to_string(HS) +
+                             ": block shapes fit the device's shared memory per block";
+    if constexpr (std::is_same<floatX, float>::value) {
+        using Compact = AttnTile<floatX, HS, attn_compact_warps<floatX, HS>()>;
+        AttnLaunch fwd = attn_launch_shape<floatX, HS>("test", false);
+        AttnLaunch bwd = attn_launch_shape<floatX, HS>("test", true);
+        bool ok = fwd.smem <= (size_t)device_limit && bwd.smem <= (size_t)device_limit &&
+                  Compact::kForwardSmem <= kAttnSmallestOptin && Compact::kBackwardSmem <= kAttnSmallestOptin;
+        th::report(ok, name.c_str(),
+                   "forward %d warps %zu B, backward %d warps %zu B (device %d B); compact %d warps %zu / %zu B",
+                   fwd.warps, fwd.smem, bwd.warps, bwd.smem, device_limit, Compact::kWarps, Compact::kForwardSmem,
+                   Compact::kBackwardSmem);
+    } else {
+        using Tile = AttnMmaTile<floatX, HS>;
+        const size_t limit = std::min((size_t)device_limit, kAttnSmallestOptin), per_sm_a100 = 164 * 1024;
+        bool ok = Tile::kForwardSmem <= limit && Tile::kBackwardSmem <= limit &&
+                  (HS > 64 || 2 * (Tile::kBackwardSmem + 1024) <= per_sm_a100);
+        th::report(ok, name.c_str(), "mma.sync: forward %zu B, backward %zu B (device %d B, smallest %zu B)",
+                   Tile::kForwardSmem, Tile::kBackwardSmem, device_limit, kAttnSmallestOptin);
+    }
 }
 
 template <class floatX>
@@ -710,6 +728,15 @@ int main(int argc, char** argv) {
         test_case<__half>(cs, seed);
         seed += 2;
     }
+    // The 16-bit backward's dQ slices with several key tiles per block (the later ones adding to the
+    // block's slice), as on shapes with B·NH >= 256: the target block count lowered to B·NH gives one
+    // slice (one block per head takes all 4 key tiles), to 2·B·NH two (blocks of key tiles {0, 2}, {1}).
+    const int saved_target = attention_dq_target_blocks();
+    attention_dq_target_blocks() = 4;
+    test_case<__nv_bfloat16>({2, 200, 2, 64, true, {200, 131}}, seed++);
+    attention_dq_target_blocks() = 8;
+    test_case<__half>({2, 130, 2, 128, false, random_lengths(2, 130, 16), 0.1f}, seed++);
+    attention_dq_target_blocks() = saved_target;
     test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
     test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);
     test_dropout_off<__half>({1, 130, 2, 128, true, {}}, seed);

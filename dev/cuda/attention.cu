@@ -4,14 +4,25 @@
 // Variants:
 //   1           naive kernels, one thread per score: the (B,NH,T,T) scores and probabilities in global
 //               memory, fp32 math, no dropout
-//   production  llmc/attention.cuh, flash attention. Faster: variant 1 writes the scores, reads them
-//               back for the softmax, writes P and reads it again for P V (the backward adds dP and
-//               dS): O(B·NH·T²) bytes of DRAM traffic, several times, against 4·B·NH·T²·HS FLOPs — at
-//               HS = 64 about 8 FLOPs per byte, far below the ~300 an H100's tensor cores need, so it
-//               runs at DRAM speed and needs B·NH·T² floats per buffer (400 MB at B=8, NH=12, T=1024).
-//               Flash attention keeps each 64×64 tile of scores in registers and shared memory: its
-//               traffic is O(B·NH·T·HS) per pass over the keys, it skips the tiles above the causal
-//               diagonal or in padding, and its products run on tensor cores.
+//   2           (bf16/fp16) flash attention on WMMA: llmc/attention.cuh's fp32 kernels with their
+//               tile products on tensor cores through the WMMA API (AttnWmmaMath below). WMMA hides
+//               which lane holds which accumulator element, so every row-wise step (softmax max and
+//               sum, masks, the rescale of O) stores the 16×64 score tile to shared memory and reads it
+//               back in a known layout; the backward runs a dK/dV kernel and a separate dQ kernel, 7
+//               tile products per tile pair. The simpler form of the production kernels.
+//   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
+//               mma.sync m16n8k16: S, P and the softmax statistics in registers (known fragment
+//               layouts: quad shuffles instead of the round trips), Q's fragments in registers for the
+//               whole pass, ldmatrix fragment loads, K/V (Q/dO) tiles double-buffered by cp.async, and
+//               a backward of 5 products per tile pair with dQ summed from per-block slices.
+//               Faster than variant 1, which writes the scores, reads them back for the softmax, writes
+//               P and reads it again for P V (the backward adds dP and dS): O(B·NH·T²) bytes of DRAM
+//               traffic, several times, against 4·B·NH·T²·HS FLOPs — at HS = 64 about 8 FLOPs per byte,
+//               far below the ~300 an H100's tensor cores need, so it runs at DRAM speed and needs
+//               B·NH·T² floats per buffer (400 MB at B=8, NH=12, T=1024). Flash attention keeps each
+//               tile of scores on chip: its traffic is O(B·NH·T·HS) per pass over the keys, it skips
+//               the tiles above the causal diagonal or in padding, and its products run on tensor
+//               cores.
 // Dropout on P is validated for the flash kernels only: the reference takes its mask from
 // dropout_attention_keep, the host twin of what the kernels regenerate.
 //
@@ -24,8 +35,11 @@
 #include "../../test/harness.h"
 #include "common.h"
 
+#include <mma.h>
+
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 // ----------------------------------------------------------------------------
@@ -227,6 +241,142 @@ void attention_backward1(floatX* dqkv, const floatX* dout, const floatX* qkv, vo
 }
 
 // ----------------------------------------------------------------------------
+// Variant 2 (bf16/fp16): flash attention with WMMA tile products (llmc's fp32 kernels, another Math)
+
+// The tile products of variant 2 on tensor cores (WMMA m16n16k16, fp32 accumulate): the Math policy
+// of llmc/attention.cuh's CUDA-core kernels (AttnSimtMath's interface). Accumulators are fragments,
+// whose element-to-lane mapping is opaque, so row-wise steps go through the warp's scratch.
+template <class floatX, int HS>
+struct AttnWmmaMath {
+    using Tile = AttnTile<floatX, HS>;
+    using FragA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, floatX, nvcuda::wmma::row_major>;
+    using FragB = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::row_major>;
+    // B^T read from a row-major B: a col_major matrix_b fragment.
+    using FragBt = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::col_major>;
+    using FragC = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+    // A (16, HS) accumulator: one 16×16 fragment per 16 columns.
+    struct Acc {
+        FragC f[HS / 16];
+    };
+
+    __device__ static void zero(Acc& acc) {
+        for (int n = 0; n < HS / 16; n++) nvcuda::wmma::fill_fragment(acc.f[n], 0.f);
+    }
+
+    // Computes the warp's (16, 64) tile of A B^T and calls visit(i, j, value) for this lane's elements
+    // (see AttnSimtMath::scores), through the warp's scratch. Visiting element by element lets the
+    // compiler load each value from the scratch where it is used: the backward kernels hold two
+    // (16, HS) accumulators and a score tile, and at HS = 128 one more tile in registers would spill.
+    // For the same reason the A fragments are kept in registers across the 4 column blocks only up
+    // to HS = 64, and reloaded from shared memory for each block at HS = 128.
+    template <class Visit>
+    __device__ static void scores(const floatX* A, const floatX* B, float* scratch, Visit visit) {
+        constexpr bool kKeepA = HS <= 64;
+        FragA a[kKeepA ? HS / 16 : 1];
+        if (kKeepA)
+            for (int k = 0; k < HS / 16; k++) nvcuda::wmma::load_matrix_sync(a[k], A + 16 * k, Tile::kLd);
+        for (int n = 0; n < Tile::kCols / 16; n++) {
+            FragC c;
+            nvcuda::wmma::fill_fragment(c, 0.f);
+            for (int k = 0; k < HS / 16; k++) {
+                if (!kKeepA) nvcuda::wmma::load_matrix_sync(a[0], A + 16 * k, Tile::kLd);
+                FragBt b;
+                nvcuda::wmma::load_matrix_sync(b, B + 16 * n * Tile::kLd + 16 * k, Tile::kLd);
+                nvcuda::wmma::mma_sync(c, a[kKeepA ? k : 0], b, c);
+            }
+            nvcuda::wmma::store_matrix_sync(scratch + 16 * n, c, Tile::kLdX, nvcuda::wmma::mem_row_major);
+        }
+        __syncwarp();
+        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 8; j++) visit(i, j, scratch[(rg + 4 * i) * Tile::kLdX + cg + 8 * j]);
+        __syncwarp();  // everyone has read the scratch before it is written again
+    }
+
+    // acc += X Y, X the warp's (16, 64) tile (row stride kLdP), Y a (64, HS) tile (row stride kLd).
+    __device__ static void accumulate(Acc& acc, const floatX* X, const floatX* Y) {
+        for (int k = 0; k < Tile::kCols / 16; k++) {
+            FragA x;
+            nvcuda::wmma::load_matrix_sync(x, X + 16 * k, Tile::kLdP);
+            for (int n = 0; n < HS / 16; n++) {
+                FragB y;
+                nvcuda::wmma::load_matrix_sync(y, Y + 16 * k * Tile::kLd + 16 * n, Tile::kLd);
+                nvcuda::wmma::mma_sync(acc.f[n], x, y, acc.f[n]);
+            }
+        }
+    }
+
+    // Multiplies accumulator row rg + 4*i by f[i] through the scratch; skipped (exactly: the factors
+    // are all 1) when no lane of the warp has a factor other than 1.
+    __device__ static void scale_rows(Acc& acc, const float (&f)[4], float* scratch) {
+        bool needed = f[0] != 1.f || f[1] != 1.f || f[2] != 1.f || f[3] != 1.f;
+        if (!__any_sync(0xffffffffu, needed)) return;
+        store(acc, scratch);
+        __syncwarp();
+        int lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
+        for (int i = 0; i < 4; i++)
+            for (int c = cg; c < HS; c += 8) scratch[(rg + 4 * i) * Tile::kLdX + c] *= f[i];
+        __syncwarp();
+        for (int n = 0; n < HS / 16; n++)
+            nvcuda::wmma::load_matrix_sync(acc.f[n], scratch + 16 * n, Tile::kLdX, nvcuda::wmma::mem_row_major);
+    }
+
+    // Writes the accumulator to the warp's (16, HS) fp32 scratch (row stride kLdX).
+    __device__ static void store(const Acc& acc, float* scratch) {
+        for (int n = 0; n < HS / 16; n++)
+            nvcuda::wmma::store_matrix_sync(scratch + 16 * n, acc.f[n], Tile::kLdX, nvcuda::wmma::mem_row_major);
+    }
+};
+
+// Calls f(std::integral_constant<int, HS>) for a run-time head size of attention_check_shape's list.
+template <class F>
+void with_head_size(int HS, F f) {
+    switch (HS) {
+        case 16: f(std::integral_constant<int, 16>()); break;
+        case 32: f(std::integral_constant<int, 32>()); break;
+        case 64: f(std::integral_constant<int, 64>()); break;
+        default: f(std::integral_constant<int, 128>()); break;
+    }
+}
+
+// Variant 2's forward: 4-warp blocks where the device allows them, else the compact ones.
+template <class floatX>
+void attention_forward2(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
+                        const int* valid_len, cudaStream_t stream, const AttentionDropout& dropout = {}) {
+    int HS = attention_check_shape("attention_forward2", B, T, C, NH, {out, qkv});
+    DropoutArgs d = attention_dropout_args("attention_forward2", dropout, B, T, NH);
+    with_head_size(HS, [&](auto hs) {
+        constexpr int kHS = decltype(hs)::value;
+        using Math = AttnWmmaMath<floatX, kHS>;
+        auto blocks = attn_launch_shape<floatX, kHS>("attention_forward2", false).warps == 4
+                          ? attention_forward_blocks<floatX, kHS, 4, Math>
+                          : attention_forward_blocks<floatX, kHS, attn_compact_warps<floatX, kHS>(), Math>;
+        blocks(out, lse, qkv, B, T, C, NH, causal, valid_len, d, dropout.p > 0.f, stream);
+    });
+}
+
+// Variant 2's backward: D = rowsum(dO ∘ O) into scratch (the first B·NH·T floats of
+// attention_backward_scratch_bytes), then the dK/dV and dQ kernels.
+template <class floatX>
+void attention_backward2(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                         cudaStream_t stream, const AttentionDropout& dropout = {}) {
+    int HS = attention_check_shape("attention_backward2", B, T, C, NH, {dqkv, dout, qkv, out});
+    DropoutArgs d = attention_dropout_args("attention_backward2", dropout, B, T, NH);
+    float* D = static_cast<float*>(scratch);
+    with_head_size(HS, [&](auto hs) {
+        constexpr int kHS = decltype(hs)::value;
+        using Math = AttnWmmaMath<floatX, kHS>;
+        cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, kHS>, dim3(CEIL_DIV(B * T * NH, 256)),
+                                dim3(256), 0, stream, D, dout, out, B, T, C, NH, valid_len));
+        auto blocks = attn_launch_shape<floatX, kHS>("attention_backward2", true).warps == 4
+                          ? attention_backward_blocks<floatX, kHS, 4, Math>
+                          : attention_backward_blocks<floatX, kHS, attn_compact_warps<floatX, kHS>(), Math>;
+        blocks(dqkv, dout, qkv, lse, D, B, T, C, NH, causal, valid_len, d, dropout.p > 0.f, stream);
+    });
+}
+
+// ----------------------------------------------------------------------------
 // Validation
 
 // Every variant against the double reference. Tolerances: |out - ref| <= k eps (|ref| + max|ref|):
@@ -266,12 +416,22 @@ void validate(const Shape& s, uint64_t seed) {
     th::DeviceBuffer<int> valid(s.valid);
     const int* vl = s.valid.empty() ? nullptr : valid.ptr;
     const AttentionDropout dropout{s.dropout, kDropSeed, kDropOffset};
-    for (int variant = s.dropout > 0 ? 2 : 1; variant <= 2; variant++) {  // variant 1 has no dropout
-        const char* label = variant == 1 ? "variant 1 (naive)" : "flash (llmc)";
+    for (int variant = s.dropout > 0 ? 2 : 1; variant <= 3; variant++) {  // variant 1 has no dropout
+        if (variant == 2 && !lowp) continue;  // variant 2 is the 16-bit types' (fp32 is production's)
+        const char* label = variant == 1   ? "variant 1 (naive)"
+                            : variant == 2 ? "variant 2 (WMMA flash)"
+                                           : "flash (llmc)";
         if (variant == 1) {
             th::DeviceBuffer<char> scratch(attention1_scratch_bytes(B, T, NH), th::Fill::NaN);
             attention_forward1(out.ptr, lse.ptr, d_qkv.ptr, scratch.ptr, B, T, C, NH, s.causal, vl, 0);
             attention_backward1(dqkv.ptr, d_dout.ptr, d_qkv.ptr, scratch.ptr, B, T, C, NH, s.causal, vl, 0);
+        } else if (variant == 2) {
+            if constexpr (!std::is_same<floatX, float>::value) {
+                th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
+                attention_forward2(out.ptr, lse.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0, dropout);
+                attention_backward2(dqkv.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH,
+                                    s.causal, vl, 0, dropout);
+            }
         } else {
             th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
             attention_forward(out.ptr, lse.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0, dropout);
@@ -287,21 +447,33 @@ void validate(const Shape& s, uint64_t seed) {
 // ----------------------------------------------------------------------------
 // Benchmark
 
-// The block shape llmc/attention.cuh runs on this device: 4 warps, or fewer where the device's shared
-// memory per block is too small for them (which costs speed: more blocks read the streamed tiles).
+// The block shapes on this device: 4 warps, or fewer where the device's shared memory per block is too
+// small for them (which costs speed: more blocks read the streamed tiles). llmc's mma.sync kernels
+// (bf16/fp16) always run 4 warps; the fp32 kernels and variant 2 use attn_launch_shape.
 template <class floatX>
-AttnLaunch block_shape(int HS, bool backward) {
-    switch (HS) {
-        case 16: return attn_launch_shape<floatX, 16>("benchmark", backward);
-        case 32: return attn_launch_shape<floatX, 32>("benchmark", backward);
-        case 64: return attn_launch_shape<floatX, 64>("benchmark", backward);
-        default: return attn_launch_shape<floatX, 128>("benchmark", backward);
-    }
+void print_block_shapes(int HS, int B, int T, int NH) {
+    with_head_size(HS, [&](auto hs) {
+        constexpr int kHS = decltype(hs)::value;
+        AttnLaunch fwd = attn_launch_shape<floatX, kHS>("benchmark", false);
+        AttnLaunch bwd = attn_launch_shape<floatX, kHS>("benchmark", true);
+        if constexpr (std::is_same<floatX, float>::value) {
+            printf("  flash blocks: forward %d warps (%zu bytes of shared memory), backward %d warps (%zu bytes)\n",
+                   fwd.warps, fwd.smem, bwd.warps, bwd.smem);
+        } else {
+            using Tile = AttnMmaTile<floatX, kHS>;
+            printf("  flash (llmc) blocks: 4 warps, forward %zu bytes of shared memory, backward %zu bytes, "
+                   "%d-query tiles, dQ in %d slices\n",
+                   Tile::kForwardSmem, Tile::kBackwardSmem, Tile::kColsB, attention_dq_splits(B, T, NH));
+            printf("  variant 2 blocks: forward %d warps (%zu bytes), backward %d warps (%zu bytes)\n", fwd.warps,
+                   fwd.smem, bwd.warps, bwd.smem);
+        }
+    });
 }
 
 // FLOPs of the forward: Q K^T and P V, 2·T·T·HS each per head, halved under a causal mask. The
-// backward is counted as 2.5x the forward (5 products instead of 2), FlashAttention's convention,
-// although this backward does 7 (see llmc/attention.cuh); variant 1 is charged the same FLOPs.
+// backward is counted as 2.5x the forward (5 products), FlashAttention's convention, which llmc's
+// bf16/fp16 backward does; its fp32 backward and variant 2 do 7 (a separate dQ kernel), and variant 1
+// is charged the same FLOPs.
 template <class floatX>
 void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     const int C = NH * HS;
@@ -312,9 +484,7 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     const double peak = peak_tflops(prop.name, prec, false);
     const double fwd_flops = 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
     printf("%s B=%d T=%d NH=%d HS=%d %s:\n", th::dtype_name<floatX>(), B, T, NH, HS, causal ? "causal" : "full");
-    const AttnLaunch fwd_shape = block_shape<floatX>(HS, false), bwd_shape = block_shape<floatX>(HS, true);
-    printf("  flash blocks: forward %d warps (%zu bytes of shared memory), backward %d warps (%zu bytes)\n",
-           fwd_shape.warps, fwd_shape.smem, bwd_shape.warps, bwd_shape.smem);
+    print_block_shapes<floatX>(HS, B, T, NH);
     std::vector<float> qkv_h((size_t)B * T * 3 * C), dout_h((size_t)B * T * C);
     th::fill_uniform(qkv_h.data(), qkv_h.size(), 7);
     th::fill_uniform(dout_h.data(), dout_h.size(), 8);
@@ -335,6 +505,15 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     flops_line("forward (llmc, flash)", time_ms(fwd, reps), fwd_flops, peak);
     flops_line("backward variant 1 (naive, scores in DRAM)", time_ms(bwd1, reps), 2.5 * fwd_flops, peak);
     flops_line("backward (llmc, flash)", time_ms(bwd, reps), 2.5 * fwd_flops, peak);
+    if constexpr (!std::is_same<floatX, float>::value) {
+        auto fwd2 = [&] { attention_forward2(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
+        auto bwd2 = [&] {
+            attention_backward2(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
+                                nullptr, 0);
+        };
+        flops_line("forward variant 2 (WMMA flash)", time_ms(fwd2, reps), fwd_flops, peak);
+        flops_line("backward variant 2 (WMMA flash)", time_ms(bwd2, reps), 2.5 * fwd_flops, peak);
+    }
     // The cost of dropout on P (BERT's p = 0.1): 8 Philox calls per lane and tile in each kernel.
     const AttentionDropout drop{0.1f, 1, 0};
     auto fwd_drop = [&] { attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0, drop); };
