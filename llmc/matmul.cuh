@@ -1,11 +1,22 @@
 // llmc/matmul.cuh — the linear layers: matrix multiplies through cuBLASLt with the bias and GELU
-// epilogues fused where they apply, the input and weight gradients, and a deterministic kernel for
-// the bias gradient.
+// epilogues fused where they apply, the input and weight gradients with the bias gradient fused into
+// the weight-gradient GEMM, and a deterministic kernel for the bias gradient where it cannot be.
 //
 // Row-major tensors meet column-major cuBLASLt. A row-major (R,S) matrix is a column-major (S,R)
 // matrix with leading dimension S, so every product below is written for cuBLASLt as the
 // transposed product: out = inp · Wᵀ (row-major) is outᵀ = W · inpᵀ (column-major), and so on.
 // Weights are stored (OC, C), as llm.c and PyTorch's nn.Linear do.
+//
+// The bias gradient is the column sums of dout (N,OC), which the weight-gradient GEMM reads anyway:
+// in its column-major form dweightᵀ (C,OC) += inpᵀ · dout, B is dout read transposed, and cuBLASLt's
+// BGRADB epilogue sums op(B) over the reduction dimension k = N while the GEMM streams it: one
+// value per column of D, i.e. per output channel. cuBLASLt writes that vector (it does not add to
+// it) in the bias type, which for non-fp8 GEMMs is D's type, so it lands in scratch and a small
+// kernel adds it to dbias (which accumulates across micro-batches): OC values read instead of dout's
+// N·OC. For 16-bit types that rounds the micro-batch's sum to T before adding it, one rounding
+// more than the separate kernel makes. cuBLASLt takes BGRADB with fp32, bf16 and fp16 operands,
+// not with fp8 ones (see llmc/simt/cublaslt.cpp), and may refuse it for a shape: then the GEMM runs
+// plain and a deterministic reduction kernel (128-bit loads of dout) computes the sums.
 //
 // fp8 (--precision fp8, compute capability 8.9+): matmul_forward_fp8 / matmul_backward_fp8 take
 // bf16 tensors, cast the GEMM operands to fp8 with delayed per-tensor scales (llmc/fp8.cuh) and
@@ -45,26 +56,43 @@
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
-// Partial column sums of dout (N,OC): block (x, y) sums columns [32x, 32x+32) over its slice of
-// rows into partial[y][col]. 32 columns per block keep the reads of each row coalesced; the 8
-// row-threads of a column are combined through shared memory in a fixed order (deterministic).
-template <class T>
+// Rows of dout each block of the bias-gradient reduction sums; one fp32 partial per slice and column.
+constexpr int BIAS_ROWS_PER_SLICE = 256;
+
+// Partial column sums of dout (N,OC), VEC adjacent columns per thread (one 128-bit load per row when
+// VEC is Packed128's width, else VEC = 1): block (x, y) sums columns [32·VEC·x, 32·VEC·(x+1)) over
+// slice y's rows into partial[y][col]. Each warp reads 32·VEC adjacent values of a row (coalesced);
+// the 8 row-threads of a column are combined through shared memory in a fixed order, so the sums
+// are deterministic (and, for any VEC, the same as VEC = 1 gives).
+template <class T, int VEC>
 __global__ void bias_backward_partial_kernel(float* partial /*(R,OC)*/, const T* dout /*(N,OC)*/, int N, int OC,
                                              int rows_per_slice) {
-    __shared__ float sums[8][33];
-    int col = blockIdx.x * 32 + threadIdx.x;
+    static_assert(VEC == 1 || VEC == Packed128<T>::size, "one element or one 128-bit pack per row");
+    __shared__ float sums[8][32 * VEC];
+    int col0 = (blockIdx.x * 32 + threadIdx.x) * VEC;  // OC % VEC == 0: a pack is wholly in or out
     int row0 = blockIdx.y * rows_per_slice;
     int row1 = min(N, row0 + rows_per_slice);
-    float s = 0.f;
-    if (col < OC)
-        for (int r = row0 + threadIdx.y; r < row1; r += 8) s += to_float(dout[(size_t)r * OC + col]);
-    sums[threadIdx.y][threadIdx.x] = s;
+    float s[VEC] = {};
+    if (col0 < OC)
+        for (int r = row0 + threadIdx.y; r < row1; r += 8) {
+            const T* p = dout + (size_t)r * OC + col0;
+            if constexpr (VEC == 1) {
+                s[0] += to_float(p[0]);
+            } else {
+                Packed128<T> pack = load128cs(p);  // streamed: dout is read once here
+                for (int k = 0; k < VEC; k++) s[k] += to_float(pack[k]);
+            }
+        }
+    for (int k = 0; k < VEC; k++) sums[threadIdx.y][threadIdx.x * VEC + k] = s[k];
     __syncthreads();
-    if (threadIdx.y == 0 && col < OC) {
-        float total = 0.f;
-        for (int k = 0; k < 8; k++) total += sums[k][threadIdx.x];
-        partial[(size_t)blockIdx.y * OC + col] = total;
-    }
+    if (threadIdx.y == 0)
+        for (int j = threadIdx.x; j < 32 * VEC; j += 32) {  // adjacent threads, adjacent words: no bank conflicts
+            int col = blockIdx.x * 32 * VEC + j;
+            if (col >= OC) break;
+            float total = 0.f;
+            for (int k = 0; k < 8; k++) total += sums[k][j];
+            partial[(size_t)blockIdx.y * OC + col] = total;
+        }
 }
 
 // dbias[col] += sum of the R partial sums, in slice order.
@@ -75,6 +103,15 @@ __global__ void bias_backward_final_kernel(T* dbias /*(OC)*/, const float* parti
     float s = 0.f;
     for (int r = 0; r < R; r++) s += partial[(size_t)r * OC + col];
     dbias[col] = from_float<T>(to_float(dbias[col]) + s);
+}
+
+// dbias[col] += grad[col]: the bias gradient cuBLASLt's BGRADB epilogue wrote (it overwrites its
+// output), added to the gradient accumulated over micro-batches.
+template <class T>
+__global__ void bias_accumulate_kernel(T* dbias /*(OC)*/, const T* grad /*(OC)*/, int OC) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    dbias[col] = from_float<T>(to_float(dbias[col]) + to_float(grad[col]));
 }
 
 // ----------------------------------------------------------------------------
@@ -348,10 +385,27 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
     matmul_forward(out, (T*)nullptr, inp, weight, bias, N, C, OC, GeluKind::Tanh, stream);
 }
 
-// Scratch the backward pass needs (the bias-gradient partial sums).
+// Scratch the backward pass needs: the bias-gradient partial sums of the reduction kernel (one fp32
+// row per slice of rows), which also holds the OC values of T that the fused BGRADB GEMM writes.
 inline size_t matmul_backward_scratch_bytes(int N, int OC) {
-    int slices = CEIL_DIV(N, 256);
+    int slices = CEIL_DIV(N, BIAS_ROWS_PER_SLICE);
     return (size_t)slices * OC * sizeof(float);
+}
+
+// dbias (OC) += column sums of dout (N,OC), by the deterministic reduction kernels; partial:
+// matmul_backward_scratch_bytes(N, OC) bytes.
+template <class T>
+void bias_backward(T* dbias, float* partial, const T* dout, int N, int OC, cudaStream_t stream) {
+    constexpr int P = Packed128<T>::size;
+    int slices = CEIL_DIV(N, BIAS_ROWS_PER_SLICE);
+    if (rows_pack128<T>(OC, {dout}))
+        cudaCheck(launch_kernel(bias_backward_partial_kernel<T, P>, dim3(CEIL_DIV(OC, 32 * P), slices), dim3(32, 8), 0,
+                                stream, partial, dout, N, OC, BIAS_ROWS_PER_SLICE));
+    else
+        cudaCheck(launch_kernel(bias_backward_partial_kernel<T, 1>, dim3(CEIL_DIV(OC, 32), slices), dim3(32, 8), 0,
+                                stream, partial, dout, N, OC, BIAS_ROWS_PER_SLICE));
+    cudaCheck(launch_kernel(bias_backward_final_kernel<T>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
+                            (const float*)partial, slices, OC));
 }
 
 // dinp (N,C) = dout · weight (see matmul_backward), times gelu'(pre_gelu) when pre_gelu is non-null.
@@ -385,21 +439,27 @@ void matmul_backward_weight(T* dweight, const T* dout, const T* inp, int N, int 
 //   dinp (N,C) = dout · weight, overwritten; with pre_gelu (N,C) non-null, multiplied by
 //     gelu'(pre_gelu) (the layer's input was GELU(pre_gelu)): fused into cuBLASLt when possible;
 //   dweight (OC,C) += doutᵀ · inp (accumulates across micro-batches);
-//   dbias (OC) += column sums of dout (if dbias is non-null), deterministically.
+//   dbias (OC) += column sums of dout (if dbias is non-null), deterministically: by the weight
+//     GEMM's BGRADB epilogue where cuBLASLt takes it (see the top of the file), else by kernels.
+// scratch: matmul_backward_scratch_bytes(N, OC) bytes, 16-byte aligned.
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight,
                      const T* pre_gelu, int N, int C, int OC, GeluKind gelu_kind, cudaStream_t stream) {
     matmul_backward_input(dinp, dout, weight, pre_gelu, N, C, OC, gelu_kind, stream);
-    matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
-    if (dbias) {
-        int rows_per_slice = 256;
-        int slices = CEIL_DIV(N, rows_per_slice);
-        float* partial = static_cast<float*>(scratch);
-        cudaCheck(launch_kernel(bias_backward_partial_kernel<T>, dim3(CEIL_DIV(OC, 32), slices), dim3(32, 8), 0,
-                                stream, partial, dout, N, OC, rows_per_slice));
-        cudaCheck(launch_kernel(bias_backward_final_kernel<T>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
-                                (const float*)partial, slices, OC));
+    if (!dbias) {
+        matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
+        return;
     }
+    // The bias pointer of BGRADB is the epilogue's output: cuBLASLt writes the OC sums there.
+    T* grad = static_cast<T*>(scratch);
+    if (cublaslt_matmul(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.f, 1.f, CUBLASLT_EPILOGUE_BGRADB,
+                        (const T*)grad, (T*)nullptr, 0, stream)) {
+        cudaCheck(launch_kernel(bias_accumulate_kernel<T>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
+                                (const T*)grad, OC));
+        return;
+    }
+    matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
+    bias_backward(dbias, static_cast<float*>(scratch), dout, N, OC, stream);
 }
 
 // The gradients of a linear layer without an activation below it (dinp is dout · weight).
@@ -544,7 +604,8 @@ inline void matmul_forward_fp8(__nv_bfloat16* out, __nv_bfloat16* pre_gelu, cons
 // accumulation rules; scratch: matmul_fp8_scratch_bytes(N, C, OC) bytes) with fp8 GEMMs:
 //   dinp (N,C)   = dout · weight            E5M2 dout x E4M3 weight (optionally times gelu'(pre_gelu))
 //   dweight (OC,C) += doutᵀ · inp           E5M2 dout x E4M3 inp
-//   dbias (OC)  += column sums of the bf16 dout (deterministic kernels, no fp8)
+//   dbias (OC)  += column sums of the bf16 dout (deterministic kernels: cuBLASLt has no BGRADB
+//                  for fp8 operands, and this weight GEMM's B is not read transposed)
 // dout's cast records its amax into fp8.grad (updated after both GEMMs). weight and inp are cast
 // transposed under the scales the forward pass left, without recording (the forward recorded these
 // very tensors). The forward must have run first. DGELU is fused where cuBLASLt's fp8 kernels offer
@@ -595,13 +656,5 @@ inline void matmul_backward_fp8(__nv_bfloat16* dinp, __nv_bfloat16* dweight, __n
     }
     Fp8AmaxRecord record{&fp8.grad, gp, fp8_cast_num_partials(N, OC)};
     fp8_update_scales(&record, 1, stream);
-    if (dbias) {
-        int rows_per_slice = 256;
-        int slices = CEIL_DIV(N, rows_per_slice);
-        float* partial = reinterpret_cast<float*>(base + L.bias_partials);
-        cudaCheck(launch_kernel(bias_backward_partial_kernel<__nv_bfloat16>, dim3(CEIL_DIV(OC, 32), slices),
-                                dim3(32, 8), 0, stream, partial, dout, N, OC, rows_per_slice));
-        cudaCheck(launch_kernel(bias_backward_final_kernel<__nv_bfloat16>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0,
-                                stream, dbias, (const float*)partial, slices, OC));
-    }
+    if (dbias) bias_backward(dbias, reinterpret_cast<float*>(base + L.bias_partials), dout, N, OC, stream);
 }
