@@ -1,11 +1,22 @@
 // llmc/matmul.cuh — the linear layers: matrix multiplies through cuBLASLt with the bias and GELU
-// epilogues fused where they apply, the input and weight gradients, and a deterministic kernel for
-// the bias gradient.
+// epilogues fused where they apply, the input and weight gradients with the bias gradient fused into
+// the weight-gradient GEMM, and a deterministic kernel for the bias gradient where it cannot be.
 //
 // Row-major tensors meet column-major cuBLASLt. A row-major (R,S) matrix is a column-major (S,R)
 // matrix with leading dimension S, so every product below is written for cuBLASLt as the
 // transposed product: out = inp · Wᵀ (row-major) is outᵀ = W · inpᵀ (column-major), and so on.
 // Weights are stored (OC, C), as llm.c and PyTorch's nn.Linear do.
+//
+// The bias gradient is the column sums of dout (N,OC), which the weight-gradient GEMM reads anyway:
+// in its column-major form dweightᵀ (C,OC) += inpᵀ · dout, B is dout read transposed, and cuBLASLt's
+// BGRADB epilogue sums op(B) over the reduction dimension k = N while the GEMM streams it: one
+// value per column of D, i.e. per output channel. cuBLASLt writes that vector (it does not add to
+// it) in the bias type, which for non-fp8 GEMMs is D's type, so it lands in scratch and a small
+// kernel adds it to dbias (which accumulates across micro-batches): OC values read instead of dout's
+// N·OC. For 16-bit types that rounds the micro-batch's sum to T before adding it, one rounding
+// more than the separate kernel makes. cuBLASLt takes BGRADB with fp32, bf16 and fp16 operands,
+// not with fp8 ones (see llmc/simt/cublaslt.cpp), and may refuse it for a shape: then the GEMM runs
+// plain and a deterministic reduction kernel (128-bit loads of dout) computes the sums.
 //
 // fp8 (--precision fp8, compute capability 8.9+): matmul_forward_fp8 / matmul_backward_fp8 take
 // bf16 tensors, cast the GEMM operands to fp8 with delayed per-tensor scales (llmc/fp8.cuh) and
@@ -45,26 +56,43 @@
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
-// Partial column sums of dout (N,OC): block (x, y) sums columns [32x, 32x+32) over its slice of
-// rows into partial[y][col]. 32 columns per block keep the reads of each row coalesced; the 8
-// row-threads of a column are combined through shared memory in a fixed order (deterministic).
-template <class T>
+// Rows of dout each block of the bias-gradient reduction sums; one fp32 partial per slice and column.
+constexpr int BIAS_ROWS_PER_SLICE = 256;
+
+// Partial column sums of dout (N,OC), VEC adjacent columns per thread (one 128-bit load per row when
+// VEC is Packed128's width, else VEC = 1): block (x, y) sums columns [32·VEC·x, 32·VEC·(x+1)) over
+// slice y's rows into partial[y][col]. Each warp reads 32·VEC adjacent values of a row (coalesced);
+// the 8 row-threads of a column are combined through shared memory in a fixed order, so the sums
+// are deterministic (and, for any VEC, the same as VEC = 1 gives).
+template <class T, int VEC>
 __global__ void bias_backward_partial_kernel(float* partial /*(R,OC)*/, const T* dout /*(N,OC)*/, int N, int OC,
                                              int rows_per_slice) {
-    __shared__ float sums[8][33];
-    int col = blockIdx.x * 32 + threadIdx.x;
+    static_assert(VEC == 1 || VEC == Packed128<T>::size, "one element or one 128-bit pack per row");
+    __shared__ float sums[8][32 * VEC];
+    int col0 = (blockIdx.x * 32 + threadIdx.x) * VEC;  // OC % VEC == 0: a pack is wholly in or out
     int row0 = blockIdx.y * rows_per_slice;
     int row1 = min(N, row0 + rows_per_slice);
-    float s = 0.f;
-    if (col < OC)
-        for (int r = row0 + threadIdx.y; r < row1; r += 8) s += to_float(dout[(size_t)r * OC + col]);
-    sums[threadIdx.y][threadIdx.x] = s;
+    float s[VEC] = {};
+    if (col0 < OC)
+        for (int r = row0 + threadIdx.y; r < row1; r += 8) {
+            const T* p = dout + (size_t)r * OC + col0;
+            if constexpr (VEC == 1) {
+                s[0] += to_float(p[0]);
+            } else {
+                Packed128<T> pack = load128cs(p);  // streamed: dout is read once here
+                for (int k = 0; k < VEC; k++) s[k] += to_float(pack[k]);
+            }
+        }
+    for (int k = 0; k < VEC; k++) sums[threadIdx.y][threadIdx.x * VEC + k] = s[k];
     __syncthreads();
-    if (threadIdx.y == 0 && col < OC) {
-        float total = 0.f;
-        for (int k = 0; k < 8; k++) total += sums[k][threadIdx.x];
-        partial[(size_t)blockIdx.y * OC + col] = total;
-    }
+    if (threadIdx.y == 0)
+        for (int j = threadIdx.x; j < 32 * VEC; j += 32) {  // adjacent threads, adjacent words: no bank conflicts
+            int col = blockIdx.x * 32 * VEC + j;
+            if (col >= OC) break;
+            float total = 0.f;
+            for (int k = 0; k < 8; k++) total += sums[k][j];
+            partial[(size_t)blockIdx.y * OC + col] = total;
+        }
 }
 
 // dbias[col] += sum of the R partial sums, in slice order.
@@ -77,13 +105,46 @@ __global__ void bias_backward_final_kernel(T* dbias /*(OC)*/, const float* parti
     dbias[col] = from_float<T>(to_float(dbias[col]) + s);
 }
 
-// ----------------------------------------------------------------------------
-// cuBLASLt context: one handle, one workspace, one cached heuristic per GEMM shape and alignment
+// dbias[col] += grad[col]: the bias gradient cuBLASLt's BGRADB epilogue wrote (it overwrites its
+// output), added to the gradient accumulated over micro-batches.
+template <class T>
+__global__ void bias_accumulate_kernel(T* dbias /*(OC)*/, const T* grad /*(OC)*/, int OC) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    dbias[col] = from_float<T>(to_float(dbias[col]) + to_float(grad[col]));
+}
 
-// What a cached heuristic is for: (m, n, k, transa, transb, epilogue, dtype, compute) and the
-// alignments of the A, B and D pointers (log2 of the bytes, up to 256).
+// ----------------------------------------------------------------------------
+// cuBLASLt context: one handle, one workspace, one cached plan per GEMM shape and alignment
+
+// What a cached plan is for: (m, n, k, transa, transb, epilogue, dtype, compute), the leading
+// dimensions of A, B, D and the epilogue's aux matrix and the batch strides of A, B and D (0 for a
+// single matrix): everything the descriptors are made from; then the alignments of the A, B and D
+// pointers (log2 of the bytes, up to 256), which the algorithm is chosen for.
 using MatmulKey = std::tuple<int, int, int, int, int, int, int, int>;
-using MatmulCacheKey = std::tuple<MatmulKey, int, int, int>;
+using MatmulLayoutKey = std::tuple<int, int, int, int, long long, long long, long long>;
+using MatmulCacheKey = std::tuple<MatmulKey, int, int, int, MatmulLayoutKey>;
+
+// A GEMM's plan: its operation descriptor and matrix layouts, made on the first call and kept, and
+// the heuristic's algorithm for them, or "unsupported" (then the caller falls back to an unfused
+// path). Creating descriptors is host work the GPU would wait for between short GEMMs; a step
+// repeats the same few dozen shapes, so after the first step no GEMM creates anything.
+struct MatmulPlan {
+    bool ok = false;
+    cublasLtMatmulAlgo_t algo{};
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+};
+
+// The pointer attributes of the operation descriptor, which change from call to call of one plan
+// (another layer's bias, aux matrix or fp8 scales): set on the cached descriptor before each call.
+// A null pointer is not set (the plan's epilogue does not use it).
+struct MatmulPointers {
+    const void* bias = nullptr;
+    const void* aux = nullptr;
+    const float* scale_a = nullptr;
+    const float* scale_b = nullptr;
+};
 
 struct MatmulContext {
     cublasLtHandle_t handle = nullptr;
@@ -91,8 +152,7 @@ struct MatmulContext {
     size_t workspace_size = 0;
     bool tf32 = false;  // fp32 storage with TF32 tensor-core compute (--precision tf32)
     long long calls = 0;  // cublasLtMatmul calls so far (each is at least one GPU kernel)
-    // The heuristic's algorithm, or "unsupported" (then the caller falls back to an unfused path).
-    std::map<MatmulCacheKey, std::pair<bool, cublasLtMatmulAlgo_t>> algos;
+    std::map<MatmulCacheKey, MatmulPlan> plans;
 };
 inline MatmulContext& matmul_context() {
     static MatmulContext ctx;
@@ -109,9 +169,24 @@ inline void matmul_init(bool tf32 = false) {
     ctx.tf32 = tf32;
 }
 
+// Destroys every cached plan's descriptors and forgets the plans (the next call of each shape asks
+// the heuristic again).
+inline void matmul_forget_plans() {
+    MatmulContext& ctx = matmul_context();
+    for (auto& entry : ctx.plans) {
+        MatmulPlan& plan = entry.second;
+        cublasCheck(cublasLtMatrixLayoutDestroy(plan.a));
+        cublasCheck(cublasLtMatrixLayoutDestroy(plan.b));
+        cublasCheck(cublasLtMatrixLayoutDestroy(plan.d));
+        cublasCheck(cublasLtMatmulDescDestroy(plan.desc));
+    }
+    ctx.plans.clear();
+}
+
 inline void matmul_destroy() {
     MatmulContext& ctx = matmul_context();
     if (!ctx.handle) return;
+    matmul_forget_plans();
     cudaCheck(cudaFree(ctx.workspace));
     cublasCheck(cublasLtDestroy(ctx.handle));
     ctx = MatmulContext();
@@ -132,21 +207,38 @@ inline uint32_t pointer_alignment(const void* p) {
     return align;
 }
 
-// The end of every cuBLASLt call here: the cached heuristic for `key` and the pointers' alignments
-// (asked once per shape, type, epilogue and alignment, with the real alignments as preferences),
-// then the matmul D = alpha * op(A) op(B) + beta * D (D in place of C) if cuBLASLt supports it;
-// destroys the descriptors either way. Any refusal (no algorithm; NOT_SUPPORTED, or INVALID_VALUE for
-// e.g. a GELU aux leading dimension that is not a multiple of 8, whether from the heuristic or from
-// cublasLtMatmul itself) returns false and is remembered, which callers take as "use the unfused
-// path"; the caller reports a refusal of the plain DEFAULT epilogue.
-inline bool cublaslt_run(const MatmulKey& key, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
-                         cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, float alpha, const void* a,
-                         const void* b, float beta, void* d, cudaStream_t stream) {
+// Sets a pointer attribute of a descriptor.
+inline void set_desc_pointer(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* ptr) {
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, attr, &ptr, sizeof(ptr)));
+}
+
+// The end of every cuBLASLt call here: the cached plan for (key, layout) and the pointers'
+// alignments; on its first use make(plan) creates its descriptors and the heuristic is asked once
+// (with the real alignments as preferences). Then the per-call pointers are set on the descriptor
+// and the matmul D = alpha * op(A) op(B) + beta * D (D in place of C) runs if cuBLASLt supports it.
+// Any refusal (no algorithm; NOT_SUPPORTED, or INVALID_VALUE for e.g. a GELU aux leading dimension
+// that is not a multiple of 8, whether from the heuristic or from cublasLtMatmul itself) returns
+// false and is remembered, which callers take as "use the unfused path"; the caller reports a
+// refusal of the plain DEFAULT epilogue.
+template <class Make>
+bool cublaslt_run(const MatmulKey& key, const MatmulLayoutKey& layout, Make&& make, const MatmulPointers& ptrs,
+                  float alpha, const void* a, const void* b, float beta, void* d, cudaStream_t stream) {
     MatmulContext& ctx = matmul_context();
     const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
-    MatmulCacheKey cache_key{key, __builtin_ctz(align_a), __builtin_ctz(align_b), __builtin_ctz(align_d)};
-    auto it = ctx.algos.find(cache_key);
-    if (it == ctx.algos.end()) {
+    MatmulCacheKey cache_key{key, __builtin_ctz(align_a), __builtin_ctz(align_b), __builtin_ctz(align_d), layout};
+    auto it = ctx.plans.find(cache_key);
+    bool fresh = it == ctx.plans.end();
+    if (fresh) it = ctx.plans.emplace(cache_key, MatmulPlan{}).first;
+    MatmulPlan& plan = it->second;
+    if (fresh) make(plan);
+    const std::pair<cublasLtMatmulDescAttributes_t, const void*> pointers[] = {
+        {CUBLASLT_MATMUL_DESC_BIAS_POINTER, ptrs.bias},
+        {CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ptrs.aux},
+        {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, ptrs.scale_a},
+        {CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, ptrs.scale_b}};
+    for (const auto& [attr, ptr] : pointers)
+        if (ptr) set_desc_pointer(plan.desc, attr, ptr);
+    if (fresh) {
         cublasLtMatmulPreference_t pref;
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -158,26 +250,31 @@ inline bool cublaslt_run(const MatmulKey& key, cublasLtMatmulDesc_t desc, cublas
             cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
         cublasLtMatmulHeuristicResult_t result;
         int found = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la, lb, ld, ld, pref, 1, &result, &found);
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
+                                                           1, &result, &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-        it = ctx.algos.emplace(cache_key, std::make_pair(ok, ok ? result.algo : cublasLtMatmulAlgo_t{})).first;
+        plan.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+        if (plan.ok) plan.algo = result.algo;
     }
-    if (it->second.first) {
-        cublasStatus_t st = cublasLtMatmul(ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,
-                                           &it->second.second, ctx.workspace, ctx.workspace_size, stream);
+    if (plan.ok) {
+        cublasStatus_t st = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d,
+                                           plan.d, &plan.algo, ctx.workspace, ctx.workspace_size, stream);
         if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
-            it->second.first = false;  // the heuristic offered what the call refuses: fall back, now and later
+            plan.ok = false;  // the heuristic offered what the call refuses: fall back, now and later
         } else {
             cublasCheck(st);
             ctx.calls++;
         }
     }
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return it->second.first;
+    return plan.ok;
+}
+
+// Sets the attributes every plan's operation descriptor has: transposes and epilogue.
+inline void set_desc_ops(cublasLtMatmulDesc_t desc, bool transa, bool transb, cublasLtEpilogue_t epilogue) {
+    cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
 }
 
 // D (m,n) = alpha * op(A) op(B) + beta * D, column-major, with an epilogue (bias (m), aux (m,n)
@@ -188,32 +285,29 @@ bool cublaslt_matmul(T* d, const T* a, const T* b, int m, int n, int k, bool tra
                      int ldb, int ldd, float alpha, float beta, cublasLtEpilogue_t epilogue, const T* bias,
                      T* aux, int ldaux, cudaStream_t stream) {
     MatmulContext& ctx = matmul_context();
+    const cudaDataType_t type = cuda_dtype<T>();
     cublasComputeType_t compute =
-        (ctx.tf32 && cuda_dtype<T>() == CUDA_R_32F) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
-    cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (bias) {
-        cudaDataType_t bias_type = cuda_dtype<T>();
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                   sizeof(bias_type)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    }
-    if (aux) {
-        int64_t ld = ldaux;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-    }
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, cuda_dtype<T>(), transa ? k : m, transa ? m : k, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, cuda_dtype<T>(), transb ? n : k, transb ? k : n, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ld, cuda_dtype<T>(), m, n, ldd));
-
-    MatmulKey key{m, n, k, (int)transa, (int)transb, (int)epilogue, (int)cuda_dtype<T>(), (int)compute};
-    return cublaslt_run(key, desc, la, lb, ld, alpha, a, b, beta, d, stream);
+        (ctx.tf32 && type == CUDA_R_32F) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    auto make = [&](MatmulPlan& plan) {
+        cublasCheck(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
+        set_desc_ops(plan.desc, transa, transb, epilogue);
+        if (bias)
+            cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
+                                                       sizeof(type)));
+        if (aux) {
+            int64_t ld = ldaux;
+            cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+        }
+        cublasCheck(cublasLtMatrixLayoutCreate(&plan.a, type, transa ? k : m, transa ? m : k, lda));
+        cublasCheck(cublasLtMatrixLayoutCreate(&plan.b, type, transb ? n : k, transb ? k : n, ldb));
+        cublasCheck(cublasLtMatrixLayoutCreate(&plan.d, type, m, n, ldd));
+    };
+    MatmulKey key{m, n, k, (int)transa, (int)transb, (int)epilogue, (int)type, (int)compute};
+    MatmulLayoutKey layout{lda, ldb, ldd, aux ? ldaux : 0, 0, 0, 0};
+    MatmulPointers ptrs;
+    ptrs.bias = bias;
+    ptrs.aux = aux;
+    return cublaslt_run(key, layout, make, ptrs, alpha, a, b, beta, d, stream);
 }
 
 // D (m,n) bf16, column-major, = epilogue(scale_a * scale_b * op(A) B + beta * D) for fp8 operands in
@@ -230,34 +324,33 @@ inline bool cublaslt_matmul_fp8(__nv_bfloat16* d, const void* a, __nv_fp8_interp
     const cudaDataType_t ta = fa == __NV_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
     const cudaDataType_t tb = fb == __NV_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
     const cudaDataType_t td = CUDA_R_16BF;
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
-    cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a, sizeof(scale_a)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b, sizeof(scale_b)));
-    if (bias) {
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &td, sizeof(td)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    }
-    if (aux) {
-        int64_t ld = ldaux;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &td, sizeof(td)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-    }
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, ta, k, m, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, tb, k, n, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ld, td, m, n, ldd));
+    auto make = [&](MatmulPlan& plan) {
+        cublasCheck(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
+        set_desc_ops(plan.desc, true, false, epilogue);
+        if (bias)
+            cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &td, sizeof(td)));
+        if (aux) {
+            int64_t ld = ldaux;
+            cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &td,
+                                                       sizeof(td)));
+            cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+        }
+        cublasCheck(cublasLtMatrixLayoutCreate(&plan.a, ta, k, m, lda));
+        cublasCheck(cublasLtMatrixLayoutCreate(&plan.b, tb, k, n, ldb));
+        cublasCheck(cublasLtMatrixLayoutCreate(&plan.d, td, m, n, ldd));
+    };
 
     // The cache's dtype slot holds both input types, above 2^16 so that no plain cudaDataType_t
     // (all below 256) can collide with an fp8 entry.
     int types = (1 << 16) | ((int)ta << 8) | (int)tb;
     MatmulKey key{m, n, k, 1, 0, (int)epilogue, types, (int)compute};
-    return cublaslt_run(key, desc, la, lb, ld, 1.f, a, b, beta, d, stream);
+    MatmulLayoutKey layout{lda, ldb, ldd, aux ? ldaux : 0, 0, 0, 0};
+    MatmulPointers ptrs;
+    ptrs.bias = bias;
+    ptrs.aux = aux;
+    ptrs.scale_a = scale_a;
+    ptrs.scale_b = scale_b;
+    return cublaslt_run(key, layout, make, ptrs, 1.f, a, b, beta, d, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -292,10 +385,27 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
     matmul_forward(out, (T*)nullptr, inp, weight, bias, N, C, OC, GeluKind::Tanh, stream);
 }
 
-// Scratch the backward pass needs (the bias-gradient partial sums).
+// Scratch the backward pass needs: the bias-gradient partial sums of the reduction kernel (one fp32
+// row per slice of rows), which also holds the OC values of T that the fused BGRADB GEMM writes.
 inline size_t matmul_backward_scratch_bytes(int N, int OC) {
-    int slices = CEIL_DIV(N, 256);
+    int slices = CEIL_DIV(N, BIAS_ROWS_PER_SLICE);
     return (size_t)slices * OC * sizeof(float);
+}
+
+// dbias (OC) += column sums of dout (N,OC), by the deterministic reduction kernels; partial:
+// matmul_backward_scratch_bytes(N, OC) bytes.
+template <class T>
+void bias_backward(T* dbias, float* partial, const T* dout, int N, int OC, cudaStream_t stream) {
+    constexpr int P = Packed128<T>::size;
+    int slices = CEIL_DIV(N, BIAS_ROWS_PER_SLICE);
+    if (rows_pack128<T>(OC, {dout}))
+        cudaCheck(launch_kernel(bias_backward_partial_kernel<T, P>, dim3(CEIL_DIV(OC, 32 * P), slices), dim3(32, 8), 0,
+                                stream, partial, dout, N, OC, BIAS_ROWS_PER_SLICE));
+    else
+        cudaCheck(launch_kernel(bias_backward_partial_kernel<T, 1>, dim3(CEIL_DIV(OC, 32), slices), dim3(32, 8), 0,
+                                stream, partial, dout, N, OC, BIAS_ROWS_PER_SLICE));
+    cudaCheck(launch_kernel(bias_backward_final_kernel<T>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
+                            (const float*)partial, slices, OC));
 }
 
 // dinp (N,C) = dout · weight (see matmul_backward), times gelu'(pre_gelu) when pre_gelu is non-null.
@@ -329,21 +439,27 @@ void matmul_backward_weight(T* dweight, const T* dout, const T* inp, int N, int 
 //   dinp (N,C) = dout · weight, overwritten; with pre_gelu (N,C) non-null, multiplied by
 //     gelu'(pre_gelu) (the layer's input was GELU(pre_gelu)): fused into cuBLASLt when possible;
 //   dweight (OC,C) += doutᵀ · inp (accumulates across micro-batches);
-//   dbias (OC) += column sums of dout (if dbias is non-null), deterministically.
+//   dbias (OC) += column sums of dout (if dbias is non-null), deterministically: by the weight
+//     GEMM's BGRADB epilogue where cuBLASLt takes it (see the top of the file), else by kernels.
+// scratch: matmul_backward_scratch_bytes(N, OC) bytes, 16-byte aligned.
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight,
                      const T* pre_gelu, int N, int C, int OC, GeluKind gelu_kind, cudaStream_t stream) {
     matmul_backward_input(dinp, dout, weight, pre_gelu, N, C, OC, gelu_kind, stream);
-    matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
-    if (dbias) {
-        int rows_per_slice = 256;
-        int slices = CEIL_DIV(N, rows_per_slice);
-        float* partial = static_cast<float*>(scratch);
-        cudaCheck(launch_kernel(bias_backward_partial_kernel<T>, dim3(CEIL_DIV(OC, 32), slices), dim3(32, 8), 0,
-                                stream, partial, dout, N, OC, rows_per_slice));
-        cudaCheck(launch_kernel(bias_backward_final_kernel<T>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
-                                (const float*)partial, slices, OC));
+    if (!dbias) {
+        matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
+        return;
     }
+    // The bias pointer of BGRADB is the epilogue's output: cuBLASLt writes the OC sums there.
+    T* grad = static_cast<T*>(scratch);
+    if (cublaslt_matmul(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.f, 1.f, CUBLASLT_EPILOGUE_BGRADB,
+                        (const T*)grad, (T*)nullptr, 0, stream)) {
+        cudaCheck(launch_kernel(bias_accumulate_kernel<T>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
+                                (const T*)grad, OC));
+        return;
+    }
+    matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
+    bias_backward(dbias, static_cast<float*>(scratch), dout, N, OC, stream);
 }
 
 // The gradients of a linear layer without an activation below it (dinp is dout · weight).
@@ -488,7 +604,8 @@ inline void matmul_forward_fp8(__nv_bfloat16* out, __nv_bfloat16* pre_gelu, cons
 // accumulation rules; scratch: matmul_fp8_scratch_bytes(N, C, OC) bytes) with fp8 GEMMs:
 //   dinp (N,C)   = dout · weight            E5M2 dout x E4M3 weight (optionally times gelu'(pre_gelu))
 //   dweight (OC,C) += doutᵀ · inp           E5M2 dout x E4M3 inp
-//   dbias (OC)  += column sums of the bf16 dout (deterministic kernels, no fp8)
+//   dbias (OC)  += column sums of the bf16 dout (deterministic kernels: cuBLASLt has no BGRADB
+//                  for fp8 operands, and this weight GEMM's B is not read transposed)
 // dout's cast records its amax into fp8.grad (updated after both GEMMs). weight and inp are cast
 // transposed under the scales the forward pass left, without recording (the forward recorded these
 // very tensors). The forward must have run first. DGELU is fused where cuBLASLt's fp8 kernels offer
@@ -539,13 +656,5 @@ inline void matmul_backward_fp8(__nv_bfloat16* dinp, __nv_bfloat16* dweight, __n
     }
     Fp8AmaxRecord record{&fp8.grad, gp, fp8_cast_num_partials(N, OC)};
     fp8_update_scales(&record, 1, stream);
-    if (dbias) {
-        int rows_per_slice = 256;
-        int slices = CEIL_DIV(N, rows_per_slice);
-        float* partial = reinterpret_cast<float*>(base + L.bias_partials);
-        cudaCheck(launch_kernel(bias_backward_partial_kernel<__nv_bfloat16>, dim3(CEIL_DIV(OC, 32), slices),
-                                dim3(32, 8), 0, stream, partial, dout, N, OC, rows_per_slice));
-        cudaCheck(launch_kernel(bias_backward_final_kernel<__nv_bfloat16>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0,
-                                stream, dbias, (const float*)partial, slices, OC));
-    }
+    if (dbias) bias_backward(dbias, reinterpret_cast<float*>(base + L.bias_partials), dout, N, OC, stream);
 }

@@ -153,28 +153,30 @@ void moe_batched_matmul(T* d, const T* a, const T* b, int m, int n, int k, bool 
     MatmulContext& ctx = matmul_context();
     cublasComputeType_t compute =
         (ctx.tf32 && cuda_dtype<T>() == CUDA_R_32F) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
-    cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, cuda_dtype<T>(), transa ? k : m, transa ? m : k, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, cuda_dtype<T>(), transb ? n : k, transb ? k : n, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ld, cuda_dtype<T>(), m, n, ldd));
-    const std::pair<cublasLtMatrixLayout_t, int64_t> strided[] = {{la, stride_a}, {lb, stride_b}, {ld, stride_d}};
-    for (const auto& [layout, stride] : strided) {
-        int32_t count = batch;
-        cublasCheck(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-        cublasCheck(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                     sizeof(stride)));
-    }
-    // The heuristic cache's key: the transa slot carries the batch count too (2 * batch + transa is
+    const cudaDataType_t type = cuda_dtype<T>();
+    auto make = [&](MatmulPlan& plan) {
+        cublasCheck(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
+        set_desc_ops(plan.desc, transa, transb, CUBLASLT_EPILOGUE_DEFAULT);
+        cublasCheck(cublasLtMatrixLayoutCreate(&plan.a, type, transa ? k : m, transa ? m : k, lda));
+        cublasCheck(cublasLtMatrixLayoutCreate(&plan.b, type, transb ? n : k, transb ? k : n, ldb));
+        cublasCheck(cublasLtMatrixLayoutCreate(&plan.d, type, m, n, ldd));
+        const std::pair<cublasLtMatrixLayout_t, int64_t> strided[] = {
+            {plan.a, stride_a}, {plan.b, stride_b}, {plan.d, stride_d}};
+        for (const auto& [layout, stride] : strided) {
+            int32_t count = batch;
+            cublasCheck(
+                cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                         sizeof(stride)));
+        }
+    };
+    // The plan cache's key: the transa slot carries the batch count too (2 * batch + transa is
     // at least 2, where plain calls put 0 or 1), so a batched shape never reuses a plain shape's
-    // algorithm, nor one of another batch count.
-    MatmulKey key{m, n, k, 2 * batch + (int)transa, (int)transb, (int)CUBLASLT_EPILOGUE_DEFAULT, (int)cuda_dtype<T>(),
+    // plan, nor one of another batch count.
+    MatmulKey key{m, n, k, 2 * batch + (int)transa, (int)transb, (int)CUBLASLT_EPILOGUE_DEFAULT, (int)type,
                   (int)compute};
-    if (!cublaslt_run(key, desc, la, lb, ld, 1.f, a, b, beta, d, stream)) {
+    MatmulLayoutKey layout{lda, ldb, ldd, 0, stride_a, stride_b, stride_d};
+    if (!cublaslt_run(key, layout, make, MatmulPointers{}, 1.f, a, b, beta, d, stream)) {
         fprintf(stderr, "moe_batched_matmul: cuBLASLt supports no algorithm for m=%d n=%d k=%d batch=%d\n", m, n, k,
                 batch);
         exit(EXIT_FAILURE);

@@ -611,15 +611,15 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
     th::check_budget(name, ref16, dw, budget16);
 }
 
-// How the heuristic cache of llmc/matmul.cuh records the fp8 GEMM (m, n, k) with `epilogue`: 1 run,
+// How the plan cache of llmc/matmul.cuh records the fp8 GEMM (m, n, k) with `epilogue`: 1 run,
 // -1 refused (its caller took another route), 0 never asked for. fp8 entries are those whose type
 // slot is 2^16 or more (see cublaslt_matmul_fp8).
 int fp8_route(int m, int n, int k, cublasLtEpilogue_t epilogue) {
-    for (const auto& [cache_key, entry] : matmul_context().algos) {
+    for (const auto& [cache_key, entry] : matmul_context().plans) {
         const MatmulKey& key = std::get<0>(cache_key);
         if (std::get<6>(key) >= (1 << 16) && std::get<0>(key) == m && std::get<1>(key) == n &&
             std::get<2>(key) == k && std::get<5>(key) == (int)epilogue)
-            return entry.first ? 1 : -1;
+            return entry.ok ? 1 : -1;
     }
     return 0;
 }
@@ -629,16 +629,16 @@ const char* route_name(int r) { return r > 0 ? "run" : r < 0 ? "refused" : "not 
 // Marks every cached fp8 GEMM with `epilogue` refused, as cublaslt_run does when cublasLtMatmul
 // returns NOT_SUPPORTED or INVALID_VALUE for an algorithm the heuristic offered.
 void refuse_fp8(cublasLtEpilogue_t epilogue) {
-    for (auto& [cache_key, entry] : matmul_context().algos)
+    for (auto& [cache_key, entry] : matmul_context().plans)
         if (std::get<6>(std::get<0>(cache_key)) >= (1 << 16) && std::get<5>(std::get<0>(cache_key)) == (int)epilogue)
-            entry.first = false;
+            entry.ok = false;
 }
 
 // The fused GELU routes of the fp8 layer (N, C, OC) with bias and the tanh GELU: matmul_forward_fp8
 // puts bias and GELU into the fp8 GEMM's epilogue (GELU_AUX_BIAS: out = GELU(v), pre = v) and
 // matmul_backward_fp8 multiplies by gelu'(pre_below) there (DGELU); the CPU backend runs both, as
 // cuBLAS 12.8+ must (NVIDIA's fp8 epilogue tests, see llmc/simt/cublaslt.cpp). Checked: the route
-// each GEMM took (the heuristic cache); that once cuBLASLt refuses the fused GEMMs the layer falls
+// each GEMM took (the plan cache); that once cuBLASLt refuses the fused GEMMs the layer falls
 // back to the unfused route (the same fp8 GEMM with BIAS or DEFAULT, then gelu_forward /
 // gelu_backward_inplace) and leaves dweight and dbias as they were; and that the fused and unfused
 // results agree within what separates them, per element, where v is the exact GEMM (+ bias) on the
@@ -679,7 +679,7 @@ void check_fp8_gelu_routes(int N, int C, int OC) {
     char name[200], shape[64];
     snprintf(shape, sizeof(shape), "N=%d C=%d OC=%d +bias +gelu_tanh", N, C, OC);
 
-    matmul_context().algos.clear();
+    matmul_forget_plans();
     const Results fused = layer();
     const int fwd_fused = fp8_route(OC, N, ldc, CUBLASLT_EPILOGUE_GELU_AUX_BIAS),
               fwd_plain = fp8_route(OC, N, ldc, CUBLASLT_EPILOGUE_BIAS),
@@ -746,7 +746,7 @@ void check_fp8_gelu_routes(int N, int C, int OC) {
     }
     snprintf(name, sizeof(name), "matmul_backward_fp8 %s: fused dGELU vs unfused (gelu_backward_inplace)", shape);
     th::check_budget(name, ref_dinp, fused.dinp, budget_dinp);
-    matmul_context().algos.clear();  // forget the refusals planted above
+    matmul_forget_plans();  // forget the refusals planted above
 }
 
 // ----------------------------------------------------------------------------

@@ -319,7 +319,7 @@ void check_recompute(const char* tname, double fusion_k) {
 // --gelu-fusion decides every GELU of a step, the backward's too: with it off no GEMM may use a
 // GELU epilogue (the forward's GELU is then the kernel, so a fused dGELU in the backward would
 // differentiate a GELU the forward never computed); with it on, the forward fuses GELU and the
-// backward dGELU. The GEMMs a step ran are the keys of matmul.cuh's heuristic cache.
+// backward dGELU. The GEMMs a step ran are the keys of matmul.cuh's plan cache.
 void check_gelu_fusion_routes() {
     Fixture f = load_fixture();
     const DebugState& s = f.s;
@@ -329,12 +329,12 @@ void check_gelu_fusion_routes() {
         m.build(f.config, f.init);
         m.allocate_activations(s.B, s.T);
         m.set_batch(s.x.data(), s.y.data());
-        matmul_context().algos.clear();
+        matmul_forget_plans();
         m.forward(true, 1.f / (s.B * s.T));
         m.backward();
         cudaCheck(cudaDeviceSynchronize());
         int gelu = 0, dgelu = 0;
-        for (const auto& entry : matmul_context().algos) {
+        for (const auto& entry : matmul_context().plans) {
             int epilogue = std::get<5>(std::get<0>(entry.first));
             gelu += epilogue == CUBLASLT_EPILOGUE_GELU_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
                     epilogue == CUBLASLT_EPILOGUE_GELU || epilogue == CUBLASLT_EPILOGUE_GELU_AUX;

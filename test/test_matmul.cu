@@ -1,5 +1,6 @@
 // test/test_matmul.cu — the linear layers of llmc/matmul.cuh (cuBLASLt with bias/GELU epilogues,
-// input/weight/bias gradients) against a double-precision reference, for fp32, bf16 and fp16.
+// input/weight/bias gradients, the bias gradient fused into the weight GEMM or by the reduction
+// kernels) against a double-precision reference, for fp32, bf16 and fp16; the plan cache.
 #include "../llmc/matmul.cuh"
 #include "harness.h"
 
@@ -106,32 +107,89 @@ void check_linear(const char* tname, int N, int C, int OC, bool use_bias, bool u
     th::check_close(name, dw_ref.data(), d_dw.host().data(), dw_ref.size(),
                     th::Tol{((N + 4) * u + pre) * max_dw_mag, 0.5 * eps_t});
     if (use_bias) {
-        // Column sums: N+1 terms of magnitude <= 1 summed in fp32, one rounding to T.
+        // Column sums: N+1 terms of magnitude <= 1 summed in fp32, one rounding to T. The fused
+        // route (BGRADB) first rounds the N-term sum to T, since cuBLASLt writes it in T: half an
+        // ulp of T more at |sum| <= N.
         snprintf(name, sizeof(name), "matmul_backward<%s> dbias += N=%d OC=%d", tname, N, OC);
         th::check_close(name, db_ref.data(), d_db.host().data(), db_ref.size(),
-                        th::Tol{(N + 2) * u * (N + 1), 0.5 * eps_t});
+                        th::Tol{(N + 2) * u * (N + 1) + (sizeof(T) == 2 ? 0.5 * eps_t * N : 0), 0.5 * eps_t});
     }
 }
 
-// The bias-gradient kernels are ours (not cuBLASLt's): bit-identical under every thread order.
+// The bias-gradient reduction kernels (the route where cuBLASLt refuses BGRADB, and fp8's): column
+// sums against the double reference (N+1 terms of magnitude <= 1 in fp32, one rounding to T), and
+// bit-identical under every thread order. OC = 70 takes one column per thread, OC = 80 128-bit packs.
 template <class T>
-void check_bias_backward_orders() {
-    int N = 300, OC = 70;
-    auto dout = th::random_tensor<T>((size_t)N * OC, 9);
+void check_bias_backward(int OC) {
+    const int N = 300;
+    auto dout = th::random_tensor<T>((size_t)N * OC, 9), db0 = th::random_tensor<T>(OC, 10);
+    std::vector<double> ref(OC);
+    for (int o = 0; o < OC; o++) {
+        ref[o] = to_float(db0[o]);
+        for (int n = 0; n < N; n++) ref[o] += to_float(dout[(size_t)n * OC + o]);
+    }
     th::DeviceBuffer<T> d_dout(dout);
     th::DeviceBuffer<char> scratch(matmul_backward_scratch_bytes(N, OC));
     auto run = [&] {
-        th::DeviceBuffer<T> d_db(OC, th::Fill::Zero);
-        int slices = CEIL_DIV(N, 256);
-        cudaCheck(launch_kernel(bias_backward_partial_kernel<T>, dim3(CEIL_DIV(OC, 32), slices), dim3(32, 8), 0, 0,
-                                (float*)scratch.ptr, (const T*)d_dout.ptr, N, OC, 256));
-        cudaCheck(launch_kernel(bias_backward_final_kernel<T>, dim3(1), dim3(256), 0, 0, d_db.ptr,
-                                (const float*)scratch.ptr, slices, OC));
+        th::DeviceBuffer<T> d_db(db0);
+        bias_backward(d_db.ptr, (float*)scratch.ptr, (const T*)d_dout.ptr, N, OC, 0);
         return d_db.host();
     };
     char name[96];
-    snprintf(name, sizeof(name), "bias_backward kernels %s N=300 OC=70", th::dtype_name<T>());
+    snprintf(name, sizeof(name), "bias_backward kernels %s N=%d OC=%d", th::dtype_name<T>(), N, OC);
+    th::check_close(name, ref.data(), run().data(), OC,
+                    th::Tol{(N + 2) * std::ldexp(1.0, -24) * (N + 1), 0.5 * dtype_eps<T>()});
     th::run_orders(name, run);
+}
+
+// matmul_backward's bias gradient: fused into the weight-gradient GEMM (a BGRADB plan that ran),
+// and where cuBLASLt refuses BGRADB (planted, as cublaslt_run records a refusal), the plain GEMM and
+// the reduction kernels: dinp and dweight bit-identical to the fused route's (the epilogue changes
+// neither), dbias against the double reference as in check_bias_backward. (The fused route's dbias
+// is checked by check_linear.)
+template <class T>
+void check_bias_gradient_routes() {
+    const int N = 130, C = 48, OC = 24;
+    auto inp = th::random_tensor<T>((size_t)N * C, 91), w = th::random_tensor<T>((size_t)OC * C, 92),
+         dout = th::random_tensor<T>((size_t)N * OC, 93), dw0 = th::random_tensor<T>((size_t)OC * C, 94),
+         db0 = th::random_tensor<T>(OC, 95);
+    th::DeviceBuffer<T> d_inp(inp), d_w(w), d_dout(dout);
+    th::DeviceBuffer<char> scratch(matmul_backward_scratch_bytes(N, OC));
+    auto run = [&] {
+        th::DeviceBuffer<T> d_dinp((size_t)N * C), d_dw(dw0), d_db(db0);
+        matmul_backward(d_dinp.ptr, d_dw.ptr, d_db.ptr, scratch.ptr, d_dout.ptr, d_inp.ptr, d_w.ptr, N, C, OC, 0);
+        return std::make_tuple(d_dinp.host(), d_dw.host(), d_db.host());
+    };
+    auto bgrad_plans = [](bool refuse) {
+        int ok = 0;
+        for (auto& [key, plan] : matmul_context().plans)
+            if (std::get<5>(std::get<0>(key)) == (int)CUBLASLT_EPILOGUE_BGRADB) {
+                ok += plan.ok;
+                if (refuse) plan.ok = false;
+            }
+        return ok;
+    };
+    matmul_forget_plans();
+    auto fused_route = run();
+    int fused = bgrad_plans(true);
+    auto kernel_route = run();
+    char name[128];
+    snprintf(name, sizeof(name), "matmul_backward<%s>: the bias gradient is fused into the weight GEMM (BGRADB)",
+             th::dtype_name<T>());
+    th::report(fused == 1, name, "BGRADB plans that ran: %d", fused);
+    snprintf(name, sizeof(name), "matmul_backward<%s>: BGRADB refused: dinp, dweight bit-identical to the fused route",
+             th::dtype_name<T>());
+    bool dinp_same = std::get<0>(fused_route) == std::get<0>(kernel_route),
+         dw_same = std::get<1>(fused_route) == std::get<1>(kernel_route);
+    th::report(dinp_same && dw_same, name, "dinp equal: %d, dweight equal: %d", dinp_same, dw_same);
+    std::vector<double> ref(OC);
+    for (int o = 0; o < OC; o++) {
+        ref[o] = to_float(db0[o]);
+        for (int n = 0; n < N; n++) ref[o] += to_float(dout[(size_t)n * OC + o]);
+    }
+    snprintf(name, sizeof(name), "matmul_backward<%s>: BGRADB refused: dbias by the reduction kernels", th::dtype_name<T>());
+    th::check_close(name, ref.data(), std::get<2>(kernel_route).data(), OC,
+                    th::Tol{(N + 2) * std::ldexp(1.0, -24) * (N + 1), 0.5 * dtype_eps<T>()});
 }
 
 // Loss-scaled fp16 gradients: an inf in dout must reach dinp, dweight and dbias, and a bias-gradient
@@ -164,8 +222,42 @@ void check_backward_nonfinite_fp16() {
                to_float(db[5]), wrong);
 }
 
+// A GEMM's descriptors are cached with its plan: the second call of a shape creates no cuBLASLt
+// descriptor (counted by the CPU backend), and uses the pointers it brings, not the first call's:
+// with another bias and aux matrix it is bit-identical to the same call made with a fresh plan.
+void check_plan_cache() {
+    const int N = 16, C = 32, OC = 48;
+    auto inp = th::random_tensor<float>((size_t)N * C, 81), w = th::random_tensor<float>((size_t)OC * C, 82);
+    th::DeviceBuffer<float> d_inp(inp), d_w(w), d_b1(th::random_tensor<float>(OC, 83)),
+        d_b2(th::random_tensor<float>(OC, 84));
+    auto forward = [&](const float* bias) {
+        th::DeviceBuffer<float> out((size_t)N * OC), pre((size_t)N * OC);
+        matmul_forward(out.ptr, pre.ptr, d_inp.ptr, d_w.ptr, bias, N, C, OC, GeluKind::Tanh, 0);
+        std::vector<float> both = out.host(), p = pre.host();
+        both.insert(both.end(), p.begin(), p.end());
+        return both;
+    };
+    matmul_forget_plans();
+    std::vector<float> first = forward(d_b1.ptr);
+#if defined(SIMT_CPU)
+    uint64_t created0 = simt::cublaslt_descriptor_count();
+#endif
+    std::vector<float> cached = forward(d_b2.ptr);
+#if defined(SIMT_CPU)
+    uint64_t created = simt::cublaslt_descriptor_count() - created0;
+    th::report(created == 0, "matmul plan cache: a repeated GEMM shape creates no cuBLASLt descriptors",
+               "%llu created", (unsigned long long)created);
+#endif
+    matmul_forget_plans();
+    std::vector<float> fresh = forward(d_b2.ptr);
+    th::report(cached == fresh && cached != first,
+               "matmul plan cache: a cached plan uses this call's bias and aux pointers (GELU_AUX_BIAS)",
+               "cached == fresh plan: %d, differs from the first call's bias: %d", cached == fresh, cached != first);
+}
+
 int main() {
     matmul_init();
+    check_plan_cache();
     check_backward_nonfinite_fp16();
     for (auto [N, C, OC] : {std::make_tuple(37, 72, 100), std::make_tuple(64, 64, 256), std::make_tuple(130, 48, 24)}) {
         for (bool bias : {false, true}) {
@@ -179,9 +271,14 @@ int main() {
             check_linear<__half>("fp16", N, C, OC, true, true, kind);
         }
     }
-    check_bias_backward_orders<float>();
-    check_bias_backward_orders<__nv_bfloat16>();
-    check_bias_backward_orders<__half>();
+    for (int OC : {70, 80}) {
+        check_bias_backward<float>(OC);
+        check_bias_backward<__nv_bfloat16>(OC);
+        check_bias_backward<__half>(OC);
+    }
+    check_bias_gradient_routes<float>();
+    check_bias_gradient_routes<__nv_bfloat16>();
+    check_bias_gradient_routes<__half>();
     matmul_destroy();
     return th::finish();
 }

@@ -28,6 +28,7 @@
 #include "internal.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -42,6 +43,9 @@ struct cublasLtContext {
 };
 
 namespace {
+
+// Descriptors created so far (simt::cublaslt_descriptor_count).
+std::atomic<uint64_t> g_descriptors{0};
 
 // ----------------------------------------------------------------------------
 // Element types
@@ -597,6 +601,8 @@ const StatusText* find_status(cublasStatus_t s) {
 
 }  // namespace
 
+uint64_t simt::cublaslt_descriptor_count() { return g_descriptors.load(); }
+
 // ----------------------------------------------------------------------------
 // Library and status
 
@@ -659,6 +665,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmu
     put<int32_t>(*d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, -1);
     put<int32_t>(*d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, -1);
     *matmulDesc = reinterpret_cast<cublasLtMatmulDesc_t>(d);
+    g_descriptors++;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -702,6 +709,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* m
     put<int64_t>(*l, CUBLASLT_MATRIX_LAYOUT_LD, ld);
     put<int32_t>(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 1);
     *matLayout = reinterpret_cast<cublasLtMatrixLayout_t>(l);
+    g_descriptors++;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -742,6 +750,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceCreate(cublasLtMatmulPrefere
         put<uint32_t>(*p, attr, 256);
     put<uint64_t>(*p, CUBLASLT_MATMUL_PREF_IMPL_MASK, ~uint64_t(0));
     *pref = reinterpret_cast<cublasLtMatmulPreference_t>(p);
+    g_descriptors++;
     return CUBLAS_STATUS_SUCCESS;
 }
 

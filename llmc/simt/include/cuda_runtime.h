@@ -134,6 +134,11 @@ uint64_t launch_count();
 uint64_t host_sync_count();
 void note_host_sync();
 
+// Number of cuBLASLt descriptors (matmul descriptors, matrix layouts, matmul preferences) created
+// since start-up. Each is host work between GEMMs; llmc/matmul.cuh caches them with its plans, and
+// test_matmul checks that a repeated GEMM creates none.
+uint64_t cublaslt_descriptor_count();
+
 // Size of the virtual device's global memory in bytes: cudaMalloc fails with
 // cudaErrorMemoryAllocation beyond it, as on a GPU. SIMT_DEVICE_MEMORY sets the default (bytes, or
 // with a K/M/G suffix: "80G" for an H100); unset, the memory of the SIMT_DEVICE profile's GPU, at
