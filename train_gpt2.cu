@@ -1006,13 +1006,14 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
            c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6);
     // A token uses K of each MoE block's E experts: the active parameters, which MFU counts.
     size_t active_params = active_param_count(c, model.num_parameters);
-    if (c.moe_experts > 0)
-        printf("MoE: %d of %d blocks (every %d%s) with %d %s experts, top-%d, capacity %s, aux loss %g, z-loss %g; "
-               "%.2fM parameters in total, %.2fM active per token\n", c.moe_blocks(), c.num_layers, c.moe_every,
-               c.moe_every == 1 ? "" : (", from block " + std::to_string(c.moe_every - 1)).c_str(), c.moe_experts,
-               c.moe_swiglu ? "SwiGLU" : "GELU", c.moe_top_k,
-               c.moe_capacity > 0 ? ("factor " + std::to_string(c.moe_capacity).substr(0, 4)).c_str() : "dropless",
+    if (c.moe_experts > 0) {
+        char capacity[32] = "dropless";
+        if (c.moe_capacity > 0) snprintf(capacity, sizeof(capacity), "factor %g", c.moe_capacity);
+        printf("MoE: %d of %d blocks (every %d, from block %d) with %d %s experts, top-%d, capacity %s, aux loss %g, "
+               "z-loss %g; %.2fM parameters in total, %.2fM active per token\n", c.moe_blocks(), c.num_layers,
+               c.moe_every, c.moe_every - 1, c.moe_experts, c.moe_swiglu ? "SwiGLU" : "GELU", c.moe_top_k, capacity,
                c.moe_aux, c.moe_z, model.num_parameters / 1e6, active_params / 1e6);
+    }
     printf("precision: %s%s | device: %s\n", precision_name(o.precision),
            o.tf32 ? " (tf32 matmuls)" : o.fp8 ? " with fp8 GEMMs in the blocks (E4M3 forward, E5M2 gradients)" : "",
            prop.name);

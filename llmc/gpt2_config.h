@@ -54,8 +54,10 @@ inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
 // The parameters: 16 tensors in one allocation, in llm.c's checkpoint order, then the MoE blocks' 3.
 constexpr int NUM_PARAMETER_TENSORS = 16;
 constexpr int NUM_MODEL_TENSORS = 19;
-enum ParamIndex { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB,
-                  MOEROUTER, MOEW1, MOEW2 };
+enum ParamIndex {
+    WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB,
+    MOEROUTER, MOEW1, MOEW2
+};
 // Element counts of the 16 llm.c tensors (the dense MLP's for the dense blocks only); returns their total.
 inline size_t param_sizes(const GPT2Config& c, size_t sizes[NUM_PARAMETER_TENSORS]) {
     size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;

@@ -95,8 +95,8 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     cli.add("tokenizer", nullptr, "FILE", "dev/data/shakespeare/gpt2_tokenizer.bin",
             "llm.c GPT-2 tokenizer file, to print samples", &o->tokenizer_path);
     // Mixture of Experts (llmc/moe_layer.cuh, doc/gpt2.md)
-    cli.add("moe-experts", nullptr, "E", "0", "Mixture of Experts: E experts in the sparse blocks' MLPs (0: every block "
-            "dense, GPT-2)", &o->moe_experts, 0, GPT2_MOE_MAX_EXPERTS);
+    cli.add("moe-experts", nullptr, "E", "0", "Mixture of Experts: E experts in the sparse blocks' MLPs (0: every "
+            "block dense, GPT-2)", &o->moe_experts, 0, GPT2_MOE_MAX_EXPERTS);
     cli.add("moe-top-k", nullptr, "K", "2", "experts per token (K <= E; weights renormalized to sum 1 when K > 1)",
             &o->moe_top_k, 1, GPT2_MOE_MAX_K);
     cli.add("moe-every", nullptr, "N", "2", "every Nth block is sparse: blocks N-1, 2N-1, ... counting from 0 (1: "
