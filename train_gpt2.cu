@@ -6,6 +6,10 @@
 // the loop) · main. The checkpoint formats — llm.c model files, Hugging Face safetensors — are in
 // llmc/gpt2_io.h; the command line in llmc/gpt2_options.h.
 //
+// Mixture of Experts (--moe-experts E > 0): every moe_every-th block's MLP is llmc/moe_layer.cuh's
+// MoE layer (router, top-K routing with capacity, E expert MLPs); its load-balancing and z losses
+// join the objective. Layout and checkpoint extension: llmc/gpt2_config.h, llmc/gpt2_io.h.
+//
 // Precision is a run-time choice (--precision auto|fp32|tf32|bf16|fp16|fp8): every model-level
 // function is a template on the storage type floatX of parameters and activations, and main()
 // dispatches once. In bf16 and fp16 the optimizer keeps fp32 master weights and fp32 moments; all
@@ -40,6 +44,7 @@
 #include "llmc/matmul.cuh"            // linear layers through cuBLASLt (fp8 GEMMs included)
 #include "llmc/mfu.h"                 // peak GPU throughput, for MFU
 #include "llmc/model_state.cuh"       // parameters, gradients, master weights, optimizers, ZeRO
+#include "llmc/moe_layer.cuh"         // the Mixture-of-Experts MLP layer, forward and backward
 #include "llmc/precision.cuh"         // storage types and conversions
 #include "llmc/rng.h"                 // NormalRNG: the random initialization's normal draws
 #include "llmc/run.h"                 // loss scaling, memory report, resume checks, the step reporter
@@ -71,16 +76,19 @@ inline bool config_from_depth(const std::string& spec, GPT2Config* c) {
 }
 
 // ----------------------------------------------------------------------------
-// Parameters: 16 tensors in one allocation, in llm.c's checkpoint order (ParamIndex, and their
-// sizes from param_sizes: llmc/gpt2_config.h).
+// Parameters: 16 tensors in one allocation, in llm.c's checkpoint order, then the MoE blocks' 3
+// (ParamIndex, and their sizes from model_param_sizes: llmc/gpt2_config.h).
 
+static_assert(GPT2_MOE_MAX_K == MOE_MAX_K, "llmc/gpt2_config.h's limit on K is the MoE layer's");
 
-// Pointers to the 16 tensors inside one buffer.
+// Pointers to the 19 tensors inside one buffer (the MoE blocks' empty without experts).
 template <class floatX>
-using ParameterTensors = TensorViews<floatX, NUM_PARAMETER_TENSORS>;
+using ParameterTensors = TensorViews<floatX, NUM_MODEL_TENSORS>;
 
-// The 16 tensors as the optimizers see them (llmc/model_state.cuh): shapes of one copy, L copies of
-// the per-layer tensors.
+// The tensors as the optimizers see them (llmc/model_state.cuh): shapes of one copy, L copies of
+// the per-layer tensors. With experts, the dense MLP tensors hold fewer than L copies and the MoE
+// tensors Lm: both are then communicated after the layers (GradReady::AfterLayers, ZeRO's per-layer
+// groups being L slices of a tensor), one copy per expert matrix (Adafactor's statistics per matrix).
 inline std::vector<ParamSpec> param_specs(const GPT2Config& c) {
     size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
     std::vector<ParamSpec> s(NUM_PARAMETER_TENSORS);
@@ -98,7 +106,39 @@ inline std::vector<ParamSpec> param_specs(const GPT2Config& c) {
     s[FCW].shape = {4 * C, C};
     s[FCB].shape = {4 * C};
     s[FCPROJW].shape = {C, 4 * C};
+    if (c.moe_experts > 0) {
+        size_t Lm = c.moe_blocks(), E = c.moe_experts, H = c.moe_hidden(), H1 = c.moe_w1_rows();
+        for (int i : {FCW, FCB, FCPROJW, FCPROJB}) {
+            s[i].copies = L - Lm;
+            s[i].ready = GradReady::AfterLayers;
+        }
+        s.push_back(ParamSpec{{E, C}, Lm, param_decays(MOEROUTER), GradReady::AfterLayers});
+        s.push_back(ParamSpec{{H1, C}, Lm * E, param_decays(MOEW1), GradReady::AfterLayers});
+        s.push_back(ParamSpec{{C, H}, Lm * E, param_decays(MOEW2), GradReady::AfterLayers});
+    }
     return s;
+}
+
+// The MoE layer's settings for a model's MoE blocks.
+inline MoeConfig moe_config(const GPT2Config& c) {
+    MoeConfig m;
+    m.C = c.channels;
+    m.E = c.moe_experts;
+    m.K = c.moe_top_k;
+    m.H = c.moe_hidden();
+    m.experts = c.moe_swiglu ? MoeExperts::SwiGLU : MoeExperts::Gelu;
+    m.capacity_factor = c.moe_capacity;
+    m.alpha = c.moe_aux;
+    m.beta = c.moe_z;
+    return m;
+}
+
+// MoE block l's weights (or gradients) inside views t of the model's tensors.
+template <class floatX>
+MoeWeights<floatX> moe_weights(const ParameterTensors<floatX>& t, const GPT2Config& c, int l) {
+    size_t m = c.moe_index(l), E = c.moe_experts, C = c.channels;
+    return MoeWeights<floatX>{t.t[MOEROUTER] + m * E * C, t.t[MOEW1] + m * E * c.moe_w1_rows() * C,
+                              t.t[MOEW2] + m * E * C * c.moe_hidden()};
 }
 
 // ----------------------------------------------------------------------------
@@ -109,6 +149,8 @@ inline std::vector<ParamSpec> param_specs(const GPT2Config& c) {
 //   gelu   the MLP's GELU output (B,T,4C) per layer -> recomputed from its input (kept)
 //   ln     also the two layernorm outputs (B,T,C) per layer -> recomputed from the residual stream
 //   layer  everything but each layer's input (the residual stream)
+// A MoE block's MLP keeps its own activations (MoeLayer: router state, plan, padded expert rows)
+// per MoE block at every level; its input ln2 follows the level as a dense block's.
 
 template <class floatX>
 struct Activations {
@@ -171,7 +213,7 @@ struct GPT2 : ModelState<floatX> {
     using State::num_parameters, State::params_memory, State::grads_memory, State::master, State::opt,
         State::opt_state_bytes, State::mem, State::stream;
     GPT2Config config;
-    size_t sizes[NUM_PARAMETER_TENSORS];
+    size_t sizes[NUM_MODEL_TENSORS];
     ParameterTensors<floatX> params, grads;
     Activations<floatX> acts{};
     void* acts_memory = nullptr;
@@ -191,15 +233,22 @@ struct GPT2 : ModelState<floatX> {
     bool fused_gelu() const { return gelu_fusion && recompute == Recompute::None; }
     EncoderBackwardPlan encoder_plan;
     StagingSlots batch_slots;  // pinned copies of the micro-batches in flight (set_batch)
+    // Mixture of Experts: one layer state per MoE block (sized for B*T tokens in
+    // allocate_activations), and the weight of a unit of the auxiliary losses in the objective,
+    // which forward() derives from the cross-entropy's (see there).
+    std::vector<MoeLayer<floatX>> moe;
+    float moe_dloss = 0.f;
 
     // Allocates parameters, gradients and optimizer state for config and fills params_memory
     // from the fp32 host values (which must hold num_parameters floats).
     void build(const GPT2Config& c, const std::vector<float>& host_params) {
         config = c;
-        param_sizes(c, sizes);
+        model_param_sizes(c, sizes);
         this->build_state(param_specs(c), host_params);
         params.point_into(params_memory, sizes);
-        grads.point_into(grads_memory, this->grad_sizes.data(), this->grad_layer_slots);
+        size_t grad_sizes[NUM_MODEL_TENSORS] = {};  // the MoE tensors' stay 0 without experts
+        std::copy(this->grad_sizes.begin(), this->grad_sizes.end(), grad_sizes);
+        grads.point_into(grads_memory, grad_sizes, this->grad_layer_slots);
         if (fp8) {
             size_t one = fp8_linear_bytes(kFp8History), n = (size_t)c.num_layers * NUM_LINEAR;
             cudaCheck(cudaMalloc(&fp8_memory, n * one));
@@ -226,6 +275,9 @@ struct GPT2 : ModelState<floatX> {
         }
         carve_regions(acts_memory, regions);
         mem.activations = acts_bytes;
+        moe.resize(config.moe_blocks());
+        for (MoeLayer<floatX>& m : moe) moe_layer_init(&m, moe_config(config), B * T);
+        mem.activations += moe.size() * moe_layer_bytes<floatX>(moe_config(config), B * T);
         mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, config.channels, config.vocab_size, 0, stream);
         reserve_batch_slots(1);
         if (fp8 && !fp8_scratch) {  // one buffer for the largest of the four GEMMs of a block
@@ -242,7 +294,8 @@ struct GPT2 : ModelState<floatX> {
     // Device bytes allocate_activations(B, T) needs: the activations and the embedding backward's plan.
     size_t activation_bytes(int B_, int T_) {
         size_t plan = encoder_plan_capacity(B_, T_, config.channels, false).bytes();
-        return regions_bytes(activation_regions(B_, T_)) + plan;
+        size_t experts = config.moe_blocks() * moe_layer_bytes<floatX>(moe_config(config), B_ * T_);
+        return regions_bytes(activation_regions(B_, T_)) + plan + experts;
     }
 
     // The activation regions for micro-batch (B, T), in allocation order.
@@ -299,9 +352,21 @@ struct GPT2 : ModelState<floatX> {
                                  a.fch + k * 4 * btc, a.fch_gelu + g * 4 * btc, a.residual3 + l * btc};
     }
 
+    // Dense block l's MLP tensor i (FCW, FCB, FCPROJW, FCPROJB; per_layer elements a copy), and its
+    // gradient: copy l without experts; with experts, the block's place among the dense blocks (the
+    // gradients whole, not in ZeRO-2's layer slices: see param_specs).
+    floatX* mlp_param(int i, int l, size_t per_layer) const {
+        return params.t[i] + (size_t)config.dense_index(l) * per_layer;
+    }
+    floatX* mlp_grad(int i, int l, size_t per_layer) const {
+        return config.moe_experts ? grads.t[i] + (size_t)config.dense_index(l) * per_layer
+                                  : grads.layer(i, l, per_layer);
+    }
+
     // The block's forward pass from its first layernorm's output x.ln1 up to the MLP's GELU output
-    // x.fch_gelu: what forward() does per layer, and what the backward pass reruns for
-    // Recompute::Layer. With recomputation the GELU is always the separate kernel (see gelu_fusion).
+    // x.fch_gelu — or, in a MoE block, up to the MoE layer's output in acts.btc: what forward() does
+    // per layer, and what the backward pass reruns for Recompute::Layer. With recomputation the GELU
+    // is always the separate kernel (see gelu_fusion).
     void block_forward(int l, const LayerActs<floatX>& x) {
         int C = config.channels, NH = config.num_heads, BT = B * T;
         const float eps = 1e-5f;
@@ -313,12 +378,16 @@ struct GPT2 : ModelState<floatX> {
                        BT, C, C);
         fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, acts.btc,
                                          params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT, C, eps, stream);
+        if (config.moe_block(l)) {  // the whole MLP: btc (B,T,C) = MoE(ln2)
+            moe_layer_forward(&moe[config.moe_index(l)], acts.btc, x.ln2, moe_weights(params, config, l), stream);
+            return;
+        }
         // MLP block, first half: GELU(ln2 · fcwᵀ + fcb)
         if (fused_gelu()) {
-            linear_forward(LinFC, l, x.fch_gelu, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C),
-                           params.layer(FCB, l, 4 * C), BT, C, 4 * C);
+            linear_forward(LinFC, l, x.fch_gelu, x.fch, x.ln2, mlp_param(FCW, l, 4 * C * C),
+                           mlp_param(FCB, l, 4 * C), BT, C, 4 * C);
         } else {
-            linear_forward(LinFC, l, x.fch, x.ln2, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C),
+            linear_forward(LinFC, l, x.fch, x.ln2, mlp_param(FCW, l, 4 * C * C), mlp_param(FCB, l, 4 * C),
                            BT, C, 4 * C);
             gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
         }
@@ -380,13 +449,17 @@ struct GPT2 : ModelState<floatX> {
             layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, params.layer(LN2W, l, C),
                               params.layer(LN2B, l, C), BT, C, eps, stream);
         }
-        if (recompute >= Recompute::Gelu) gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
+        if (recompute >= Recompute::Gelu && !config.moe_block(l))
+            gelu_forward(x.fch_gelu, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
     }
 
     // Forward pass on the micro-batch in acts.inputs/acts.targets: leaves per-token losses in
     // acts.losses and, if with_grad, the logits' gradient (scaled by dloss) in acts.logits.
     // Returns nothing: the caller reads the losses when it needs them (one sync per step).
+    // The MoE blocks' auxiliary losses are per micro-batch means as the cross-entropy is, and weigh
+    // as much in the objective: dloss weighs one token's loss, so B*T times dloss weighs their unit.
     void forward(bool with_grad, float dloss) {
+        moe_dloss = dloss * (float)(B * T);
         const GPT2Config& c = config;
         int L = c.num_layers, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size;
         int BT = B * T;
@@ -398,9 +471,10 @@ struct GPT2 : ModelState<floatX> {
         for (int l = 0; l < L; l++) {
             LayerActs<floatX> x = layer_acts(l);
             block_forward(l, x);
-            // MLP block, second half: · fcprojwᵀ + fcprojb
-            linear_forward(LinFCProj, l, a.btc, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
-                           params.layer(FCPROJB, l, C), BT, 4 * C, C);
+            // MLP block, second half: · fcprojwᵀ + fcprojb (a MoE block's output is in btc already)
+            if (!c.moe_block(l))
+                linear_forward(LinFCProj, l, a.btc, x.fch_gelu, mlp_param(FCPROJW, l, 4 * C * C),
+                               mlp_param(FCPROJB, l, C), BT, 4 * C, C);
             // The next layer's ln1 (or the final layernorm) is fused with this residual add.
             bool last = l == L - 1;
             LayerActs<floatX> next = layer_acts(last ? l : l + 1);  // its ln1 slot (not used after the last layer)
@@ -435,13 +509,18 @@ struct GPT2 : ModelState<floatX> {
             this->grads_begin_layer(l);
             if (recompute != Recompute::None) recompute_layer(l, x);
             // MLP block: dresidual is the gradient of the block's output
-            // GELU's backward: fused into the matmul as dGELU when the forward fused it, else the kernel
-            linear_backward(LinFCProj, l, a.dbt4c, grads.layer(FCPROJW, l, 4 * C * C), grads.layer(FCPROJB, l, C),
-                            a.dresidual, x.fch_gelu, params.layer(FCPROJW, l, 4 * C * C),
-                            fused_gelu() ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
-            if (!fused_gelu()) gelu_backward_inplace(a.dbt4c, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
-            linear_backward(LinFC, l, a.dbtc, grads.layer(FCW, l, 4 * C * C), grads.layer(FCB, l, 4 * C), a.dbt4c,
-                            x.ln2, params.layer(FCW, l, 4 * C * C), BT, C, 4 * C);
+            if (c.moe_block(l)) {  // dbtc = the MoE layer's input gradient; its losses' weigh moe_dloss
+                moe_layer_backward(&moe[c.moe_index(l)], a.dbtc, moe_weights(grads, c, l), a.dresidual, x.ln2,
+                                   moe_weights(params, c, l), moe_dloss, stream);
+            } else {
+                // GELU's backward: fused into the matmul as dGELU when the forward fused it, else the kernel
+                linear_backward(LinFCProj, l, a.dbt4c, mlp_grad(FCPROJW, l, 4 * C * C), mlp_grad(FCPROJB, l, C),
+                                a.dresidual, x.fch_gelu, mlp_param(FCPROJW, l, 4 * C * C),
+                                fused_gelu() ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
+                if (!fused_gelu()) gelu_backward_inplace(a.dbt4c, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
+                linear_backward(LinFC, l, a.dbtc, mlp_grad(FCW, l, 4 * C * C), mlp_grad(FCB, l, 4 * C), a.dbt4c,
+                                x.ln2, mlp_param(FCW, l, 4 * C * C), BT, C, 4 * C);
+            }
             layernorm_backward(a.dresidual, grads.layer(LN2W, l, C), grads.layer(LN2B, l, C), a.scratch, a.dbtc,
                                x.residual2, params.layer(LN2W, l, C), x.ln2_mean,
                                x.ln2_rstd, BT, C, stream);
@@ -469,6 +548,19 @@ struct GPT2 : ModelState<floatX> {
 
     // Mean of the per-token losses of the last forward pass (syncs with the device).
     float mean_loss() { return this->device_mean(acts.losses, (size_t)B * T); }
+
+    // Floats per forward pass of the MoE blocks' figures: per MoE block {aux, z} and the load f_e
+    // (E: the share of the token-to-expert assignments routed to each expert).
+    size_t moe_stats_size() const { return moe.size() * (2 + (size_t)config.moe_experts); }
+    // Starts copying them to host (pinned, moe_stats_size() floats), as fetch_losses does.
+    void fetch_moe_stats(float* host) {
+        size_t E = config.moe_experts;
+        for (size_t m = 0; m < moe.size(); m++) {
+            float* at = host + m * (2 + E);
+            cudaCheck(cudaMemcpyAsync(at, moe[m].losses, 2 * sizeof(float), cudaMemcpyDeviceToHost, stream));
+            cudaCheck(cudaMemcpyAsync(at + 2, moe[m].load, E * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        }
+    }
 
     // Copies a micro-batch's token ids (host, B*T each) to the device; for training, also plans
     // the embedding backward pass (which groups positions by token id on the host). Through a pinned
@@ -519,6 +611,8 @@ struct GPT2 : ModelState<floatX> {
             if (p) cudaCheck(cudaFree(p));
         encoder_backward_plan_free(&encoder_plan);
         batch_slots.free_all();
+        for (MoeLayer<floatX>& m : moe) moe_layer_free(&m);
+        moe.clear();
     }
 };
 
@@ -528,7 +622,9 @@ struct GPT2 : ModelState<floatX> {
 // One sequence: per layer a (maxT, 3C) cache holding every position's qkv row (what attention_decode
 // reads), and one row of every activation. The decoder is its own allocation beside the model's, so
 // sampling between training steps neither frees nor resizes the training activations, whatever the
-// recomputation setting; it reads the model's parameters as they are at each step.
+// recomputation setting; it reads the model's parameters as they are at each step. MoE blocks run
+// the MoE layer on the one token (one layer state for all of them, N = 1): its capacity,
+// ceil(f*K/E) >= 1, never drops the token's choices, whereas a training micro-batch may.
 
 template <class floatX>
 struct GPT2Decoder {
@@ -545,6 +641,7 @@ struct GPT2Decoder {
     floatX* fch_gelu = nullptr;   // (4C)
     floatX* logits = nullptr;     // (Vp)
     int* token = nullptr;         // (1)
+    MoeLayer<floatX> moe;         // the MoE blocks' state for one token (with experts)
 
     // Allocates the decoding state for the model's shape: one allocation, the cache last.
     explicit GPT2Decoder(const GPT2<floatX>& m) : model(m) {
@@ -560,8 +657,12 @@ struct GPT2Decoder {
         bytes = regions_bytes(regions);
         cudaCheck(cudaMalloc(&memory, bytes));
         carve_regions(memory, regions);
+        if (c.moe_experts > 0) moe_layer_init(&moe, moe_config(c), 1);
     }
-    ~GPT2Decoder() { cudaCheck(cudaFree(memory)); }
+    ~GPT2Decoder() {
+        cudaCheck(cudaFree(memory));
+        if (model.config.moe_experts > 0) moe_layer_free(&moe);
+    }
     GPT2Decoder(const GPT2Decoder&) = delete;
     GPT2Decoder& operator=(const GPT2Decoder&) = delete;
 
@@ -599,17 +700,21 @@ struct GPT2Decoder {
                            stream);
             fused_residual_layernorm_forward(residual2, ln, (float*)nullptr, (float*)nullptr, residual, proj,
                                              params.layer(LN2W, l, C), params.layer(LN2B, l, C), 1, C, eps, stream);
-            // the GELU that block_forward applies: the same bits as the full forward pass's
-            if (model.fused_gelu()) {
-                matmul_forward(fch_gelu, fch, ln, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), 1, C,
-                               4 * C, GeluKind::Tanh, stream);
+            if (c.moe_block(l)) {
+                moe_layer_forward(&moe, proj, ln, moe_weights(params, c, l), stream);
             } else {
-                matmul_forward(fch, ln, params.layer(FCW, l, 4 * C * C), params.layer(FCB, l, 4 * C), 1, C, 4 * C,
-                               stream);
-                gelu_forward(fch_gelu, fch, (size_t)4 * C, GeluKind::Tanh, stream);
+                // the GELU that block_forward applies: the same bits as the full forward pass's
+                if (model.fused_gelu()) {
+                    matmul_forward(fch_gelu, fch, ln, model.mlp_param(FCW, l, 4 * C * C),
+                                   model.mlp_param(FCB, l, 4 * C), 1, C, 4 * C, GeluKind::Tanh, stream);
+                } else {
+                    matmul_forward(fch, ln, model.mlp_param(FCW, l, 4 * C * C), model.mlp_param(FCB, l, 4 * C), 1,
+                                   C, 4 * C, stream);
+                    gelu_forward(fch_gelu, fch, (size_t)4 * C, GeluKind::Tanh, stream);
+                }
+                matmul_forward(proj, fch_gelu, model.mlp_param(FCPROJW, l, 4 * C * C),
+                               model.mlp_param(FCPROJB, l, C), 1, 4 * C, C, stream);
             }
-            matmul_forward(proj, fch_gelu, params.layer(FCPROJW, l, 4 * C * C), params.layer(FCPROJB, l, C), 1, 4 * C,
-                           C, stream);
             bool last = l == L - 1;
             fused_residual_layernorm_forward(residual, ln, (float*)nullptr, (float*)nullptr, residual2, proj,
                                              last ? params.t[LNFW] : params.layer(LN1W, l + 1, C),
@@ -626,20 +731,22 @@ struct GPT2Decoder {
 // The file formats themselves (llm.c model files, Hugging Face safetensors) are llmc/gpt2_io.h's; here
 // are the parts that need the model.
 
-// GPT-2 initialization: weights N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)),
-// biases 0, layernorm weight 1 and bias 0; padded vocabulary rows stay 0.
+// GPT-2 initialization: weights N(0, 0.02), the residual projections N(0, 0.02/sqrt(2L)) — the
+// experts' w2 is one —, biases 0, layernorm weight 1 and bias 0; padded vocabulary rows stay 0. The
+// MoE router (which does not decay) is a weight like the others: N(0, 0.02).
 std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    size_t n = param_sizes(c, sizes);
+    size_t sizes[NUM_MODEL_TENSORS];
+    size_t n = model_param_sizes(c, sizes);
     std::vector<float> p(n, 0.f);
     NormalRNG rng(seed);
     size_t offset = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+    for (int i = 0; i < NUM_MODEL_TENSORS; i++) {
         float* t = p.data() + offset;
         if (i == LN1W || i == LN2W || i == LNFW) {
             for (size_t k = 0; k < sizes[i]; k++) t[k] = 1.f;
-        } else if (param_decays(i)) {
-            float std = (i == ATTPROJW || i == FCPROJW) ? 0.02f / std::sqrt(2.f * c.num_layers) : 0.02f;
+        } else if (param_decays(i) || i == MOEROUTER) {
+            bool projection = i == ATTPROJW || i == FCPROJW || i == MOEW2;
+            float std = projection ? 0.02f / std::sqrt(2.f * c.num_layers) : 0.02f;
             size_t count = i == WTE ? (size_t)c.vocab_size * c.channels : sizes[i];
             for (size_t k = 0; k < count; k++) t[k] = rng.normal(std);
         }
@@ -648,7 +755,8 @@ std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
     return p;
 }
 
-// Writes the model as a llm.c checkpoint (atomically): version 3 with fp32 parameters, 5 with bf16.
+// Writes the model as a llm.c checkpoint (atomically): version 3 with fp32 parameters, 5 with bf16
+// (103 and 105, this trainer's extension, with experts: llmc/gpt2_io.h).
 // llm.c has no fp16 version: an fp16 model is written as version 3 from its fp32 master weights
 // (the fp16 parameters are those rounded, so loading it gives back the same fp16 parameters).
 template <class floatX>
@@ -753,6 +861,33 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
 inline int precision_code(const TrainOptions& o) { return o.fp8 ? 3 : (int)o.precision; }
 inline const char* precision_code_name(int code) {
     return code == 3 ? "fp8" : code >= 0 && code <= 2 ? precision_name((Precision)code) : "unknown";
+}
+
+// A step's MoE figures from its micro-steps' (accum, Lm, 2 + E) values (GPT2::fetch_moe_stats): the
+// auxiliary losses summed over the Lm MoE blocks — the objective's terms — and the load f_e per
+// block, each averaged over the micro-steps; the load as JSON, one array of E fractions per block.
+struct MoeStepFigures {
+    double aux = 0, z = 0;
+    std::string load_json;
+};
+inline MoeStepFigures moe_step_figures(const float* v, int accum, int Lm, int E) {
+    MoeStepFigures m;
+    std::vector<double> load((size_t)Lm * E, 0.0);
+    for (int a = 0; a < accum; a++)
+        for (int b = 0; b < Lm; b++) {
+            const float* at = v + ((size_t)a * Lm + b) * (2 + E);
+            m.aux += at[0] / accum;
+            m.z += at[1] / accum;
+            for (int e = 0; e < E; e++) load[(size_t)b * E + e] += at[2 + e] / accum;
+        }
+    m.load_json = "[";
+    for (int b = 0; b < Lm; b++) {
+        m.load_json += b ? ",[" : "[";
+        for (int e = 0; e < E; e++) m.load_json += (e ? "," : "") + json_number(load[(size_t)b * E + e], "%.4f");
+        m.load_json += "]";
+    }
+    m.load_json += "]";
+    return m;
 }
 
 // Checks that a training state can continue this run exactly; exits with the first mismatch.
@@ -869,6 +1004,16 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
 
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", c.num_layers, c.channels,
            c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6);
+    // A token uses K of each MoE block's E experts: the active parameters, which MFU counts.
+    size_t active_params = active_param_count(c, model.num_parameters);
+    if (c.moe_experts > 0) {
+        char capacity[32] = "dropless";
+        if (c.moe_capacity > 0) snprintf(capacity, sizeof(capacity), "factor %g", c.moe_capacity);
+        printf("MoE: %d of %d blocks (every %d, from block %d) with %d %s experts, top-%d, capacity %s, aux loss %g, "
+               "z-loss %g; %.2fM parameters in total, %.2fM active per token\n", c.moe_blocks(), c.num_layers,
+               c.moe_every, c.moe_every - 1, c.moe_experts, c.moe_swiglu ? "SwiGLU" : "GELU", c.moe_top_k, capacity,
+               c.moe_aux, c.moe_z, model.num_parameters / 1e6, active_params / 1e6);
+    }
     printf("precision: %s%s | device: %s\n", precision_name(o.precision),
            o.tf32 ? " (tf32 matmuls)" : o.fp8 ? " with fp8 GEMMs in the blocks (E4M3 forward, E5M2 gradients)" : "",
            prop.name);
@@ -887,6 +1032,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
                   JsonFields()
                       .text("label", o.label)
                       .integer("params", model.num_parameters)
+                      .append(c.moe_experts > 0 ? JsonFields().integer("active_params", active_params) : JsonFields())
                       .integer("rank", dist.rank)
                       .integer("ranks", dist.world)
                       .integer("zero", o.zero)
@@ -934,9 +1080,12 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         log.write("checkpoint", done, JsonFields().text("path", model_path));
     };
 
-    double flops_per_token = 6.0 * model.num_parameters + 6.0 * c.num_layers * c.channels * o.T;
+    double flops_per_token = 6.0 * active_params + 6.0 * c.num_layers * c.channels * o.T;
     float* step_losses;  // (accum, B*T) pinned: every micro-step's losses, summed after the step
     cudaCheck(cudaMallocHost(&step_losses, (size_t)accum * tokens_per_micro * sizeof(float)));
+    // (accum, moe_stats_size()) pinned: every micro-step's MoE figures, averaged after the step
+    float* step_moe = nullptr;
+    if (c.moe_experts > 0) cudaCheck(cudaMallocHost(&step_moe, (size_t)accum * model.moe_stats_size() * sizeof(float)));
     // Mean validation loss over val_steps batches from the start of the validation data.
     auto evaluate = [&](int step) {
         val_loader->reset();
@@ -966,6 +1115,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
             model.forward(true, scaler.scale / (float)(tokens_per_micro * accum));
             model.backward();
             model.fetch_losses(step_losses + (size_t)micro * tokens_per_micro);
+            if (step_moe) model.fetch_moe_stats(step_moe + (size_t)micro * model.moe_stats_size());
             if (!o.overfit_batch) train_loader.next_batch();  // set_batch took its own copy
         }
         StepFigures f;
@@ -990,6 +1140,15 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         JsonFields extra;
         extra.integer("tokens", (long long)f.done * total);
         if (dist.rank > 0) extra.number("rank_loss", local_loss);
+        if (step_moe) {  // aux and z summed over the MoE blocks, all ranks; the load this rank's
+            MoeStepFigures m = moe_step_figures(step_moe, accum, (int)model.moe.size(), c.moe_experts);
+            m.aux = all_reduce_mean_scalar(dist, m.aux);
+            m.z = all_reduce_mean_scalar(dist, m.z);
+            char note[64];
+            snprintf(note, sizeof(note), " | aux %.6f | z %.6f", m.aux, m.z);
+            f.note = note;
+            extra.number("aux_loss", m.aux).number("z_loss", m.z).raw("expert_load", m.load_json);
+        }
         reporter.report(f, extra);
         int done = f.done;
         bool last = done == end_step;
@@ -1013,6 +1172,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         }
     }
     cudaCheck(cudaFreeHost(step_losses));
+    if (step_moe) cudaCheck(cudaFreeHost(step_moe));
     model.free_all();
     matmul_destroy();
     return 0;
@@ -1042,8 +1202,11 @@ int train_gpt2_main(int argc, char** argv) {
     ResumePoint from = find_resume_point(o.resume, o.output_dir);
     std::string spec = cli.str("init");
     bool tiny = spec == "tiny";
+    std::string from_file;  // the checkpoint the model comes from ("" for a random init)
+    bool llmc_file = true;
     if (from.found()) {
         init = load_checkpoint(from.model_path, &config);
+        from_file = from.model_path;
     } else if (tiny || config_from_depth(spec, &config)) {
         if (tiny) {
             config_from_depth("d4", &config);
@@ -1058,13 +1221,17 @@ int train_gpt2_main(int argc, char** argv) {
         config.padded_vocab_size = pad_vocab(config.vocab_size);
         if (config.channels % config.num_heads != 0)
             cli.fail("option --heads: %d does not divide channels %d", config.num_heads, config.channels);
+        resolve_moe_options(cli, o, &config, "", false);
         init = random_init(config, o.seed);
     } else {
         struct stat info;
         bool hf = (stat(spec.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) ||
                   (spec.size() > 12 && spec.compare(spec.size() - 12, 12, ".safetensors") == 0);
         init = hf ? load_hf_gpt2(spec, &config) : load_checkpoint(spec, &config);
+        from_file = spec;
+        llmc_file = !hf;
     }
+    if (!from_file.empty()) resolve_moe_options(cli, o, &config, from_file, llmc_file);
     if (o.T > config.max_seq_len)
         cli.fail("option --seq-len: %d is longer than the model's %d positions", o.T, config.max_seq_len);
     if (!cli.given("label"))

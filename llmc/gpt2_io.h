@@ -31,10 +31,29 @@
 // llm.c model files
 
 constexpr int GPT2_CHECKPOINT_MAGIC = 20240326;
+// This trainer's extension for Mixture-of-Experts models, which llm.c's format cannot hold: version
+// 100 + llm.c's (103 fp32, 105 bf16). Header slots 16..23 (zero in llm.c files) hold the MoE
+// settings [E, K, every, swiglu, capacity factor, alpha, beta, H] (the three coefficients as the
+// bits of their fp32 values); the body is the 16 tensors (the dense MLP's for the dense blocks only)
+// then the MoE blocks' router, w1 and w2 (llmc/gpt2_config.h). llm.c refuses these versions rather
+// than misread them. A model without experts is always written as llm.c's 3 or 5.
+constexpr int GPT2_MOE_VERSION_OFFSET = 100;
+constexpr int GPT2_MOE_HEADER_SLOT = 16;
 
-// Parses a llm.c model checkpoint held in memory (magic 20240326; version 3 = fp32, 5 = bf16):
-// a 256 x int32 header [magic, version, maxT, V, L, NH, C, Vp] then the 16 tensors in order.
-// Fills *c and the parameters as fp32 values; false with a reason naming the problem.
+inline int32_t float_bits(float f) {
+    int32_t b;
+    memcpy(&b, &f, 4);
+    return b;
+}
+inline float bits_float(int32_t b) {
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+// Parses a llm.c model checkpoint held in memory (magic 20240326; version 3 = fp32, 5 = bf16, and
+// 103/105 with experts, above): a 256 x int32 header [magic, version, maxT, V, L, NH, C, Vp] then
+// the tensors in order. Fills *c and the parameters as fp32 values; false with a reason naming the problem.
 inline bool parse_gpt2_checkpoint(const uint8_t* data, size_t size, GPT2Config* c, std::vector<float>* params,
                                   std::string* err) {
     int32_t h[256];
@@ -48,8 +67,11 @@ inline bool parse_gpt2_checkpoint(const uint8_t* data, size_t size, GPT2Config* 
                std::to_string(GPT2_CHECKPOINT_MAGIC) + ")";
         return false;
     }
-    if (h[1] != 3 && h[1] != 5) {
-        *err = "unsupported checkpoint version " + std::to_string(h[1]) + " (3 = fp32, 5 = bf16)";
+    bool moe = h[1] > GPT2_MOE_VERSION_OFFSET;
+    int dtype_version = moe ? h[1] - GPT2_MOE_VERSION_OFFSET : h[1];
+    if (dtype_version != 3 && dtype_version != 5) {
+        *err = "unsupported checkpoint version " + std::to_string(h[1]) +
+               " (3 = fp32, 5 = bf16; 103, 105 with Mixture-of-Experts blocks)";
         return false;
     }
     c->max_seq_len = h[2];
@@ -67,16 +89,39 @@ inline bool parse_gpt2_checkpoint(const uint8_t* data, size_t size, GPT2Config* 
         *err = shape;
         return false;
     }
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    size_t n = param_sizes(*c, sizes);
-    size_t elem = h[1] == 3 ? 4 : 2;
+    c->moe_experts = 0;
+    if (moe) {
+        const int32_t* m = h + GPT2_MOE_HEADER_SLOT;
+        c->moe_experts = m[0];
+        c->moe_top_k = m[1];
+        c->moe_every = m[2];
+        c->moe_swiglu = m[3];
+        c->moe_capacity = bits_float(m[4]);
+        c->moe_aux = bits_float(m[5]);
+        c->moe_z = bits_float(m[6]);
+        auto fine = [](float x) { return std::isfinite(x) && x >= 0.f; };
+        if (c->moe_experts < 1 || c->moe_experts > GPT2_MOE_MAX_EXPERTS || c->moe_top_k < 1 ||
+            c->moe_top_k > std::min(c->moe_experts, GPT2_MOE_MAX_K) || c->moe_every < 1 ||
+            c->moe_every > c->num_layers || (c->moe_swiglu != 0 && c->moe_swiglu != 1) || !fine(c->moe_capacity) ||
+            !fine(c->moe_aux) || !fine(c->moe_z) || m[7] != c->moe_hidden()) {
+            char what[200];
+            snprintf(what, sizeof(what), "implausible Mixture-of-Experts settings in header (E=%d K=%d every=%d "
+                     "swiglu=%d capacity=%g alpha=%g beta=%g H=%d)", m[0], m[1], m[2], m[3], c->moe_capacity,
+                     c->moe_aux, c->moe_z, m[7]);
+            *err = what;
+            return false;
+        }
+    }
+    size_t sizes[NUM_MODEL_TENSORS];
+    size_t n = model_param_sizes(*c, sizes);
+    size_t elem = dtype_version == 3 ? 4 : 2;
     if (size != 1024 + n * elem) {
         *err = "file is " + std::to_string(size) + " bytes, the header's model needs " + std::to_string(1024 + n * elem);
         return false;
     }
     params->resize(n);
     const uint8_t* body = data + 1024;
-    if (h[1] == 3) {
+    if (dtype_version == 3) {
         memcpy(params->data(), body, n * 4);
     } else {
         for (size_t i = 0; i < n; i++) {  // bf16 -> fp32 is exact: the bits become the high half
@@ -97,15 +142,22 @@ inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c
     return p;
 }
 
-// Writes a llm.c model checkpoint (atomically): the header, then the parameters (c's param_sizes
-// values in llm.c's order) as fp32, version 3, or as bf16, version 5 — header and tensor order
-// exactly as llm.c writes them, so llm.c and train_gpt2.cu read each other's.
+// Writes a llm.c model checkpoint (atomically): the header, then the parameters (c's model_param_sizes
+// values in order) as fp32, version 3, or as bf16, version 5 — header and tensor order exactly as
+// llm.c writes them, so llm.c and train_gpt2.cu read each other's. A model with experts is written
+// in the extension above (103, 105), which this trainer reads back.
 inline bool write_gpt2_checkpoint(const std::string& path, const GPT2Config& c, const void* params, bool bf16,
                                   std::string* err) {
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    size_t n = param_sizes(c, sizes);
-    int32_t h[256] = {GPT2_CHECKPOINT_MAGIC, bf16 ? 5 : 3, c.max_seq_len, c.vocab_size,
-                      c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+    size_t sizes[NUM_MODEL_TENSORS];
+    size_t n = model_param_sizes(c, sizes);
+    bool moe = c.moe_experts > 0;
+    int32_t h[256] = {GPT2_CHECKPOINT_MAGIC, (bf16 ? 5 : 3) + (moe ? GPT2_MOE_VERSION_OFFSET : 0), c.max_seq_len,
+                      c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+    if (moe) {
+        const int32_t m[8] = {c.moe_experts, c.moe_top_k, c.moe_every, c.moe_swiglu, float_bits(c.moe_capacity),
+                              float_bits(c.moe_aux), float_bits(c.moe_z), c.moe_hidden()};
+        memcpy(h + GPT2_MOE_HEADER_SLOT, m, sizeof(m));
+    }
     return write_file_atomic(path, {{h, sizeof(h)}, {params, n * (bf16 ? 2 : 4)}}, err);
 }
 
@@ -324,6 +376,9 @@ inline std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
 // (V, C) and no lm_head (tied), as F32 or BF16; and the config.json with which
 // GPT2LMHeadModel.from_pretrained(dir) rebuilds this model. Exits with one line if it cannot write.
 inline void export_hf_gpt2(const std::string& dir, const GPT2Config& c, const std::vector<float>& params, bool bf16) {
+    if (c.moe_experts > 0)
+        data_error("export to %s: a model with Mixture-of-Experts blocks has no Hugging Face GPT-2 form (GPT-2's "
+                   "config has no experts); its checkpoints are this trainer's (version 103/105)", dir.c_str());
     size_t sizes[NUM_PARAMETER_TENSORS];
     if (params.size() != param_sizes(c, sizes))
         data_error("export to %s: %zu parameters given, the model has %zu", dir.c_str(), params.size(),

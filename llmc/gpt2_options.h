@@ -10,6 +10,7 @@
 #include "cuda_common.h"
 #include "distributed.h"
 #include "fp8.cuh"
+#include "gpt2_config.h"
 #include "run_options.h"
 #include "tokenizer.h"
 
@@ -27,6 +28,10 @@ struct TrainOptions : RunOptions {
     bool gelu_fusion = true;
     bool log_ranks = false;          // with --output-dir: every rank writes its own log (log_rank<r>.jsonl)
     bool tf32_flag = false;          // llm.c's -f 1: --precision tf32 by another name
+    // Mixture of Experts (--moe-*): the model's settings as the command line gives them; the model's
+    // own are GPT2Config's (resolve_moe_options).
+    int moe_experts = 0, moe_top_k = 2, moe_every = 2, moe_swiglu = 0;
+    float moe_capacity = 1.25f, moe_aux = 0.01f, moe_z = 0.001f;
 };
 
 // Declares train_gpt2's options, bound to *o (which must outlive cli.parse()).
@@ -89,6 +94,21 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     cli.add("top-k", nullptr, "INT", "0", "sample among the k most likely tokens only (0: all)", &o->top_k, 0, 1 << 24);
     cli.add("tokenizer", nullptr, "FILE", "dev/data/shakespeare/gpt2_tokenizer.bin",
             "llm.c GPT-2 tokenizer file, to print samples", &o->tokenizer_path);
+    // Mixture of Experts (llmc/moe_layer.cuh, doc/gpt2.md)
+    cli.add("moe-experts", nullptr, "E", "0", "Mixture of Experts: E experts in the sparse blocks' MLPs (0: every "
+            "block dense, GPT-2)", &o->moe_experts, 0, GPT2_MOE_MAX_EXPERTS);
+    cli.add("moe-top-k", nullptr, "K", "2", "experts per token (K <= E; weights renormalized to sum 1 when K > 1)",
+            &o->moe_top_k, 1, GPT2_MOE_MAX_K);
+    cli.add("moe-every", nullptr, "N", "2", "every Nth block is sparse: blocks N-1, 2N-1, ... counting from 0 (1: "
+            "all)", &o->moe_every, 1, 1024);
+    cli.add("moe-capacity", nullptr, "FLOAT", "1.25", "capacity factor f: an expert keeps its first ceil(f*N*K/E) "
+            "of the N*K token assignments of a micro-batch (N = B*T), drops the rest (0: dropless)",
+            &o->moe_capacity, 0, 64);
+    cli.add("moe-aux-loss", nullptr, "FLOAT", "0.01", "load-balancing loss coefficient alpha (Switch Transformers)",
+            &o->moe_aux, 0, 1e3);
+    cli.add("moe-z-loss", nullptr, "FLOAT", "0.001", "router z-loss coefficient beta (ST-MoE)", &o->moe_z, 0, 1e3);
+    cli.add_choice("moe-expert", nullptr, "KIND", "gelu", "expert MLP: gelu (GPT-2's, H = 4C) | swiglu (Mixtral's, "
+                   "H = 4C)", &o->moe_swiglu, {{"gelu", 0}, {"swiglu", 1}});
     cli.add_flag("log-ranks", nullptr, "with --output-dir and several ranks: every rank also writes its own "
                  "log_rank<R>.jsonl (its loss and memory)", &o->log_ranks);
     cli.add_flag("shuffle", nullptr, "shuffle the order of batches and shards every epoch (seeded)", &o->shuffle);
@@ -128,4 +148,47 @@ inline void resolve_gpt2_options(Cli& cli, TrainOptions* o, const Distributed& d
         if (o->precision != Precision::FP32) cli.fail("option --tf32: applies to --precision fp32 only");
         o->tf32 = true;
     }
+}
+
+// After the model's config is known (a random init's, or a checkpoint's: `from_file` names the file,
+// "" for random init): puts the --moe-* settings into *c and refuses what the model cannot do. A
+// checkpoint fixes the model's shape (E, K, every, experts): options that disagree are refused, the
+// coefficients (capacity, alpha, beta) are the file's unless given.
+inline void resolve_moe_options(const Cli& cli, const TrainOptions& o, GPT2Config* c, const std::string& from_file,
+                                bool llmc_file) {
+    if (from_file.empty()) {
+        c->moe_experts = o.moe_experts;
+        c->moe_top_k = o.moe_top_k;
+        c->moe_every = o.moe_every;
+        c->moe_swiglu = o.moe_swiglu;
+    } else if (c->moe_experts == 0) {
+        if (o.moe_experts > 0)
+            cli.fail("option --moe-experts: %s is a %s without experts; a Mixture-of-Experts model starts from a "
+                     "random init (--init dN) or from a checkpoint of this trainer with experts", from_file.c_str(),
+                     llmc_file ? "llm.c checkpoint" : "Hugging Face GPT-2");
+        return;
+    } else {
+        const struct { const char* name; int given, file; } shape[] = {
+            {"moe-experts", o.moe_experts, c->moe_experts}, {"moe-top-k", o.moe_top_k, c->moe_top_k},
+            {"moe-every", o.moe_every, c->moe_every}, {"moe-expert", o.moe_swiglu, c->moe_swiglu}};
+        for (const auto& s : shape)
+            if (cli.given(s.name) && s.given != s.file)
+                cli.fail("option --%s: %s has %d (the model's shape comes from its checkpoint)", s.name,
+                         from_file.c_str(), s.file);
+    }
+    if (from_file.empty() || cli.given("moe-capacity")) c->moe_capacity = o.moe_capacity;
+    if (from_file.empty() || cli.given("moe-aux-loss")) c->moe_aux = o.moe_aux;
+    if (from_file.empty() || cli.given("moe-z-loss")) c->moe_z = o.moe_z;
+    if (c->moe_experts == 0) return;
+    if (c->moe_top_k > c->moe_experts)
+        cli.fail("option --moe-top-k: %d is more than the %d experts", c->moe_top_k, c->moe_experts);
+    if (c->moe_every > c->num_layers)
+        cli.fail("option --moe-every: %d is more than the %d layers (no block would be sparse)", c->moe_every,
+                 c->num_layers);
+    if (o.fp8)
+        cli.fail("option --precision: fp8 GEMMs are for the dense blocks' linear layers; the MoE layer's batched "
+                 "expert GEMMs have no fp8 path (use bf16 with --moe-experts)");
+    if (!o.export_hf.empty())
+        cli.fail("option --export-hf: a model with Mixture-of-Experts blocks has no Hugging Face GPT-2 form; its "
+                 "checkpoints are this trainer's (--output-dir)");
 }

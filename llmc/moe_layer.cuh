@@ -231,6 +231,21 @@ void moe_layer_init(MoeLayer<T>* L, const MoeConfig& cfg, int N) {
     alloc(&L->dlogits, NE);
 }
 
+// Device bytes moe_layer_init(L, cfg, N) allocates (for memory figures and batch-size planning).
+template <class T>
+size_t moe_layer_bytes(const MoeConfig& cfg, int N) {
+    const size_t NK = (size_t)N * cfg.K, NE = (size_t)N * cfg.E, E = cfg.E;
+    const size_t R = E * moe_layer_block_rows(N, moe_capacity(cfg.capacity_factor, N, cfg.K, cfg.E));
+    const size_t C = cfg.C, H = cfg.H, H1 = cfg.w1_rows();
+    // T: logits and dlogits; xe, ye, dye, dxe; hpre, dhpre; hact, dhact
+    size_t t = 2 * NE + 4 * R * C + 2 * R * H1 + 2 * R * H;
+    // float: probs; lse; weight, dweight; losses; load, importance
+    size_t f = NE + N + 2 * NK + 2 + 2 * E;
+    // int: expert, slot, row_assign, pslot; routed; offsets; prow
+    size_t i = 4 * NK + E + (E + 1) + R;
+    return t * sizeof(T) + f * sizeof(float) + i * sizeof(int);
+}
+
 // Frees the layer's buffers.
 template <class T>
 void moe_layer_free(MoeLayer<T>* L) {

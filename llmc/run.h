@@ -282,6 +282,7 @@ struct StepFigures {
     bool scaling = false;  // fp16's dynamic loss scale: the scale the step used, whether it applied
     float scale = 1.f;
     bool applied = true;
+    std::string note;      // the trainer's own figures, printed after the loss (e.g. " | aux 0.01 | z 0.002")
 };
 
 // The end of every optimizer step, one way for both trainers: the step is timed by two CUDA events
@@ -332,8 +333,8 @@ class StepReporter {
         char scale[64] = "";
         if (f.scaling)
             snprintf(scale, sizeof(scale), " | scale %g%s", f.scale, f.applied ? "" : " SKIPPED (inf/nan gradients)");
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %s %s | %s | eta %s%s\n", f.done, steps_,
-               f.loss, f.norm, f.lr, ms_, rate, rate_.unit, mfu, eta.c_str(), scale);
+        printf("step %4d/%d | loss %.6f%s | norm %.4f | lr %.2e | %.1f ms | %s %s | %s | eta %s%s\n", f.done, steps_,
+               f.loss, f.note.c_str(), f.norm, f.lr, ms_, rate, rate_.unit, mfu, eta.c_str(), scale);
         JsonFields fields;
         fields.number("loss", f.loss).number("grad_norm", f.norm).number("lr", f.lr).number("ms", ms_, "%.3f");
         fields.number(rate_.json_key, per_s, rate_.json_fmt).number("mfu", mfu_pct, "%.3f").append(extra);
