@@ -346,11 +346,16 @@ inline void encoder_backward_plan(EncoderBackwardPlan* plan_ptr, const int* host
     size_t positions_bytes = plan.positions.size() * sizeof(int);
     size_t segments_bytes = plan.segments.size() * sizeof(EncoderSegment);
     size_t groups_bytes = plan.groups.size() * sizeof(EncoderGroup);
-    if (staging) {  // the lists back to back (all of 4-byte fields)
+    if (staging) {  // the lists back to back (all of 4-byte fields); an empty list's data() may be null
         char* at = static_cast<char*>(staging);
-        positions = memcpy(at, positions, positions_bytes);
-        segments = memcpy(at += positions_bytes, segments, segments_bytes);
-        groups = memcpy(at + segments_bytes, groups, groups_bytes);
+        auto stage = [&at](const void* list, size_t bytes) {
+            const void* staged = bytes ? memcpy(at, list, bytes) : at;
+            at += bytes;
+            return staged;
+        };
+        positions = stage(positions, positions_bytes);
+        segments = stage(segments, segments_bytes);
+        groups = stage(groups, groups_bytes);
     }
     cudaCheck(cudaMemcpyAsync(plan.d_positions, positions, positions_bytes, cudaMemcpyHostToDevice, stream));
     cudaCheck(cudaMemcpyAsync(plan.d_segments, segments, segments_bytes, cudaMemcpyHostToDevice, stream));
