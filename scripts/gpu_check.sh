@@ -200,6 +200,9 @@ ours_bwd=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causa
 ours_gemm=$(awk '$1 == "bf16" && $2 == "variant" && $3 == "3" { for (i = 1; i < NF; i++) if ($(i + 1) == "TFLOP/s") { print $i; exit } }' \
     "$logs/dev_matmul.log")
 echo "ours: attention bf16 causal fwd ${ours_fwd:-?} / bwd ${ours_bwd:-?} TFLOP/s, bf16 GEMM ${ours_gemm:-?} TFLOP/s"
+# dev/cuda/attention.cu's sweep over FlashAttention-2's benchmark shapes, one JSON object per shape.
+mapfile -t sweep_json < <(awk -f scripts/attention_sweep.awk "$logs/dev_attention.log")
+echo "ours: attention sweep over ${#sweep_json[@]} shapes (B·T = 16k tokens, NH·HS = 2048): see the table"
 
 # --------------------------------------------------------------------------------------------------
 # PyTorch on the same GPU (a benchmark beside ours, not an oracle).
@@ -229,8 +232,9 @@ join() { local IFS=,; echo "$*"; }
     printf ' "gpt2_d12":{"batch":16,"seq":1024,"steps":%s,"runs":[%s],"agreement_with_fp32":[%s]},\n' \
         "$steps" "$(join "${gpt_json[@]}")" "$(join "${agree_json[@]}")"
     printf ' "bert_base_classify":{"batch":32,"seq":256,"runs":[%s]},\n' "$(join "${bert_json[@]}")"
-    printf ' "ours":{"attention_bf16_causal_fwd_tflops":%s,"attention_bf16_causal_bwd_tflops":%s,"gemm_bf16_tflops":%s},\n' \
+    printf ' "ours":{"attention_bf16_causal_fwd_tflops":%s,"attention_bf16_causal_bwd_tflops":%s,"gemm_bf16_tflops":%s,\n' \
         "$(jnum "${ours_fwd:-}")" "$(jnum "${ours_bwd:-}")" "$(jnum "${ours_gemm:-}")"
+    printf '  "attention_sweep":[%s]},\n' "$(join "${sweep_json[@]}")"
     printf ' "pytorch":%s,\n "failures":%s}\n' "$torch_json" "$failures"
 } > "$json_out"
 
@@ -254,6 +258,12 @@ for r in "${bert_json[@]}"; do
 done
 echo "| attention bf16 causal fwd, B=8 T=1024 NH=12 HS=64 | ${ours_fwd:-?} TFLOP/s | flash $(pyget 'd["sdpa_bf16_causal"]["flash"]["fwd_tflops"]'), cuDNN $(pyget 'd["sdpa_bf16_causal"]["cudnn"]["fwd_tflops"]') TFLOP/s |"
 echo "| attention bf16 causal bwd | ${ours_bwd:-?} TFLOP/s | flash $(pyget 'd["sdpa_bf16_causal"]["flash"]["bwd_tflops"]'), cuDNN $(pyget 'd["sdpa_bf16_causal"]["cudnn"]["bwd_tflops"]') TFLOP/s |"
+field() { echo "$r" | grep -oE "\"$1\":[0-9.a-z]+" | cut -d: -f2; }  # a value of the sweep object $r
+for r in "${sweep_json[@]}"; do  # the causal shapes, which the FlashAttention-2 paper reports
+    [[ $r == *'"causal":true'* ]] || continue
+    echo "| attention bf16 causal fwd+bwd, HS=$(field head_size) T=$(field T), B·T=16k NH·HS=2048 |" \
+         "$(field fwd_bwd_tflops) TFLOP/s | FlashAttention-2 paper, H100 SXM: $(field fa2_h100_fwd_bwd_tflops) TFLOP/s |"
+done
 echo "| bf16 linear 8192x768 -> 3072 (ours: + bias + GELU epilogue) | ${ours_gemm:-?} TFLOP/s | $(pyget 'd["gemm_bf16"]["tflops"]') TFLOP/s (plain GEMM) |"
 echo
 echo "gpu_check: $failures failure(s), $(elapsed) s; JSON: $json_out"

@@ -29,7 +29,8 @@
 // Build and run: make build/cpu/dev_attention && build/cpu/dev_attention    (CPU backend)
 //                make build/gpu/dev_attention && build/gpu/dev_attention    (GPU, nvcc)
 // Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
-// then times each variant (dev/cuda/README.md).
+// then times each variant at one shape, then llmc's kernels over FlashAttention-2's benchmark shapes
+// ("sweep" lines, which make gpu-check collects; dev/cuda/README.md).
 #include "../../llmc/attention.cuh"
 #include "../../llmc/mfu.h"
 #include "../../test/harness.h"
@@ -525,6 +526,54 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     flops_line("backward (llmc, flash) with dropout 0.1", time_ms(bwd_drop, reps), 2.5 * fwd_flops, peak);
 }
 
+// The FlashAttention-2 paper's benchmark shapes: B·T = 16384 tokens and NH·HS = 2048 channels, T from
+// 512 to 2k, head sizes 64 and 128, causal and not. One line per shape with forward, backward and the
+// two together (timed as one call after the other), in FlashAttention's FLOP convention, beside the
+// paper's forward+backward figure on an H100 SXM where it gives one (causal shapes). llmc's flash
+// kernels only: the variants are timed at one shape by benchmark() above.
+struct SweepAnchor {
+    int HS, T;
+    double tflops;  // FlashAttention-2, forward+backward, causal, H100 SXM
+};
+constexpr SweepAnchor kFa2H100[] = {{64, 512, 141}, {64, 1024, 192}, {64, 2048, 232},
+                                    {128, 512, 163}, {128, 1024, 221}, {128, 2048, 265}};
+
+template <class floatX>
+void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
+    const int C = NH * HS;
+    const double fwd_flops = 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
+    std::vector<float> qkv_h((size_t)B * T * 3 * C), dout_h((size_t)B * T * C);
+    th::fill_uniform(qkv_h.data(), qkv_h.size(), 7);
+    th::fill_uniform(dout_h.data(), dout_h.size(), 8);
+    th::DeviceBuffer<floatX> qkv(th::round_to<floatX>(qkv_h)), dout(th::round_to<floatX>(dout_h)),
+        out(dout_h.size(), th::Fill::NaN), dqkv(qkv_h.size(), th::Fill::NaN);
+    th::DeviceBuffer<float> lse((size_t)B * NH * T, th::Fill::NaN);
+    th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
+    auto fwd = [&] { attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
+    auto bwd = [&] {
+        attention_backward(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal, nullptr, 0);
+    };
+    auto both = [&] { fwd(); bwd(); };
+    const double tf = fwd_flops / (time_ms(fwd, reps) * 1e-3) / 1e12;
+    const double tb = 2.5 * fwd_flops / (time_ms(bwd, reps) * 1e-3) / 1e12;
+    const double tfb = 3.5 * fwd_flops / (time_ms(both, reps) * 1e-3) / 1e12;
+    char anchor[64] = "";
+    for (const SweepAnchor& a : kFa2H100)
+        if (causal && a.HS == HS && a.T == T)
+            snprintf(anchor, sizeof(anchor), "  (FlashAttention-2, H100 SXM: %.0f)", a.tflops);
+    printf("  sweep %s HS=%d %s T=%d B=%d NH=%d: fwd %.4g bwd %.4g fwd+bwd %.4g TFLOP/s%s\n", th::dtype_name<floatX>(),
+           HS, causal ? "causal" : "full", T, B, NH, tf, tb, tfb, anchor);
+}
+
+template <class floatX>
+void sweep(const std::vector<int>& seq_lens, int tokens, int channels, int reps) {
+    printf("sweep: %s, B·T = %d tokens, NH·HS = %d channels (FlashAttention-2's benchmark shapes)\n",
+           th::dtype_name<floatX>(), tokens, channels);
+    for (int HS : {64, 128})
+        for (bool causal : {true, false})
+            for (int T : seq_lens) sweep_point<floatX>(tokens / T, T, channels / HS, HS, causal, reps);
+}
+
 int main() {
     // Validation: T not a multiple of the 64-row tile, every head size, causal and padded.
     const std::vector<Shape> shapes = {
@@ -550,6 +599,7 @@ int main() {
     printf("benchmark (CPU backend: times are for the simulator, not for any GPU)\n");
     benchmark<__nv_bfloat16>(1, 128, 2, 64, true, 1);
     benchmark<float>(1, 128, 2, 64, true, 1);
+    sweep<__nv_bfloat16>({128}, 128, 256, 1);
 #else
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
@@ -558,6 +608,7 @@ int main() {
     benchmark<__nv_bfloat16>(8, 1024, 12, 64, false, 20);
     benchmark<__half>(8, 1024, 12, 64, true, 20);
     benchmark<float>(8, 1024, 12, 64, true, 5);
+    sweep<__nv_bfloat16>({512, 1024, 2048}, 16384, 2048, 10);
 #endif
     return th::finish();
 }
