@@ -471,6 +471,24 @@ void print_block_shapes(int HS, int B, int T, int NH) {
     });
 }
 
+// The tensors a timed shape needs: qkv (B,T,3C) and dout (B,T,C) random, the outputs NaN-filled.
+template <class floatX>
+struct BenchTensors {
+    th::DeviceBuffer<floatX> qkv, dout, out, dqkv;
+    th::DeviceBuffer<float> lse;       // (B,NH,T)
+    th::DeviceBuffer<char> scratch;    // the backward's
+    static std::vector<floatX> random(size_t n, uint64_t seed) {
+        std::vector<float> h(n);
+        th::fill_uniform(h.data(), n, seed);
+        return th::round_to<floatX>(h);
+    }
+    BenchTensors(int B, int T, int C, int NH)
+        : qkv(random((size_t)B * T * 3 * C, 7)), dout(random((size_t)B * T * C, 8)),
+          out((size_t)B * T * C, th::Fill::NaN), dqkv((size_t)B * T * 3 * C, th::Fill::NaN),
+          lse((size_t)B * NH * T, th::Fill::NaN),
+          scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN) {}
+};
+
 // FLOPs of the forward: Q K^T and P V, 2·T·T·HS each per head, halved under a causal mask. The
 // backward is counted as 2.5x the forward (5 products), FlashAttention's convention, which llmc's
 // bf16/fp16 backward does; its fp32 backward and variant 2 do 7 (a separate dQ kernel), and variant 1
@@ -486,14 +504,11 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     const double fwd_flops = 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
     printf("%s B=%d T=%d NH=%d HS=%d %s:\n", th::dtype_name<floatX>(), B, T, NH, HS, causal ? "causal" : "full");
     print_block_shapes<floatX>(HS, B, T, NH);
-    std::vector<float> qkv_h((size_t)B * T * 3 * C), dout_h((size_t)B * T * C);
-    th::fill_uniform(qkv_h.data(), qkv_h.size(), 7);
-    th::fill_uniform(dout_h.data(), dout_h.size(), 8);
-    th::DeviceBuffer<floatX> qkv(th::round_to<floatX>(qkv_h)), dout(th::round_to<floatX>(dout_h)),
-        out(dout_h.size(), th::Fill::NaN), dqkv(qkv_h.size(), th::Fill::NaN);
-    th::DeviceBuffer<float> lse((size_t)B * NH * T, th::Fill::NaN);
-    th::DeviceBuffer<char> scratch1(attention1_scratch_bytes(B, T, NH), th::Fill::NaN),
-        scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
+    BenchTensors<floatX> bt(B, T, C, NH);
+    th::DeviceBuffer<floatX> &qkv = bt.qkv, &dout = bt.dout, &out = bt.out, &dqkv = bt.dqkv;
+    th::DeviceBuffer<float>& lse = bt.lse;
+    th::DeviceBuffer<char>& scratch = bt.scratch;
+    th::DeviceBuffer<char> scratch1(attention1_scratch_bytes(B, T, NH), th::Fill::NaN);
     auto fwd1 = [&] { attention_forward1(out.ptr, lse.ptr, qkv.ptr, scratch1.ptr, B, T, C, NH, causal, nullptr, 0); };
     auto fwd = [&] { attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
     auto bwd1 = [&] {
@@ -542,13 +557,10 @@ template <class floatX>
 void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
     const int C = NH * HS;
     const double fwd_flops = 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
-    std::vector<float> qkv_h((size_t)B * T * 3 * C), dout_h((size_t)B * T * C);
-    th::fill_uniform(qkv_h.data(), qkv_h.size(), 7);
-    th::fill_uniform(dout_h.data(), dout_h.size(), 8);
-    th::DeviceBuffer<floatX> qkv(th::round_to<floatX>(qkv_h)), dout(th::round_to<floatX>(dout_h)),
-        out(dout_h.size(), th::Fill::NaN), dqkv(qkv_h.size(), th::Fill::NaN);
-    th::DeviceBuffer<float> lse((size_t)B * NH * T, th::Fill::NaN);
-    th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
+    BenchTensors<floatX> bt(B, T, C, NH);
+    th::DeviceBuffer<floatX> &qkv = bt.qkv, &dout = bt.dout, &out = bt.out, &dqkv = bt.dqkv;
+    th::DeviceBuffer<float>& lse = bt.lse;
+    th::DeviceBuffer<char>& scratch = bt.scratch;
     auto fwd = [&] { attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
     auto bwd = [&] {
         attention_backward(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal, nullptr, 0);
