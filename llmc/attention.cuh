@@ -169,6 +169,50 @@ __device__ void attn_zero_rows(floatX* dst, size_t stride, int rows) {
         store128(dst + (idx / kPackets) * stride + (idx % kPackets) * V, Packed128<floatX>::zeros());
 }
 
+// A forward block's place in the tensors. Grid (ceil(T/kRows), NH, B): block x owns query rows
+// q0 .. q0+rows-1 of head blockIdx.y of sequence blockIdx.z, the last query blocks first (under a
+// causal mask they have the most key tiles, and starting the longest blocks first shortens the tail
+// of the grid).
+template <class floatX>
+struct AttnForwardBlock {
+    int bh;               // b * NH + h: the (sequence, head) pair, which keys dropout's random stream
+    int q0, valid, rows;  // first query row, valid keys of the sequence, query rows of the block
+    size_t stride;        // row stride of qkv: 3C
+    const floatX* q;      // (B,T,3C) at (b, q0, q part)
+    const floatX* k;      // (B,T,3C) at (b, 0, k part)
+    const floatX* v;      // (B,T,3C) at (b, 0, v part)
+    floatX* o;            // (B,T,C) at (b, q0)
+    float* lse;           // (B,NH,T) at (b, h, q0)
+};
+
+template <class floatX, int HS, int kRows>
+__device__ inline AttnForwardBlock<floatX> attn_forward_block(floatX* out, float* lse, const floatX* qkv, int T,
+                                                              int C, int NH, const int* valid_len) {
+    const int b = blockIdx.z, h = blockIdx.y;
+    AttnForwardBlock<floatX> blk;
+    blk.bh = b * NH + h;
+    blk.q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
+    blk.valid = attn_valid_length(valid_len, b, T);
+    blk.rows = min(kRows, T - blk.q0);
+    blk.stride = 3 * (size_t)C;
+    blk.q = qkv + ((size_t)b * T + blk.q0) * blk.stride + h * HS;
+    blk.k = qkv + (size_t)b * T * blk.stride + C + h * HS;
+    blk.v = blk.k + C;
+    blk.o = out + ((size_t)b * T + blk.q0) * C + h * HS;
+    blk.lse = lse + ((size_t)b * NH + h) * T + blk.q0;
+    return blk;
+}
+
+// A block whose query rows are all padding writes zeros (and logsumexp 0) and computes nothing:
+// returns true when it did.
+template <class floatX, int HS>
+__device__ inline bool attn_forward_padding_block(const AttnForwardBlock<floatX>& blk, int C) {
+    if (blk.q0 < blk.valid) return false;
+    attn_zero_rows<floatX, HS>(blk.o, C, blk.rows);
+    for (int r = threadIdx.x; r < blk.rows; r += blockDim.x) blk.lse[r] = 0.f;
+    return true;
+}
+
 // Writes a warp's 16 rows of fp32 results from its scratch (row stride kLdX) to global memory as
 // floatX with 128-bit stores, the lane's row i multiplied by factor[i]. row0 is the global index of
 // the warp's first row; rows >= valid are written as zeros, rows >= end not at all.
@@ -336,23 +380,11 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
                              const int* valid_len, DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS, kWarps>;
-    const int b = blockIdx.z, h = blockIdx.y;
-    // Last query blocks first: under a causal mask they have the most key tiles, and starting the
-    // longest blocks first shortens the tail of the grid.
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * Tile::kRows;
-    const int valid = attn_valid_length(valid_len, b, T);
-    const int rows = min(Tile::kRows, T - q0);
-    const size_t stride = 3 * (size_t)C;
-    const floatX* q = qkv + ((size_t)b * T + q0) * stride + h * HS;  // (B,T,3C) at (b, q0, q part)
-    const floatX* k = qkv + (size_t)b * T * stride + C + h * HS;     // (B,T,3C) at (b, 0, k part)
-    const floatX* v = k + C;
-    floatX* o = out + ((size_t)b * T + q0) * C + h * HS;              // (B,T,C) at (b, q0)
-    float* lse_q = lse + ((size_t)b * NH + h) * T + q0;               // (B,NH,T) at (b, h, q0)
-    if (q0 >= valid) {  // every query row is padding: zeros, no compute
-        attn_zero_rows<floatX, HS>(o, C, rows);
-        for (int r = threadIdx.x; r < rows; r += blockDim.x) lse_q[r] = 0.f;
-        return;
-    }
+    const AttnForwardBlock<floatX> blk =
+        attn_forward_block<floatX, HS, Tile::kRows>(out, lse, qkv, T, C, NH, valid_len);
+    if (attn_forward_padding_block<floatX, HS>(blk, C)) return;
+    const int q0 = blk.q0, valid = blk.valid, rows = blk.rows;
+    const size_t stride = blk.stride;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rg = lane / 8, cg = lane % 8;
     unsigned char* smem = attn_smem_base();
@@ -364,7 +396,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     float* scratch = reinterpret_cast<float*>(warp_mem + Tile::kWarpPBytes);  // (16, max(64, HS))
     uint32_t* keep_s = reinterpret_cast<uint32_t*>(smem + Tile::kForwardMask);  // (kThreads) dropout keep bits
 
-    attn_load_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0), Tile::kRows);
+    attn_load_tile<floatX, HS>(Qs, blk.q, stride, min(rows, valid - q0), Tile::kRows);
     const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;  // keys any row of the block sees
     const int row0 = q0 + 16 * warp;  // this warp's first query row
     const bool active = row0 < valid;  // warp-uniform: a warp entirely in padding skips the math
@@ -378,12 +410,12 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
     for (int k0 = 0; k0 < kend; k0 += Tile::kCols) {
         __syncthreads();  // every warp is done with the previous K, V tiles
-        attn_load_tile<floatX, HS>(Ks, k + k0 * stride, stride, min(Tile::kCols, kend - k0), Tile::kCols);
-        attn_load_tile<floatX, HS>(Vs, v + k0 * stride, stride, min(Tile::kCols, kend - k0), Tile::kCols);
+        attn_load_tile<floatX, HS>(Ks, blk.k + k0 * stride, stride, min(Tile::kCols, kend - k0), Tile::kCols);
+        attn_load_tile<floatX, HS>(Vs, blk.v + k0 * stride, stride, min(Tile::kCols, kend - k0), Tile::kCols);
         // The dropout keep bits of this lane's 32 elements of the tile, computed next to the tile loads and
         // parked in shared memory until the softmax reads them (in a register through the score product
         // they pushed the backward kernels, at 255 registers for HS = 64 and 128, into spills).
-        if (kDropout && active) keep_s[threadIdx.x] = attn_dropout_bits<false>(drop, b * NH + h, row0, k0);
+        if (kDropout && active) keep_s[threadIdx.x] = attn_dropout_bits<false>(drop, blk.bh, row0, k0);
         __syncthreads();
         if (!active) continue;
         float s[4][8];  // scaled scores in log2 units, -inf where masked
@@ -409,11 +441,11 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     __syncwarp();
     Math::store(acc, scratch);
     __syncwarp();
-    attn_store_rows<floatX, HS>(o + 16 * warp * C, C, scratch, row0, valid, T, inv_l);
+    attn_store_rows<floatX, HS>(blk.o + 16 * warp * C, C, scratch, row0, valid, T, inv_l);
     if (cg == 0)
         for (int i = 0; i < 4; i++) {
             int qi = row0 + rg + 4 * i;
-            if (qi < T) lse_q[qi - q0] = qi < valid ? (m[i] + log2f(l[i])) * 0.69314718055994531f : 0.f;
+            if (qi < T) blk.lse[qi - q0] = qi < valid ? (m[i] + log2f(l[i])) * 0.69314718055994531f : 0.f;
         }
 }
 
@@ -803,30 +835,20 @@ __global__ void __launch_bounds__(128, 2)
     attention_forward_mma_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
                                  const int* valid_len, DropoutArgs drop) {
     using Tile = AttnMmaTile<floatX, HS>;
-    const int b = blockIdx.z, h = blockIdx.y;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * Tile::kRows;  // longest blocks first
-    const int valid = attn_valid_length(valid_len, b, T);
-    const int rows = min(Tile::kRows, T - q0);
-    const size_t stride = 3 * (size_t)C;
-    const floatX* q = qkv + ((size_t)b * T + q0) * stride + h * HS;  // (B,T,3C) at (b, q0, q part)
-    const floatX* k = qkv + (size_t)b * T * stride + C + h * HS;     // (B,T,3C) at (b, 0, k part)
-    const floatX* v = k + C;
-    floatX* o = out + ((size_t)b * T + q0) * C + h * HS;  // (B,T,C) at (b, q0)
-    float* lse_q = lse + ((size_t)b * NH + h) * T + q0;   // (B,NH,T) at (b, h, q0)
-    if (q0 >= valid) {  // every query row is padding: zeros, no compute
-        attn_zero_rows<floatX, HS>(o, C, rows);
-        for (int r = threadIdx.x; r < rows; r += blockDim.x) lse_q[r] = 0.f;
-        return;
-    }
+    const AttnForwardBlock<floatX> blk =
+        attn_forward_block<floatX, HS, Tile::kRows>(out, lse, qkv, T, C, NH, valid_len);
+    if (attn_forward_padding_block<floatX, HS>(blk, C)) return;
+    const int q0 = blk.q0, valid = blk.valid, rows = blk.rows;
+    const size_t stride = blk.stride;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     floatX* Qs = reinterpret_cast<floatX*>(attn_smem_base());  // (64, HS)
     floatX* KVs = Qs + Tile::kOwnTile;  // stage s: K at 2s, V at 2s+1, (64, HS) each
     const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;  // keys any row of the block sees
     const int tiles = CEIL_DIV(kend, Tile::kCols);
-    attn_async_tile<floatX, HS>(Qs, q, stride, min(rows, valid - q0), Tile::kRows);
-    attn_async_tile<floatX, HS>(KVs, k, stride, min(Tile::kCols, kend), Tile::kCols);
-    attn_async_tile<floatX, HS>(KVs + Tile::kStreamTile, v, stride, min(Tile::kCols, kend), Tile::kCols);
+    attn_async_tile<floatX, HS>(Qs, blk.q, stride, min(rows, valid - q0), Tile::kRows);
+    attn_async_tile<floatX, HS>(KVs, blk.k, stride, min(Tile::kCols, kend), Tile::kCols);
+    attn_async_tile<floatX, HS>(KVs + Tile::kStreamTile, blk.v, stride, min(Tile::kCols, kend), Tile::kCols);
     cp_async_commit();
 
     const int row0 = q0 + 16 * warp;   // this warp's first query row
@@ -845,14 +867,14 @@ __global__ void __launch_bounds__(128, 2)
         if (it + 1 < tiles) {
             floatX* next = KVs + ((it + 1) % 2) * 2 * Tile::kStreamTile;
             const int k1 = k0 + Tile::kCols, n = min(Tile::kCols, kend - k1);
-            attn_async_tile<floatX, HS>(next, k + k1 * stride, stride, n, Tile::kCols);
-            attn_async_tile<floatX, HS>(next + Tile::kStreamTile, v + k1 * stride, stride, n, Tile::kCols);
+            attn_async_tile<floatX, HS>(next, blk.k + k1 * stride, stride, n, Tile::kCols);
+            attn_async_tile<floatX, HS>(next + Tile::kStreamTile, blk.v + k1 * stride, stride, n, Tile::kCols);
         }
         cp_async_commit();
         if (!active) continue;
         if (it == 0)
             for (int kk = 0; kk < HS / 16; kk++) attn_ldsm_a(qa[kk], Qs + 16 * warp * Tile::kLd + 16 * kk, Tile::kLd);
-        const uint32_t keep = kDropout ? attn_mma_dropout_bits<false, 64>(drop, b * NH + h, row0, k0) : ~0u;
+        const uint32_t keep = kDropout ? attn_mma_dropout_bits<false, 64>(drop, blk.bh, row0, k0) : ~0u;
 
         float s[8][4] = {};  // scores of rows g, g+8 (registers 0-1, 2-3), keys k0 + 8j + 2t + {0, 1}
         attn_mma_abt<floatX, HS, 64>(s, [&](int kk) -> const uint32_t(&)[4] { return qa[kk]; }, Ks, Tile::kLd);
@@ -900,11 +922,11 @@ __global__ void __launch_bounds__(128, 2)
         inv_l[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
         if (kDropout) inv_l[r] *= drop.scale;
     }
-    attn_mma_store_rows<floatX, HS>(o + 16 * warp * C, C, Qs + 16 * warp * Tile::kLd, acc, inv_l, row0, valid, T);
+    attn_mma_store_rows<floatX, HS>(blk.o + 16 * warp * C, C, Qs + 16 * warp * Tile::kLd, acc, inv_l, row0, valid, T);
     if (t == 0)
         for (int r = 0; r < 2; r++) {
             int qi = row0 + g + 8 * r;
-            if (qi < T) lse_q[qi - q0] = qi < valid ? (m[r] + log2f(l[r])) * 0.69314718055994531f : 0.f;
+            if (qi < T) blk.lse[qi - q0] = qi < valid ? (m[r] + log2f(l[r])) * 0.69314718055994531f : 0.f;
         }
 }
 

@@ -104,6 +104,7 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
     fi
     run "test_kernel_coverage (scripts/kernel_coverage.py)" bash "$root/test/test_kernel_coverage.sh" "$BUILD_DIR"
     run "test_gpu_check (scripts/gpu_check.sh)" bash "$root/test/test_gpu_check.sh"
+    run "test_sass_check (scripts/sass_check.py)" python3 "$root/test/test_sass_check.py"
     run "test_docs (README.md and the docs' links)" bash "$root/test/test_docs.sh"
     run "test_install_deps (scripts/install_deps.sh)" bash "$root/test/test_install_deps.sh"
     if python3 -c 'import matplotlib' >/dev/null 2>&1; then
@@ -155,6 +156,10 @@ if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
         done
     done
     rm -rf "$results"
+    # What the bf16 attention kernels compile to on A100 and H100 (ldmatrix, cp.async, no spills, two
+    # blocks per SM); CI (REQUIRE_ORACLE=1) fails without cuobjdump instead of skipping.
+    run "sass checks (scripts/sass_check.py)" env REQUIRE_SASS="${REQUIRE_ORACLE:-}" \
+        python3 "$root/scripts/sass_check.py" --nvcc "$NVCC" --arch 80 --arch 90
 fi
 
 # Last, so that the suite ends with it: which kernels of the sources no test above launched.

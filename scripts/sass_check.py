@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""scripts/sass_check.py — reads the machine code (SASS) nvcc makes of the bf16 FlashAttention-2 kernels
+(head size 64, dropout off and on; test/sass/attention_kernels.cu) and checks what makes them fast:
+
+  LDSM     fragments come from shared memory through ldmatrix;
+  LDGSTS   tiles go from global to shared memory through cp.async, without registers;
+  no LD    no generic-address load (what a fragment load becomes when the compiler loses track of
+           the shared-memory space);
+  no local no spills: no local memory (LDL/STL), LOCAL 0 in the resource usage;
+  2 blocks two blocks of 128 threads fit an SM's 65536 registers (registers are allocated per warp
+           in units of 8 per thread) — test/sass/attention_kernels.cu asserts the same of shared memory.
+
+It also reports the share of HMMA (tensor-core) instructions in each kernel's main loop: the backward
+branch whose body holds the most HMMA (for the forward the key-tile loop, masked path included).
+
+    scripts/sass_check.py --nvcc NVCC --arch 80 --arch 90 [--cuobjdump PATH]
+    scripts/sass_check.py --nvcc NVCC --which-cuobjdump     the cuobjdump it would use (exit 1: none)
+
+One PASS/FAIL line per (architecture, kernel) and a final "N passed, N failed"; exit 1 if any failed.
+cuobjdump comes from the toolkit when it has one, else from PyPI's nvidia-cuda-cuobjdump; without one
+it prints SKIP and exits 0, or fails with REQUIRE_SASS=1.
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = os.path.join(ROOT, "test", "sass", "attention_kernels.cu")
+# nvcc's flags as the project ships them (the Makefile's NVCC flags for a GPU build).
+NVCC_FLAGS = ["-std=c++17", "-O3", "--use_fast_math", "-Xptxas", "-warn-spills", "--Werror", "all-warnings"]
+REGISTERS_PER_SM, THREADS, BLOCKS = 65536, 128, 2
+
+
+def find_cuobjdump(given, nvcc):
+    if given:
+        return given
+    toolkit = os.path.join(os.path.dirname(os.path.realpath(shutil.which(nvcc) or nvcc)), "cuobjdump")
+    if os.access(toolkit, os.X_OK):
+        return toolkit
+    on_path = shutil.which("cuobjdump")
+    if on_path:
+        return on_path
+    # PyPI's nvidia-cuda-cuobjdump puts it in site-packages/nvidia/cu<N>/bin, for this python or Debian's.
+    roots = list(sys.path)
+    try:
+        out = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('\\n'.join(sys.path))"],
+                             capture_output=True, text=True, check=False).stdout
+        roots += out.split()
+    except OSError:
+        pass
+    for r in roots:
+        found = sorted(glob.glob(os.path.join(r, "nvidia", "*", "bin", "cuobjdump")))
+        if found:
+            return found[-1]
+    return None
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:2])} ... failed: {(p.stdout + p.stderr).strip()[-800:]}")
+    return p.stdout
+
+
+def demangled(name):
+    """attention_forward_mma_kernel<bf16, 64, dropout> from the mangled name (no c++filt needed)."""
+    m = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16Li(\d+)ELb([01])E", name)
+    if not m:
+        return name
+    return f"{m.group(1)}<bf16, HS={m.group(2)}, dropout {'on' if m.group(3) == '1' else 'off'}>"
+
+
+def parse_sass(text):
+    """{function: [(address, opcode with modifiers, operands)]} from cuobjdump -sass."""
+    functions, current = {}, None
+    for line in text.splitlines():
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            current = functions.setdefault(m.group(1), [])
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);", line)
+        if m and current is not None:
+            current.append((int(m.group(1), 16), m.group(2), m.group(3)))
+    return functions
+
+
+def parse_resources(text):
+    """{function: {"REG": n, "LOCAL": n, ...}} from cuobjdump -res-usage."""
+    res, current = {}, None
+    for line in text.splitlines():
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            current = m.group(1)
+            continue
+        if current and "REG:" in line:
+            res[current] = {k: int(v) for k, v in re.findall(r"([A-Z]+):(\d+)", line)}
+    return res
+
+
+def main_loop(code):
+    """(instructions, HMMA) of the backward branch's body holding the most HMMA."""
+    best = (0, 0)
+    for addr, op, operands in code:
+        if not op.startswith("BRA") or op.startswith("BRA.DIV"):
+            continue
+        m = re.match(r"\s*(0x[0-9a-f]+)", operands)
+        if not m or int(m.group(1), 16) >= addr:
+            continue
+        start = int(m.group(1), 16)
+        body = [o for a, o, _ in code if start <= a <= addr]
+        hmma = sum(o.startswith("HMMA") for o in body)
+        if hmma > best[1]:
+            best = (len(body), hmma)
+    return best
+
+
+def check_kernel(arch, name, code, res):
+    ops = [op for _, op, _ in code]
+    count = lambda pred: sum(1 for o in ops if pred(o))
+    ldsm = count(lambda o: o.startswith("LDSM"))
+    ldgsts = count(lambda o: o.startswith("LDGSTS"))
+    generic = count(lambda o: o == "LD" or o.startswith("LD."))
+    local = count(lambda o: o.startswith(("LDL", "STL")))
+    regs = res.get("REG", 0)
+    regs_2_blocks = BLOCKS * THREADS * (-(-regs // 8) * 8)
+    loop, hmma = main_loop(code)
+    ok = ldsm > 0 and ldgsts > 0 and generic == 0 and local == 0 and res.get("LOCAL", 1) == 0 \
+        and regs_2_blocks <= REGISTERS_PER_SM and hmma > 0
+    share = f"{100.0 * hmma / loop:.1f}%" if loop else "?"
+    print(f"{'PASS' if ok else 'FAIL'} sass sm_{arch} {demangled(name)}  LDSM {ldsm}, LDGSTS {ldgsts}, "
+          f"generic LD {generic}, local {local} (LOCAL {res.get('LOCAL', '?')}), {regs} registers "
+          f"({BLOCKS} blocks: {regs_2_blocks} of {REGISTERS_PER_SM}); main loop {loop} instructions, "
+          f"{hmma} HMMA ({share})")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nvcc", default="nvcc")
+    ap.add_argument("--arch", action="append", help="compute capability without the dot, e.g. 90")
+    ap.add_argument("--cuobjdump")
+    ap.add_argument("--which-cuobjdump", action="store_true", help="print the cuobjdump found and stop")
+    args = ap.parse_args()
+    cuobjdump = find_cuobjdump(args.cuobjdump, args.nvcc)
+    if args.which_cuobjdump:
+        if cuobjdump:
+            print(cuobjdump)
+        return 0 if cuobjdump else 1
+    if not args.arch:
+        ap.error("--arch is required (e.g. --arch 80 --arch 90)")
+    if not cuobjdump:
+        if os.environ.get("REQUIRE_SASS") == "1":
+            print("FAIL sass checks: no cuobjdump (the toolkit's, or pip install nvidia-cuda-cuobjdump)")
+            print("0 passed, 1 failed")
+            return 1
+        print("SKIP sass checks: no cuobjdump (the toolkit's, or pip install nvidia-cuda-cuobjdump)")
+        print("0 passed, 0 failed")
+        return 0
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch in args.arch:
+            cubin = os.path.join(tmp, f"sm_{arch}.cubin")
+            try:
+                run([args.nvcc, *NVCC_FLAGS, "-gencode", f"arch=compute_{arch},code=sm_{arch}", "-cubin",
+                     SOURCE, "-o", cubin])
+                functions = parse_sass(run([cuobjdump, "-sass", cubin]))
+                resources = parse_resources(run([cuobjdump, "-res-usage", cubin]))
+            except RuntimeError as e:
+                print(f"FAIL sass sm_{arch}: {e}")
+                failed += 1
+                continue
+            kernels = sorted(f for f in functions if "_mma_kernel" in f)
+            if len(kernels) != 4:
+                print(f"FAIL sass sm_{arch}: found {len(kernels)} of the 4 kernels ({', '.join(kernels)})")
+                failed += 1
+            for k in kernels:
+                if check_kernel(arch, k, functions[k], resources.get(k, {})):
+                    passed += 1
+                else:
+                    failed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+// test/sass/attention_kernels.cu — the translation unit scripts/sass_check.py compiles to read the
+// SASS of the bf16 FlashAttention-2 kernels at head size 64 (llmc/attention.cuh), with dropout off and
+// on; it also asserts, at compile time, that two blocks of each fit one SM's shared memory on the
+// smallest architecture the check covers (A100, sm_80).
+#include "../../llmc/attention.cuh"
+
+using Bf16Tile = AttnMmaTile<__nv_bfloat16, 64>;
+
+// Shared memory per SM on sm_80 (A100): 164 KiB, of which each resident block also takes 1 KiB
+// the system reserves (CUDA programming guide, compute capabilities table).
+constexpr size_t kSm80SharedPerSm = 164 * 1024, kReservedPerBlock = 1024;
+static_assert(2 * (Bf16Tile::kForwardSmem + kReservedPerBlock) <= kSm80SharedPerSm,
+              "the bf16 head-size-64 forward no longer fits two blocks per SM on an A100");
+static_assert(2 * (Bf16Tile::kBackwardSmem + kReservedPerBlock) <= kSm80SharedPerSm,
+              "the bf16 head-size-64 backward no longer fits two blocks per SM on an A100");
+
+// Naming each kernel's host stub instantiates it: nothing here runs.
+void* sass_check_kernels[] = {
+    (void*)&attention_forward_mma_kernel<__nv_bfloat16, 64, false>,
+    (void*)&attention_forward_mma_kernel<__nv_bfloat16, 64, true>,
+    (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, false>,
+    (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, true>,
+};
