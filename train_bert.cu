@@ -259,7 +259,7 @@ struct BERT : ModelState<floatX> {
                                    matmul_backward_scratch_bytes((int)M, (int)Vp),
                                    matmul_backward_scratch_bytes((int)R, (int)C),
                                    matmul_backward_scratch_bytes(B, (int)NL),
-                                   attention_backward_scratch_bytes(B, T, (int)C, (int)NH)});
+                                   attention_backward_scratch_bytes<floatX>(B, T, (int)C, (int)NH)});
         // Layers kept per activation: L, or 1 when the backward pass recomputes it (see recompute).
         size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
                Lall = recompute >= Recompute::Layer ? 1 : L;

@@ -305,7 +305,7 @@ struct GPT2 : ModelState<floatX> {
         size_t scratch = std::max({layernorm_backward_scratch_bytes((int)BT, (int)C),
                                    matmul_backward_scratch_bytes((int)BT, (int)(4 * C)),
                                    matmul_backward_scratch_bytes((int)BT, (int)Vp),
-                                   attention_backward_scratch_bytes(B, T, (int)C, (int)NH)});
+                                   attention_backward_scratch_bytes<floatX>(B, T, (int)C, (int)NH)});
         // Layers kept per activation: L, or 1 when the backward pass recomputes it (see Recompute).
         size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
                Lall = recompute >= Recompute::Layer ? 1 : L;

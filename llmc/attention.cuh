@@ -1282,13 +1282,16 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
     }
 }
 
-// Bytes of device scratch attention_backward needs: D = rowsum(dO ∘ O), fp32 (B,NH,T), then (for the
-// 16-bit types; fp32 leaves it unused) the dQ slices, fp32 (splits,B,NH,T,HS): splits · B·T·C · 4 bytes,
-// splits = attention_dq_splits(B, T, NH) (GPT-2 124M at B = 8, T = 1024: 6 · 25.2 MB).
+// Bytes of device scratch attention_backward<floatX> needs: D = rowsum(dO ∘ O), fp32 (B,NH,T), then for
+// the 16-bit types (whose mma.sync backward sums dQ from slices) the dQ slices, fp32 (splits,B,NH,T,HS):
+// splits · B·T·C · 4 bytes, splits = attention_dq_splits(B, T, NH) (GPT-2 124M at B = 8, T = 1024:
+// 6 · 25.2 MB). The fp32 backward computes dQ in its own kernel and needs D only.
 inline size_t attention_dq_part_offset(int B, int T, int NH) {
     return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256;
 }
+template <class floatX>
 inline size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
+    if (std::is_same<floatX, float>::value) return attention_dq_part_offset(B, T, NH);
     return attention_dq_part_offset(B, T, NH) + (size_t)attention_dq_splits(B, T, NH) * B * T * C * sizeof(float);
 }
 
@@ -1338,7 +1341,7 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
 }
 
 // dqkv (B,T,3C, overwritten) = the gradient of the loss with respect to qkv, given dout (B,T,C) and the
-// forward's qkv, out and lse; scratch: attention_backward_scratch_bytes(...) bytes of device memory.
+// forward's qkv, out and lse; scratch: attention_backward_scratch_bytes<floatX>(...) bytes of device memory.
 // dropout: the forward call's (same p, seed and offset), whose mask is regenerated.
 template <class floatX>
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
@@ -1352,7 +1355,7 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
         exit(EXIT_FAILURE);
     }
     if (!scratch) {
-        fprintf(stderr, "attention_backward: scratch is null (needs attention_backward_scratch_bytes(B, T, C, NH))\n");
+        fprintf(stderr, "attention_backward: scratch is null (needs attention_backward_scratch_bytes<floatX>(B, T, C, NH))\n");
         exit(EXIT_FAILURE);
     }
     float* D = static_cast<float*>(scratch);

@@ -288,7 +288,7 @@ std::vector<unsigned char> run_kernels(const Case& cs, const std::vector<float>&
     // NaN everywhere: an element the kernels do not write shows up.
     th::DeviceBuffer<floatX> out(n_out, th::Fill::NaN), dqkv(n_qkv, th::Fill::NaN);
     th::DeviceBuffer<float> lse(n_lse, th::Fill::NaN);
-    th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
+    th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
     const int* valid_len = cs.valid.empty() ? nullptr : valid.ptr;
     if (dropout) {
         attention_forward(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, cs.causal, valid_len, 0, *dropout);

@@ -428,13 +428,13 @@ void validate(const Shape& s, uint64_t seed) {
             attention_backward1(dqkv.ptr, d_dout.ptr, d_qkv.ptr, scratch.ptr, B, T, C, NH, s.causal, vl, 0);
         } else if (variant == 2) {
             if constexpr (!std::is_same<floatX, float>::value) {
-                th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
+                th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
                 attention_forward2(out.ptr, lse.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0, dropout);
                 attention_backward2(dqkv.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH,
                                     s.causal, vl, 0, dropout);
             }
         } else {
-            th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN);
+            th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
             attention_forward(out.ptr, lse.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0, dropout);
             attention_backward(dqkv.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
                                vl, 0, dropout);
@@ -486,7 +486,7 @@ struct BenchTensors {
         : qkv(random((size_t)B * T * 3 * C, 7)), dout(random((size_t)B * T * C, 8)),
           out((size_t)B * T * C, th::Fill::NaN), dqkv((size_t)B * T * 3 * C, th::Fill::NaN),
           lse((size_t)B * NH * T, th::Fill::NaN),
-          scratch(attention_backward_scratch_bytes(B, T, C, NH), th::Fill::NaN) {}
+          scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN) {}
 };
 
 // FLOPs of the forward: Q K^T and P V, 2·T·T·HS each per head, halved under a causal mask. The
