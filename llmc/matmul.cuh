@@ -134,6 +134,17 @@ struct MatmulPlan {
     cublasLtMatmulAlgo_t algo{};
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+
+    // Destroys the descriptors; returns the first failure (CUBLAS_STATUS_SUCCESS if none).
+    cublasStatus_t destroy() {
+        cublasStatus_t first = CUBLAS_STATUS_SUCCESS;
+        for (cublasLtMatrixLayout_t layout : {a, b, d}) {
+            cublasStatus_t s = cublasLtMatrixLayoutDestroy(layout);
+            if (first == CUBLAS_STATUS_SUCCESS) first = s;
+        }
+        cublasStatus_t s = cublasLtMatmulDescDestroy(desc);
+        return first == CUBLAS_STATUS_SUCCESS ? s : first;
+    }
 };
 
 // The pointer attributes of the operation descriptor, which change from call to call of one plan
@@ -153,6 +164,18 @@ struct MatmulContext {
     bool tf32 = false;  // fp32 storage with TF32 tensor-core compute (--precision tf32)
     long long calls = 0;  // cublasLtMatmul calls so far (each is at least one GPU kernel)
     std::map<MatmulCacheKey, MatmulPlan> plans;
+
+    // Destroys every cached plan's descriptors and forgets the plans.
+    void forget_plans() {
+        for (auto& entry : plans) cublasCheck(entry.second.destroy());
+        plans.clear();
+    }
+    // A program that exits without matmul_destroy (a refused input's exit(1)) still frees the cached
+    // descriptors: host objects, which need neither the handle nor the device. Unchecked: a
+    // destructor that runs during exit must not call exit.
+    ~MatmulContext() {
+        for (auto& entry : plans) entry.second.destroy();
+    }
 };
 inline MatmulContext& matmul_context() {
     static MatmulContext ctx;
@@ -171,17 +194,7 @@ inline void matmul_init(bool tf32 = false) {
 
 // Destroys every cached plan's descriptors and forgets the plans (the next call of each shape asks
 // the heuristic again).
-inline void matmul_forget_plans() {
-    MatmulContext& ctx = matmul_context();
-    for (auto& entry : ctx.plans) {
-        MatmulPlan& plan = entry.second;
-        cublasCheck(cublasLtMatrixLayoutDestroy(plan.a));
-        cublasCheck(cublasLtMatrixLayoutDestroy(plan.b));
-        cublasCheck(cublasLtMatrixLayoutDestroy(plan.d));
-        cublasCheck(cublasLtMatmulDescDestroy(plan.desc));
-    }
-    ctx.plans.clear();
-}
+inline void matmul_forget_plans() { matmul_context().forget_plans(); }
 
 inline void matmul_destroy() {
     MatmulContext& ctx = matmul_context();
