@@ -742,6 +742,13 @@ int main(int argc, char** argv) {
     test_dropout_off<__half>({1, 130, 2, 128, true, {}}, seed);
     test_dropout_padding_invariance<float>({2, 40, 2, 32, false, {33, 17}, 0.1f}, 130, seed);
     test_dropout_padding_invariance<__nv_bfloat16>({2, 40, 2, 64, true, {40, 1}, 0.1f}, 72, seed);
+    // Several key tiles per block of the mma.sync backward (a target of 1 block: one dQ slice, so every
+    // block walks all its key tiles, at either padded length): the tiles past the valid length are
+    // skipped, so padding to 260 (5 key tiles) changes no bit of the valid rows.
+    attention_dq_target_blocks() = 1;
+    test_dropout_padding_invariance<__nv_bfloat16>({2, 100, 2, 64, false, {100, 70}, 0.1f}, 260, seed);
+    test_dropout_padding_invariance<__half>({1, 130, 2, 128, true, {97}, 0.1f}, 300, seed);
+    attention_dq_target_blocks() = saved_target;
     test_backward_nonfinite_fp16();
     test_block_shapes<float>();
     test_block_shapes<__nv_bfloat16>();
