@@ -197,13 +197,15 @@ inline void resolve_moe_options(const Cli& cli, const TrainOptions& o, GPT2Confi
                  "checkpoints are this trainer's (--output-dir)");
 }
 
-// After resolve_moe_options: refuses --expert-parallel where it cannot work on `ranks` ranks.
+// After resolve_moe_options: refuses --expert-parallel where it cannot work on `ranks` ranks (one
+// rank holds every expert: accepted, nothing changes).
 inline void resolve_expert_parallel(const Cli& cli, const TrainOptions& o, const GPT2Config& c, int ranks) {
     if (!o.expert_parallel) return;
     if (c.moe_experts == 0)
         cli.fail("option --expert-parallel: the model has no experts (give --moe-experts E)");
     if (c.moe_experts % ranks != 0)
         cli.fail("option --expert-parallel: the %d experts do not divide over %d ranks", c.moe_experts, ranks);
+    if (ranks == 1) return;  // every expert on the one rank: nothing is sharded
     if (o.zero == 2)
         cli.fail("option --expert-parallel: not with --zero 2 (its per-micro-step gradient slices have no place "
                  "for rank-local experts); use --zero 0 or 1");
