@@ -335,8 +335,10 @@ void moe_layer_free(MoeLayer<T>* L) {
                    L->offsets, L->pslot, L->prow, L->losses, L->load, L->importance, L->xe, L->hpre,
                    L->hact, L->ye, L->dye, L->dhact, L->dhpre, L->dxe, L->dweight, L->dlogits};
     for (void* p : all) cudaCheck(cudaFree(p));
-    if (L->par.ranks > 1)
-        for (void* p : {L->xr, L->yr, L->dyr, L->dxr}) cudaCheck(cudaFree(p));
+    if (L->par.ranks > 1) {
+        void* exchange[] = {L->xr, L->yr, L->dyr, L->dxr};
+        for (void* p : exchange) cudaCheck(cudaFree(p));
+    }
     *L = MoeLayer<T>();
 }
 
