@@ -1097,7 +1097,8 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     }
     if (model.moe_par.ranks > 1)
         printf("expert parallel: the %d experts of each MoE block over %d ranks, %d per rank (tokens exchanged "
-               "all-to-all, capacity per rank); %.2fM parameters on each rank\n", c.moe_experts, model.moe_par.ranks,
+               "all-to-all, capacity per rank; their gradients and optimizer state stay on their rank); %.2fM "
+               "parameters on each rank\n", c.moe_experts, model.moe_par.ranks,
                c.moe_experts / model.moe_par.ranks, model.num_parameters / 1e6);
     printf("precision: %s%s | device: %s\n", precision_name(o.precision),
            o.tf32 ? " (tf32 matmuls)" : o.fp8 ? " with fp8 GEMMs in the blocks (E4M3 forward, E5M2 gradients)" : "",
