@@ -9,6 +9,10 @@
 // Mixture of Experts (--moe-experts E > 0): every moe_every-th block's MLP is llmc/moe_layer.cuh's
 // MoE layer (router, top-K routing with capacity, E expert MLPs); its load-balancing and z losses
 // join the objective. Layout and checkpoint extension: llmc/gpt2_config.h, llmc/gpt2_io.h.
+// With --expert-parallel under mpirun -np P, each rank holds E/P experts of every MoE block (the
+// last tensors of its parameters, rank-local: llmc/model_state.cuh) and the layer exchanges tokens
+// with the experts' ranks (llmc/moe_layer.cuh); model files still hold every expert (gathered for
+// writing, sliced when read), each rank's optimizer state file its own experts' state.
 //
 // Precision is a run-time choice (--precision auto|fp32|tf32|bf16|fp16|fp8): every model-level
 // function is a template on the storage type floatX of parameters and activations, and main()
@@ -89,7 +93,9 @@ using ParameterTensors = TensorViews<floatX, NUM_MODEL_TENSORS>;
 // the per-layer tensors. With experts, the dense MLP tensors hold fewer than L copies and the MoE
 // tensors Lm: both are then communicated after the layers (GradReady::AfterLayers, ZeRO's per-layer
 // groups being L slices of a tensor), one copy per expert matrix (Adafactor's statistics per matrix).
-inline std::vector<ParamSpec> param_specs(const GPT2Config& c) {
+// Over expert_ranks > 1 ranks of expert parallelism the expert tensors hold this rank's E/expert_ranks
+// experts per block and are rank-local (never communicated).
+inline std::vector<ParamSpec> param_specs(const GPT2Config& c, int expert_ranks = 1) {
     size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
     std::vector<ParamSpec> s(NUM_PARAMETER_TENSORS);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) s[i] = ParamSpec{{C}, L, param_decays(i), GradReady::PerLayer};
@@ -107,14 +113,16 @@ inline std::vector<ParamSpec> param_specs(const GPT2Config& c) {
     s[FCB].shape = {4 * C};
     s[FCPROJW].shape = {C, 4 * C};
     if (c.moe_experts > 0) {
-        size_t Lm = c.moe_blocks(), E = c.moe_experts, H = c.moe_hidden(), H1 = c.moe_w1_rows();
+        size_t Lm = c.moe_blocks(), E = c.moe_experts, El = E / expert_ranks, H = c.moe_hidden(),
+               H1 = c.moe_w1_rows();
+        bool local = expert_ranks > 1;
         for (int i : {FCW, FCB, FCPROJW, FCPROJB}) {
             s[i].copies = L - Lm;
             s[i].ready = GradReady::AfterLayers;
         }
         s.push_back(ParamSpec{{E, C}, Lm, param_decays(MOEROUTER), GradReady::AfterLayers});
-        s.push_back(ParamSpec{{H1, C}, Lm * E, param_decays(MOEW1), GradReady::AfterLayers});
-        s.push_back(ParamSpec{{C, H}, Lm * E, param_decays(MOEW2), GradReady::AfterLayers});
+        s.push_back(ParamSpec{{H1, C}, Lm * El, param_decays(MOEW1), GradReady::AfterLayers, local});
+        s.push_back(ParamSpec{{C, H}, Lm * El, param_decays(MOEW2), GradReady::AfterLayers, local});
     }
     return s;
 }
@@ -133,12 +141,37 @@ inline MoeConfig moe_config(const GPT2Config& c) {
     return m;
 }
 
-// MoE block l's weights (or gradients) inside views t of the model's tensors.
+// MoE block l's weights (or gradients) inside views t of the model's tensors (the experts of this
+// rank of expert_ranks).
 template <class floatX>
-MoeWeights<floatX> moe_weights(const ParameterTensors<floatX>& t, const GPT2Config& c, int l) {
-    size_t m = c.moe_index(l), E = c.moe_experts, C = c.channels;
-    return MoeWeights<floatX>{t.t[MOEROUTER] + m * E * C, t.t[MOEW1] + m * E * c.moe_w1_rows() * C,
-                              t.t[MOEW2] + m * E * C * c.moe_hidden()};
+MoeWeights<floatX> moe_weights(const ParameterTensors<floatX>& t, const GPT2Config& c, int l, int expert_ranks = 1) {
+    size_t m = c.moe_index(l), E = c.moe_experts, El = E / expert_ranks, C = c.channels;
+    return MoeWeights<floatX>{t.t[MOEROUTER] + m * E * C, t.t[MOEW1] + m * El * c.moe_w1_rows() * C,
+                              t.t[MOEW2] + m * El * C * c.moe_hidden()};
+}
+
+// Expert parallelism: this rank's parameters (expert_ranks ranks, this one `rank`) from all of them
+// (`all`, the model file's layout): every tensor as it is, but of each MoE block's E experts in w1
+// and w2 only the E_l = E/expert_ranks of this rank, [rank*E_l, (rank+1)*E_l).
+inline std::vector<float> expert_slice(const std::vector<float>& all, const GPT2Config& c, int expert_ranks,
+                                       int rank) {
+    size_t full[NUM_MODEL_TENSORS], mine[NUM_MODEL_TENSORS];
+    model_param_sizes(c, full);
+    std::vector<float> out(model_param_sizes(c, mine, expert_ranks));
+    const float* src = all.data();
+    float* dst = out.data();
+    for (int i = 0; i < NUM_MODEL_TENSORS; i++) {
+        if (i == MOEW1 || i == MOEW2) {  // (Lm, E, per) -> (Lm, E_l, per)
+            size_t per_block = mine[i] / std::max(c.moe_blocks(), 1);
+            for (int m = 0; m < c.moe_blocks(); m++)
+                std::copy_n(src + m * expert_ranks * per_block + rank * per_block, per_block, dst + m * per_block);
+        } else {
+            std::copy_n(src, full[i], dst);
+        }
+        src += full[i];
+        dst += mine[i];
+    }
+    return out;
 }
 
 // ----------------------------------------------------------------------------
@@ -238,13 +271,18 @@ struct GPT2 : ModelState<floatX> {
     // which forward() derives from the cross-entropy's (see there).
     std::vector<MoeLayer<floatX>> moe;
     float moe_dloss = 0.f;
+    // Expert parallelism (set before build): the experts sharded over moe_par.ranks ranks (1: all here).
+    MoeParallel moe_par;
+    MoeWeights<floatX> moe_params(int l) const { return moe_weights(params, config, l, moe_par.ranks); }
+    MoeWeights<floatX> moe_grads(int l) const { return moe_weights(grads, config, l, moe_par.ranks); }
 
     // Allocates parameters, gradients and optimizer state for config and fills params_memory
-    // from the fp32 host values (which must hold num_parameters floats).
+    // from the fp32 host values of the whole model (every expert; this rank takes its own).
     void build(const GPT2Config& c, const std::vector<float>& host_params) {
         config = c;
-        model_param_sizes(c, sizes);
-        this->build_state(param_specs(c), host_params);
+        model_param_sizes(c, sizes, moe_par.ranks);
+        this->build_state(param_specs(c, moe_par.ranks),
+                          moe_par.ranks > 1 ? expert_slice(host_params, c, moe_par.ranks, moe_par.rank) : host_params);
         params.point_into(params_memory, sizes);
         size_t grad_sizes[NUM_MODEL_TENSORS] = {};  // the MoE tensors' stay 0 without experts
         std::copy(this->grad_sizes.begin(), this->grad_sizes.end(), grad_sizes);
@@ -276,8 +314,8 @@ struct GPT2 : ModelState<floatX> {
         carve_regions(acts_memory, regions);
         mem.activations = acts_bytes;
         moe.resize(config.moe_blocks());
-        for (MoeLayer<floatX>& m : moe) moe_layer_init(&m, moe_config(config), B * T);
-        mem.activations += moe.size() * moe_layer_bytes<floatX>(moe_config(config), B * T);
+        for (MoeLayer<floatX>& m : moe) moe_layer_init(&m, moe_config(config), B * T, moe_par);
+        mem.activations += moe.size() * moe_layer_bytes<floatX>(moe_config(config), B * T, moe_par.ranks);
         mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, config.channels, config.vocab_size, 0, stream);
         reserve_batch_slots(1);
         if (fp8 && !fp8_scratch) {  // one buffer for the largest of the four GEMMs of a block
@@ -294,7 +332,7 @@ struct GPT2 : ModelState<floatX> {
     // Device bytes allocate_activations(B, T) needs: the activations and the embedding backward's plan.
     size_t activation_bytes(int B_, int T_) {
         size_t plan = encoder_plan_capacity(B_, T_, config.channels, false).bytes();
-        size_t experts = config.moe_blocks() * moe_layer_bytes<floatX>(moe_config(config), B_ * T_);
+        size_t experts = config.moe_blocks() * moe_layer_bytes<floatX>(moe_config(config), B_ * T_, moe_par.ranks);
         return regions_bytes(activation_regions(B_, T_)) + plan + experts;
     }
 
@@ -379,7 +417,7 @@ struct GPT2 : ModelState<floatX> {
         fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, acts.btc,
                                          params.layer(LN2W, l, C), params.layer(LN2B, l, C), BT, C, eps, stream);
         if (config.moe_block(l)) {  // the whole MLP: btc (B,T,C) = MoE(ln2)
-            moe_layer_forward(&moe[config.moe_index(l)], acts.btc, x.ln2, moe_weights(params, config, l), stream);
+            moe_layer_forward(&moe[config.moe_index(l)], acts.btc, x.ln2, moe_params(l), stream);
             return;
         }
         // MLP block, first half: GELU(ln2 · fcwᵀ + fcb)
@@ -510,8 +548,8 @@ struct GPT2 : ModelState<floatX> {
             if (recompute != Recompute::None) recompute_layer(l, x);
             // MLP block: dresidual is the gradient of the block's output
             if (c.moe_block(l)) {  // dbtc = the MoE layer's input gradient; its losses' weigh moe_dloss
-                moe_layer_backward(&moe[c.moe_index(l)], a.dbtc, moe_weights(grads, c, l), a.dresidual, x.ln2,
-                                   moe_weights(params, c, l), moe_dloss, stream);
+                moe_layer_backward(&moe[c.moe_index(l)], a.dbtc, moe_grads(l), a.dresidual, x.ln2, moe_params(l),
+                                   moe_dloss, stream);
             } else {
                 // GELU's backward: fused into the matmul as dGELU when the forward fused it, else the kernel
                 linear_backward(LinFCProj, l, a.dbt4c, mlp_grad(FCPROJW, l, 4 * C * C), mlp_grad(FCPROJB, l, C),
@@ -544,6 +582,36 @@ struct GPT2 : ModelState<floatX> {
     // Starts copying the per-token losses of the last forward pass to host (pinned, B*T floats).
     void fetch_losses(float* host) {
         cudaCheck(cudaMemcpyAsync(host, acts.losses, (size_t)B * T * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    }
+
+    // All parameters in the model file's layout, from `values` (device, this rank's num_parameters:
+    // the parameters or the fp32 master weights), on the host. With expert parallelism each MoE
+    // block's experts are gathered from every rank, so every rank must call it.
+    template <class T>
+    std::vector<T> host_with_all_experts(const T* values) const {
+        size_t n = this->num_parameters;
+        size_t full[NUM_MODEL_TENSORS];
+        std::vector<T> out(model_param_sizes(config, full));
+        if (moe_par.ranks == 1) {
+            cudaCheck(cudaMemcpy(out.data(), values, n * sizeof(T), cudaMemcpyDeviceToHost));
+            return out;
+        }
+        // Everything before the experts' w1 is replicated; w1 and w2 (the last tensors) are gathered
+        // block by block: rank r's E_l experts of block m are experts [r*E_l, (r+1)*E_l) of it.
+        size_t before = params.t[MOEW1] - params_memory, at = before, at_full = before;
+        T* dev;
+        cudaCheck(cudaMalloc(&dev, out.size() * sizeof(T)));
+        cudaCheck(cudaMemcpyAsync(dev, values, before * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+        for (int i : {MOEW1, MOEW2}) {
+            all_gather_blocks(*this->dist, values + at, dev + at_full, config.moe_blocks(),
+                              sizes[i] / config.moe_blocks(), stream);
+            at += sizes[i];
+            at_full += full[i];
+        }
+        cudaCheck(cudaMemcpyAsync(out.data(), dev, out.size() * sizeof(T), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        cudaCheck(cudaFree(dev));
+        return out;
     }
 
     // Mean of the per-token losses of the last forward pass (syncs with the device).
@@ -657,6 +725,9 @@ struct GPT2Decoder {
         bytes = regions_bytes(regions);
         cudaCheck(cudaMalloc(&memory, bytes));
         carve_regions(memory, regions);
+        if (model.moe_par.ranks > 1)  // the options refuse sampling under --expert-parallel
+            distributed_fatal("GPT2Decoder: the experts are sharded over %d ranks; decode in a single process",
+                              model.moe_par.ranks);
         if (c.moe_experts > 0) moe_layer_init(&moe, moe_config(c), 1);
     }
     ~GPT2Decoder() {
@@ -701,7 +772,7 @@ struct GPT2Decoder {
             fused_residual_layernorm_forward(residual2, ln, (float*)nullptr, (float*)nullptr, residual, proj,
                                              params.layer(LN2W, l, C), params.layer(LN2B, l, C), 1, C, eps, stream);
             if (c.moe_block(l)) {
-                moe_layer_forward(&moe, proj, ln, moe_weights(params, c, l), stream);
+                moe_layer_forward(&moe, proj, ln, model.moe_params(l), stream);
             } else {
                 // the GELU that block_forward applies: the same bits as the full forward pass's
                 if (model.fused_gelu()) {
@@ -759,15 +830,16 @@ std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
 // (103 and 105, this trainer's extension, with experts: llmc/gpt2_io.h).
 // llm.c has no fp16 version: an fp16 model is written as version 3 from its fp32 master weights
 // (the fp16 parameters are those rounded, so loading it gives back the same fp16 parameters).
+// With expert parallelism every rank calls it (the experts are gathered) and only `write` writes.
 template <class floatX>
-bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::string* err) {
+bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::string* err, bool write = true) {
     if (std::is_same<floatX, __half>::value) {
-        std::vector<float> master(model.num_parameters);
-        cudaCheck(cudaMemcpy(master.data(), model.master, master.size() * sizeof(float), cudaMemcpyDeviceToHost));
-        return write_gpt2_checkpoint(path, model.config, master.data(), false, err);
+        std::vector<float> master = model.host_with_all_experts((const float*)model.master);
+        return !write || write_gpt2_checkpoint(path, model.config, master.data(), false, err);
     }
-    std::vector<floatX> p = model.params_host();
-    return write_gpt2_checkpoint(path, model.config, p.data(), std::is_same<floatX, __nv_bfloat16>::value, err);
+    std::vector<floatX> p = model.host_with_all_experts((const floatX*)model.params_memory);
+    return !write ||
+           write_gpt2_checkpoint(path, model.config, p.data(), std::is_same<floatX, __nv_bfloat16>::value, err);
 }
 
 // ----------------------------------------------------------------------------
@@ -941,6 +1013,13 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     GPT2<floatX> model;
     model.dist = &dist;
     model.zero = o.zero;
+    if (o.expert_parallel && dist.world > 1) {  // the exchange gets its own communicator (distributed.h)
+        if (resume && resume->ranks != dist.world)
+            data_error("%s: --expert-parallel: the checkpoint was trained on %d ranks and each rank's state file "
+                       "holds its own experts' optimizer state; resume on %d ranks", resume_path.c_str(),
+                       resume->ranks, resume->ranks);
+        model.moe_par = MoeParallel{dist.world, dist.rank, distributed_new_comm(dist)};
+    }
     model.fp8 = o.fp8;
     model.opt = o.opt;
     model.recompute = o.recompute;
@@ -1002,18 +1081,25 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         if (!log.open(o.output_dir + name, resume ? start_step : -1, &err)) data_error("%s", err.c_str());
     }
 
+    // All the model's parameters (with expert parallelism each rank holds the experts' share only).
+    size_t all_sizes[NUM_MODEL_TENSORS], total_params = model_param_sizes(c, all_sizes);
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", c.num_layers, c.channels,
-           c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6);
+           c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, total_params / 1e6);
     // A token uses K of each MoE block's E experts: the active parameters, which MFU counts.
-    size_t active_params = active_param_count(c, model.num_parameters);
+    size_t active_params = active_param_count(c, total_params);
     if (c.moe_experts > 0) {
         char capacity[32] = "dropless";
         if (c.moe_capacity > 0) snprintf(capacity, sizeof(capacity), "factor %g", c.moe_capacity);
         printf("MoE: %d of %d blocks (every %d, from block %d) with %d %s experts, top-%d, capacity %s, aux loss %g, "
                "z-loss %g; %.2fM parameters in total, %.2fM active per token\n", c.moe_blocks(), c.num_layers,
                c.moe_every, c.moe_every - 1, c.moe_experts, c.moe_swiglu ? "SwiGLU" : "GELU", c.moe_top_k, capacity,
-               c.moe_aux, c.moe_z, model.num_parameters / 1e6, active_params / 1e6);
+               c.moe_aux, c.moe_z, total_params / 1e6, active_params / 1e6);
     }
+    if (model.moe_par.ranks > 1)
+        printf("expert parallel: the %d experts of each MoE block over %d ranks, %d per rank (tokens exchanged "
+               "all-to-all, capacity per rank; their gradients and optimizer state stay on their rank); %.2fM "
+               "parameters on each rank\n", c.moe_experts, model.moe_par.ranks,
+               c.moe_experts / model.moe_par.ranks, model.num_parameters / 1e6);
     printf("precision: %s%s | device: %s\n", precision_name(o.precision),
            o.tf32 ? " (tf32 matmuls)" : o.fp8 ? " with fp8 GEMMs in the blocks (E4M3 forward, E5M2 gradients)" : "",
            prop.name);
@@ -1031,7 +1117,9 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         log.write(resume ? "resume" : "run", start_step,
                   JsonFields()
                       .text("label", o.label)
-                      .integer("params", model.num_parameters)
+                      .integer("params", total_params)
+                      .integer("rank_params", model.num_parameters)
+                      .integer("expert_ranks", model.moe_par.ranks)
                       .append(c.moe_experts > 0 ? JsonFields().integer("active_params", active_params) : JsonFields())
                       .integer("rank", dist.rank)
                       .integer("ranks", dist.world)
@@ -1065,7 +1153,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         // Rank 0 writes the model and, when the state is replicated, the state; with sharded state
         // every rank writes its shard. DONE comes last, after every rank has written.
         bool ok = true;
-        if (dist.rank == 0) ok = save_checkpoint(model_path, model, &err);
+        if (dist.rank == 0 || model.moe_par.ranks > 1) ok = save_checkpoint(model_path, model, &err, dist.rank == 0);
         if (ok && (dist.rank == 0 || st.world > 1))
             ok = write_train_state(state_file(o.output_dir, done, st.rank), st, &err);
         if (!ok) data_error("checkpoint at step %d: %s", done, err.c_str());
@@ -1174,6 +1262,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     cudaCheck(cudaFreeHost(step_losses));
     if (step_moe) cudaCheck(cudaFreeHost(step_moe));
     model.free_all();
+    distributed_comm_destroy(model.moe_par.comm);
     matmul_destroy();
     return 0;
 }
@@ -1232,6 +1321,7 @@ int train_gpt2_main(int argc, char** argv) {
         llmc_file = !hf;
     }
     if (!from_file.empty()) resolve_moe_options(cli, o, &config, from_file, llmc_file);
+    resolve_expert_parallel(cli, o, config, dist.world);
     if (o.T > config.max_seq_len)
         cli.fail("option --seq-len: %d is longer than the model's %d positions", o.T, config.max_seq_len);
     if (!cli.given("label"))

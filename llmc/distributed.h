@@ -287,6 +287,34 @@ inline Distributed distributed_init(int* argc, char*** argv) {
     return d;
 }
 
+// A new communicator over all ranks, for collectives that must not share one with the gradients'
+// (expert parallelism's token exchange runs on the compute stream while the communication stream
+// reduces gradients; NCCL orders a communicator's operations by issue, not by stream). Collective:
+// every rank calls it; nullptr for a world of one. Release with ncclCommDestroy.
+inline ncclComm_t distributed_new_comm(const Distributed& d) {
+    ncclComm_t comm = nullptr;
+#ifdef USE_MPI
+    if (d.world > 1) {
+        ncclUniqueId id;
+        if (d.rank == 0) ncclCheck(ncclGetUniqueId(&id));
+        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+        ncclCheck(ncclCommInitRank(&comm, d.world, id, d.rank));
+    }
+#else
+    (void)d;
+#endif
+    return comm;
+}
+
+// Releases a communicator made by distributed_new_comm (nullptr: nothing to do).
+inline void distributed_comm_destroy(ncclComm_t comm) {
+#ifdef USE_MPI
+    if (comm) ncclCheck(ncclCommDestroy(comm));
+#else
+    (void)comm;
+#endif
+}
+
 // Waits for the communication stream, then releases the communicator, the stream and MPI.
 inline void distributed_finalize(Distributed& d) {
     if (d.comm_stream) {
@@ -385,13 +413,15 @@ struct DeviceSpan {
 };
 
 // A chunk of n elements in the full (replicated) buffer and this rank's slot for it in its shard
-// buffer: rank r's piece is [r*s, min(n, (r+1)*s)) of the chunk, at the start of the slot.
+// buffer: rank r's piece is [r*s, min(n, (r+1)*s)) of the chunk, at the start of the slot. A
+// rank-local chunk (llmc/zero.h) is this rank's alone: the whole of it, copied, never communicated.
 template <class T>
 struct ShardedChunk {
     T* full;  // (n)
     size_t n;
     T* slot;  // (s)
     size_t s;
+    bool rank_local = false;
 };
 
 // The chunks of plan.groups[group] in a full buffer and a shard buffer laid out by plan.
@@ -401,17 +431,19 @@ std::vector<ShardedChunk<T>> sharded_chunks(const ZeroPlan& plan, int group, T* 
     const ZeroGroup& g = plan.groups[group];
     for (int i = g.begin; i < g.end; i++) {
         const ZeroChunk& c = plan.chunks[i];
-        out.push_back({full + c.offset, c.n, shard + c.shard_offset, c.s});
+        out.push_back({full + c.offset, c.n, shard + c.shard_offset, c.s, c.rank_local});
     }
     return out;
 }
 
-// The chunks of plan.groups[group] in a full buffer, as spans for all_reduce_chunks (ZeRO-0).
+// The chunks of plan.groups[group] in a full buffer, as spans for all_reduce_chunks (ZeRO-0); the
+// rank-local chunks are left out (nothing to reduce).
 template <class T>
 std::vector<DeviceSpan<T>> chunk_spans(const ZeroPlan& plan, int group, T* full) {
     std::vector<DeviceSpan<T>> out;
     const ZeroGroup& g = plan.groups[group];
-    for (int i = g.begin; i < g.end; i++) out.push_back({full + plan.chunks[i].offset, plan.chunks[i].n});
+    for (int i = g.begin; i < g.end; i++)
+        if (!plan.chunks[i].rank_local) out.push_back({full + plan.chunks[i].offset, plan.chunks[i].n});
     return out;
 }
 
@@ -472,17 +504,17 @@ void check_sharded_chunk(const Distributed& d, const ShardedChunk<T>& c, const c
 template <class T>
 void reduce_scatter_chunks(const Distributed& d, const std::vector<ShardedChunk<T>>& chunks, ReduceOp op,
                            cudaStream_t stream) {
-    for (const ShardedChunk<T>& c : chunks) check_sharded_chunk(d, c, "reduce_scatter_chunks");
-    if (d.world == 1) {
-        for (const ShardedChunk<T>& c : chunks)
-            if (c.n > 0 && c.slot != c.full)
-                cudaCheck(cudaMemcpyAsync(c.slot, c.full, c.n * sizeof(T), cudaMemcpyDeviceToDevice, stream));
-        return;
+    for (const ShardedChunk<T>& c : chunks) {
+        check_sharded_chunk(d, c, "reduce_scatter_chunks");
+        if ((d.world == 1 || c.rank_local) && c.n > 0 && c.slot != c.full)
+            cudaCheck(cudaMemcpyAsync(c.slot, c.full, c.n * sizeof(T), cudaMemcpyDeviceToDevice, stream));
     }
+    if (d.world == 1) return;
 #ifdef USE_MPI
     const ncclDataType_t type = NcclType<T>::value;
     ncclCheck(ncclGroupStart());
     for (const ShardedChunk<T>& c : chunks) {
+        if (c.rank_local) continue;
         if (c.n == c.s * (size_t)d.world) {
             ncclCheck(ncclReduceScatter(c.full, c.slot, c.s, type, nccl_op(op), d.comm, stream));
             continue;
@@ -503,17 +535,17 @@ void reduce_scatter_chunks(const Distributed& d, const std::vector<ShardedChunk<
 // exactly world*s and one ncclBroadcast per owner rank otherwise (same reasons as above).
 template <class T>
 void all_gather_chunks(const Distributed& d, const std::vector<ShardedChunk<T>>& chunks, cudaStream_t stream) {
-    for (const ShardedChunk<T>& c : chunks) check_sharded_chunk(d, c, "all_gather_chunks");
-    if (d.world == 1) {
-        for (const ShardedChunk<T>& c : chunks)
-            if (c.n > 0 && c.slot != c.full)
-                cudaCheck(cudaMemcpyAsync(c.full, c.slot, c.n * sizeof(T), cudaMemcpyDeviceToDevice, stream));
-        return;
+    for (const ShardedChunk<T>& c : chunks) {
+        check_sharded_chunk(d, c, "all_gather_chunks");
+        if ((d.world == 1 || c.rank_local) && c.n > 0 && c.slot != c.full)
+            cudaCheck(cudaMemcpyAsync(c.full, c.slot, c.n * sizeof(T), cudaMemcpyDeviceToDevice, stream));
     }
+    if (d.world == 1) return;
 #ifdef USE_MPI
     const ncclDataType_t type = NcclType<T>::value;
     ncclCheck(ncclGroupStart());
     for (const ShardedChunk<T>& c : chunks) {
+        if (c.rank_local) continue;
         if (c.n == c.s * (size_t)d.world) {
             ncclCheck(ncclAllGather(c.slot, c.full, c.s, type, d.comm, stream));
             continue;
@@ -523,6 +555,27 @@ void all_gather_chunks(const Distributed& d, const std::vector<ShardedChunk<T>>&
             if (len > 0) ncclCheck(ncclBroadcast(c.slot, c.full + begin, len, type, r, d.comm, stream));
         }
     }
+    ncclCheck(ncclGroupEnd());
+#endif
+}
+
+// full (blocks * world * block_elems) receives every rank's local (blocks * block_elems) interleaved
+// by block: block b of rank r lands at (b * world + r) * block_elems — e.g. each MoE block's experts,
+// E_l per rank, gathered into that block's E in global order. Every rank calls it.
+template <class T>
+void all_gather_blocks(const Distributed& d, const T* local, T* full, size_t blocks, size_t block_elems,
+                       cudaStream_t stream) {
+    if (d.world == 1) {
+        if (blocks * block_elems > 0)
+            cudaCheck(cudaMemcpyAsync(full, local, blocks * block_elems * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+        return;
+    }
+#ifdef USE_MPI
+    ncclCheck(ncclGroupStart());
+    for (size_t b = 0; b < blocks; b++)
+        if (block_elems > 0)
+            ncclCheck(ncclAllGather(local + b * block_elems, full + b * d.world * block_elems, block_elems,
+                                    NcclType<T>::value, d.comm, stream));
     ncclCheck(ncclGroupEnd());
 #endif
 }

@@ -83,13 +83,16 @@ inline size_t param_sizes(const GPT2Config& c, size_t sizes[NUM_PARAMETER_TENSOR
     return total;
 }
 
-// Element counts of all 19 tensors (the MoE blocks' 0 when E = 0); returns the total.
-inline size_t model_param_sizes(const GPT2Config& c, size_t sizes[NUM_MODEL_TENSORS]) {
+// Element counts of all 19 tensors (the MoE blocks' 0 when E = 0); returns the total. On one of
+// expert_ranks ranks of expert parallelism the experts' w1 and w2 hold that rank's E/expert_ranks
+// experts per MoE block (the files always hold all: expert_ranks 1).
+inline size_t model_param_sizes(const GPT2Config& c, size_t sizes[NUM_MODEL_TENSORS], int expert_ranks = 1) {
     size_t total = param_sizes(c, sizes);
     size_t Lm = c.moe_blocks(), E = c.moe_experts, C = c.channels, H = c.moe_hidden(), H1 = c.moe_w1_rows();
-    sizes[MOEROUTER] = Lm * E * C;   // (Lm, E, C)
-    sizes[MOEW1] = Lm * E * H1 * C;  // (Lm, E, H1, C)
-    sizes[MOEW2] = Lm * E * C * H;   // (Lm, E, C, H)
+    size_t El = E / expert_ranks;
+    sizes[MOEROUTER] = Lm * E * C;    // (Lm, E, C)
+    sizes[MOEW1] = Lm * El * H1 * C;  // (Lm, E_l, H1, C)
+    sizes[MOEW2] = Lm * El * C * H;   // (Lm, E_l, C, H)
     return total + sizes[MOEROUTER] + sizes[MOEW1] + sizes[MOEW2];
 }
 

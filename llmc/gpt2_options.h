@@ -32,6 +32,7 @@ struct TrainOptions : RunOptions {
     // own are GPT2Config's (resolve_moe_options).
     int moe_experts = 0, moe_top_k = 2, moe_every = 2, moe_swiglu = 0;
     float moe_capacity = 1.25f, moe_aux = 0.01f, moe_z = 0.001f;
+    bool expert_parallel = false;    // --expert-parallel: the experts sharded over the ranks
 };
 
 // Declares train_gpt2's options, bound to *o (which must outlive cli.parse()).
@@ -109,6 +110,9 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     cli.add("moe-z-loss", nullptr, "FLOAT", "0.001", "router z-loss coefficient beta (ST-MoE)", &o->moe_z, 0, 1e3);
     cli.add_choice("moe-expert", nullptr, "KIND", "gelu", "expert MLP: gelu (GPT-2's, H = 4C) | swiglu (Mixtral's, "
                    "H = 4C)", &o->moe_swiglu, {{"gelu", 0}, {"swiglu", 1}});
+    cli.add_flag("expert-parallel", nullptr, "under mpirun -np P: shard each MoE block's experts over the P ranks "
+                 "(E/P each; tokens exchanged by all-to-all, capacity counted per rank); needs E divisible by P, "
+                 "--zero 0 or 1 and --gen-tokens 0", &o->expert_parallel);
     cli.add_flag("log-ranks", nullptr, "with --output-dir and several ranks: every rank also writes its own "
                  "log_rank<R>.jsonl (its loss and memory)", &o->log_ranks);
     cli.add_flag("shuffle", nullptr, "shuffle the order of batches and shards every epoch (seeded)", &o->shuffle);
@@ -191,4 +195,21 @@ inline void resolve_moe_options(const Cli& cli, const TrainOptions& o, GPT2Confi
     if (!o.export_hf.empty())
         cli.fail("option --export-hf: a model with Mixture-of-Experts blocks has no Hugging Face GPT-2 form; its "
                  "checkpoints are this trainer's (--output-dir)");
+}
+
+// After resolve_moe_options: refuses --expert-parallel where it cannot work on `ranks` ranks (one
+// rank holds every expert: accepted, nothing changes).
+inline void resolve_expert_parallel(const Cli& cli, const TrainOptions& o, const GPT2Config& c, int ranks) {
+    if (!o.expert_parallel) return;
+    if (c.moe_experts == 0)
+        cli.fail("option --expert-parallel: the model has no experts (give --moe-experts E)");
+    if (c.moe_experts % ranks != 0)
+        cli.fail("option --expert-parallel: the %d experts do not divide over %d ranks", c.moe_experts, ranks);
+    if (ranks == 1) return;  // every expert on the one rank: nothing is sharded
+    if (o.zero == 2)
+        cli.fail("option --expert-parallel: not with --zero 2 (its per-micro-step gradient slices have no place "
+                 "for rank-local experts); use --zero 0 or 1");
+    if (o.gen_tokens > 0)
+        cli.fail("option --expert-parallel: sampling needs every expert on one rank; give --gen-tokens 0 and sample "
+                 "from a checkpoint in a single process (--init FILE)");
 }

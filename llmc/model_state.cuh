@@ -24,11 +24,18 @@
 //           buffer is replaced by one that holds the non-layer tensors and two layers' slices (the
 //           one being computed, the one being communicated).
 // A single process (or world 1) takes none of these paths: its arithmetic is the one-GPU code.
+//
+// Rank-local tensors (ParamSpec::rank_local; expert parallelism, where each rank holds other
+// experts under the same names) must come last in the flat vector. They are never communicated:
+// their gradients are final as the backward pass leaves them, each rank updates its own whole
+// copy, the gradient norm adds every rank's share of them exactly once, and every rank saves its
+// own optimizer state (the plan's world is then the ranks, at ZeRO-0 too). ZeRO-2 refuses them.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +65,7 @@ struct ParamSpec {
     size_t copies = 1;
     bool decays = false;        // weight decay applies (matrices: embeddings and linear weights)
     GradReady ready = GradReady::AfterLayers;
+    bool rank_local = false;    // each rank holds its own values (see the top): never communicated
     size_t numel() const {
         size_t n = copies;
         for (size_t d : shape) n *= d;
@@ -168,6 +176,9 @@ __global__ void accumulate_kernel(floatX* dst, const floatX* src, size_t n) {
 // ----------------------------------------------------------------------------
 // Kernel launchers
 
+// *a += *b (one thread): the replicated and the rank-local parts of a squared gradient norm.
+__global__ void add_scalar_kernel(float* a, const float* b) { *a += *b; }
+
 template <class floatX>
 void accumulate(floatX* dst, const floatX* src, size_t n, cudaStream_t stream) {
     if (n == 0) return;
@@ -196,7 +207,7 @@ struct ModelState {
     ParamTensor* tensor_table = nullptr;  // device: offset/size/decay of what the optimizer updates
     int num_table_entries = 0;
     void* norm_scratch = nullptr;
-    float* norm_out = nullptr;        // device scalar: squared global gradient norm
+    float* norm_out = nullptr;        // device: squared global gradient norm, then the rank-local part's
     float* clip_scale = nullptr;      // device scalar: torch's clip factor, read by the optimizers
     float* norm_host = nullptr;       // pinned copy of *norm_out, read after the step's one sync
     MemoryAnatomy mem;                // the model adds its activations and other buffers
@@ -219,6 +230,10 @@ struct ModelState {
     int rank() const { return dist ? dist->rank : 0; }
     bool data_parallel() const { return world() > 1; }
     bool sharded() const { return zero >= 1 && world() > 1; }
+    size_t local_begin = 0;             // flat offset of the first rank-local tensor (num_parameters: none)
+    bool rank_local() const { return local_begin < num_parameters; }
+    // Every rank keeps its own optimizer state: sharded, or holding rank-local tensors.
+    bool per_rank_state() const { return data_parallel() && (sharded() || rank_local()); }
     size_t update_size() const { return sharded() ? plan.shard_size : num_parameters; }  // what the optimizer updates
 
     // Allocates parameters, gradients (zero) and the optimizer's state (opt) for the tensors in
@@ -226,7 +241,14 @@ struct ModelState {
     void build_state(const std::vector<ParamSpec>& specs_, const std::vector<float>& host_params) {
         specs = specs_;
         num_parameters = 0;
-        for (const ParamSpec& s : specs) num_parameters += s.numel();
+        local_begin = SIZE_MAX;
+        for (const ParamSpec& s : specs) {
+            if (s.rank_local && local_begin == SIZE_MAX) local_begin = num_parameters;
+            if (!s.rank_local && local_begin != SIZE_MAX)
+                distributed_fatal("model state: the rank-local tensors must come last in the parameters");
+            num_parameters += s.numel();
+        }
+        if (local_begin == SIZE_MAX) local_begin = num_parameters;
         if (host_params.size() != num_parameters) {  // a model's specs disagree with its own layout
             fprintf(stderr, "model state: %zu parameter values given, the tensors hold %zu\n", host_params.size(),
                     num_parameters);
@@ -236,7 +258,10 @@ struct ModelState {
         if (sharded() && opt.kind == OptimizerKind::Adafactor)
             distributed_fatal("--zero %d with adafactor: its factored statistics need whole matrices on one rank, "
                               "which an element-wise shard does not give (use --zero 0)", zero);
-        make_plan(sharded() ? world() : 1, &plan);
+        if (zero == 2 && data_parallel() && rank_local())
+            distributed_fatal("--zero 2 with expert parallelism: ZeRO-2 reduces every layer's gradient slices each "
+                              "micro-step and has no place for rank-local experts (use --zero 0 or 1)");
+        make_plan(per_rank_state() ? world() : 1, &plan);
         size_t N = num_parameters, S = update_size();
         cudaCheck(cudaMalloc(&params_memory, N * sizeof(floatX)));
         allocate_grads();
@@ -277,7 +302,7 @@ struct ModelState {
             cudaCheck(cudaMemcpy(tensor_table, table.data(), sizeof(ParamTensor) * table.size(), cudaMemcpyHostToDevice));
         size_t other = allocate_optimizer(table);
         cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_bytes(S)));
-        cudaCheck(cudaMalloc(&norm_out, sizeof(float)));
+        cudaCheck(cudaMalloc(&norm_out, 2 * sizeof(float)));
         cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
         cudaCheck(cudaMallocHost(&norm_host, sizeof(float)));
         if (data_parallel()) {
@@ -298,7 +323,7 @@ struct ModelState {
         std::vector<ZeroTensor> tensors;
         int L = 0;
         for (const ParamSpec& s : specs) {
-            tensors.push_back(ZeroTensor{s.numel(), s.ready, s.decays ? 1 : 0});
+            tensors.push_back(ZeroTensor{s.numel(), s.ready, s.decays ? 1 : 0, s.rank_local});
             if (s.ready == GradReady::PerLayer) L = std::max(L, (int)s.copies);
         }
         std::string err;
@@ -368,7 +393,8 @@ struct ModelState {
         const ZeroGroup& grp = plan.groups[g];
         if (zero == 0) {
             std::vector<DeviceSpan<floatX>> spans;
-            for (int i = grp.begin; i < grp.end; i++) spans.push_back({grad_chunk(plan.chunks[i]), plan.chunks[i].n});
+            for (int i = grp.begin; i < grp.end; i++)
+                if (!plan.chunks[i].rank_local) spans.push_back({grad_chunk(plan.chunks[i]), plan.chunks[i].n});
             all_reduce_chunks(d, spans, ReduceOp::Avg, cs);
         } else {
             std::vector<ShardedChunk<floatX>> chunks;
@@ -377,7 +403,8 @@ struct ModelState {
                 floatX* full = grad_chunk(c);
                 ZeroRange mine = zero_piece(c, rank());
                 // ZeRO-1: into the shard; ZeRO-2: in place (the piece's own place in the chunk), then added
-                chunks.push_back({full, c.n, zero == 1 ? shard_grads + c.shard_offset : full + mine.begin, c.s});
+                chunks.push_back(
+                    {full, c.n, zero == 1 ? shard_grads + c.shard_offset : full + mine.begin, c.s, c.rank_local});
             }
             reduce_scatter_chunks(d, chunks, ReduceOp::Avg, cs);
             if (zero == 2) {
@@ -435,10 +462,19 @@ struct ModelState {
 
     // The squared global gradient norm into norm_out (and, async, norm_host): over this rank's shard
     // then summed over the ranks (padding is zero), or over all gradients (identical on every rank
-    // after ZeRO-0's all-reduce).
+    // after ZeRO-0's all-reduce) — with rank-local tensors at ZeRO-0, the replicated part's plus the
+    // rank-local parts summed over the ranks, so every rank's own experts count once.
     void grad_norm_squared() {
         if (data_parallel()) stream_wait(stream, dist->comm_stream, comm_done);  // every group has arrived
-        global_norm_squared(norm_out, norm_scratch, update_grads(), update_size(), stream);
+        if (data_parallel() && !sharded() && rank_local()) {
+            global_norm_squared(norm_out, norm_scratch, update_grads(), local_begin, stream);
+            global_norm_squared(norm_out + 1, norm_scratch, update_grads() + local_begin, num_parameters - local_begin,
+                                stream);
+            all_reduce_chunks<float>(*dist, {{norm_out + 1, 1}}, ReduceOp::Sum, stream);
+            cudaCheck(launch_kernel(add_scalar_kernel, dim3(1), dim3(1), 0, stream, norm_out, (const float*)norm_out + 1));
+        } else {
+            global_norm_squared(norm_out, norm_scratch, update_grads(), update_size(), stream);
+        }
         if (sharded()) all_reduce_chunks<float>(*dist, {{norm_out, 1}}, ReduceOp::Sum, stream);
         cudaCheck(cudaMemcpyAsync(norm_host, norm_out, sizeof(float), cudaMemcpyDeviceToHost, stream));
     }
@@ -535,7 +571,7 @@ struct ModelState {
         size_t n = update_size();
         s->optimizer = (int)opt.kind;
         s->world = plan.world;
-        s->rank = sharded() ? rank() : 0;
+        s->rank = plan.world > 1 ? rank() : 0;
         s->shard_align = (int)plan.align;
         s->ranks = world();
         s->num_params = n;
@@ -575,6 +611,12 @@ struct ModelState {
         make_plan(old[0].world, &old_plan);
         if (old[0].shard_align > 0 && (size_t)old[0].shard_align != old_plan.align)
             distributed_fatal("the saved shards use alignment %d, this build %zu", old[0].shard_align, old_plan.align);
+        for (const TrainState& o : old)
+            if (old_plan.world > 1 && o.num_params != old_plan.shard_size)
+                distributed_fatal("the saved optimizer state holds %llu values per rank where this model over %d ranks "
+                                  "has %zu (saved with other options, such as --expert-parallel? resume with the "
+                                  "run's own ranks and options)", (unsigned long long)o.num_params, old_plan.world,
+                                  old_plan.shard_size);
         std::vector<ZeroCopy> copies;
         std::string err;
         if (!zero_reshard(old_plan, plan, plan.world > 1 ? rank() : 0, &copies, &err)) distributed_fatal("%s", err.c_str());

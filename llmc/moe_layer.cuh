@@ -36,6 +36,23 @@
 // it is future work. The zero rows are harmless: they give zero expert outputs, nothing in the
 // combine reads them, and their gradients are zero, so they add nothing to the weight gradients.
 //
+// Expert parallelism (MoeParallel, ranks P > 1). The E experts are sharded over P ranks, each
+// holding E_l = E/P of them: rank r the global experts [r*E_l, (r+1)*E_l). Every rank routes its own
+// N tokens over all E experts exactly as above — the plan, and the capacity counted over the rank's
+// own N tokens (GShard's per-group capacity: each rank is a group) —, then the padded blocks move to
+// the experts' ranks and back. The padded layout makes that exchange independent of the routing
+// (fixed sizes: no counts exchanged, no host synchronization): block e (Rb rows) of the dispatch
+// buffer goes to rank e / E_l, and rank d puts the block of its local expert el from source rank s
+// at block el*P + s. So each local expert's rows are P*Rb contiguous rows (every source rank's
+// block in rank order), and the expert GEMMs stay ONE strided-batched GEMM, over E_l batches of
+// P*Rb rows. The expert outputs return by the reverse exchange into the dispatch layout, and the
+// combine runs as with one rank. Backward: dye goes the forward way, the local experts' weight
+// gradients come from P*Rb rows each, dxe goes back. Every transfer is a grouped ncclSend/ncclRecv
+// on the layer's stream. The expert weight gradients are scaled by 1/P: each rank's loss is the
+// mean over its own tokens, and data parallelism averages the replicated parameters' gradients over
+// the ranks, so the experts' (summed over every rank's tokens by the GEMM) get the same mean.
+// With P = 1 none of this happens: no NCCL calls, the single-process arithmetic bit for bit.
+//
 // Saved for the backward (MoeLayer's buffers, sized for N tokens): the logits, the router's fp32
 // probabilities, logsumexp, experts and weights, the plan, and per padded row the expert input xe,
 // the first GEMM's output hpre and the activation hact (what GPT-2's MLP keeps too, per expert row).
@@ -45,6 +62,7 @@
 // fixed orders.
 #pragma once
 #include "cuda_common.h"
+#include "distributed.h"
 #include "gelu.cuh"
 #include "matmul.cuh"
 #include "moe.cuh"
@@ -72,7 +90,14 @@ struct MoeConfig {
     int w1_rows() const { return experts == MoeExperts::SwiGLU ? 2 * H : H; }
 };
 
-// The layer's weights (or their gradients): router (E,C), w1 (E,w1_rows,C), w2 (E,C,H).
+// Expert parallelism: the ranks the experts are sharded over (1: every expert on this rank).
+struct MoeParallel {
+    int ranks = 1, rank = 0;
+    ncclComm_t comm = nullptr;  // the ranks' communicator (ranks > 1)
+};
+
+// The layer's weights (or their gradients): router (E,C), w1 (E_l,w1_rows,C), w2 (E_l,C,H) — the
+// E_l = E/ranks experts this rank holds (all E with one rank).
 template <class T>
 struct MoeWeights {
     T* router = nullptr;
@@ -84,6 +109,7 @@ struct MoeWeights {
 template <class T>
 struct MoeLayer {
     MoeConfig cfg;
+    MoeParallel par;
     int N = 0, capacity = 0, Rb = 0;  // Rb: padded rows per expert
     // Router: logits (N,E), probs (N,E), lse (N), expert and weight (N,K).
     T* logits = nullptr;
@@ -102,6 +128,10 @@ struct MoeLayer {
     // (N,K), dlogits (N,E).
     T *dye = nullptr, *dhact = nullptr, *dhpre = nullptr, *dxe = nullptr, *dlogits = nullptr;
     float* dweight = nullptr;
+    // The rows the local experts process, (E*Rb,C) each, in the experts' layout (E_l blocks of
+    // ranks*Rb rows): their own buffers with several ranks, else the same memory as xe, ye, dye, dxe.
+    // hpre, hact, dhact and dhpre are always in this layout (with one rank the two layouts agree).
+    T *xr = nullptr, *yr = nullptr, *dyr = nullptr, *dxr = nullptr;
 };
 
 // ----------------------------------------------------------------------------
@@ -144,12 +174,12 @@ __global__ void moe_gather_rows_kernel(T* out, const T* src, const float* weight
 // ----------------------------------------------------------------------------
 // Strided-batched GEMM
 
-// For each b < batch: D_b (m,n) = op(A_b) op(B_b) + beta * D_b, column-major, with X_b = X + b *
+// For each b < batch: D_b (m,n) = alpha op(A_b) op(B_b) + beta * D_b, column-major, with X_b = X + b *
 // stride_x elements (cuBLASLt's strided batch layouts). Exits if cuBLASLt refuses it.
 template <class T>
 void moe_batched_matmul(T* d, const T* a, const T* b, int m, int n, int k, bool transa, bool transb, int lda, int ldb,
                         int ldd, long long stride_a, long long stride_b, long long stride_d, int batch, float beta,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, float alpha = 1.f) {
     MatmulContext& ctx = matmul_context();
     cublasComputeType_t compute =
         (ctx.tf32 && cuda_dtype<T>() == CUDA_R_32F) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -176,11 +206,41 @@ void moe_batched_matmul(T* d, const T* a, const T* b, int m, int n, int k, bool 
     MatmulKey key{m, n, k, 2 * batch + (int)transa, (int)transb, (int)CUBLASLT_EPILOGUE_DEFAULT, (int)type,
                   (int)compute};
     MatmulLayoutKey layout{lda, ldb, ldd, 0, stride_a, stride_b, stride_d};
-    if (!cublaslt_run(key, layout, make, MatmulPointers{}, 1.f, a, b, beta, d, stream)) {
+    if (!cublaslt_run(key, layout, make, MatmulPointers{}, alpha, a, b, beta, d, stream)) {
         fprintf(stderr, "moe_batched_matmul: cuBLASLt supports no algorithm for m=%d n=%d k=%d batch=%d\n", m, n, k,
                 batch);
         exit(EXIT_FAILURE);
     }
+}
+
+// ----------------------------------------------------------------------------
+// The token exchange of expert parallelism
+
+// Moves blocks of Rb rows (cols values each) between the dispatch layout (E blocks, block e for
+// global expert e) and the experts' layout (E_l blocks of ranks*Rb rows: local expert el's block from
+// source rank s at el*ranks + s), over every rank: to_experts sends each dispatch block to its
+// expert's rank; !to_experts sends each block back to its source rank. One group of sends and
+// receives on stream; with every peer's k-th send to this rank meeting this rank's k-th receive
+// from that peer (NCCL's pairing), both loops below list the E_l blocks of a peer in local-expert
+// order. dst and src are (E*Rb, cols) and must not overlap.
+template <class T>
+void moe_exchange(T* dst, const T* src, const MoeLayer<T>& L, size_t cols, bool to_experts, cudaStream_t stream) {
+#ifdef USE_MPI
+    const int P = L.par.ranks, El = L.cfg.E / P;
+    const size_t block = (size_t)L.Rb * cols;
+    const ncclDataType_t type = NcclType<T>::value;
+    ncclCheck(ncclGroupStart());
+    for (int p = 0; p < P; p++)
+        for (int el = 0; el < El; el++) {
+            size_t dispatch = (size_t)(p * El + el) * block;  // global expert p*El+el: local expert el of rank p
+            size_t experts = (size_t)(el * P + p) * block;    // local expert el's rows from rank p
+            ncclCheck(ncclSend(src + (to_experts ? dispatch : experts), block, type, p, L.par.comm, stream));
+            ncclCheck(ncclRecv(dst + (to_experts ? experts : dispatch), block, type, p, L.par.comm, stream));
+        }
+    ncclCheck(ncclGroupEnd());
+#else
+    (void)dst, (void)src, (void)L, (void)cols, (void)to_experts, (void)stream;
+#endif
 }
 
 // ----------------------------------------------------------------------------
@@ -189,16 +249,28 @@ void moe_batched_matmul(T* d, const T* a, const T* b, int m, int n, int k, bool 
 // Rows per expert block: the most an expert can keep (see the top comment).
 inline int moe_layer_block_rows(int N, int capacity) { return capacity > 0 ? std::min(capacity, N) : N; }
 
-// Allocates the layer's buffers for N tokens (N > 0) of configuration cfg.
+// Allocates the layer's buffers for N tokens (N > 0) of configuration cfg, its experts sharded over
+// par's ranks (which must divide E).
 template <class T>
-void moe_layer_init(MoeLayer<T>* L, const MoeConfig& cfg, int N) {
+void moe_layer_init(MoeLayer<T>* L, const MoeConfig& cfg, int N, const MoeParallel& par = MoeParallel()) {
     moe_check_shape("moe_layer_init", N, cfg.E, cfg.K);
     if (N <= 0 || cfg.C <= 0 || cfg.H <= 0 || cfg.capacity_factor < 0.f) {
         fprintf(stderr, "moe_layer_init: need N, C, H > 0 and capacity_factor >= 0, got N=%d C=%d H=%d factor=%g\n",
                 N, cfg.C, cfg.H, cfg.capacity_factor);
         exit(EXIT_FAILURE);
     }
+    bool multi = false;
+#ifdef USE_MPI
+    multi = true;
+#endif
+    if (par.ranks < 1 || cfg.E % par.ranks != 0 || par.rank < 0 || par.rank >= par.ranks ||
+        (par.ranks > 1 && (!multi || !par.comm))) {
+        fprintf(stderr, "moe_layer_init: experts over %d ranks (rank %d): need ranks dividing E=%d and, for more "
+                "than one, an NCCL communicator (a build with MPI)\n", par.ranks, par.rank, cfg.E);
+        exit(EXIT_FAILURE);
+    }
     L->cfg = cfg;
+    L->par = par;
     L->N = N;
     L->capacity = moe_capacity(cfg.capacity_factor, N, cfg.K, cfg.E);
     L->Rb = moe_layer_block_rows(N, L->capacity);
@@ -229,16 +301,26 @@ void moe_layer_init(MoeLayer<T>* L, const MoeConfig& cfg, int N) {
     alloc(&L->dxe, R * C);
     alloc(&L->dweight, NK);
     alloc(&L->dlogits, NE);
+    if (par.ranks > 1) {
+        alloc(&L->xr, R * C);
+        alloc(&L->yr, R * C);
+        alloc(&L->dyr, R * C);
+        alloc(&L->dxr, R * C);
+    } else {
+        L->xr = L->xe, L->yr = L->ye, L->dyr = L->dye, L->dxr = L->dxe;
+    }
 }
 
-// Device bytes moe_layer_init(L, cfg, N) allocates (for memory figures and batch-size planning).
+// Device bytes moe_layer_init(L, cfg, N, par) allocates over `ranks` ranks (for memory figures and
+// batch-size planning).
 template <class T>
-size_t moe_layer_bytes(const MoeConfig& cfg, int N) {
+size_t moe_layer_bytes(const MoeConfig& cfg, int N, int ranks = 1) {
     const size_t NK = (size_t)N * cfg.K, NE = (size_t)N * cfg.E, E = cfg.E;
     const size_t R = E * moe_layer_block_rows(N, moe_capacity(cfg.capacity_factor, N, cfg.K, cfg.E));
     const size_t C = cfg.C, H = cfg.H, H1 = cfg.w1_rows();
-    // T: logits and dlogits; xe, ye, dye, dxe; hpre, dhpre; hact, dhact
-    size_t t = 2 * NE + 4 * R * C + 2 * R * H1 + 2 * R * H;
+    // T: logits and dlogits; xe, ye, dye, dxe (and xr, yr, dyr, dxr with several ranks); hpre, dhpre;
+    // hact, dhact
+    size_t t = 2 * NE + (ranks > 1 ? 8 : 4) * R * C + 2 * R * H1 + 2 * R * H;
     // float: probs; lse; weight, dweight; losses; load, importance
     size_t f = NE + N + 2 * NK + 2 + 2 * E;
     // int: expert, slot, row_assign, pslot; routed; offsets; prow
@@ -253,6 +335,10 @@ void moe_layer_free(MoeLayer<T>* L) {
                    L->offsets, L->pslot, L->prow, L->losses, L->load, L->importance, L->xe, L->hpre,
                    L->hact, L->ye, L->dye, L->dhact, L->dhpre, L->dxe, L->dweight, L->dlogits};
     for (void* p : all) cudaCheck(cudaFree(p));
+    if (L->par.ranks > 1) {
+        void* exchange[] = {L->xr, L->yr, L->dyr, L->dxr};
+        for (void* p : exchange) cudaCheck(cudaFree(p));
+    }
     *L = MoeLayer<T>();
 }
 
@@ -262,6 +348,8 @@ template <class T>
 void moe_layer_forward(MoeLayer<T>* L, T* y, const T* x, const MoeWeights<T>& w, cudaStream_t stream) {
     const MoeConfig& c = L->cfg;
     const int N = L->N, NK = N * c.K, R = c.E * L->Rb, H1 = c.w1_rows();
+    const int P = L->par.ranks, El = c.E / P;
+    const long long Rr = (long long)P * L->Rb;  // rows per local expert
 
     matmul_forward(L->logits, x, w.router, (const T*)nullptr, N, c.C, c.E, stream);  // (N,E)
     moe_router_forward(L->expert, L->weight, L->probs, L->lse, (const T*)L->logits, N, c.E, c.K, stream);
@@ -274,17 +362,20 @@ void moe_layer_forward(MoeLayer<T>* L, T* y, const T* x, const MoeWeights<T>& w,
     cudaCheck(launch_kernel(moe_gather_rows_kernel<T>, dim3((unsigned)CEIL_DIV((size_t)R * c.C, (size_t)MOE_BLOCK)),
                             dim3(MOE_BLOCK), 0, stream, L->xe, x, (const float*)nullptr, L->prow, c.K, R, c.C));
 
-    // Row-major per expert block: hpre (Rb,H1) = xe (Rb,C) · W1_eᵀ; as column-major hpreᵀ = W1_e xeᵀ.
-    moe_batched_matmul(L->hpre, w.w1, L->xe, H1, L->Rb, c.C, true, false, c.C, c.C, H1, (long long)H1 * c.C,
-                       (long long)L->Rb * c.C, (long long)L->Rb * H1, c.E, 0.f, stream);
+    if (P > 1) moe_exchange(L->xr, (const T*)L->xe, *L, c.C, true, stream);
+
+    // Row-major per local expert: hpre (Rr,H1) = xr (Rr,C) · W1_eᵀ; as column-major hpreᵀ = W1_e xrᵀ.
+    moe_batched_matmul(L->hpre, w.w1, L->xr, H1, (int)Rr, c.C, true, false, c.C, c.C, H1, (long long)H1 * c.C,
+                       Rr * c.C, Rr * H1, El, 0.f, stream);
     if (c.experts == MoeExperts::Gelu) {
         gelu_forward(L->hact, (const T*)L->hpre, (size_t)R * c.H, GeluKind::Tanh, stream);
     } else {
         swiglu_forward(L->hact, (const T*)L->hpre, (size_t)R, c.H, stream);
     }
-    // ye (Rb,C) = hact (Rb,H) · W2_eᵀ.
-    moe_batched_matmul(L->ye, w.w2, L->hact, c.C, L->Rb, c.H, true, false, c.H, c.H, c.C, (long long)c.C * c.H,
-                       (long long)L->Rb * c.H, (long long)L->Rb * c.C, c.E, 0.f, stream);
+    // yr (Rr,C) = hact (Rr,H) · W2_eᵀ.
+    moe_batched_matmul(L->yr, w.w2, L->hact, c.C, (int)Rr, c.H, true, false, c.H, c.H, c.C, (long long)c.C * c.H,
+                       Rr * c.H, Rr * c.C, El, 0.f, stream);
+    if (P > 1) moe_exchange(L->ye, (const T*)L->yr, *L, c.C, false, stream);
     moe_combine(y, (const T*)L->ye, L->weight, L->pslot, N, c.K, c.C, stream);
 }
 
@@ -296,18 +387,22 @@ void moe_layer_backward(MoeLayer<T>* L, T* dx, const MoeWeights<T>& dw, const T*
                         const MoeWeights<T>& w, float dloss, cudaStream_t stream) {
     const MoeConfig& c = L->cfg;
     const int N = L->N, R = c.E * L->Rb, H1 = c.w1_rows();
-    const long long Rb = L->Rb;
+    const int P = L->par.ranks, El = c.E / P;
+    const long long Rr = (long long)P * L->Rb;  // rows per local expert
+    const float wscale = 1.f / (float)P;        // the experts' gradients averaged as the replicated ones (top)
 
     // Combine: dye (R,C) = weight * dy on each kept row; dweight (N,K) = dy · ye.
     cudaCheck(launch_kernel(moe_gather_rows_kernel<T>, dim3((unsigned)CEIL_DIV((size_t)R * c.C, (size_t)MOE_BLOCK)),
                             dim3(MOE_BLOCK), 0, stream, L->dye, dy, (const float*)L->weight, L->prow, c.K, R, c.C));
     moe_combine_backward_weight(L->dweight, dy, (const T*)L->ye, L->pslot, N, c.K, c.C, stream);
 
-    // Second expert GEMM, per block: dW2_e (C,H) += dye_eᵀ hact_e; dhact (Rb,H) = dye_e W2_e.
-    moe_batched_matmul(dw.w2, L->hact, L->dye, c.H, c.C, (int)Rb, false, true, c.H, c.C, c.H, Rb * c.H, Rb * c.C,
-                       (long long)c.C * c.H, c.E, 1.f, stream);
-    moe_batched_matmul(L->dhact, w.w2, L->dye, c.H, (int)Rb, c.C, false, false, c.H, c.C, c.H, (long long)c.C * c.H,
-                       Rb * c.C, Rb * c.H, c.E, 0.f, stream);
+    if (P > 1) moe_exchange(L->dyr, (const T*)L->dye, *L, c.C, true, stream);
+
+    // Second expert GEMM, per local expert: dW2_e (C,H) += dyr_eᵀ hact_e / P; dhact (Rr,H) = dyr_e W2_e.
+    moe_batched_matmul(dw.w2, L->hact, L->dyr, c.H, c.C, (int)Rr, false, true, c.H, c.C, c.H, Rr * c.H, Rr * c.C,
+                       (long long)c.C * c.H, El, 1.f, stream, wscale);
+    moe_batched_matmul(L->dhact, w.w2, L->dyr, c.H, (int)Rr, c.C, false, false, c.H, c.C, c.H, (long long)c.C * c.H,
+                       Rr * c.C, Rr * c.H, El, 0.f, stream);
     if (c.experts == MoeExperts::Gelu) {
         gelu_backward_inplace(L->dhact, (const T*)L->hpre, (size_t)R * c.H, GeluKind::Tanh, stream);
     } else {
@@ -315,11 +410,12 @@ void moe_layer_backward(MoeLayer<T>* L, T* dx, const MoeWeights<T>& dw, const T*
     }
     const T* dhpre = c.experts == MoeExperts::Gelu ? L->dhact : L->dhpre;  // (R,H1)
 
-    // First expert GEMM: dW1_e (H1,C) += dhpre_eᵀ xe_e; dxe (Rb,C) = dhpre_e W1_e.
-    moe_batched_matmul(dw.w1, L->xe, dhpre, c.C, H1, (int)Rb, false, true, c.C, H1, c.C, Rb * c.C, Rb * H1,
-                       (long long)H1 * c.C, c.E, 1.f, stream);
-    moe_batched_matmul(L->dxe, w.w1, dhpre, c.C, (int)Rb, H1, false, false, c.C, H1, c.C, (long long)H1 * c.C,
-                       Rb * H1, Rb * c.C, c.E, 0.f, stream);
+    // First expert GEMM: dW1_e (H1,C) += dhpre_eᵀ xr_e / P; dxr (Rr,C) = dhpre_e W1_e.
+    moe_batched_matmul(dw.w1, L->xr, dhpre, c.C, H1, (int)Rr, false, true, c.C, H1, c.C, Rr * c.C, Rr * H1,
+                       (long long)H1 * c.C, El, 1.f, stream, wscale);
+    moe_batched_matmul(L->dxr, w.w1, dhpre, c.C, (int)Rr, H1, false, false, c.C, H1, c.C, (long long)H1 * c.C,
+                       Rr * H1, Rr * c.C, El, 0.f, stream);
+    if (P > 1) moe_exchange(L->dxe, (const T*)L->dxr, *L, c.C, false, stream);
     moe_permute_backward(dx, (const T*)L->dxe, L->pslot, N, c.K, c.C, stream);
 
     // Router: dlogits (N,E) from dweight and the auxiliary losses; drouter (E,C) += dlogitsᵀ x;

@@ -16,6 +16,12 @@
 // chunk (instead of the flat vector once) keeps every collective inside one chunk, so a layer's
 // reduce-scatter can start as soon as that layer's gradients are final.
 //
+// Rank-local tensors (expert parallelism: each rank holds other experts under the same names). Such
+// a tensor's chunks are owned whole by every rank (s = n rounded up to align, piece [0, n) on every
+// rank): the optimizer updates each rank's own copy, and the collectives skip them (a rank-local
+// gradient is final as computed; llmc/distributed.h copies rank-local chunks instead of
+// communicating them). The size bound below then holds for the other chunks only.
+//
 // The shard. Every rank's shard buffer gives each chunk a slot of s elements at the same offset
 // (shard_offset) on every rank; a rank's piece fills the start of its slot and the rest is padding
 // (never read or written by the optimizers or the collectives: zero the shard buffers once and
@@ -50,6 +56,7 @@ struct ZeroTensor {
     size_t size;        // elements of the whole tensor (all L layers for a PerLayer tensor)
     GradReady ready;
     int weight_decay;   // 1: the optimizer applies weight decay (ParamTensor::weight_decay)
+    bool rank_local = false;  // every rank holds its own values (see the top): owned whole, not communicated
 };
 
 // One chunk: the unit of communication and of partitioning.
@@ -61,6 +68,7 @@ struct ZeroChunk {
     size_t s;             // piece length: rank r owns [r*s, min(n, (r+1)*s)) of the chunk
     size_t shard_offset;  // the chunk's slot (s elements) in every rank's shard buffer
     int weight_decay;
+    bool rank_local;      // owned whole by every rank: s >= n, piece [0, n) everywhere
 };
 
 // Chunks that become final at the same point of the backward pass: plan.chunks[begin, end).
@@ -90,8 +98,9 @@ struct ZeroRange {
 };
 
 // The piece of chunk c that rank owns, in chunk coordinates: [r*s, min(n, (r+1)*s)), empty (n, n)
-// for ranks past the end.
+// for ranks past the end; all of it, [0, n), for a rank-local chunk.
 inline ZeroRange zero_piece(const ZeroChunk& c, int rank) {
+    if (c.rank_local) return {0, c.n};
     size_t b = std::min(c.n, (size_t)rank * c.s);
     return {b, std::min(c.n, b + c.s)};
 }
@@ -126,9 +135,10 @@ inline bool zero_plan(ZeroPlan* plan, const std::vector<ZeroTensor>& tensors, in
         int slices = stacked ? num_layers : 1;
         size_t n = stacked ? (num_layers > 0 ? t.size / num_layers : 0) : t.size;
         for (int l = 0; l < slices; l++) {
-            size_t s = (n + world - 1) / world;
+            size_t s = t.rank_local ? n : (n + world - 1) / world;
             s = (s + align - 1) / align * align;
-            flat.push_back(ZeroChunk{(int)i, stacked ? l : -1, offset, n, s, p.shard_size, t.weight_decay});
+            flat.push_back(
+                ZeroChunk{(int)i, stacked ? l : -1, offset, n, s, p.shard_size, t.weight_decay, t.rank_local});
             offset += n;
             p.shard_size += s;
         }
@@ -209,7 +219,7 @@ inline ZeroMemory zero_memory(const ZeroPlan& plan, int rank) {
     return {plan.shard_size, owned, plan.shard_size - owned};
 }
 
-// The bound the plan guarantees: S <= ceil(N / world) + num_chunks * align.
+// The bound the plan guarantees without rank-local tensors: S <= ceil(N / world) + num_chunks * align.
 inline size_t zero_shard_size_bound(const ZeroPlan& plan) {
     size_t w = (size_t)plan.world;
     return (plan.num_params + w - 1) / w + plan.chunks.size() * plan.align;
@@ -234,6 +244,13 @@ inline bool zero_reshard(const ZeroPlan& old_plan, const ZeroPlan& new_plan, int
     for (size_t i = 0; same && i < old_plan.chunks.size(); i++) {
         const ZeroChunk &a = old_plan.chunks[i], &b = new_plan.chunks[i];
         same = a.tensor == b.tensor && a.layer == b.layer && a.offset == b.offset && a.n == b.n;
+        if (same && a.rank_local && old_plan.world != new_plan.world) {
+            if (err)
+                *err = "zero_reshard: tensor " + std::to_string(a.tensor) + " is rank-local (each rank's own values) "
+                       "and cannot move from " + std::to_string(old_plan.world) + " ranks to " +
+                       std::to_string(new_plan.world);
+            return false;
+        }
     }
     if (!same) {
         if (err)

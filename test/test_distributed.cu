@@ -1,7 +1,8 @@
 // test/test_distributed.cu — llmc/distributed.h, run under mpirun with 2 and 3 ranks: start-up
 // (rank, world, local rank, communicator), the launch checks on made-up environments, scalar
 // reductions, chunked all-reduce / reduce-scatter / all-gather (llmc/zero.h's partition, chunk sizes
-// that do and do not divide by the world) against a serial computation, and the failure paths:
+// that do and do not divide by the world; rank-local chunks copied, not communicated; the blocks of
+// all_gather_blocks) against a serial computation, and the failure paths:
 // after MPI_Finalize rank 0 starts this binary again — alone without a launcher (a world of one, no
 // MPI at all), under a made-up srun environment (refused), and under `mpirun -np 2` in helper modes
 // where rank 1 fails — and checks that the job ends, non-zero, with the rank named.
@@ -309,6 +310,70 @@ static void test_reduce_scatter_all_gather(size_t align) {
     cudaCheck(cudaStreamDestroy(compute));
 }
 
+// Rank-local tensors (expert parallelism): with one appended to the model, the chunk collectives
+// copy it instead of communicating it — reduce-scatter puts this rank's own values in its slot,
+// all-gather puts the slot's back, the ZeRO-0 spans leave it out — and reduce the rest as before.
+static void test_rank_local_chunks() {
+    const Distributed& d = g_d;
+    const int L = 3;
+    std::vector<ZeroTensor> tensors = test_model(d.world, L);
+    tensors.push_back({2 * 37, GradReady::AfterLayers, 1, true});
+    ZeroPlan plan;
+    std::string err;
+    if (!zero_plan(&plan, tensors, L, d.world, 8, &err)) distributed_fatal("%s", err.c_str());
+    const size_t N = plan.num_params, S = plan.shard_size, local = N - 2 * 37;
+    std::vector<float> g(N);
+    for (size_t i = 0; i < N; i++) g[i] = grad_value(d.rank, i);
+    th::DeviceBuffer<float> grads(g), shard(S, th::Fill::Zero), reduced(g), back(N, th::Fill::Zero);
+    for (size_t gi = 0; gi < plan.groups.size(); gi++) {
+        reduce_scatter_chunks(d, sharded_chunks(plan, (int)gi, grads.ptr, shard.ptr), ReduceOp::Sum, d.comm_stream);
+        all_reduce_chunks(d, chunk_spans(plan, (int)gi, reduced.ptr), ReduceOp::Sum, d.comm_stream);
+    }
+    for (size_t gi = 0; gi < plan.groups.size(); gi++)
+        all_gather_chunks(d, sharded_chunks(plan, (int)gi, back.ptr, shard.ptr), d.comm_stream);
+    cudaCheck(cudaStreamSynchronize(d.comm_stream));
+    std::vector<float> sh = shard.host(), red = reduced.host(), full = back.host();
+    bool slots = true, spans = true, gathered = true;
+    for (const ZeroShardPiece& p : zero_shard_pieces(plan, d.rank))
+        for (size_t j = 0; j < p.range.size(); j++) {
+            size_t i = p.flat_offset + j;
+            float sum = 0;
+            for (int r = 0; r < d.world; r++) sum += grad_value(r, i);
+            slots &= sh[p.shard_offset + j] == (i >= local ? grad_value(d.rank, i) : sum);
+        }
+    for (size_t i = 0; i < N; i++) {
+        float sum = 0;
+        for (int r = 0; r < d.world; r++) sum += grad_value(r, i);
+        spans &= red[i] == (i >= local ? grad_value(d.rank, i) : sum);
+        gathered &= full[i] == (i >= local ? grad_value(d.rank, i) : sum);
+    }
+    th::report_all(g_d, "rank-local chunk: reduce-scatter leaves this rank's own gradient in its slot, the rest summed",
+                   slots, "%zu elements, %zu rank-local", N, N - local);
+    th::report_all(g_d, "rank-local chunk: the ZeRO-0 spans (chunk_spans) leave it as it is, the rest summed", spans, "");
+    th::report_all(g_d, "rank-local chunk: all-gather copies this rank's slot back, the rest from the owners", gathered,
+                   "");
+}
+
+// all_gather_blocks: block b of rank r lands at (b * world + r) * block_elems, exactly.
+static void test_all_gather_blocks() {
+    const Distributed& d = g_d;
+    const size_t blocks = 3, per = 5, W = (size_t)d.world;
+    auto value = [](int r, size_t b, size_t j) { return (float)(100 * r + 10 * b + j); };
+    std::vector<float> mine(blocks * per);
+    for (size_t b = 0; b < blocks; b++)
+        for (size_t j = 0; j < per; j++) mine[b * per + j] = value(d.rank, b, j);
+    th::DeviceBuffer<float> local(mine), full(blocks * W * per, th::Fill::Zero);
+    all_gather_blocks(d, (const float*)local.ptr, full.ptr, blocks, per, d.comm_stream);
+    cudaCheck(cudaStreamSynchronize(d.comm_stream));
+    std::vector<float> got = full.host();
+    bool ok = true;
+    for (size_t b = 0; b < blocks; b++)
+        for (int r = 0; r < d.world; r++)
+            for (size_t j = 0; j < per; j++) ok &= got[(b * W + r) * per + j] == value(r, b, j);
+    th::report_all(g_d, "all_gather_blocks: every rank's blocks interleaved by block, rank order within", ok,
+                   "%zu blocks of %zu from %d ranks", blocks, per, d.world);
+}
+
 // ZeRO-0: the gradient all-reduce issued per group (chunk_spans) covers the whole buffer.
 static void test_zero0_groups() {
     const Distributed& d = g_d;
@@ -527,6 +592,8 @@ int main(int argc, char** argv) {
     test_reduce_scatter_all_gather<float>(8);
     test_zero0_groups();
     test_zero1_step();
+    test_rank_local_chunks();
+    test_all_gather_blocks();
 
     // Rank 0 holds the tally; every rank learns it before MPI goes away.
     int failed = th::n_failed();

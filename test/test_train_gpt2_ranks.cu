@@ -9,6 +9,10 @@
 //   on 3 (ranks x B kept) re-shard the optimizer state and go on with the uninterrupted run's losses;
 //   --log-ranks gives every rank its own log with its memory anatomy; a failing rank brings the job
 //   down with its rank in the message; --zero with Adafactor is refused.
+// Expert parallelism (--expert-parallel): a 4-layer model with 6 experts, top-2, every other block
+// sparse, on 2 and 3 ranks (dropless and with a capacity factor, --zero 0 and 1) follows one process
+// with the same global batch in micro-steps of the same tokens; stopped and resumed it is
+// bit-identical; what it cannot do is refused.
 #define TESTING
 #include "../train_gpt2.cu"
 #include "trainer_ranks.h"
@@ -103,12 +107,85 @@ static void test_logs_and_failures() {
                "--zero 1 with adafactor on 2 ranks: refused", "%s", last_lines(af.text).c_str());
 }
 
+// The MoE model of the expert-parallel checks: 4 layers, blocks 1 and 3 with 6 GELU experts, top-2.
+static const std::string kMoeArgs = kModelArgs + "--layers 4 --moe-experts 6 --moe-top-k 2 --moe-every 2 ";
+
+// P ranks of B=2 with --expert-parallel vs one process of B=2 and P micro-steps: rank r's tokens are
+// the single process's micro-step r (the data loader splits a global batch the same way), routed
+// and capacity-limited over the same N = 64 tokens, so the two runs compute the same model; only
+// the fp32 summation orders differ (gradient averaging over ranks, the experts' 1/P scaling, the
+// expert GEMMs over P*Rb rows per expert). Bounds as test_stages': losses printed with 6 decimals
+// within 2e-6, parameters within 1% of the 6 * lr AdamW lets a parameter move in 6 steps.
+static void test_expert_parallel() {
+    struct Case { int ranks; const char* capacity; int zero; } cases[] = {
+        {2, "0", 0}, {3, "1.25", 0}, {2, "1.25", 1}, {3, "0", 1}};
+    for (const Case& k : cases) {
+        std::string args = kMoeArgs + "-b 2 -d " + std::to_string(64 * k.ranks) + " --moe-capacity " + k.capacity + " ";
+        std::string tag = std::to_string(k.ranks) + "_" + k.capacity + "_" + std::to_string(k.zero);
+        std::string one_dir = tmp + "/ep_one" + tag, ep_dir = tmp + "/ep" + tag;
+        th::ChildOutput one = run(0, args + "-o " + one_dir);
+        th::ChildOutput ep = run(k.ranks, args + "--expert-parallel --zero " + std::to_string(k.zero) + " -o " + ep_dir);
+        std::vector<double> want = step_losses(one.text), got = step_losses(ep.text);
+        double worst = ranks::worst_diff(want, got, 6);
+        char what[128];
+        snprintf(what, sizeof(what), "--expert-parallel on %d ranks, capacity %s, --zero %d", k.ranks, k.capacity,
+                 k.zero);
+        char expect[96];
+        snprintf(expect, sizeof(expect), "the 6 experts of each MoE block over %d ranks, %d per rank", k.ranks,
+                 6 / k.ranks);
+        bool said = ep.text.find(expect) != std::string::npos;
+        th::report(exited_ok(one) && exited_ok(ep) && said && worst <= 2e-6,
+                   (std::string(what) + ": the losses of one process with the same global batch").c_str(),
+                   "max diff %.2g over %zu steps%s%s", worst, got.size(), said ? "" : ", no expert-parallel line",
+                   exited_ok(ep) ? "" : (" | " + last_lines(ep.text)).c_str());
+        GPT2Config c1, c2;
+        std::vector<float> p_one = exited_ok(one) ? load_checkpoint(one_dir + "/model_00000006.bin", &c1)
+                                                  : std::vector<float>();
+        std::vector<float> p_ep = exited_ok(ep) ? load_checkpoint(ep_dir + "/model_00000006.bin", &c2)
+                                                : std::vector<float>();
+        double diff = p_one.size() == p_ep.size() && !p_one.empty() ? 0 : INFINITY;
+        for (size_t i = 0; i < p_one.size() && i < p_ep.size(); i++)
+            diff = std::max(diff, (double)std::fabs(p_one[i] - p_ep[i]));
+        th::report(diff <= 0.01 * 6 * 1e-3,
+                   (std::string(what) + ": the model file (every expert) == one process's").c_str(),
+                   "%zu parameters, max diff %.3g", p_ep.size(), diff);
+    }
+}
+
+// Expert parallelism stopped after 3 steps and resumed (bf16, capacity, each rank's own state file):
+// bit-identical to the uninterrupted run. Then what it cannot do, one clear error each.
+static void test_expert_parallel_resume_and_refusals() {
+    const std::string args = kMoeArgs + "-b 2 -d 128 --moe-capacity 1.25 --expert-parallel --precision bf16 -n 3 ";
+    ranks::check_resume_same_world(args, "_ep",
+                                   "--expert-parallel on 2 ranks bf16: stop after 3 + resume == uninterrupted, bit for "
+                                   "bit");
+    struct Refusal { int ranks; std::string args, says; const char* name; } refusals[] = {
+        {2, kModelArgs + "-b 2 --expert-parallel", "option --expert-parallel: the model has no experts",
+         "--expert-parallel without experts: refused"},
+        {3, kModelArgs + "--layers 4 --moe-experts 4 -b 2 --expert-parallel", "the 4 experts do not divide over 3 ranks",
+         "--expert-parallel with 4 experts on 3 ranks: refused"},
+        {2, kMoeArgs + "-b 2 --expert-parallel --zero 2", "option --expert-parallel: not with --zero 2",
+         "--expert-parallel with --zero 2: refused"},
+        {2, kMoeArgs + "-b 2 --expert-parallel -g 8", "sampling needs every expert on one rank",
+         "--expert-parallel with --gen-tokens 8: refused, naming the alternative"},
+        {3, args + "-y -o " + tmp + "/part_ep", "the checkpoint was trained on 2 ranks",
+         "--expert-parallel: resuming a 2-rank checkpoint on 3 ranks: refused"},
+    };
+    for (const Refusal& r : refusals) {
+        th::ChildOutput out = run(r.ranks, r.args);
+        th::report(!exited_ok(out) && out.text.find(r.says) != std::string::npos, r.name, "%s",
+                   last_lines(out.text).c_str());
+    }
+}
+
 static void checks() {
     test_stages();
     test_auto_batch_ranks();
     test_resume_same_world();
     ranks::check_reshard_2_to_3(kModelArgs + "--zero 1 -d 384 ");
     test_logs_and_failures();
+    test_expert_parallel();
+    test_expert_parallel_resume_and_refusals();
 }
 
 int main(int argc, char** argv) { return ranks::main(argc, argv, "--train-gpt2", train_gpt2_main, checks); }

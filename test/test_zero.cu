@@ -1,7 +1,8 @@
 // test/test_zero.cu — llmc/zero.h, the ZeRO partition (pure host arithmetic, one process): chunks
 // come in the order gradients become final; pieces cover every parameter exactly once for any
 // world size, also when sizes do not divide by it; slots, padding and the shard tables agree with
-// the pieces; re-sharding a state from W1 ranks to W2 ranks rebuilds exactly the new shards.
+// the pieces; re-sharding a state from W1 ranks to W2 ranks rebuilds exactly the new shards;
+// rank-local tensors are owned whole by every rank.
 #include "../llmc/adamw.cuh"  // ParamTensor, the table the optimizers take
 #include "../llmc/zero.h"
 #include "harness.h"
@@ -354,6 +355,45 @@ static void test_gpt2_124m_memory() {
     }
 }
 
+// Rank-local tensors (expert parallelism): every rank owns each of their chunks whole, in a slot of
+// n rounded up to align, and its shard table covers them with their decay flag; the other tensors
+// are partitioned as without them; their state cannot move to another world size.
+static void test_rank_local() {
+    std::vector<ZeroTensor> t = gpt2_tensors(8, 2, 64, 16);
+    t.push_back({3 * 40, GradReady::AfterLayers, 1, true});  // an expert tensor of 40 elements per rank, x3
+    size_t n_local = 3 * 40;
+    bool whole = true, others = true, tables = true;
+    for (int world : {2, 3}) {
+        ZeroPlan p = make_plan(t, 2, world, 8), q = make_plan(gpt2_tensors(8, 2, 64, 16), 2, world, 8);
+        for (const ZeroChunk& c : p.chunks)
+            if (c.rank_local)
+                for (int r = 0; r < world; r++)
+                    whole &= zero_piece(c, r).begin == 0 && zero_piece(c, r).end == c.n && c.s == (c.n + 7) / 8 * 8;
+        // the other chunks: as in the plan without the rank-local tensor
+        for (size_t i = 0, j = 0; i < p.chunks.size(); i++) {
+            if (p.chunks[i].rank_local) continue;
+            others &= j < q.chunks.size() && p.chunks[i].s == q.chunks[j].s && p.chunks[i].n == q.chunks[j].n;
+            j++;
+        }
+        for (int r = 0; r < world; r++) {
+            size_t owned = 0, decayed = 0;
+            for (const ParamTensor& e : zero_shard_table<ParamTensor>(p, r, false)) {
+                owned += e.size;
+                if (e.offset >= p.chunks.back().shard_offset) decayed += e.weight_decay ? e.size : 0;
+            }
+            tables &= owned == zero_memory(q, r).owned_elems + n_local && decayed == n_local;
+        }
+    }
+    th::report(whole, "zero: rank-local chunks are owned whole by every rank (s = n rounded to align)");
+    th::report(others, "zero: the other chunks are partitioned as without the rank-local tensor");
+    th::report(tables, "zero: every rank's shard table covers its pieces plus the whole rank-local tensor (decay kept)");
+    ZeroPlan two = make_plan(t, 2, 2, 8), three = make_plan(t, 2, 3, 8);
+    std::vector<ZeroCopy> copies;
+    std::string err;
+    bool refused = !zero_reshard(two, three, 0, &copies, &err) && err.find("rank-local") != std::string::npos;
+    th::report(refused, "zero: error: re-sharding a rank-local tensor's state onto another world", "%s", err.c_str());
+}
+
 // Impossible requests come back as false with a message naming the problem.
 static void test_errors() {
     ZeroPlan p;
@@ -380,6 +420,7 @@ int main() {
     test_random_partitions();
     test_reshard();
     test_gpt2_124m_memory();
+    test_rank_local();
     test_errors();
     return th::finish();
 }

@@ -12,7 +12,8 @@
 // rank and from run to run, whatever algorithm Open MPI picks internally. fp16/bf16/fp8 values
 // are accumulated in fp32 and rounded once per element.
 //
-// Chapters: errors · communicators · element types and reductions · collectives · groups.
+// Chapters: errors · communicators · element types and reductions · collectives · point-to-point and
+// groups.
 
 #include <nccl.h>  // the toolkit's real header: the prototypes below must match it exactly
 #include "internal.h"
@@ -575,15 +576,115 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
 }
 
 // ============================================================================================
-// Groups
+// Point-to-point and groups
 // ============================================================================================
-// Calls between ncclGroupStart and ncclGroupEnd run eagerly, at issue time, instead of being
+// Collectives between ncclGroupStart and ncclGroupEnd run eagerly, at issue time, instead of being
 // batched until ncclGroupEnd. That gives the same results and cannot deadlock here: every rank of
 // a communicator issues the same collectives in the same order, and a process drives one device
-// (ncclCommInitAll is limited to ndev == 1). Point-to-point send/recv, whose pairing really needs
-// grouping, is not provided.
+// (ncclCommInitAll is limited to ndev == 1).
+//
+// Point-to-point calls (ncclSend, ncclRecv) are different: ranks pair them in whatever order suits
+// each (an all-to-all sends to and receives from every peer), so issuing them one at a time could
+// leave two ranks both blocked in a send. They are collected and posted together when the outermost
+// ncclGroupEnd closes the group: MPI_Isend / MPI_Irecv on the communicator's private MPI
+// communicator, then one MPI_Waitall — MPI matches messages per (source, communicator) in posting
+// order, which is NCCL's pairing rule (the k-th send to a peer meets the peer's k-th receive from
+// this rank). A transfer to self is a plain copy, the k-th self-send into the k-th self-receive.
+// Outside a group a call is a group of its own. The data moves when the stream runs the group's
+// work; the CPU backend runs one stream's work at a time, so all point-to-point calls of a group
+// must be on one stream (NCCL allows several; the emulation refuses that with ncclInvalidUsage).
 
 static thread_local int g_group_depth = 0;  // NCCL's group nesting is per thread too
+
+// One ncclSend or ncclRecv waiting for its group to end.
+struct P2POp {
+    bool send;
+    void* buf;  // the receive buffer, or the send buffer (only read)
+    size_t count;
+    TypeInfo ti;
+    int peer;
+    ncclComm_t comm;
+    cudaStream_t stream;
+};
+static thread_local std::vector<P2POp> g_p2p;  // the open group's calls, in issue order
+
+// Moves the data of one group's point-to-point calls (all on one stream; counts already checked).
+static ncclResult_t run_p2p(const std::vector<P2POp>& ops) {
+    const char* fn = "ncclGroupEnd";
+    std::vector<MPI_Request> reqs;
+    std::vector<const P2POp*> self_sends, self_recvs;
+    ncclResult_t res = ncclSuccess;
+    for (const P2POp& op : ops) {
+        if (op.count == 0) continue;
+        if (op.peer == op.comm->rank) {
+            (op.send ? self_sends : self_recvs).push_back(&op);
+            continue;
+        }
+        MPI_Request r;
+        int rc = op.send ? MPI_Isend(op.buf, (int)op.count, op.ti.mpi, op.peer, 0, op.comm->mpi, &r)
+                         : MPI_Irecv(op.buf, (int)op.count, op.ti.mpi, op.peer, 0, op.comm->mpi, &r);
+        if ((res = mpi_check(op.comm, rc, fn, op.send ? "MPI_Isend" : "MPI_Irecv"))) break;
+        reqs.push_back(r);
+    }
+    // Self copies while the transfers are in flight: neither side of them is read by another rank.
+    for (size_t i = 0; res == ncclSuccess && i < self_sends.size(); i++)
+        memmove(self_recvs[i]->buf, self_sends[i]->buf, self_sends[i]->count * self_sends[i]->ti.size);
+    if (!reqs.empty()) {
+        ncclResult_t wait = mpi_check(ops[0].comm, MPI_Waitall((int)reqs.size(), reqs.data(), MPI_STATUSES_IGNORE),
+                                      fn, "MPI_Waitall");
+        if (res == ncclSuccess) res = wait;
+    }
+    return res;
+}
+
+// Posts the closed group's point-to-point calls on their stream. Checked first, before any data
+// moves: one stream, and self-sends matching self-receives one for one in count and element size.
+static ncclResult_t flush_p2p() {
+    std::vector<P2POp> ops;
+    ops.swap(g_p2p);
+    if (ops.empty()) return ncclSuccess;
+    const char* fn = "ncclGroupEnd";
+    std::vector<const P2POp*> self_sends, self_recvs;
+    for (const P2POp& op : ops) {
+        if (op.stream != ops[0].stream)
+            return fail(ncclInvalidUsage, "%s: the group's ncclSend/ncclRecv calls are on different streams; the "
+                        "CPU backend runs a group's point-to-point calls on one stream", fn);
+        if (op.peer == op.comm->rank && op.count > 0) (op.send ? self_sends : self_recvs).push_back(&op);
+    }
+    bool paired = self_sends.size() == self_recvs.size();
+    for (size_t i = 0; paired && i < self_sends.size(); i++)
+        paired = self_sends[i]->count * self_sends[i]->ti.size == self_recvs[i]->count * self_recvs[i]->ti.size;
+    if (!paired)
+        return fail(ncclInvalidUsage, "%s: the group's sends to self (%zu) do not match its receives from self (%zu) "
+                    "one for one in size", fn, self_sends.size(), self_recvs.size());
+    return on_stream(ops[0].stream, [ops]() { return run_p2p(ops); });
+}
+
+// Checks and records one point-to-point call; outside a group it is its own group.
+static ncclResult_t p2p(const char* fn, bool send, void* buf, size_t count, ncclDataType_t datatype, int peer,
+                        ncclComm_t comm, cudaStream_t stream) {
+    TypeInfo ti;
+    ncclResult_t res;
+    if ((res = check_call(fn, comm, datatype, count, &ti)) ||
+        (res = check_buf(fn, buf, count, send ? "sendbuff" : "recvbuff")))
+        return res;
+    if (peer < 0 || peer >= comm->nranks)
+        return fail(ncclInvalidArgument, "%s: peer %d is not in [0, nranks=%d)", fn, peer, comm->nranks);
+    g_p2p.push_back(P2POp{send, buf, count, ti, peer, comm, stream});
+    return g_group_depth == 0 ? flush_p2p() : ncclSuccess;
+}
+
+// Sends count elements of sendbuff to rank peer, which receives them with a matching ncclRecv.
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+    return p2p("ncclSend", true, const_cast<void*>(sendbuff), count, datatype, peer, comm, stream);
+}
+
+// Receives count elements from rank peer's matching ncclSend into recvbuff.
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+    return p2p("ncclRecv", false, recvbuff, count, datatype, peer, comm, stream);
+}
 
 // Opens a (possibly nested) group.
 ncclResult_t ncclGroupStart() {
@@ -591,9 +692,10 @@ ncclResult_t ncclGroupStart() {
     return ncclSuccess;
 }
 
-// Closes a group; an unmatched ncclGroupEnd is a usage error, as in NCCL.
+// Closes a group; the outermost one posts its point-to-point calls. An unmatched ncclGroupEnd is a
+// usage error, as in NCCL.
 ncclResult_t ncclGroupEnd() {
     if (g_group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: not in a group (no matching ncclGroupStart)");
-    g_group_depth--;
-    return ncclSuccess;
+    if (--g_group_depth > 0) return ncclSuccess;
+    return flush_p2p();
 }

@@ -1,6 +1,7 @@
 // test/simt/test_nccl.cu — NCCL collectives under MPI: every collective × dtype × op × in-place/out-of-place
-// against results computed locally from the known per-rank inputs, plus groups, a second
-// communicator, argument errors and bit-identical results across ranks.
+// against results computed locally from the known per-rank inputs, plus groups, point-to-point
+// (an all-to-all of grouped ncclSend/ncclRecv), a second communicator, argument errors and
+// bit-identical results across ranks.
 //
 // Host code only (no kernels), so the same file tests real NCCL on GPUs (nvcc, -lnccl) and the CPU
 // backend's NCCL-over-MPI (g++, llmc/simt/nccl.cpp). Run with: mpirun -np 2 ./test_nccl (or -np 3).
@@ -469,6 +470,81 @@ static void test_init_all() {
                ncclGetErrorString(rc), count);
 }
 
+// ----------------------------------------------------------------------------
+// Point-to-point: ncclSend / ncclRecv
+
+// Elements rank s sends to rank d in the all-to-all below: uneven, and zero for d == s+1 (mod n)
+// when there are 3 or more ranks (so a zero-count pair sits among non-empty ones).
+static size_t a2a_count(int s, int d) {
+    if (g_nranks >= 3 && d == (s + 1) % g_nranks) return 0;
+    return 5 + 7 * (size_t)s + 3 * (size_t)d;
+}
+// Element i of what s sends to d: exact in fp32 for these sizes.
+static float a2a_value(int s, int d, size_t i) { return (float)(10000 * s + 100 * d + i); }
+
+// An all-to-all as one group of sends and receives to and from every rank, self included: each
+// rank gets exactly what every peer sent it, in its own slot of one receive buffer.
+static void test_send_recv(ncclComm_t comm) {
+    size_t send_total = 0, recv_total = 0;
+    std::vector<size_t> send_at(g_nranks), recv_at(g_nranks);
+    for (int p = 0; p < g_nranks; p++) {
+        send_at[p] = send_total, send_total += a2a_count(g_rank, p);
+        recv_at[p] = recv_total, recv_total += a2a_count(p, g_rank);
+    }
+    std::vector<float> send(send_total), recv(recv_total, -1.f);
+    for (int p = 0; p < g_nranks; p++)
+        for (size_t i = 0; i < a2a_count(g_rank, p); i++) send[send_at[p] + i] = a2a_value(g_rank, p, i);
+    float *d_send = nullptr, *d_recv = nullptr;
+    CHECK_CUDA(cudaMalloc(&d_send, send_total * sizeof(float)));
+    CHECK_CUDA(cudaMalloc(&d_recv, recv_total * sizeof(float)));
+    CHECK_CUDA(cudaMemcpy(d_send, send.data(), send_total * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d_recv, recv.data(), recv_total * sizeof(float), cudaMemcpyHostToDevice));
+    bool calls_ok = ncclGroupStart() == ncclSuccess;
+    for (int p = 0; p < g_nranks; p++) {  // receives first on even ranks, sends first on odd ones: order is free
+        int q = g_rank % 2 ? p : g_nranks - 1 - p;
+        calls_ok &= ncclRecv(d_recv + recv_at[q], a2a_count(q, g_rank), ncclFloat32, q, comm, 0) == ncclSuccess;
+        calls_ok &= ncclSend(d_send + send_at[q], a2a_count(g_rank, q), ncclFloat32, q, comm, 0) == ncclSuccess;
+    }
+    calls_ok &= ncclGroupEnd() == ncclSuccess;
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaMemcpy(recv.data(), d_recv, recv_total * sizeof(float), cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (int p = 0; p < g_nranks; p++)
+        for (size_t i = 0; i < a2a_count(p, g_rank); i++) wrong += recv[recv_at[p] + i] != a2a_value(p, g_rank, i);
+    report_all("send/recv: all-to-all in one group (self, uneven and zero counts)", calls_ok && wrong == 0,
+               "%zu of %zu elements received wrong, calls %s", wrong, recv_total, calls_ok ? "ok" : "failed");
+
+    // Outside a group each call is its own group: rank 0 sends bf16 to the last rank.
+    int last = g_nranks - 1;
+    std::vector<__nv_bfloat16> one(9), got(9);
+    for (int i = 0; i < 9; i++) one[i] = __float2bfloat16(0.5f * i), got[i] = __float2bfloat16(-1.f);
+    CHECK_CUDA(cudaMemcpy(d_send, one.data(), sizeof(one[0]) * 9, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d_recv, got.data(), sizeof(got[0]) * 9, cudaMemcpyHostToDevice));
+    ncclResult_t rc = ncclSuccess;
+    if (g_rank == 0) rc = ncclSend(d_send, 9, ncclBfloat16, last, comm, 0);
+    if (g_rank == last) rc = ncclRecv(d_recv, 9, ncclBfloat16, 0, comm, 0);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaMemcpy(got.data(), d_recv, sizeof(got[0]) * 9, cudaMemcpyDeviceToHost));
+    bool same = g_rank != last || memcmp(got.data(), one.data(), sizeof(one[0]) * 9) == 0;
+    report_all("send/recv: outside a group, rank 0 -> last rank (bf16)", rc == ncclSuccess && same, "%s%s",
+               ncclGetErrorString(rc), same ? "" : ", data differ");
+
+    // Refused before anything moves: a bad peer, a NULL buffer, a bad type.
+    struct { const char* name; ncclResult_t want, got; } cases[] = {
+        {"send to peer nranks", ncclInvalidArgument, ncclSend(d_send, 4, ncclFloat32, g_nranks, comm, 0)},
+        {"recv from peer -1", ncclInvalidArgument, ncclRecv(d_recv, 4, ncclFloat32, -1, comm, 0)},
+        {"send NULL buffer", ncclInvalidArgument, ncclSend(nullptr, 4, ncclFloat32, 0, comm, 0)},
+        {"recv invalid datatype", ncclInvalidArgument,
+         ncclRecv(d_recv, 4, (ncclDataType_t)ncclNumTypes, 0, comm, 0)},
+    };
+    for (auto& c : cases) {
+        std::string name = std::string("send/recv error: ") + c.name;
+        report_all(name.c_str(), c.got == c.want, "returned \"%s\"", ncclGetErrorString(c.got));
+    }
+    CHECK_CUDA(cudaFree(d_send));
+    CHECK_CUDA(cudaFree(d_recv));
+}
+
 // Bad arguments return NCCL's error codes (checked before any data moves, so no rank hangs).
 static void test_errors(ncclComm_t comm) {
     void* d = nullptr;
@@ -529,6 +605,7 @@ int main(int argc, char** argv) {
     test_repeat(comm);
     test_second_comm(comm);
     test_init_all();
+    test_send_recv(comm);
     test_errors(comm);
     CHECK_NCCL(ncclCommDestroy(comm));
 
