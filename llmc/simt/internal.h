@@ -43,6 +43,8 @@ bool is_pinned_memory(const void* p);
 // for stream (it captures, or it is the legacy stream while a blocking stream captures).
 bool streams_deferred();
 cudaError_t issue(cudaStream_t stream, std::function<void()> op);
+// Counts an operation the host issued and ran at once without issue() (host_stream_op_count).
+void note_host_op();
 bool stream_capturing(cudaStream_t stream);
 void synchronize_device();
 // For the calls CUDA calls unsafe during a capture (allocating, freeing, synchronous copies with host

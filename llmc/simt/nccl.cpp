@@ -447,7 +447,10 @@ static ncclResult_t reduce_chunks(const char* fn, ncclComm_t comm, const void* s
 // work reports an MPI failure through fail(), as NCCL reports asynchronous errors
 // (ncclCommGetAsyncError), not as a return value.
 static ncclResult_t on_stream(cudaStream_t stream, std::function<ncclResult_t()> work) {
-    if (!simt::streams_deferred() && !simt::stream_capturing(stream)) return work();
+    if (!simt::streams_deferred() && !simt::stream_capturing(stream)) {
+        simt::note_host_op();
+        return work();
+    }
     return simt::issue(stream, [work] { work(); }) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
 }
 

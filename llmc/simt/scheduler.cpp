@@ -875,6 +875,7 @@ cudaError_t launch(const cudaLaunchConfig_t& cfg, const LaunchBody& body) {
             run_grid(queued, held);
         }));
     }
+    note_host_op();
     run_grid(cfg, body);
     return cudaSuccess;
 }

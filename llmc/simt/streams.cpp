@@ -245,6 +245,7 @@ cudaError_t unsafe_during_capture() {
 }
 
 uint64_t host_stream_op_count() { return g_host_ops.load(); }
+void note_host_op() { g_host_ops++; }
 
 void synchronize_stream(cudaStream_t stream) {
     std::lock_guard<std::recursive_mutex> lk(streams().mu);
