@@ -14,6 +14,11 @@
 // function is a template on the storage type floatX of parameters and activations, and main()
 // dispatches once. In bf16 and fp16 the optimizer keeps fp32 master weights and fp32 moments; all
 // accumulation is fp32.
+//
+// CUDA graphs (--cuda-graphs, default 1): after the run's first step, each micro-step's forward and
+// backward passes (but the embedding's backward) are replayed from a graph captured once per kind of
+// micro-step and loss scale (GPT2::train_micro_step); the batch upload, the embedding's backward and
+// the optimizer step stay eager.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -503,7 +508,7 @@ struct GPT2 : ModelState<floatX> {
     // one case: ZeRO-2, whose micro-step waits on events of the previous micro-step's communication,
     // outside the capture (CUDA refuses such a dependency). Every other technique captures.
     const char* graphs_unsupported() const {
-        if (this->grad_layer_slots) return "--zero 2 (each micro-step waits for the previous one's communication)";
+        if (this->grad_layer_slots) return "--zero 2: each micro-step waits for the previous one's communication";
         return nullptr;
     }
 
