@@ -74,6 +74,12 @@ int quiet_train(TrainOptions o, const TrainState* resume = nullptr, const std::s
     int saved = dup(1), devnull = open("/dev/null", O_WRONLY);
     dup2(devnull, 1);
     GPT2Config c = tiny_config();
+    if (o.moe_experts > 0) {  // Mixture-of-Experts blocks, as train_gpt2 sets them for a random init
+        c.moe_experts = o.moe_experts;
+        c.moe_top_k = o.moe_top_k;
+        c.moe_every = o.moe_every;
+        c.moe_capacity = o.moe_capacity;
+    }
     std::vector<float> init = random_init(c, o.seed);
     if (resume) {
         std::vector<int> done = complete_checkpoints(o.output_dir);
@@ -287,6 +293,10 @@ int main(int argc, char** argv) {
     test_graphs_vs_eager<__half>("CUDA graphs == eager: fp16 with dynamic loss scaling (recaptured per scale)",
                                  "graphs_fp16", fp16);
     test_graphs_vs_eager<__nv_bfloat16>("CUDA graphs == eager: fp8", "graphs_fp8", f8);
+    TrainOptions moe = shuf;
+    moe.moe_experts = 4;
+    moe.moe_every = 1;
+    test_graphs_vs_eager<float>("CUDA graphs == eager: Mixture-of-Experts blocks, 2 micro-steps", "graphs_moe", moe);
 
     // kill -9 at random moments while checkpointing every step; each time resume where it died.
     {
