@@ -18,6 +18,11 @@
 // function is a template on the storage type floatX of parameters and activations, and main()
 // dispatches once. In bf16 and fp16 the optimizer keeps fp32 master weights and fp32 moments; all
 // accumulation is fp32.
+//
+// CUDA graphs (--cuda-graphs, default 1): after the run's first step, each micro-step's forward and
+// backward passes (but the embedding's backward) are replayed from a graph captured once per kind of
+// micro-step and loss scale (GPT2::train_micro_step); the batch upload, the embedding's backward and
+// the optimizer step stay eager.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -275,6 +280,10 @@ struct GPT2 : ModelState<floatX> {
     MoeParallel moe_par;
     MoeWeights<floatX> moe_params(int l) const { return moe_weights(params, config, l, moe_par.ranks); }
     MoeWeights<floatX> moe_grads(int l) const { return moe_weights(grads, config, l, moe_par.ranks); }
+    // CUDA graphs of the micro-step (train_micro_step): the forward and backward passes but the
+    // embedding's backward, one graph per value of sync_grads, captured for one dloss.
+    cudaGraphExec_t micro_graphs[2] = {};
+    float micro_graphs_dloss = 0.f;
 
     // Allocates parameters, gradients and optimizer state for config and fills params_memory
     // from the fp32 host values of the whole model (every expert; this rank takes its own).
@@ -529,6 +538,61 @@ struct GPT2 : ModelState<floatX> {
     // Backward pass after forward(true, ...): accumulates every parameter's gradient into grads
     // (callers zero grads_memory at the start of a step; micro-batches add up).
     void backward() {
+        backward_layers();
+        backward_embedding();
+    }
+
+    // Why the micro-step cannot be replayed as a CUDA graph with this model and run, or nullptr. The
+    // one case: ZeRO-2, whose micro-step waits on events of the previous micro-step's communication,
+    // outside the capture (CUDA refuses such a dependency). Every other technique captures.
+    const char* graphs_unsupported() const {
+        if (this->grad_layer_slots) return "--zero 2: each micro-step waits for the previous one's communication";
+        return nullptr;
+    }
+
+    // One training micro-step on the batch set_batch() uploaded: forward(true, dloss) and backward().
+    // With `graphed`, everything but the embedding's backward is replayed from a CUDA graph, captured
+    // the first time it is needed (per sync_grads, for this dloss: a new loss scale recaptures): its
+    // kernels read the batch from acts.inputs/targets and every scalar they take is fixed for the run.
+    // The embedding's backward stays eager, since its launches are sized by this micro-batch's token
+    // ids (the host's plan). The stream must not be the legacy stream (which cannot capture), and
+    // nothing in the micro-step may allocate: the caller runs a first step eagerly (allocations,
+    // cuBLASLt plans, fp8 first uses) before graphed ones.
+    void train_micro_step(float dloss, bool graphed) {
+        if (!graphed) {
+            forward(true, dloss);
+            backward();
+            return;
+        }
+        if (dloss != micro_graphs_dloss) destroy_micro_graphs();
+        micro_graphs_dloss = dloss;
+        cudaGraphExec_t& exec = micro_graphs[this->sync_grads ? 1 : 0];
+        if (!exec) {
+            cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+            forward(true, dloss);
+            backward_layers();
+            // Data parallel: the communication stream forked into the capture through the gradient
+            // events (ModelState::communicate); a capture ends only once it has joined back.
+            cudaStreamCaptureStatus comm = cudaStreamCaptureStatusNone;
+            if (this->data_parallel()) cudaCheck(cudaStreamIsCapturing(this->dist->comm_stream, &comm));
+            if (comm == cudaStreamCaptureStatusActive) stream_wait(stream, this->dist->comm_stream, this->comm_done);
+            cudaGraph_t graph;
+            cudaCheck(cudaStreamEndCapture(stream, &graph));
+            cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+            cudaCheck(cudaGraphDestroy(graph));
+        }
+        cudaCheck(cudaGraphLaunch(exec, stream));
+        backward_embedding();
+    }
+    void destroy_micro_graphs() {
+        for (cudaGraphExec_t& g : micro_graphs) {
+            if (g) cudaCheck(cudaGraphExecDestroy(g));
+            g = nullptr;
+        }
+    }
+
+    // The backward pass down to the embedding (its gradient in acts.dresidual).
+    void backward_layers() {
         const GPT2Config& c = config;
         int L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
         int BT = B * T;
@@ -574,8 +638,12 @@ struct GPT2 : ModelState<floatX> {
                                x.ln1_rstd, BT, C, stream);
             this->grads_final_layer(l);  // ... layer l's, while the layers below compute
         }
-        encoder_backward(grads.t[WTE], grads.t[WPE], (floatX*)nullptr, encoder_plan, a.dresidual, a.inputs,
-                         (const int*)nullptr, B, T, C, stream);
+    }
+
+    // The embedding's backward after backward_layers(), from the plan set_batch() uploaded.
+    void backward_embedding() {
+        encoder_backward(grads.t[WTE], grads.t[WPE], (floatX*)nullptr, encoder_plan, acts.dresidual, acts.inputs,
+                         (const int*)nullptr, B, T, config.channels, stream);
         this->grads_final_after();
     }
 
@@ -674,6 +742,7 @@ struct GPT2 : ModelState<floatX> {
     }
 
     void free_all() {
+        destroy_micro_graphs();
         this->free_state();
         for (void* p : {fp8_memory, fp8_scratch, acts_memory})
             if (p) cudaCheck(cudaFree(p));
@@ -1025,6 +1094,11 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     model.recompute = o.recompute;
     model.gelu_fusion = o.gelu_fusion;
     model.build(config, init);
+    // CUDA graphs (--cuda-graphs): the model's work moves to a stream of its own, since the legacy
+    // default stream cannot capture (a blocking stream: ordered with the legacy stream as before).
+    const char* no_graphs = o.cuda_graphs ? model.graphs_unsupported() : nullptr;
+    const bool graphs = o.cuda_graphs && !no_graphs;
+    if (graphs) cudaCheck(cudaStreamCreate(&model.stream));
     if (o.B == 0) {  // --batch-size auto
         // The smallest choice over the ranks: every rank must run the same micro-steps (each one a
         // collective under ZeRO-2), and GPUs differ in free memory. A B that fits one rank fits any
@@ -1112,6 +1186,11 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
                                                   : "optimizer table, norm scratch, embedding-backward plan"});
     printf("batch: B=%d T=%d, %d micro-step%s -> %lld tokens per step; %d steps; lr %s max %.2e warmup %d\n", o.B,
            o.T, accum, accum > 1 ? "s" : "", total, steps, lr_schedule_name(sched.kind), sched.max_lr, sched.warmup);
+    if (graphs)
+        printf("CUDA graphs: micro-steps replayed from graphs after the first step (the embedding's backward and "
+               "the optimizer step eager)\n");
+    else
+        printf("CUDA graphs: off (%s)\n", no_graphs ? no_graphs : "--cuda-graphs 0");
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
@@ -1193,6 +1272,9 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
     StepReporter reporter(model.stream, steps, end_step, peak_tflops(prop.name, o.precision, o.tf32),
                           {"tok/s", "%.0f", "tokens_per_s", "%.1f"}, &log);
+    // The run's first step is eager (it allocates, plans the GEMMs, primes fp8), the second captures
+    // the graphs, the third only replays them.
+    if (graphs) reporter.report_launches_at(start_step + 3, " with CUDA graphs (the run's step 3)");
     for (int step = start_step; step < end_step; step++) {
         if (validate && step % o.val_every == 0) evaluate(step);
         reporter.begin();
@@ -1200,8 +1282,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         for (int micro = 0; micro < accum; micro++) {
             model.sync_grads = micro == accum - 1;  // gradients are communicated on the last micro-step only
             model.set_batch(train_loader.inputs(), train_loader.targets());
-            model.forward(true, scaler.scale / (float)(tokens_per_micro * accum));
-            model.backward();
+            model.train_micro_step(scaler.scale / (float)(tokens_per_micro * accum), graphs && step > start_step);
             model.fetch_losses(step_losses + (size_t)micro * tokens_per_micro);
             if (step_moe) model.fetch_moe_stats(step_moe + (size_t)micro * model.moe_stats_size());
             if (!o.overfit_batch) train_loader.next_batch();  // set_batch took its own copy
@@ -1263,6 +1344,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     if (step_moe) cudaCheck(cudaFreeHost(step_moe));
     model.free_all();
     distributed_comm_destroy(model.moe_par.comm);
+    if (graphs) cudaCheck(cudaStreamDestroy(model.stream));
     matmul_destroy();
     return 0;
 }

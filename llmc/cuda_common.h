@@ -108,6 +108,17 @@ inline long long host_sync_count() {
 #endif
 }
 
+// Operations the host has issued to streams since start-up (kernels, copies, memsets, GEMMs,
+// collectives, graph launches), counted by the CPU backend; -1 on a GPU. With CUDA graphs a
+// micro-step's hundreds become one graph launch.
+inline long long host_stream_op_count() {
+#if defined(SIMT_CPU)
+    return (long long)simt::host_stream_op_count();
+#else
+    return -1;
+#endif
+}
+
 // True when this build runs on the CPU backend rather than a GPU (programs pick smaller defaults).
 constexpr bool on_cpu_backend() {
 #if defined(SIMT_CPU)

@@ -26,6 +26,7 @@ struct TrainOptions : RunOptions {
     std::string prompt;              // text that samples continue (after <|endoftext|>)
     std::vector<int> prompt_tokens;  // its GPT-2 tokens (resolve_gpt2_options encodes it)
     bool gelu_fusion = true;
+    bool cuda_graphs = true;         // replay the micro-step from a CUDA graph (GPT2::train_micro_step)
     bool log_ranks = false;          // with --output-dir: every rank writes its own log (log_rank<r>.jsonl)
     bool tf32_flag = false;          // llm.c's -f 1: --precision tf32 by another name
     // Mixture of Experts (--moe-*): the model's settings as the command line gives them; the model's
@@ -86,6 +87,9 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
             &o->tf32_flag);
     cli.add("gelu-fusion", "ge", "1", "GELU as cuBLASLt's matmul epilogue (1) or a separate kernel (0; always 0 with "
             "--recompute)", &o->gelu_fusion);
+    cli.add("cuda-graphs", nullptr, "1", "replay each micro-step's forward and backward passes from a CUDA graph "
+            "captured once (1) or launch every kernel from the host (0); the embedding's backward and the optimizer "
+            "step stay eager, and --zero 2 always runs eagerly", &o->cuda_graphs);
     cli.add("gen-tokens", "g", "INT", "auto", "tokens to sample after training, 0: none (auto: 256 on a GPU, 64 on "
             "the CPU backend)", &o->gen_tokens, 0, 1 << 20);
     cli.add("sample-every", "s", "STEPS", "0", "also sample every this many steps during training (0: only at the end)",

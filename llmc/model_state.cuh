@@ -315,7 +315,8 @@ struct ModelState {
         mem.master = master ? S * sizeof(float) : 0;
         mem.grads = (grad_elements() + (sharded() ? S : 0)) * sizeof(floatX);
         mem.optimizer = opt_state_bytes;
-        mem.other = sizeof(ParamTensor) * table.size() + global_norm_scratch_bytes(S) + 2 * sizeof(float) + other;
+        // + norm_out (2 floats) and clip_scale (1)
+        mem.other = sizeof(ParamTensor) * table.size() + global_norm_scratch_bytes(S) + 3 * sizeof(float) + other;
     }
 
     // The partition of the parameters over world ranks (align 8: 16-byte vectors of bf16 stay aligned).

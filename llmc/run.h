@@ -223,16 +223,28 @@ void restore_optimizer_state(Model& model, const TrainState& first, const std::s
 // ----------------------------------------------------------------------------
 // Progress
 
-// After a run's first step: the device memory in use (returned, MiB) and, on the CPU backend, the
-// kernel launches and cuBLASLt calls the step made (launches0/matmuls0: the counters before it).
-inline double print_first_step_figures(long long launches0, long long matmuls0) {
+// On the CPU backend, the kernels a step ran, the cuBLASLt calls the host made and the stream
+// operations it issued (launches0/matmuls0/ops0: the counters before the step). `which` names the
+// step when it is not the first: with CUDA graphs the host calls fewer than run.
+inline void print_launch_figures(const char* which, long long launches0, long long matmuls0, long long ops0) {
+    if (launches0 < 0) return;
+    long long kernels = kernel_launch_count() - launches0, matmuls = matmul_context().calls - matmuls0;
+    long long ops = host_stream_op_count() - ops0;
+    if (!which[0])
+        printf("launches per step: %lld kernels + %lld cuBLASLt matmuls, %lld stream operations issued by the host "
+               "(counted by the CPU backend)\n", kernels, matmuls, ops);
+    else
+        printf("launches per step%s: %lld kernels run; the host called %lld cuBLASLt matmuls and issued %lld stream "
+               "operations (counted by the CPU backend)\n", which, kernels, matmuls, ops);
+}
+
+// After a run's first step: the device memory in use (returned, MiB) and the launch figures.
+inline double print_first_step_figures(long long launches0, long long matmuls0, long long ops0) {
     size_t free_b, total_b;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     double used = (total_b - free_b) / 1048576.0;
     printf("device memory in use after the first step: %.1f MiB of %.1f MiB\n", used, total_b / 1048576.0);
-    if (launches0 >= 0)
-        printf("launches per step: %lld kernels + %lld cuBLASLt matmuls (counted by the CPU backend)\n",
-               kernel_launch_count() - launches0, matmul_context().calls - matmuls0);
+    print_launch_figures("", launches0, matmuls0, ops0);
     return used;
 }
 
@@ -304,10 +316,18 @@ class StepReporter {
     StepReporter(const StepReporter&) = delete;
     StepReporter& operator=(const StepReporter&) = delete;
 
+    // Also print the launch figures after step `done` (1-based), as `which` (e.g. the first step that
+    // replays CUDA graphs, after an eager first step).
+    void report_launches_at(int done, const char* which) {
+        again_done_ = done;
+        again_which_ = which;
+    }
+
     void begin() {
         syncs0_ = host_sync_count();
         launches0_ = kernel_launch_count();
         matmuls0_ = matmul_context().calls;
+        ops0_ = host_stream_op_count();
         cudaCheck(cudaEventRecord(t0_, stream_));
     }
     // Waits until the step's work is done; returns its time in ms.
@@ -341,9 +361,14 @@ class StepReporter {
         if (f.scaling) fields.number("loss_scale", f.scale).boolean("skipped", !f.applied);
         log_->write("step", f.done, fields);
         if (first_) {
-            first_step_mib_ = print_first_step_figures(launches0_, matmuls0_);
+            first_step_mib_ = print_first_step_figures(launches0_, matmuls0_, ops0_);
             if (host_waits_ >= 0)
                 printf("host waits for the device inside the step: %lld (counted by the CPU backend)\n", host_waits_);
+        } else if (f.done == again_done_) {
+            print_launch_figures(again_which_.c_str(), launches0_, matmuls0_, ops0_);
+            if (host_waits_ >= 0)
+                printf("host waits for the device inside the step%s: %lld (counted by the CPU backend)\n",
+                       again_which_.c_str(), host_waits_);
         }
         first_ = false;
         fflush(stdout);
@@ -364,6 +389,8 @@ class StepReporter {
     StepClock clock_;
     double ms_ = 0, first_step_mib_ = 0;
     bool first_ = true;
-    long long launches0_ = 0, matmuls0_ = 0;
+    long long launches0_ = 0, matmuls0_ = 0, ops0_ = 0;
+    int again_done_ = -1;  // report_launches_at
+    std::string again_which_;
     long long syncs0_ = -1, host_waits_ = -1;  // host_sync_count() at begin(); the waits begin()..end()
 };

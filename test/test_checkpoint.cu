@@ -2,6 +2,7 @@
 // stopped and resumed is bit-identical to an uninterrupted one (fp32, bf16, shuffling across
 // epochs, gradient accumulation), also after kill -9 at random moments; a checkpoint without its
 // DONE marker is never picked; keep-last-K; refusals; llm.c model files round trip byte for byte.
+// Also whole runs with the micro-step replayed from CUDA graphs against eager launches.
 #define TESTING
 #include "../train_gpt2.cu"
 #include "harness.h"
@@ -73,6 +74,12 @@ int quiet_train(TrainOptions o, const TrainState* resume = nullptr, const std::s
     int saved = dup(1), devnull = open("/dev/null", O_WRONLY);
     dup2(devnull, 1);
     GPT2Config c = tiny_config();
+    if (o.moe_experts > 0) {  // Mixture-of-Experts blocks, as train_gpt2 sets them for a random init
+        c.moe_experts = o.moe_experts;
+        c.moe_top_k = o.moe_top_k;
+        c.moe_every = o.moe_every;
+        c.moe_capacity = o.moe_capacity;
+    }
     std::vector<float> init = random_init(c, o.seed);
     if (resume) {
         std::vector<int> done = complete_checkpoints(o.output_dir);
@@ -145,6 +152,28 @@ void test_resume(const char* name, const char* dir, TrainOptions base, int stop_
     bool ok = same_run(straight, resumed, base.max_steps, &why);
     th::report(ok, name, "stopped after %d of %d steps, resumed: %s", stop_at, base.max_steps,
                ok ? "final model, optimizer state and every loss bit-identical" : why.c_str());
+}
+
+// The same run with CUDA graphs (--cuda-graphs 1, the default) and with eager launches: every logged
+// loss, the final model and the optimizer state bit-identical; on the CPU backend the graphed run
+// issues fewer stream operations (its steps after the second replay the micro-steps).
+template <class floatX>
+void test_graphs_vs_eager(const char* name, const char* dir, TrainOptions base) {
+    std::string graphed = g_tmp + "/" + dir + "_graphs", eager = g_tmp + "/" + dir + "_eager";
+    long long ops[2];
+    for (bool graphs : {true, false}) {
+        base.output_dir = graphs ? graphed : eager;
+        base.cuda_graphs = graphs;
+        long long ops0 = host_stream_op_count();
+        quiet_train<floatX>(base);
+        ops[graphs] = host_stream_op_count() - ops0;
+    }
+    std::string why;
+    bool ok = same_run(graphed, eager, base.max_steps, &why);
+    bool fewer = !on_cpu_backend() || ops[1] < ops[0];
+    th::report(ok && fewer, name, "%d steps: %s; %lld stream operations issued by the host (eager %lld)",
+               base.max_steps, ok ? "losses, final model and optimizer state bit-identical" : why.c_str(), ops[1],
+               ops[0]);
 }
 
 // The kill test's run: checkpoints every step, 10 steps, on the shards main() wrote.
@@ -253,6 +282,21 @@ int main(int argc, char** argv) {
     af.opt.adafactor.use_first_moment = true;
     af.opt.adafactor.beta1 = 0.9;
     test_resume<float>("resume Adafactor with first moment", "adafactor", af, 3);
+
+    // CUDA graphs against eager launches, for the techniques a micro-step can use.
+    test_graphs_vs_eager<float>("CUDA graphs == eager: fp32", "graphs_fp32", o);
+    test_graphs_vs_eager<float>("CUDA graphs == eager: gradient accumulation (2 micro-steps)", "graphs_accum", shuf);
+    TrainOptions rc = o;
+    rc.recompute = Recompute::Layer;
+    test_graphs_vs_eager<float>("CUDA graphs == eager: --recompute layer", "graphs_recompute", rc);
+    test_graphs_vs_eager<__nv_bfloat16>("CUDA graphs == eager: bf16", "graphs_bf16", o);
+    test_graphs_vs_eager<__half>("CUDA graphs == eager: fp16 with dynamic loss scaling (recaptured per scale)",
+                                 "graphs_fp16", fp16);
+    test_graphs_vs_eager<__nv_bfloat16>("CUDA graphs == eager: fp8", "graphs_fp8", f8);
+    TrainOptions moe = shuf;
+    moe.moe_experts = 4;
+    moe.moe_every = 1;
+    test_graphs_vs_eager<float>("CUDA graphs == eager: Mixture-of-Experts blocks, 2 micro-steps", "graphs_moe", moe);
 
     // kill -9 at random moments while checkpointing every step; each time resume where it died.
     {

@@ -856,7 +856,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle,
             if ((uintptr_t)get<const float*>(d, attr) % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
     }
 
-    simt::issue(stream, [=, ctx = lightHandle]() mutable {
+    cudaError_t issued = simt::issue(stream, [=, ctx = lightHandle]() mutable {
         // "If not specified, or set to NULL, the scaling factor is 1"
         auto scale = [](const float* ptr) { return ptr ? *ptr : 1.0f; };
         o.scale_ab = alpha_value * scale(scale_a) * scale(scale_b);
@@ -865,5 +865,6 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle,
         for (int64_t b = 0; b < p.d.batch; b++) multiply(*ctx, p, o, b, &amax);
         if (amax_d) *amax_d = amax;
     });
-    return CUBLAS_STATUS_SUCCESS;
+    // A capture that refuses the GEMM (invalidated) fails it, as the CUDA runtime call below it would.
+    return issued == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }

@@ -37,10 +37,20 @@ bool is_device_memory(const void* p);
 bool is_pinned_memory(const void* p);
 
 // Streams (streams.cpp). issue() runs op on stream: at once, or with SIMT_STREAMS=adversarial
-// (streams_deferred()) when something forces the stream; ops issued from ops run at once.
+// (streams_deferred()) when something forces the stream; ops issued from ops run at once. While the
+// stream captures, op is recorded into the capture instead; the error is CUDA's for work a capture
+// refuses (and then op never runs). stream_capturing(): whether issue() would record or refuse work
+// for stream (it captures, or it is the legacy stream while a blocking stream captures).
 bool streams_deferred();
-void issue(cudaStream_t stream, std::function<void()> op);
+cudaError_t issue(cudaStream_t stream, std::function<void()> op);
+// Counts an operation the host issued and ran at once without issue() (host_stream_op_count).
+void note_host_op();
+bool stream_capturing(cudaStream_t stream);
 void synchronize_device();
+// For the calls CUDA calls unsafe during a capture (allocating, freeing, synchronous copies with host
+// memory): cudaErrorStreamCaptureUnsupported, invalidating the captures that forbid them (mode
+// global, or thread-local begun by the calling thread), or cudaSuccess.
+cudaError_t unsafe_during_capture();
 
 // Demangled name of a kernel from its address, for messages ("kernel at 0x..." if unknown).
 const char* kernel_name(const void* kernel, char* buf, size_t len);

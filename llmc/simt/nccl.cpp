@@ -444,12 +444,15 @@ static ncclResult_t reduce_chunks(const char* fn, ncclComm_t comm, const void* s
     return ncclSuccess;
 }
 
-// Runs a collective's data movement on its stream. Deferred work reports an MPI failure through
-// fail(), as NCCL reports asynchronous errors (ncclCommGetAsyncError), not as a return value.
+// Runs a collective's data movement on its stream (or records it in the stream's capture). Deferred
+// work reports an MPI failure through fail(), as NCCL reports asynchronous errors
+// (ncclCommGetAsyncError), not as a return value.
 static ncclResult_t on_stream(cudaStream_t stream, std::function<ncclResult_t()> work) {
-    if (!simt::streams_deferred()) return work();
-    simt::issue(stream, [work] { work(); });
-    return ncclSuccess;
+    if (!simt::streams_deferred() && !simt::stream_capturing(stream)) {
+        simt::note_host_op();
+        return work();
+    }
+    return simt::issue(stream, [work] { work(); }) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
 }
 
 // recvbuff = sendbuff of all ranks combined with op, identical on every rank. Reduce-scatter in

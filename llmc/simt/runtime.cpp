@@ -168,6 +168,16 @@ const char* cudaGetErrorName(cudaError_t error) {
         case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
         case cudaErrorNotSupported: return "cudaErrorNotSupported";
         case cudaErrorNotReady: return "cudaErrorNotReady";
+        case cudaErrorIllegalState: return "cudaErrorIllegalState";
+        case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+        case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+        case cudaErrorStreamCaptureMerge: return "cudaErrorStreamCaptureMerge";
+        case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+        case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+        case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+        case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+        case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
+        case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
         default: return "cudaErrorUnknown";
     }
 }
@@ -183,6 +193,16 @@ const char* cudaGetErrorString(cudaError_t error) {
         case cudaErrorInvalidResourceHandle: return "invalid resource handle";
         case cudaErrorNotSupported: return "operation not supported";
         case cudaErrorNotReady: return "device not ready";
+        case cudaErrorIllegalState: return "the resource is in an illegal state for this operation";
+        case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+        case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+        case cudaErrorStreamCaptureMerge: return "operation would result in a merge of separate capture sequences";
+        case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
+        case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+        case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+        case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+        case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+        case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
         default: return "unknown error";
     }
 }
@@ -263,7 +283,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 // ----------------------------------------------------------------------------
 // Memory
 
+// Allocating and freeing are unsafe during a capture (llmc/simt/streams.cpp): a graph would not
+// replay them.
 cudaError_t cudaMalloc(void** ptr, size_t size) {
+    if (cudaError_t err = simt::unsafe_during_capture()) return set_last_error(err);
     {
         std::lock_guard<std::mutex> lk(simt::allocs().mu);
         if (simt::allocs().device_bytes + size > simt::device_memory_setting()) {
@@ -298,22 +321,26 @@ cudaError_t free_device(void* ptr) {
 // Waits for all queued work first, as a GPU does: some of it may use the memory.
 cudaError_t cudaFree(void* ptr) {
     if (!ptr) return cudaSuccess;
+    if (cudaError_t err = simt::unsafe_during_capture()) return set_last_error(err);
     simt::note_host_sync();
     simt::synchronize_device();
     return free_device(ptr);
 }
 
+// Stream-ordered allocation, without CUDA's allocation nodes in a capture: refused while capturing
+// (cudaMalloc's check; cudaFreeAsync's below), where CUDA would record them.
 cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t) { return cudaMalloc(ptr, size); }
 // Freed when the stream gets there (a pointer that is not an allocation is reported at once).
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
     if (!ptr) return cudaSuccess;
+    if (simt::stream_capturing(stream)) return set_last_error(cudaErrorStreamCaptureUnsupported);
     if (!simt::is_device_memory(ptr)) return set_last_error(cudaErrorInvalidDevicePointer);
-    simt::issue(stream, [ptr] { free_device(ptr); });
-    return cudaSuccess;
+    return set_last_error(simt::issue(stream, [ptr] { free_device(ptr); }));
 }
 cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned int) { return cudaMalloc(ptr, size); }
 
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
+    if (cudaError_t err = simt::unsafe_during_capture()) return set_last_error(err);
     void* p = simt::alloc_exact(size);
     if (!p) return set_last_error(cudaErrorMemoryAllocation);
     std::lock_guard<std::mutex> lk(simt::allocs().mu);
@@ -325,6 +352,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) { return cudaMa
 
 cudaError_t cudaFreeHost(void* ptr) {
     if (!ptr) return cudaSuccess;
+    if (cudaError_t err = simt::unsafe_during_capture()) return set_last_error(err);
     simt::note_host_sync();
     simt::synchronize_device();
     std::lock_guard<std::mutex> lk(simt::allocs().mu);

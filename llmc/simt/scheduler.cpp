@@ -862,19 +862,20 @@ cudaError_t launch(const cudaLaunchConfig_t& cfg, const LaunchBody& body) {
         _exit(kFaultExit);
     }
     coverage().record(body.kernel);
-    if (streams_deferred()) {
-        // Checked now (the errors a launch returns), run when the stream is forced.
+    if (streams_deferred() || stream_capturing(cfg.stream)) {
+        // Checked now (the errors a launch returns), run when the stream is forced or the graph
+        // that captured it is replayed (with these arguments, by value, as CUDA captures them).
         std::shared_ptr<const void> closure = body.copy(body.closure);
         cudaLaunchConfig_t queued = cfg;
         queued.attrs = nullptr;
         queued.numAttrs = 0;
-        issue(cfg.stream, [queued, body, closure] {
+        return set_last_error(issue(cfg.stream, [queued, body, closure] {
             LaunchBody held = body;
             held.closure = closure.get();
             run_grid(queued, held);
-        });
-        return cudaSuccess;
+        }));
     }
+    note_host_op();
     run_grid(cfg, body);
     return cudaSuccess;
 }

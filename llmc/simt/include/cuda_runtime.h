@@ -134,6 +134,11 @@ uint64_t launch_count();
 uint64_t host_sync_count();
 void note_host_sync();
 
+// Number of operations the host has issued to streams since start-up: kernel launches, async copies
+// and memsets, cuBLASLt matmuls, NCCL collectives, graph launches (a graph's replayed operations are
+// not issued by the host). With the micro-step replayed as a CUDA graph a step issues few.
+uint64_t host_stream_op_count();
+
 // Number of cuBLASLt descriptors (matmul descriptors, matrix layouts, matmul preferences) created
 // since start-up. Each is host work between GEMMs; llmc/matmul.cuh caches them with its plans, and
 // test_matmul checks that a repeated GEMM creates none.
