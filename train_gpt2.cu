@@ -652,6 +652,12 @@ struct GPT2 : ModelState<floatX> {
         cudaCheck(cudaMemcpyAsync(host, acts.losses, (size_t)B * T * sizeof(float), cudaMemcpyDeviceToHost, stream));
     }
 
+    // Whether writing the model file takes every rank (save_checkpoint): the experts are sharded over
+    // the ranks, or an fp16 model's master weights are (ZeRO-1/2).
+    bool save_is_collective() const {
+        return moe_par.ranks > 1 || (std::is_same<floatX, __half>::value && this->sharded());
+    }
+
     // All parameters in the model file's layout, from `values` (device, this rank's num_parameters:
     // the parameters or the fp32 master weights), on the host. With expert parallelism each MoE
     // block's experts are gathered from every rank, so every rank must call it.
@@ -899,11 +905,15 @@ std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
 // (103 and 105, this trainer's extension, with experts: llmc/gpt2_io.h).
 // llm.c has no fp16 version: an fp16 model is written as version 3 from its fp32 master weights
 // (the fp16 parameters are those rounded, so loading it gives back the same fp16 parameters).
-// With expert parallelism every rank calls it (the experts are gathered) and only `write` writes.
+// Where model.save_is_collective() every rank calls it (sharded experts or fp16 master weights are
+// gathered) and only `write` writes.
 template <class floatX>
 bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::string* err, bool write = true) {
     if (std::is_same<floatX, __half>::value) {
-        std::vector<float> master = model.host_with_all_experts((const float*)model.master);
+        float* full = nullptr;  // ZeRO-1/2: room for the gathered master weights
+        if (model.sharded()) cudaCheck(cudaMalloc(&full, model.num_parameters * sizeof(float)));
+        std::vector<float> master = model.host_with_all_experts(model.master_of_all(full));
+        if (full) cudaCheck(cudaFree(full));
         return !write || write_gpt2_checkpoint(path, model.config, master.data(), false, err);
     }
     std::vector<floatX> p = model.host_with_all_experts((const floatX*)model.params_memory);
@@ -1232,7 +1242,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         // Rank 0 writes the model and, when the state is replicated, the state; with sharded state
         // every rank writes its shard. DONE comes last, after every rank has written.
         bool ok = true;
-        if (dist.rank == 0 || model.moe_par.ranks > 1) ok = save_checkpoint(model_path, model, &err, dist.rank == 0);
+        if (dist.rank == 0 || model.save_is_collective()) ok = save_checkpoint(model_path, model, &err, dist.rank == 0);
         if (ok && (dist.rank == 0 || st.world > 1))
             ok = write_train_state(state_file(o.output_dir, done, st.rank), st, &err);
         if (!ok) data_error("checkpoint at step %d: %s", done, err.c_str());

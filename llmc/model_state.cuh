@@ -546,6 +546,16 @@ struct ModelState {
                 all_gather_chunks(*dist, sharded_chunks(plan, gi, params_memory, shard_params), stream);
     }
 
+    // The fp32 master weights of every parameter this rank holds (device, num_parameters floats; low
+    // precision only): `master` itself, or when it is sharded (ZeRO-1/2) the shards of every rank
+    // gathered into `full` (num_parameters floats) — a collective, which every rank must call.
+    const float* master_of_all(float* full) const {
+        if (!sharded()) return master;
+        for (int gi = 0; gi < (int)plan.groups.size(); gi++)
+            all_gather_chunks(*dist, sharded_chunks(plan, gi, full, master), stream);
+        return full;
+    }
+
     // The gradient norm of the last update() (after the stream has been synchronized).
     float last_grad_norm() const { return std::sqrt(*norm_host); }
 

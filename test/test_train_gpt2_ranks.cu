@@ -51,6 +51,28 @@ static void test_stages() {
     }
 }
 
+// fp16 keeps fp32 master weights, which ZeRO-1 shards; the model file is written from all of them
+// (gathered from the ranks): byte for byte ZeRO-0's file, where every rank holds them all. Without
+// gradient clipping the two runs do the same arithmetic per element (the backend's reductions add
+// the ranks in rank order whichever collective asks); with it, the norm's other summation order
+// would change the clip factor in its last bits.
+static void test_fp16_sharded_master_file() {
+    const std::string args = kModelArgs + "-x 3 -b 2 --precision fp16 --grad-clip 0 ";
+    th::ChildOutput z0 = run(2, args + "--zero 0 -o " + tmp + "/f16z0");
+    th::ChildOutput z1 = run(2, args + "--zero 1 -o " + tmp + "/f16z1");
+    GPT2Config c0, c1;
+    std::vector<float> p0, p1;
+    if (exited_ok(z0) && exited_ok(z1)) {
+        p0 = load_checkpoint(tmp + "/f16z0/model_00000003.bin", &c0);
+        p1 = load_checkpoint(tmp + "/f16z1/model_00000003.bin", &c1);
+    }
+    double diff = p0.size() == p1.size() && !p0.empty() ? 0 : INFINITY;
+    for (size_t i = 0; i < p0.size() && i < p1.size(); i++) diff = std::max(diff, (double)std::fabs(p0[i] - p1[i]));
+    th::report(diff == 0, "fp16, 2 ranks: the --zero 1 model file (sharded master weights) == --zero 0's",
+               "max diff %.3g over %zu parameters%s", diff, p1.size(),
+               exited_ok(z1) ? "" : (" | " + last_lines(z1.text)).c_str());
+}
+
 // --batch-size auto on ranks with different free memory: every rank must take the same B (the
 // smallest that fits everywhere), or their micro-steps, and so their collectives, would not match.
 // Under ZeRO-2, which reduces gradients every micro-step, different B would deadlock the job.
@@ -209,6 +231,7 @@ static void test_expert_parallel_resume_and_refusals() {
 
 static void checks() {
     test_stages();
+    test_fp16_sharded_master_file();
     test_auto_batch_ranks();
     test_resume_same_world();
     test_cuda_graphs();
