@@ -348,21 +348,14 @@ int run_graph_case(std::string name) {
     return 0;
 }
 
-float graph_case_value(const char* self, const std::string& name, const char* mode) {
-    th::ChildOutput child =
-        th::run_command(std::string("SIMT_STREAMS=") + mode + " timeout 60 " + self + " --graph-case " + name + " 2>&1");
-    size_t at = child.text.find("value=");
-    return child.status == 0 && at != std::string::npos ? strtof(child.text.c_str() + at + 6, nullptr) : NAN;
-}
-
 // Each bug gives the wrong value under SIMT_STREAMS=adversarial and hides under inorder; the fixed
 // programs are right under both.
 void test_adversarial_replays(const char* self) {
     for (const char* name : {"unwaited", "early_refill"}) {
-        float bug_adv = graph_case_value(self, name, "adversarial");
-        float bug_inorder = graph_case_value(self, name, "inorder");
-        float fix_adv = graph_case_value(self, std::string(name) + "_fixed", "adversarial");
-        float fix_inorder = graph_case_value(self, std::string(name) + "_fixed", "inorder");
+        float bug_adv = th::stream_case_value(self, "--graph-case", name, "adversarial");
+        float bug_inorder = th::stream_case_value(self, "--graph-case", name, "inorder");
+        float fix_adv = th::stream_case_value(self, "--graph-case", std::string(name) + "_fixed", "adversarial");
+        float fix_inorder = th::stream_case_value(self, "--graph-case", std::string(name) + "_fixed", "inorder");
         std::string test = std::string("planted bug caught in a replay (SIMT_STREAMS=adversarial): ") + name;
         th::report(bug_adv != 1.f && bug_inorder == 1.f && fix_adv == 1.f && fix_inorder == 1.f, test.c_str(),
                    "got %g (inorder %g), fixed %g / %g, right 1", bug_adv, bug_inorder, fix_adv, fix_inorder);

@@ -545,14 +545,6 @@ int run_stream_case(std::string name) {
     return 0;
 }
 
-// The value a stream case printed under a stream mode (NaN if it printed none).
-float stream_case_value(const char* self, const std::string& name, const char* mode) {
-    th::ChildOutput child =
-        th::run_command(std::string("SIMT_STREAMS=") + mode + " timeout 60 " + self + " --stream-case " + name + " 2>&1");
-    size_t at = child.text.find("value=");
-    return child.status == 0 && at != std::string::npos ? strtof(child.text.c_str() + at + 6, nullptr) : NAN;
-}
-
 // Each bug gives the wrong value under SIMT_STREAMS=adversarial (and, for the uninitialized read, in
 // any mode: fresh memory is poisoned); the inorder mode shows what the bug looks like without it;
 // every fixed program is right under both.
@@ -568,10 +560,10 @@ void test_stream_bugs(const char* self) {
         {"uninitialized", 256.f, "the kernel accumulated into memory nobody zeroed"},
     };
     for (const Case& c : cases) {
-        float bug_adv = stream_case_value(self, c.name, "adversarial");
-        float bug_inorder = stream_case_value(self, c.name, "inorder");
-        float fix_adv = stream_case_value(self, std::string(c.name) + "_fixed", "adversarial");
-        float fix_inorder = stream_case_value(self, std::string(c.name) + "_fixed", "inorder");
+        float bug_adv = th::stream_case_value(self, "--stream-case", c.name, "adversarial");
+        float bug_inorder = th::stream_case_value(self, "--stream-case", c.name, "inorder");
+        float fix_adv = th::stream_case_value(self, "--stream-case", std::string(c.name) + "_fixed", "adversarial");
+        float fix_inorder = th::stream_case_value(self, "--stream-case", std::string(c.name) + "_fixed", "inorder");
         bool poison = std::string(c.name) == "uninitialized";
         std::string test = std::string("planted bug caught (SIMT_STREAMS=adversarial): ") + c.name;
         th::report(!(bug_adv == c.right) && (poison || bug_inorder == c.right) && fix_adv == c.right &&
