@@ -273,16 +273,6 @@ inline ChildOutput run_command(const std::string& cmd) {
     return {p ? pclose(p) : -1, out};
 }
 
-// The value a stream-ordering case printed ("value=X") when this test binary ran it as a child,
-// `self flag name`, under SIMT_STREAMS=mode; NaN if it printed none or failed. The CPU backend's
-// planted-bug tests run each case under both stream modes this way.
-inline float stream_case_value(const char* self, const char* flag, const std::string& name, const char* mode) {
-    ChildOutput child = run_command(std::string("SIMT_STREAMS=") + mode + " timeout 60 " + self + " " + flag + " " +
-                                    name + " 2>&1");
-    size_t at = child.text.find("value=");
-    return child.status == 0 && at != std::string::npos ? strtof(child.text.c_str() + at + 6, nullptr) : NAN;
-}
-
 // Reads fd (a child's end of a pipe) to its end and closes it, then waits for the child pid.
 inline ChildOutput collect_child(pid_t pid, int fd) {
     std::string text;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../harness.h"
+#include "stream_cases.h"
 #include "../../llmc/cuda_common.h"
 
 __global__ void fill_kernel(float* x, float v, int n) {
@@ -296,18 +297,13 @@ void test_host_operations() {
 //              launch (the fix records an event after the launch and waits on it);
 //   early_refill  the host refills the pinned buffer a queued replay copies from before the replay ran
 //              (the fix synchronizes first).
-int run_graph_case(std::string name) {
-    bool fixed = name.size() > 6 && name.compare(name.size() - 6, 6, "_fixed") == 0;
-    if (fixed) name.resize(name.size() - 6);
-    float *buf, *out, *pinned;
-    cudaCheck(cudaMalloc(&buf, N * sizeof(float)));
-    cudaCheck(cudaMalloc(&out, N * sizeof(float)));
-    cudaCheck(cudaMallocHost(&pinned, N * sizeof(float)));
+int run_graph_case(const std::string& case_name) {
+    StreamCase k(case_name, N);
+    const std::string& name = k.name;
+    float *buf = k.buf, *out = k.out, *pinned = k.pinned;
+    cudaStream_t producer = k.producer, consumer = k.consumer;
     cudaCheck(cudaMemset(buf, 0, N * sizeof(float)));
     cudaCheck(cudaMemset(out, 0, N * sizeof(float)));
-    cudaStream_t producer, consumer;
-    cudaCheck(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
-    cudaCheck(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaStreamBeginCapture(producer, cudaStreamCaptureModeGlobal));
     if (name == "unwaited") cudaCheck(launch_kernel(fill_kernel, dim3(1), dim3(N), 0, producer, buf, 1.f, N));
@@ -317,20 +313,14 @@ int run_graph_case(std::string name) {
     float value = -1;
     if (name == "unwaited") {
         cudaCheck(cudaGraphLaunch(exec, producer));
-        if (fixed) {
-            cudaEvent_t done;
-            cudaCheck(cudaEventCreate(&done));
-            cudaCheck(cudaEventRecord(done, producer));
-            cudaCheck(cudaStreamWaitEvent(consumer, done, 0));
-            cudaCheck(cudaEventDestroy(done));
-        }
+        if (k.fixed) k.consumer_waits();
         cudaCheck(cudaMemcpyAsync(out, buf, N * sizeof(float), cudaMemcpyDeviceToDevice, consumer));
         cudaCheck(cudaStreamSynchronize(consumer));
         cudaCheck(cudaMemcpy(&value, out, sizeof(float), cudaMemcpyDeviceToHost));
     } else if (name == "early_refill") {
         for (int i = 0; i < N; i++) pinned[i] = 1.f;
         cudaCheck(cudaGraphLaunch(exec, producer));
-        if (fixed) cudaCheck(cudaStreamSynchronize(producer));
+        if (k.fixed) cudaCheck(cudaStreamSynchronize(producer));
         for (int i = 0; i < N; i++) pinned[i] = 2.f;
         cudaCheck(cudaStreamSynchronize(producer));
         cudaCheck(cudaMemcpy(&value, buf, sizeof(float), cudaMemcpyDeviceToHost));
@@ -340,11 +330,6 @@ int run_graph_case(std::string name) {
     }
     printf("value=%g\n", value);
     cudaCheck(cudaGraphExecDestroy(exec));
-    cudaCheck(cudaStreamDestroy(producer));
-    cudaCheck(cudaStreamDestroy(consumer));
-    cudaCheck(cudaFreeHost(pinned));
-    cudaCheck(cudaFree(out));
-    cudaCheck(cudaFree(buf));
     return 0;
 }
 

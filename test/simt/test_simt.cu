@@ -4,6 +4,7 @@
 #include "../../llmc/cuda_common.h"
 #include "../../llmc/mfu.h"
 #include "../harness.h"
+#include "stream_cases.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -480,30 +481,20 @@ __global__ void accumulate_kernel(float* sum, const float* x, int n) {  // one t
 }
 
 // Runs stream case `name` (with "_fixed": the corrected program) and prints "value=V".
-int run_stream_case(std::string name) {
-    bool fixed = name.size() > 6 && name.compare(name.size() - 6, 6, "_fixed") == 0;
-    if (fixed) name.resize(name.size() - 6);
-    const int n = 256;
-    float *buf, *out, *pinned;
-    cudaCheck(cudaMalloc(&buf, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&out, n * sizeof(float)));
-    cudaCheck(cudaMallocHost(&pinned, n * sizeof(float)));
-    cudaStream_t producer, consumer;
-    cudaCheck(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
-    cudaCheck(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
+int run_stream_case(const std::string& case_name) {
+    StreamCase k(case_name, 256);
+    const std::string& name = k.name;
+    const bool fixed = k.fixed;
+    const int n = k.n;
+    float *buf = k.buf, *out = k.out, *pinned = k.pinned;
+    cudaStream_t producer = k.producer, consumer = k.consumer;
     float value = -1;
     if (name == "missing_wait") {
         // producer writes 1s; consumer copies them out: it must wait for the producer's event.
         cudaCheck(cudaMemset(buf, 0, n * sizeof(float)));
         cudaCheck(cudaDeviceSynchronize());
         cudaCheck(launch_kernel(fill_kernel, dim3(1), dim3(n), 0, producer, buf, 1.f, n));
-        if (fixed) {
-            cudaEvent_t done;
-            cudaCheck(cudaEventCreate(&done));
-            cudaCheck(cudaEventRecord(done, producer));
-            cudaCheck(cudaStreamWaitEvent(consumer, done, 0));
-            cudaCheck(cudaEventDestroy(done));
-        }
+        if (fixed) k.consumer_waits();
         cudaCheck(cudaMemcpyAsync(out, buf, n * sizeof(float), cudaMemcpyDeviceToDevice, consumer));
         cudaCheck(cudaStreamSynchronize(consumer));
         cudaCheck(cudaMemcpyAsync(&value, out + n - 1, sizeof(float), cudaMemcpyDeviceToHost, consumer));
@@ -537,11 +528,6 @@ int run_stream_case(std::string name) {
         return 2;
     }
     printf("value=%g\n", value);
-    cudaCheck(cudaStreamDestroy(producer));
-    cudaCheck(cudaStreamDestroy(consumer));
-    cudaCheck(cudaFreeHost(pinned));
-    cudaCheck(cudaFree(out));
-    cudaCheck(cudaFree(buf));
     return 0;
 }
 
