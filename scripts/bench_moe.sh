@@ -6,11 +6,17 @@
 # experts having no biases and a router added); 8 experts top-2 (one more expert's worth active).
 # On the CPU backend (no GPU) it trains the tiny GPT-2 (4 layers, 128 channels): CPU figures.
 #   scripts/bench_moe.sh [steps] [extra train_gpt2 options for every row...]
+# TRAIN_GPT2=PATH runs that trainer binary (make gpu-check passes its GPU build) instead of building
+# ./train_gpt2 with make; BENCH_JSON=FILE also writes each row to FILE as one JSON object per line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-40}
 shift || true
-make --no-print-directory train_gpt2 >/dev/null
+trainer=${TRAIN_GPT2:-}
+if [[ -z $trainer ]]; then
+    make --no-print-directory train_gpt2 >/dev/null
+    trainer=./train_gpt2
+fi
 if nvidia-smi -L >/dev/null 2>&1; then
     model=(-e d12 -b 8 -t 1024 -f bf16)
     echo "GPU: GPT-2 124M (d12), B=8 T=1024, bf16, $steps steps"
@@ -24,7 +30,7 @@ row() {
     local name=$1
     shift
     local out
-    out=$(./train_gpt2 "${model[@]}" -x "$steps" -v "$steps" -m 10 -g 0 "$@")
+    out=$("$trainer" "${model[@]}" -x "$steps" -v "$steps" -m 10 -g 0 "$@")
     local total active tps val
     total=$(sed -n 's/^model: .*, \([0-9.]*\)M parameters$/\1/p' <<<"$out")
     active=$(sed -n 's/^MoE: .* \([0-9.]*\)M active per token$/\1/p' <<<"$out")
@@ -32,7 +38,11 @@ row() {
                END { if (k) printf "%.0f", s / k }' <<<"$out")
     val=$(sed -n "s/^step $steps | val loss \([0-9.]*\)$/\1/p" <<<"$out")
     printf "%-34s %9sM %9sM %9s %9s\n" "$name" "$total" "${active:-$total}" "$tps" "$val"
+    [[ -z ${BENCH_JSON:-} ]] ||
+        printf '{"model":"%s","params_m":%s,"active_params_m":%s,"tokens_per_s":%s,"val_loss":%s}\n' "$name" \
+            "${total:-null}" "${active:-${total:-null}}" "${tps:-null}" "${val:-null}" >> "$BENCH_JSON"
 }
+[[ -z ${BENCH_JSON:-} ]] || : > "$BENCH_JSON"
 row "dense"
 row "MoE 8 experts top-1, every 2nd" --moe-experts 8 --moe-top-k 1 "$@"
 row "MoE 8 experts top-2, every 2nd" --moe-experts 8 --moe-top-k 2 "$@"

@@ -2,9 +2,9 @@
 # scripts/gpu_check.sh — the GPU acceptance run (`make gpu-check`): on a machine with an NVIDIA GPU,
 # builds for its architecture, runs the kernel tests on it, compute-sanitizer over the kernels' own
 # tests, GPT-2 d12 training in every precision, BERT-base fine-tuning in every precision, our kernel
-# benchmarks, and the same work in PyTorch when python3 has torch; prints one table and writes one
-# JSON file. About 7 minutes on an H100 (400 s measured). Needs nvcc, cuBLASLt and nvidia-smi;
-# nothing is installed.
+# benchmarks (attention swept over FlashAttention-2's shapes), dense vs MoE GPT-2, and the same work in
+# PyTorch when python3 has torch; prints one table, writes one JSON file. About 7 minutes on an H100
+# (400 s measured before the sweep and the MoE rows). Needs nvcc, cuBLASLt, nvidia-smi; installs nothing.
 #
 #   scripts/gpu_check.sh [--json FILE] [--steps N] [--skip-sanitizer] [--skip-torch]
 #
@@ -204,6 +204,14 @@ echo "ours: attention bf16 causal fwd ${ours_fwd:-?} / bwd ${ours_bwd:-?} TFLOP/
 mapfile -t sweep_json < <(awk -f scripts/attention_sweep.awk "$logs/dev_attention.log")
 echo "ours: attention sweep over ${#sweep_json[@]} shapes (B·T = 16k tokens, NH·HS = 2048): see the table"
 
+# Dense GPT-2 124M against Mixture-of-Experts GPT-2 (8 experts in every other block, top-1 and top-2),
+# the same steps, batch and learning rate (scripts/bench_moe.sh): parameters, tokens/s, val loss.
+echo "dense vs MoE GPT-2 124M, bf16, B=8 T=1024, 20 steps each (scripts/bench_moe.sh) ..."
+TRAIN_GPT2=build/gpu/train_gpt2 BENCH_JSON="$logs/bench_moe.jsonl" timeout 300 scripts/bench_moe.sh 20 \
+    > "$logs/bench_moe.log" 2>&1 || failures=$((failures + 1))
+mapfile -t moe_json < <(cat "$logs/bench_moe.jsonl" 2>/dev/null)
+sed -n '/^model /,$p' "$logs/bench_moe.log" | sed 's/^/  /'
+
 # --------------------------------------------------------------------------------------------------
 # PyTorch on the same GPU (a benchmark beside ours, not an oracle).
 torch_json=null
@@ -235,6 +243,7 @@ join() { local IFS=,; echo "$*"; }
     printf ' "ours":{"attention_bf16_causal_fwd_tflops":%s,"attention_bf16_causal_bwd_tflops":%s,"gemm_bf16_tflops":%s,\n' \
         "$(jnum "${ours_fwd:-}")" "$(jnum "${ours_bwd:-}")" "$(jnum "${ours_gemm:-}")"
     printf '  "attention_sweep":[%s]},\n' "$(join "${sweep_json[@]}")"
+    printf ' "moe_gpt2_124m":{"batch":8,"seq":1024,"steps":20,"rows":[%s]},\n' "$(join "${moe_json[@]}")"
     printf ' "pytorch":%s,\n "failures":%s}\n' "$torch_json" "$failures"
 } > "$json_out"
 
@@ -258,6 +267,12 @@ for r in "${bert_json[@]}"; do
 done
 echo "| attention bf16 causal fwd, B=8 T=1024 NH=12 HS=64 | ${ours_fwd:-?} TFLOP/s | flash $(pyget 'd["sdpa_bf16_causal"]["flash"]["fwd_tflops"]'), cuDNN $(pyget 'd["sdpa_bf16_causal"]["cudnn"]["fwd_tflops"]') TFLOP/s |"
 echo "| attention bf16 causal bwd | ${ours_bwd:-?} TFLOP/s | flash $(pyget 'd["sdpa_bf16_causal"]["flash"]["bwd_tflops"]'), cuDNN $(pyget 'd["sdpa_bf16_causal"]["cudnn"]["bwd_tflops"]') TFLOP/s |"
+for r in "${moe_json[@]}"; do
+    name=$(echo "$r" | sed 's/.*"model":"\([^"]*\)".*/\1/')
+    tok=$(echo "$r" | grep -oE '"tokens_per_s":[0-9.]+' | cut -d: -f2)
+    val=$(echo "$r" | grep -oE '"val_loss":[0-9.]+' | cut -d: -f2)
+    echo "| GPT-2 124M bf16 B=8, $name, 20 steps | ${tok:-failed} tok/s, val loss ${val:-?} | |"
+done
 field() { echo "$r" | grep -oE "\"$1\":[0-9.a-z]+" | cut -d: -f2; }  # a value of the sweep object $r
 for r in "${sweep_json[@]}"; do  # the causal shapes, which the FlashAttention-2 paper reports
     [[ $r == *'"causal":true'* ]] || continue
