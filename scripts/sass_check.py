@@ -14,11 +14,12 @@ It also reports the share of HMMA (tensor-core) instructions in each kernel's ma
 branch whose body holds the most HMMA (for the forward the key-tile loop, masked path included).
 
     scripts/sass_check.py --nvcc NVCC --arch 80 --arch 90 [--cuobjdump PATH]
-    scripts/sass_check.py --nvcc NVCC --which-cuobjdump     the cuobjdump it would use (exit 1: none)
+    scripts/sass_check.py --nvcc NVCC --which-tools     the cuobjdump and nvdisasm it would use (exit 1: none)
 
 One PASS/FAIL line per (architecture, kernel) and a final "N passed, N failed"; exit 1 if any failed.
-cuobjdump comes from the toolkit when it has one, else from PyPI's nvidia-cuda-cuobjdump; without one
-it prints SKIP and exits 0, or fails with REQUIRE_SASS=1.
+cuobjdump and the nvdisasm it runs come from the toolkit when it has them, else from PyPI's
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm; without them it prints SKIP and exits 0, or fails with
+REQUIRE_SASS=1.
 """
 import argparse
 import glob
@@ -36,16 +37,15 @@ NVCC_FLAGS = ["-std=c++17", "-O3", "--use_fast_math", "-Xptxas", "-warn-spills",
 REGISTERS_PER_SM, THREADS, BLOCKS = 65536, 128, 2
 
 
-def find_cuobjdump(given, nvcc):
-    if given:
-        return given
-    toolkit = os.path.join(os.path.dirname(os.path.realpath(shutil.which(nvcc) or nvcc)), "cuobjdump")
+def find_tool(name, nvcc):
+    """The toolkit's `name` (beside nvcc), else one on PATH, else PyPI's (nvidia-cuda-<name>, in
+    site-packages/nvidia/cu<N>/bin of this python or Debian's); None if there is none."""
+    toolkit = os.path.join(os.path.dirname(os.path.realpath(shutil.which(nvcc) or nvcc)), name)
     if os.access(toolkit, os.X_OK):
         return toolkit
-    on_path = shutil.which("cuobjdump")
+    on_path = shutil.which(name)
     if on_path:
         return on_path
-    # PyPI's nvidia-cuda-cuobjdump puts it in site-packages/nvidia/cu<N>/bin, for this python or Debian's.
     roots = list(sys.path)
     try:
         out = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('\\n'.join(sys.path))"],
@@ -54,14 +54,19 @@ def find_cuobjdump(given, nvcc):
     except OSError:
         pass
     for r in roots:
-        found = sorted(glob.glob(os.path.join(r, "nvidia", "*", "bin", "cuobjdump")))
+        found = sorted(glob.glob(os.path.join(r, "nvidia", "*", "bin", name)))
         if found:
             return found[-1]
     return None
 
 
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True, check=False)
+def find_tools(given, nvcc):
+    """(cuobjdump, nvdisasm): cuobjdump -sass runs nvdisasm, which it looks for on PATH."""
+    return given or find_tool("cuobjdump", nvcc), find_tool("nvdisasm", nvcc)
+
+
+def run(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:2])} ... failed: {(p.stdout + p.stderr).strip()[-800:]}")
     return p.stdout
@@ -144,23 +149,26 @@ def main():
     ap.add_argument("--nvcc", default="nvcc")
     ap.add_argument("--arch", action="append", help="compute capability without the dot, e.g. 90")
     ap.add_argument("--cuobjdump")
-    ap.add_argument("--which-cuobjdump", action="store_true", help="print the cuobjdump found and stop")
+    ap.add_argument("--which-tools", action="store_true", help="print the cuobjdump and nvdisasm found and stop")
     args = ap.parse_args()
-    cuobjdump = find_cuobjdump(args.cuobjdump, args.nvcc)
-    if args.which_cuobjdump:
-        if cuobjdump:
-            print(cuobjdump)
-        return 0 if cuobjdump else 1
+    cuobjdump, nvdisasm = find_tools(args.cuobjdump, args.nvcc)
+    if args.which_tools:
+        if cuobjdump and nvdisasm:
+            print(cuobjdump, nvdisasm)
+        return 0 if cuobjdump and nvdisasm else 1
     if not args.arch:
         ap.error("--arch is required (e.g. --arch 80 --arch 90)")
-    if not cuobjdump:
+    if not cuobjdump or not nvdisasm:
+        missing = " and ".join(t for t, have in (("cuobjdump", cuobjdump), ("nvdisasm", nvdisasm)) if not have)
+        why = f"no {missing} (the toolkit's, or pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
         if os.environ.get("REQUIRE_SASS") == "1":
-            print("FAIL sass checks: no cuobjdump (the toolkit's, or pip install nvidia-cuda-cuobjdump)")
+            print(f"FAIL sass checks: {why}")
             print("0 passed, 1 failed")
             return 1
-        print("SKIP sass checks: no cuobjdump (the toolkit's, or pip install nvidia-cuda-cuobjdump)")
+        print(f"SKIP sass checks: {why}")
         print("0 passed, 0 failed")
         return 0
+    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
     passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for arch in args.arch:
@@ -168,8 +176,8 @@ def main():
             try:
                 run([args.nvcc, *NVCC_FLAGS, "-gencode", f"arch=compute_{arch},code=sm_{arch}", "-cubin",
                      SOURCE, "-o", cubin])
-                functions = parse_sass(run([cuobjdump, "-sass", cubin]))
-                resources = parse_resources(run([cuobjdump, "-res-usage", cubin]))
+                functions = parse_sass(run([cuobjdump, "-sass", cubin], env))
+                resources = parse_resources(run([cuobjdump, "-res-usage", cubin], env))
             except RuntimeError as e:
                 print(f"FAIL sass sm_{arch}: {e}")
                 failed += 1
