@@ -203,8 +203,8 @@ struct Activations {
     floatX* ln2;        // (L,B,T,C)
     float* ln2_mean;    // (L,B,T)
     float* ln2_rstd;    // (L,B,T)
-    floatX* fch;        // (L,B,T,4C) pre-GELU
-    floatX* fch_gelu;   // (L,B,T,4C)
+    floatX* fch;        // (L_dense,B,T,4C) pre-GELU, L_dense = the dense (not MoE) blocks
+    floatX* fch_gelu;   // (L_dense,B,T,4C)
     floatX* residual3;  // (L,B,T,C)
     floatX* lnf;        // (B,T,C)
     float* lnf_mean;    // (B,T)
@@ -353,9 +353,12 @@ struct GPT2 : ModelState<floatX> {
                                    matmul_backward_scratch_bytes((int)BT, (int)(4 * C)),
                                    matmul_backward_scratch_bytes((int)BT, (int)Vp),
                                    attention_backward_scratch_bytes<floatX>(B, T, (int)C, (int)NH)});
-        // Layers kept per activation: L, or 1 when the backward pass recomputes it (see Recompute).
-        size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
-               Lall = recompute >= Recompute::Layer ? 1 : L;
+        // Layers kept per activation: L, or 1 when the backward pass recomputes it (see Recompute). The
+        // dense MLP's fch and fch_gelu exist for the dense blocks only (a MoE block's MLP state is its
+        // MoeLayer's).
+        size_t Ld = L - config.moe_blocks();
+        size_t Lgelu = recompute >= Recompute::Gelu ? 1 : Ld, Lln = recompute >= Recompute::LN ? 1 : L,
+               Lall = recompute >= Recompute::Layer ? 1 : L, Lfch = recompute >= Recompute::Layer ? 1 : Ld;
         return {
             {(void**)&acts.encoded, BT * C * sizeof(floatX)},
             {(void**)&acts.ln1, Lln * BT * C * sizeof(floatX)},
@@ -368,7 +371,7 @@ struct GPT2 : ModelState<floatX> {
             {(void**)&acts.ln2, Lln * BT * C * sizeof(floatX)},
             {(void**)&acts.ln2_mean, Lall * BT * sizeof(float)},
             {(void**)&acts.ln2_rstd, Lall * BT * sizeof(float)},
-            {(void**)&acts.fch, Lall * BT * 4 * C * sizeof(floatX)},
+            {(void**)&acts.fch, Lfch * BT * 4 * C * sizeof(floatX)},
             {(void**)&acts.fch_gelu, Lgelu * BT * 4 * C * sizeof(floatX)},
             {(void**)&acts.residual3, L * BT * C * sizeof(floatX)},
             {(void**)&acts.lnf, BT * C * sizeof(floatX)},
@@ -386,17 +389,21 @@ struct GPT2 : ModelState<floatX> {
         };
     }
 
-    // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only).
+    // Layer l's slice of every per-layer activation (slot 0 for those kept for one layer only; the
+    // dense MLP's by the block's place among the dense blocks, and none in a MoE block).
     LayerActs<floatX> layer_acts(int l) const {
         size_t BT = (size_t)B * T, btc = BT * config.channels, bht = (size_t)B * config.num_heads * T;
-        size_t g = recompute >= Recompute::Gelu ? 0 : l, n = recompute >= Recompute::LN ? 0 : l,
-               k = recompute >= Recompute::Layer ? 0 : l;
+        size_t d = config.dense_index(l), n = recompute >= Recompute::LN ? 0 : l,
+               k = recompute >= Recompute::Layer ? 0 : l, kd = recompute >= Recompute::Layer ? 0 : d,
+               gd = recompute >= Recompute::Gelu ? 0 : d;
+        const bool dense = !config.moe_block(l);
         const Activations<floatX>& a = acts;
         return LayerActs<floatX>{l == 0 ? a.encoded : a.residual3 + (l - 1) * btc,
                                  a.ln1 + n * btc, a.ln1_mean + k * BT, a.ln1_rstd + k * BT,
                                  a.qkv + k * 3 * btc, a.atty + k * btc, a.att_lse + k * bht,
                                  a.residual2 + k * btc, a.ln2 + n * btc, a.ln2_mean + k * BT, a.ln2_rstd + k * BT,
-                                 a.fch + k * 4 * btc, a.fch_gelu + g * 4 * btc, a.residual3 + l * btc};
+                                 dense ? a.fch + kd * 4 * btc : nullptr, dense ? a.fch_gelu + gd * 4 * btc : nullptr,
+                                 a.residual3 + l * btc};
     }
 
     // Dense block l's MLP tensor i (FCW, FCB, FCPROJW, FCPROJB; per_layer elements a copy), and its
