@@ -218,6 +218,35 @@ inline int distributed_shared_device(const std::vector<std::array<unsigned char,
 // ----------------------------------------------------------------------------
 // Start and end
 
+// A new communicator over all ranks (llm.c's bootstrap: rank 0's unique id broadcast over MPI):
+// the gradients' (Distributed::comm), and one for collectives that must not share it (expert
+// parallelism's token exchange runs on the compute stream while the communication stream reduces
+// gradients; NCCL orders a communicator's operations by issue, not by stream). Collective: every
+// rank calls it; nullptr for a world of one. Release with distributed_comm_destroy.
+inline ncclComm_t distributed_new_comm(const Distributed& d) {
+    ncclComm_t comm = nullptr;
+#ifdef USE_MPI
+    if (d.world > 1) {
+        ncclUniqueId id;
+        if (d.rank == 0) ncclCheck(ncclGetUniqueId(&id));
+        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+        ncclCheck(ncclCommInitRank(&comm, d.world, id, d.rank));
+    }
+#else
+    (void)d;
+#endif
+    return comm;
+}
+
+// Releases a communicator made by distributed_new_comm (nullptr: nothing to do).
+inline void distributed_comm_destroy(ncclComm_t comm) {
+#ifdef USE_MPI
+    if (comm) ncclCheck(ncclCommDestroy(comm));
+#else
+    (void)comm;
+#endif
+}
+
 // Sets up this process's part of the job (see the top of the file); call first in main(). argc and
 // argv go to MPI_Init, which may remove its own arguments.
 inline Distributed distributed_init(int* argc, char*** argv) {
@@ -276,43 +305,10 @@ inline Distributed distributed_init(int* argc, char*** argv) {
         }
         MPI_Comm_free(&node);
     }
-    if (d.world > 1) {
-        ncclUniqueId id;
-        if (d.rank == 0) ncclCheck(ncclGetUniqueId(&id));
-        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-        ncclCheck(ncclCommInitRank(&d.comm, d.world, id, d.rank));
-    }
+    d.comm = distributed_new_comm(d);
 #endif
     cudaCheck(cudaStreamCreateWithFlags(&d.comm_stream, cudaStreamNonBlocking));
     return d;
-}
-
-// A new communicator over all ranks, for collectives that must not share one with the gradients'
-// (expert parallelism's token exchange runs on the compute stream while the communication stream
-// reduces gradients; NCCL orders a communicator's operations by issue, not by stream). Collective:
-// every rank calls it; nullptr for a world of one. Release with ncclCommDestroy.
-inline ncclComm_t distributed_new_comm(const Distributed& d) {
-    ncclComm_t comm = nullptr;
-#ifdef USE_MPI
-    if (d.world > 1) {
-        ncclUniqueId id;
-        if (d.rank == 0) ncclCheck(ncclGetUniqueId(&id));
-        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-        ncclCheck(ncclCommInitRank(&comm, d.world, id, d.rank));
-    }
-#else
-    (void)d;
-#endif
-    return comm;
-}
-
-// Releases a communicator made by distributed_new_comm (nullptr: nothing to do).
-inline void distributed_comm_destroy(ncclComm_t comm) {
-#ifdef USE_MPI
-    if (comm) ncclCheck(ncclCommDestroy(comm));
-#else
-    (void)comm;
-#endif
 }
 
 // Waits for the communication stream, then releases the communicator, the stream and MPI.
@@ -322,9 +318,9 @@ inline void distributed_finalize(Distributed& d) {
         cudaCheck(cudaStreamDestroy(d.comm_stream));
         d.comm_stream = nullptr;
     }
-#ifdef USE_MPI
-    if (d.comm) ncclCheck(ncclCommDestroy(d.comm));
+    distributed_comm_destroy(d.comm);
     d.comm = nullptr;
+#ifdef USE_MPI
     if (d.mpi) {
         fatal_error_hook = nullptr;
         MPI_Finalize();

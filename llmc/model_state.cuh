@@ -173,11 +173,11 @@ __global__ void accumulate_kernel(floatX* dst, const floatX* src, size_t n) {
     if (i < n) dst[i] = from_float<floatX>(to_float(dst[i]) + to_float(src[i]));
 }
 
-// ----------------------------------------------------------------------------
-// Kernel launchers
-
 // *a += *b (one thread): the replicated and the rank-local parts of a squared gradient norm.
 __global__ void add_scalar_kernel(float* a, const float* b) { *a += *b; }
+
+// ----------------------------------------------------------------------------
+// Kernel launchers
 
 template <class floatX>
 void accumulate(floatX* dst, const floatX* src, size_t n, cudaStream_t stream) {

@@ -349,9 +349,10 @@ static void test_rank_local_chunks() {
     }
     th::report_all(g_d, "rank-local chunk: reduce-scatter leaves this rank's own gradient in its slot, the rest summed",
                    slots, "%zu elements, %zu rank-local", N, N - local);
-    th::report_all(g_d, "rank-local chunk: the ZeRO-0 spans (chunk_spans) leave it as it is, the rest summed", spans, "");
+    th::report_all(g_d, "rank-local chunk: the ZeRO-0 spans (chunk_spans) leave it as it is, the rest summed", spans,
+                   "%zu elements", N);
     th::report_all(g_d, "rank-local chunk: all-gather copies this rank's slot back, the rest from the owners", gathered,
-                   "");
+                   "%zu elements", N);
 }
 
 // all_gather_blocks: block b of rank r lands at (b * world + r) * block_elems, exactly.

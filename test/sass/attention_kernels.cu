@@ -14,7 +14,7 @@ static_assert(2 * (Bf16Tile::kForwardSmem + kReservedPerBlock) <= kSm80SharedPer
 static_assert(2 * (Bf16Tile::kBackwardSmem + kReservedPerBlock) <= kSm80SharedPerSm,
               "the bf16 head-size-64 backward no longer fits two blocks per SM on an A100");
 
-// Naming each kernel's host stub instantiates it: nothing here runs.
+// Taking each kernel's address instantiates it (nothing here runs).
 void* sass_check_kernels[] = {
     (void*)&attention_forward_mma_kernel<__nv_bfloat16, 64, false>,
     (void*)&attention_forward_mma_kernel<__nv_bfloat16, 64, true>,
