@@ -51,7 +51,11 @@ NCCL_INC   := $(firstword $(foreach d,$(if $(NCCL_HOME),$(NCCL_HOME)/include) $(
 HAVE_NCCL  := $(if $(NCCL_INC),1)
 MULTI      := $(and $(HAVE_MPI),$(HAVE_NCCL))
 HAVE_BOOST := $(shell test -f /usr/include/boost/context/detail/fcontext.hpp && echo 1)
-HAVE_BLAS  := $(shell test -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo 1)
+# OpenBLAS's own headers: Debian's libopenblas-dev brings the pthread or the OpenMP build (whichever
+# apt picks, e.g. the one python3-torch already pulled in).
+BLAS_DIR   := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h \
+                /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h))
+HAVE_BLAS  := $(if $(BLAS_DIR),1)
 
 ifeq ($(MAKELEVEL),0)
   ifneq ($(filter-out clean help,$(or $(MAKECMDGOALS),all)),)
@@ -70,7 +74,7 @@ endif
 
 MPI_CFLAGS := $(if $(MULTI),$(shell mpicxx --showme:compile) -DUSE_MPI $(if $(NCCL_HOME),-I$(NCCL_INC)))
 MPI_LIBS   := $(if $(MULTI),$(shell mpicxx --showme:link))
-BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
+BLAS_CFLAGS := -I$(or $(dir $(BLAS_DIR)),/usr/include/x86_64-linux-gnu/openblas-pthread/)
 
 # CPU backend: the shadow headers in llmc/simt/include come before the toolkit's.
 CPU_CXXFLAGS := -std=c++17 -O2 -g -fno-strict-aliasing -ftls-model=initial-exec -Wall -Wextra \

@@ -62,7 +62,9 @@ apt_needed=()
 # OpenBLAS's own header, not any cblas.h: netlib's reference BLAS (libblas-dev) has a cblas.h too,
 # without the openblas_* functions the CPU backend calls.
 [[ -f $root_dir/usr/include/boost/context/detail/fcontext.hpp ]] || apt_needed+=(libboost-context-dev)
-[[ -f $root_dir/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ]] || apt_needed+=(libopenblas-dev)
+# Either of its builds (pthread or OpenMP: apt picks one for libopenblas-dev) will do.
+[[ -f $root_dir/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ||
+   -f $root_dir/usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]] || apt_needed+=(libopenblas-dev)
 have_command mpicxx && have_command mpirun || apt_needed+=(libopenmpi-dev openmpi-bin)
 if [[ $mode == test ]]; then
     /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || apt_needed+=(python3-torch)
