@@ -280,10 +280,6 @@ struct GPT2 : ModelState<floatX> {
     MoeParallel moe_par;
     MoeWeights<floatX> moe_params(int l) const { return moe_weights(params, config, l, moe_par.ranks); }
     MoeWeights<floatX> moe_grads(int l) const { return moe_weights(grads, config, l, moe_par.ranks); }
-    // CUDA graphs of the micro-step (train_micro_step): the forward and backward passes but the
-    // embedding's backward, one graph per value of sync_grads, captured for one dloss.
-    cudaGraphExec_t micro_graphs[2] = {};
-    float micro_graphs_dloss = 0.f;
 
     // Allocates parameters, gradients and optimizer state for config and fills params_memory
     // from the fp32 host values of the whole model (every expert; this rank takes its own).
@@ -549,53 +545,22 @@ struct GPT2 : ModelState<floatX> {
         backward_embedding();
     }
 
-    // Why the micro-step cannot be replayed as a CUDA graph with this model and run, or nullptr. The
-    // one case: ZeRO-2, whose micro-step waits on events of the previous micro-step's communication,
-    // outside the capture (CUDA refuses such a dependency). Every other technique captures.
-    const char* graphs_unsupported() const {
-        if (this->grad_layer_slots) return "--zero 2: each micro-step waits for the previous one's communication";
-        return nullptr;
-    }
-
     // One training micro-step on the batch set_batch() uploaded: forward(true, dloss) and backward().
-    // With `graphed`, everything but the embedding's backward is replayed from a CUDA graph, captured
-    // the first time it is needed (per sync_grads, for this dloss: a new loss scale recaptures): its
-    // kernels read the batch from acts.inputs/targets and every scalar they take is fixed for the run.
-    // The embedding's backward stays eager, since its launches are sized by this micro-batch's token
-    // ids (the host's plan). The stream must not be the legacy stream (which cannot capture), and
-    // nothing in the micro-step may allocate: the caller runs a first step eagerly (allocations,
-    // cuBLASLt plans, fp8 first uses) before graphed ones.
+    // With `graphed`, everything but the embedding's backward is replayed from a CUDA graph
+    // (ModelState::graphed_micro_step), one per value of sync_grads: its kernels read the batch from
+    // acts.inputs/targets and every scalar they take is fixed for the run. The embedding's backward
+    // stays eager, since its launches are sized by this micro-batch's token ids (the host's plan).
     void train_micro_step(float dloss, bool graphed) {
         if (!graphed) {
             forward(true, dloss);
             backward();
             return;
         }
-        if (dloss != micro_graphs_dloss) destroy_micro_graphs();
-        micro_graphs_dloss = dloss;
-        cudaGraphExec_t& exec = micro_graphs[this->sync_grads ? 1 : 0];
-        if (!exec) {
-            cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        this->graphed_micro_step(this->sync_grads ? 1 : 0, dloss, [&] {
             forward(true, dloss);
             backward_layers();
-            // Data parallel: the communication stream forked into the capture through the gradient
-            // events (ModelState::communicate); a capture ends only once it has joined back.
-            cudaStreamCaptureStatus comm = cudaStreamCaptureStatusNone;
-            if (this->data_parallel()) cudaCheck(cudaStreamIsCapturing(this->dist->comm_stream, &comm));
-            if (comm == cudaStreamCaptureStatusActive) stream_wait(stream, this->dist->comm_stream, this->comm_done);
-            cudaGraph_t graph;
-            cudaCheck(cudaStreamEndCapture(stream, &graph));
-            cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
-            cudaCheck(cudaGraphDestroy(graph));
-        }
-        cudaCheck(cudaGraphLaunch(exec, stream));
+        });
         backward_embedding();
-    }
-    void destroy_micro_graphs() {
-        for (cudaGraphExec_t& g : micro_graphs) {
-            if (g) cudaCheck(cudaGraphExecDestroy(g));
-            g = nullptr;
-        }
     }
 
     // The backward pass down to the embedding (its gradient in acts.dresidual).
@@ -755,7 +720,6 @@ struct GPT2 : ModelState<floatX> {
     }
 
     void free_all() {
-        destroy_micro_graphs();
         this->free_state();
         for (void* p : {fp8_memory, fp8_scratch, acts_memory})
             if (p) cudaCheck(cudaFree(p));

@@ -39,6 +39,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <type_traits>
 #include <vector>
 
@@ -362,6 +363,49 @@ struct ModelState {
         if (shard_grads) cudaCheck(cudaMemsetAsync(shard_grads, 0, update_size() * sizeof(floatX), stream));
     }
 
+    // ---- CUDA graphs of a training micro-step (the trainers' --cuda-graphs).
+    // A micro-step launches the same work with the same arguments every time its batch has the same
+    // shape (what `key` encodes: whether gradients are communicated, the batch's width, ...) and its
+    // loss has the same weight dloss; its batch is read from the fixed device buffers the upload
+    // filled. So it is captured once per key into a graph and afterwards replayed with one launch,
+    // instead of hundreds of kernel launches the host would issue one by one. A new dloss (an fp16
+    // loss scale that changed, a batch with another number of rows) drops every graph.
+    // Nothing the work does may allocate or synchronize (CUDA refuses both while capturing): the
+    // trainer runs one eager micro-step of each shape first, which allocates, plans the GEMMs and
+    // primes fp8. The stream must not be the legacy stream, which cannot capture.
+    template <class Work>
+    void graphed_micro_step(uint64_t key, float dloss, Work&& work) {
+        if (dloss != micro_graphs_dloss) destroy_micro_graphs();
+        micro_graphs_dloss = dloss;
+        cudaGraphExec_t& exec = micro_graphs[key];
+        if (!exec) {
+            cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+            work();
+            // Data parallel: the communication stream forked into the capture through the gradient
+            // events (communicate()); a capture ends only once it has joined back.
+            cudaStreamCaptureStatus comm = cudaStreamCaptureStatusNone;
+            if (data_parallel()) cudaCheck(cudaStreamIsCapturing(dist->comm_stream, &comm));
+            if (comm == cudaStreamCaptureStatusActive) stream_wait(stream, dist->comm_stream, comm_done);
+            cudaGraph_t graph;
+            cudaCheck(cudaStreamEndCapture(stream, &graph));
+            cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+            cudaCheck(cudaGraphDestroy(graph));
+        }
+        cudaCheck(cudaGraphLaunch(exec, stream));
+    }
+    void destroy_micro_graphs() {
+        for (auto& [key, exec] : micro_graphs) cudaCheck(cudaGraphExecDestroy(exec));
+        micro_graphs.clear();
+    }
+    size_t num_micro_graphs() const { return micro_graphs.size(); }
+    // Why a micro-step cannot be captured with this state, or nullptr: ZeRO-2, whose micro-step
+    // waits on events of the previous micro-step's communication, outside the capture (CUDA refuses
+    // such a dependency). Every other technique captures.
+    const char* graphs_unsupported() const {
+        if (grad_layer_slots) return "--zero 2: each micro-step waits for the previous one's communication";
+        return nullptr;
+    }
+
     // ---- Hooks the model's backward pass calls (no-ops for one process).
     // Where chunk c lives in grads_memory (ZeRO-2 maps layer l to slice l % 2).
     floatX* grad_chunk(const ZeroChunk& c) const {
@@ -670,5 +714,10 @@ struct ModelState {
         for (cudaEvent_t e : slot_free)
             if (e) cudaCheck(cudaEventDestroy(e));
         if (comm_done) cudaCheck(cudaEventDestroy(comm_done));
+        destroy_micro_graphs();
     }
+
+  private:
+    std::map<uint64_t, cudaGraphExec_t> micro_graphs;  // graphed_micro_step's, by key
+    float micro_graphs_dloss = 0.f;
 };
