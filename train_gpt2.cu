@@ -20,9 +20,9 @@
 // accumulation is fp32.
 //
 // CUDA graphs (--cuda-graphs, default 1): after the run's first step, each micro-step's forward and
-// backward passes (but the embedding's backward) are replayed from a graph captured once per kind of
-// micro-step and loss scale (GPT2::train_micro_step); the batch upload, the embedding's backward and
-// the optimizer step stay eager.
+// backward passes are replayed from a graph captured once per kind of micro-step and loss scale
+// (GPT2::train_micro_step); the batch upload (ids, targets, the embedding backward's plan) and the
+// optimizer step stay eager.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -336,7 +336,7 @@ struct GPT2 : ModelState<floatX> {
 
     // Device bytes allocate_activations(B, T) needs: the activations and the embedding backward's plan.
     size_t activation_bytes(int B_, int T_) {
-        size_t plan = encoder_plan_capacity(B_, T_, config.channels, false).bytes();
+        size_t plan = encoder_plan_device_bytes(B_, T_, config.channels, false);
         size_t experts = config.moe_blocks() * moe_layer_bytes<floatX>(moe_config(config), B_ * T_, moe_par.ranks);
         return regions_bytes(activation_regions(B_, T_)) + plan + experts;
     }
@@ -538,18 +538,10 @@ struct GPT2 : ModelState<floatX> {
         fused_classifier(a.logits, a.losses, a.targets, BT, V, Vp, dloss, -1, with_grad, stream);
     }
 
-    // Backward pass after forward(true, ...): accumulates every parameter's gradient into grads
-    // (callers zero grads_memory at the start of a step; micro-batches add up).
-    void backward() {
-        backward_layers();
-        backward_embedding();
-    }
-
     // One training micro-step on the batch set_batch() uploaded: forward(true, dloss) and backward().
-    // With `graphed`, everything but the embedding's backward is replayed from a CUDA graph
-    // (ModelState::graphed_micro_step), one per value of sync_grads: its kernels read the batch from
-    // acts.inputs/targets and every scalar they take is fixed for the run. The embedding's backward
-    // stays eager, since its launches are sized by this micro-batch's token ids (the host's plan).
+    // With `graphed`, replayed from a CUDA graph (ModelState::graphed_micro_step), one per value of
+    // sync_grads: its kernels read the batch (ids, targets, the embedding backward's plan) from the
+    // device buffers set_batch() filled, and every scalar they take is fixed for the run.
     void train_micro_step(float dloss, bool graphed) {
         if (!graphed) {
             forward(true, dloss);
@@ -558,13 +550,13 @@ struct GPT2 : ModelState<floatX> {
         }
         this->graphed_micro_step(this->sync_grads ? 1 : 0, dloss, [&] {
             forward(true, dloss);
-            backward_layers();
+            backward();
         });
-        backward_embedding();
     }
 
-    // The backward pass down to the embedding (its gradient in acts.dresidual).
-    void backward_layers() {
+    // Backward pass after forward(true, ...): accumulates every parameter's gradient into grads
+    // (callers zero grads_memory at the start of a step; micro-batches add up).
+    void backward() {
         const GPT2Config& c = config;
         int L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
         int BT = B * T;
@@ -610,12 +602,9 @@ struct GPT2 : ModelState<floatX> {
                                x.ln1_rstd, BT, C, stream);
             this->grads_final_layer(l);  // ... layer l's, while the layers below compute
         }
-    }
-
-    // The embedding's backward after backward_layers(), from the plan set_batch() uploaded.
-    void backward_embedding() {
-        encoder_backward(grads.t[WTE], grads.t[WPE], (floatX*)nullptr, encoder_plan, acts.dresidual, acts.inputs,
-                         (const int*)nullptr, B, T, config.channels, stream);
+        // the embeddings, from the plan set_batch() uploaded
+        encoder_backward(grads.t[WTE], grads.t[WPE], (floatX*)nullptr, encoder_plan, a.dresidual, a.inputs,
+                         (const int*)nullptr, B, T, C, stream);
         this->grads_final_after();
     }
 
@@ -1168,8 +1157,8 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     printf("batch: B=%d T=%d, %d micro-step%s -> %lld tokens per step; %d steps; lr %s max %.2e warmup %d\n", o.B,
            o.T, accum, accum > 1 ? "s" : "", total, steps, lr_schedule_name(sched.kind), sched.max_lr, sched.warmup);
     if (graphs)
-        printf("CUDA graphs: micro-steps replayed from graphs after the first step (the embedding's backward and "
-               "the optimizer step eager)\n");
+        printf("CUDA graphs: micro-steps replayed from graphs after the first step (the batch upload and the "
+               "optimizer step eager)\n");
     else
         printf("CUDA graphs: off (%s)\n", no_graphs ? no_graphs : "--cuda-graphs 0");
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);

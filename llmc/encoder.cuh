@@ -5,9 +5,8 @@
 // is v. Scattering with float atomics would let the schedule decide the order of that sum, and so
 // its rounding: two runs would differ in the last bits. The token ids are on the host anyway (the
 // dataloader produced them), so the host groups the positions by destination row before the
-// backward runs (llm.c does the same), and the GPU sums every group in a fixed order:
-//   - a group is the list of positions that add into one row: a token's row of wte, a position's
-//     row of wpe (its B positions b*T+t, in order of b), a token type's row of wtt;
+// backward runs (llm.c does the same; the lists are in llmc/encoder_plan.h), and the GPU sums every
+// group in a fixed order:
 //   - a group is cut into segments of at most 32 positions, one per lane, so that a warp loads a
 //     segment's position list in one instruction and then sums the segment's dout rows in order;
 //   - a group of one segment (most tokens; every wpe row when B <= 32) is added into its row by
@@ -16,57 +15,40 @@
 //     rows, and a second kernel adds each group's partials in segment order into its row.
 // Every sum therefore has one order whatever the schedule: the result is bit-identical run to
 // run, and the work is spread over thousands of warps at B*T = 8192, C = 768.
+//
+// The launches do not depend on the batch: the plan's lengths travel to the device with the lists,
+// and both kernels loop over what the device says with a grid fixed by the shape (B, T, C). So the
+// backward can be captured once in a CUDA graph and replayed for every batch of that shape, after
+// an upload of the batch's plan into the same buffers.
 #pragma once
 #include "cuda_common.h"
+#include "encoder_plan.h"
 #include "precision.cuh"
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <initializer_list>
 #include <vector>
 
 // The storage type is called floatX here (as in llm.c), because T is the sequence length.
 
-constexpr int ENCODER_SEGMENT = 32;  // positions per segment: one per lane of a warp
-
-// The three tables a group can add into.
-enum EncoderTable : int { ENCODER_WTE = 0, ENCODER_WPE = 1, ENCODER_WTT = 2 };
-
-// Up to ENCODER_SEGMENT positions whose dout rows add into one destination row.
-struct EncoderSegment {
-    int table;    // EncoderTable
-    int row;      // destination row in that table
-    int start;    // first entry in the plan's position list
-    int count;    // number of positions, 1..ENCODER_SEGMENT
-    int partial;  // -1: add into the destination row; else the fp32 partial row this segment writes
-};
-
-// A group cut into several segments: its partial rows [first_partial, first_partial + num_partials)
-// are added in order into the destination row.
-struct EncoderGroup {
-    int table;
-    int row;
-    int first_partial;
-    int num_partials;
-};
-
-// The host-side preparation of one step's backward (built by encoder_backward_plan from the host
-// copy of the step's token ids) and the device buffers it is uploaded to. Reused across steps:
-// the device buffers are sized for the worst case of (B, T, C) once and only grow if B*T or C grows.
-// Build it when the batch arrives (where the trainer copies the ids to the device), and upload it
-// from pinned staging memory: then the host never waits for the stream and can prepare the next
-// micro-batch while the GPU runs this one.
+// One step's plan on the device: the lists (built here from the batch's ids, or brought ready-made
+// by the data loader's thread) uploaded into buffers sized for the worst case of (B, T, C) once,
+// which only grow if B*T or C grows. Upload it where the batch is copied to the device, from pinned
+// staging memory: then the host never waits for the stream and can prepare the next micro-batch
+// while the GPU runs this one.
 struct EncoderBackwardPlan {
-    int B = 0, T = 0, C = 0;
+    int B = 0, T = 0, C = 0;  // of the last upload
     bool has_types = false;
-    std::vector<int> positions;  // b*T+t, grouped by destination row, increasing within a group
-    std::vector<EncoderSegment> segments;
-    std::vector<EncoderGroup> groups;  // only the groups of more than one segment
-    int num_partials = 0;
-    std::vector<int> bucket_start;  // counting-sort scratch, kept to avoid a reallocation per step
-    // Device copies of the three lists, and the fp32 partial rows.
+    EncoderPlanLists lists;   // the lists encoder_backward_plan builds from ids
+    int num_segments = 0, num_groups = 0;  // of the last upload
+    int counts[2] = {};       // {segments, groups}: the host side of d_counts' upload
+    int sm_count = 0;         // the device's, for the kernels' fixed grids
+    // Device copies of the lists' lengths and the three lists, and the fp32 partial rows.
+    int* d_counts = nullptr;  // {segments, groups}: the kernels' loop bounds
     int* d_positions = nullptr;
     EncoderSegment* d_segments = nullptr;
     EncoderGroup* d_groups = nullptr;
@@ -74,8 +56,9 @@ struct EncoderBackwardPlan {
     size_t capacity_positions = 0, capacity_segments = 0, capacity_groups = 0, capacity_partials = 0;  // elements
     // Device bytes its buffers hold (a model's memory report counts them).
     size_t device_bytes() const {
-        return capacity_positions * sizeof(int) + capacity_segments * sizeof(EncoderSegment) +
-               capacity_groups * sizeof(EncoderGroup) + capacity_partials * sizeof(float);
+        return (d_counts ? 2 * sizeof(int) : 0) + capacity_positions * sizeof(int) +
+               capacity_segments * sizeof(EncoderSegment) + capacity_groups * sizeof(EncoderGroup) +
+               capacity_partials * sizeof(float);
     }
 };
 
@@ -140,52 +123,58 @@ __device__ inline floatX* encoder_table(int table, floatX* dwte, floatX* dwpe, f
     return table == ENCODER_WTE ? dwte : (table == ENCODER_WPE ? dwpe : dwtt);
 }
 
-// One warp per (segment, chunk of 32*VEC channels), each lane owning VEC channels: adds the
-// segment's dout rows in position order to the destination row's old value (a segment that is a
-// whole group) or to zero (written as an fp32 partial row). The lanes hold the segment's
-// positions and pass them round with a shuffle, so each step of the loop is a single 16-byte
-// load per lane. C % VEC == 0.
+// A warp per (segment, chunk of 32*VEC channels), each lane owning VEC channels, the warps of the
+// grid looping over the counts[0] segments' items: adds the segment's dout rows in position order
+// to the destination row's old value (a segment that is a whole group) or to zero (written as an
+// fp32 partial row). The lanes hold the segment's positions and pass them round with a shuffle, so
+// each step of the inner loop is a single 16-byte load per lane. C % VEC == 0.
 template <class floatX, int VEC>
 __global__ void encoder_segment_sum_kernel(floatX* dwte, floatX* dwpe, floatX* dwtt, float* partials,
-                                           const EncoderSegment* segments, int num_segments,
+                                           const EncoderSegment* segments, const int* counts,
                                            const int* positions, const floatX* dout, int C) {
     constexpr int CHUNK = 32 * VEC;
     int chunks = CEIL_DIV(C, CHUNK);
-    size_t item = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;  // the same for a whole warp
-    if (item >= (size_t)num_segments * chunks) return;
+    size_t items = (size_t)counts[0] * chunks;
+    size_t warps = (size_t)gridDim.x * blockDim.x / 32;
     int lane = threadIdx.x % 32;
-    EncoderSegment seg = segments[item / chunks];
-    int c = (int)(item % chunks) * CHUNK + lane * VEC;
-    bool active = c < C;  // the last chunk of a row can reach past C
+    // item is the same for a whole warp, so its lanes run the shuffles together
+    for (size_t item = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; item < items; item += warps) {
+        EncoderSegment seg = segments[item / chunks];
+        int c = (int)(item % chunks) * CHUNK + lane * VEC;
+        bool active = c < C;  // the last chunk of a row can reach past C
 
-    int my_position = lane < seg.count ? positions[seg.start + lane] : 0;
-    floatX* dst = encoder_table(seg.table, dwte, dwpe, dwtt) + (size_t)seg.row * C + c;
-    float sum[VEC] = {};
-    if (active && seg.partial < 0) encoder_load<VEC>(sum, dst);  // early: its latency hides behind the loop
-    for (int i = 0; i < seg.count; i++) {
-        int bt = __shfl_sync(0xffffffffu, my_position, i);  // every lane takes part, active or not
-        if (active) {
-            float x[VEC];
-            encoder_load<VEC>(x, dout + (size_t)bt * C + c);
-            for (int k = 0; k < VEC; k++) sum[k] += x[k];
+        int my_position = lane < seg.count ? positions[seg.start + lane] : 0;
+        floatX* dst = encoder_table(seg.table, dwte, dwpe, dwtt) + (size_t)seg.row * C + c;
+        float sum[VEC] = {};
+        if (active && seg.partial < 0) encoder_load<VEC>(sum, dst);  // early: its latency hides behind the loop
+        for (int i = 0; i < seg.count; i++) {
+            int bt = __shfl_sync(0xffffffffu, my_position, i);  // every lane takes part, active or not
+            if (active) {
+                float x[VEC];
+                encoder_load<VEC>(x, dout + (size_t)bt * C + c);
+                for (int k = 0; k < VEC; k++) sum[k] += x[k];
+            }
         }
+        if (!active) continue;
+        if (seg.partial >= 0) encoder_store<VEC>(partials + (size_t)seg.partial * C + c, sum);
+        else encoder_store<VEC>(dst, sum);
     }
-    if (!active) return;
-    if (seg.partial >= 0) encoder_store<VEC>(partials + (size_t)seg.partial * C + c, sum);
-    else encoder_store<VEC>(dst, sum);
 }
 
-// One thread per (group, channel): adds the group's partial rows in segment order into its row.
+// A thread per channel of a group, the blocks along x looping over the counts[1] groups: adds the
+// group's partial rows in segment order into its row.
 template <class floatX>
 __global__ void encoder_group_sum_kernel(floatX* dwte, floatX* dwpe, floatX* dwtt, const float* partials,
-                                         const EncoderGroup* groups, int C) {
-    EncoderGroup g = groups[blockIdx.x];
+                                         const EncoderGroup* groups, const int* counts, int C) {
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    float sum = 0.f;
-    for (int p = 0; p < g.num_partials; p++) sum += partials[(size_t)(g.first_partial + p) * C + c];
-    floatX* dst = encoder_table(g.table, dwte, dwpe, dwtt) + (size_t)g.row * C + c;
-    *dst = from_float<floatX>(to_float(*dst) + sum);
+    for (int gi = blockIdx.x; gi < counts[1]; gi += gridDim.x) {
+        EncoderGroup g = groups[gi];
+        float sum = 0.f;
+        for (int p = 0; p < g.num_partials; p++) sum += partials[(size_t)(g.first_partial + p) * C + c];
+        floatX* dst = encoder_table(g.table, dwte, dwpe, dwtt) + (size_t)g.row * C + c;
+        *dst = from_float<floatX>(to_float(*dst) + sum);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -221,26 +210,19 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
     }
 }
 
-// The plan's device buffers for the worst case over all batches of shape (B, T) and C channels, so
-// that training never reallocates: n positions (2 or 3 tables); every segment holds at least one
-// position; a group of m > 32 positions has ceil(m/32) <= m/16 segments, each with a partial row.
-struct EncoderPlanCapacity {
-    size_t positions, segments, groups, partials;  // elements of each buffer
-    size_t bytes() const {
-        return positions * sizeof(int) + segments * sizeof(EncoderSegment) + groups * sizeof(EncoderGroup) +
-               partials * sizeof(float);
-    }
-};
-inline EncoderPlanCapacity encoder_plan_capacity(int B, int T, int C, bool has_types) {
-    size_t n = (size_t)B * T * (has_types ? 3 : 2);
-    return EncoderPlanCapacity{n, n, n / (ENCODER_SEGMENT + 1) + 1, (n / 16 + 1) * (size_t)C};
+// Bytes of the plan's device buffers for batches of shape (B, T) and C channels.
+inline size_t encoder_plan_device_bytes(int B, int T, int C, bool has_types) {
+    EncoderPlanCapacity cap = encoder_plan_capacity(B, T, C, has_types);
+    return 2 * sizeof(int) + cap.positions * sizeof(int) + cap.segments * sizeof(EncoderSegment) +
+           cap.groups * sizeof(EncoderGroup) + cap.partials * sizeof(float);
 }
 
 // Bytes of pinned host memory encoder_backward_plan needs to upload a plan of (B, T) without making
-// the host wait: its three lists at their worst-case lengths.
+// the host wait: the two counts and the three lists at their worst-case lengths.
 inline size_t encoder_plan_staging_bytes(int B, int T, bool has_types) {
     EncoderPlanCapacity cap = encoder_plan_capacity(B, T, 1, has_types);
-    return cap.positions * sizeof(int) + cap.segments * sizeof(EncoderSegment) + cap.groups * sizeof(EncoderGroup);
+    return 2 * sizeof(int) + cap.positions * sizeof(int) + cap.segments * sizeof(EncoderSegment) +
+           cap.groups * sizeof(EncoderGroup);
 }
 
 // Grows a device buffer to hold at least `need` elements (contents are not kept).
@@ -252,114 +234,72 @@ inline void encoder_plan_reserve(X*& ptr, size_t& capacity, size_t need) {
     capacity = need;
 }
 
-// Appends one group: positions [start, start+count) of the plan's list add into `row` of `table`.
-inline void encoder_plan_add_group(EncoderBackwardPlan& plan, int table, int row, int start, int count) {
-    if (count <= ENCODER_SEGMENT) {
-        plan.segments.push_back({table, row, start, count, -1});
-        return;
-    }
-    int n = CEIL_DIV(count, ENCODER_SEGMENT);
-    plan.groups.push_back({table, row, plan.num_partials, n});
-    for (int s = 0; s < n; s++) {
-        int first = s * ENCODER_SEGMENT;
-        int len = count - first < ENCODER_SEGMENT ? count - first : ENCODER_SEGMENT;
-        plan.segments.push_back({table, row, start + first, len, plan.num_partials++});
-    }
-}
-
-// Appends the groups of a counting sort of positions 0..BT-1 by key (ids in [0, num_keys)): one
-// group per key that occurs, positions increasing within it.
-inline void encoder_plan_bucket(EncoderBackwardPlan& plan, int table, const int* keys, int BT, int num_keys) {
-    std::vector<int>& start = plan.bucket_start;
-    start.assign((size_t)num_keys + 1, 0);
-    for (int i = 0; i < BT; i++) start[keys[i] + 1]++;
-    for (int k = 0; k < num_keys; k++) start[k + 1] += start[k];
-    size_t base = plan.positions.size();
-    plan.positions.resize(base + BT);
-    for (int i = 0; i < BT; i++) plan.positions[base + start[keys[i]]++] = i;  // start[k] ends at k+1's start
-    int begin = 0;
-    for (int k = 0; k < num_keys; k++) {
-        int end = start[k];
-        if (end > begin) encoder_plan_add_group(plan, table, k, (int)base + begin, end - begin);
-        begin = end;
-    }
-}
-
-// Fills the plan for one step from the host copy of its token ids (B,T) and token types (B,T) or
-// nullptr, and uploads it on `stream` (ordered after the previous step's encoder_backward on the
-// same stream). The upload reads from `staging` when given — pinned host memory of
-// encoder_plan_staging_bytes(B, T, types) that must stay untouched until the stream has run the
-// copies (e.g. one buffer per micro-step, reused after the step) — which never makes the host wait;
-// without it, from the plan's own pageable vectors, which CUDA may stage by waiting for the stream. Checks every id against the vocabulary
-// size V and n_types and exits with a message naming the first bad one (a bad id would otherwise
-// read and write outside the tables). Sizes the device buffers for the worst case of (B, T, C).
-inline void encoder_backward_plan(EncoderBackwardPlan* plan_ptr, const int* host_inp, const int* host_token_types,
-                                  int B, int T, int C, int V, int n_types, cudaStream_t stream,
-                                  void* staging = nullptr) {
+// Uploads one step's lists (built by encoder_plan_build, here or on a data loader's thread) for
+// C channels on `stream`, ordered after the previous step's encoder_backward on the same stream.
+// The upload reads from `staging` when given — pinned host memory of encoder_plan_staging_bytes(B,
+// T, types) that must stay untouched until the stream has run the copies (e.g. one buffer per
+// micro-step, reused after the step) — which never makes the host wait; without it, from the
+// lists' own pageable vectors, which CUDA may stage by waiting for the stream. Sizes the device
+// buffers for the worst case of (B, T, C).
+inline void encoder_backward_plan_upload(EncoderBackwardPlan* plan_ptr, const EncoderPlanLists& lists, int C,
+                                         cudaStream_t stream, void* staging = nullptr) {
     EncoderBackwardPlan& plan = *plan_ptr;
-    if (B <= 0 || T <= 0 || C <= 0 || V <= 0 || (host_token_types != nullptr && n_types <= 0)) {
-        fprintf(stderr, "encoder_backward_plan: B=%d, T=%d, C=%d, V=%d (and n_types=%d with token types) "
-                "must be positive\n", B, T, C, V, n_types);
+    if (C <= 0 || lists.B <= 0) {
+        fprintf(stderr, "encoder_backward_plan: C=%d must be positive and the lists built (B=%d)\n", C, lists.B);
         exit(EXIT_FAILURE);
     }
-    int BT = B * T;
-    for (int i = 0; i < BT; i++) {
-        if (host_inp[i] < 0 || host_inp[i] >= V) {
-            fprintf(stderr, "encoder_backward_plan: token id %d at (b=%d, t=%d) is outside the vocabulary [0, %d)\n",
-                    host_inp[i], i / T, i % T, V);
-            exit(EXIT_FAILURE);
-        }
-        if (host_token_types != nullptr && (host_token_types[i] < 0 || host_token_types[i] >= n_types)) {
-            fprintf(stderr, "encoder_backward_plan: token type %d at (b=%d, t=%d) is outside [0, %d)\n",
-                    host_token_types[i], i / T, i % T, n_types);
-            exit(EXIT_FAILURE);
-        }
-    }
-    plan.B = B;
-    plan.T = T;
+    plan.B = lists.B;
+    plan.T = lists.T;
     plan.C = C;
-    plan.has_types = host_token_types != nullptr;
-    plan.positions.clear();
-    plan.segments.clear();
-    plan.groups.clear();
-    plan.num_partials = 0;
-    size_t n = (size_t)BT * (plan.has_types ? 3 : 2);
-    plan.positions.reserve(n);
-
-    encoder_plan_bucket(plan, ENCODER_WTE, host_inp, BT, V);
-    for (int t = 0; t < T; t++) {  // wpe row t: positions t, T+t, ..., (B-1)*T+t
-        int start = (int)plan.positions.size();
-        for (int b = 0; b < B; b++) plan.positions.push_back(b * T + t);
-        encoder_plan_add_group(plan, ENCODER_WPE, t, start, B);
+    plan.has_types = lists.has_types;
+    plan.num_segments = plan.counts[0] = (int)lists.segments.size();
+    plan.num_groups = plan.counts[1] = (int)lists.groups.size();
+    if (plan.sm_count == 0) {
+        int device;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaDeviceGetAttribute(&plan.sm_count, cudaDevAttrMultiProcessorCount, device));
     }
-    if (plan.has_types) encoder_plan_bucket(plan, ENCODER_WTT, host_token_types, BT, n_types);
 
-    EncoderPlanCapacity cap = encoder_plan_capacity(B, T, C, plan.has_types);
+    EncoderPlanCapacity cap = encoder_plan_capacity(plan.B, plan.T, C, plan.has_types);
+    if (!plan.d_counts) cudaCheck(cudaMalloc(&plan.d_counts, 2 * sizeof(int)));
     encoder_plan_reserve(plan.d_positions, plan.capacity_positions, cap.positions);
     encoder_plan_reserve(plan.d_segments, plan.capacity_segments, cap.segments);
     encoder_plan_reserve(plan.d_groups, plan.capacity_groups, cap.groups);
     encoder_plan_reserve(plan.d_partials, plan.capacity_partials, cap.partials);
 
-    const void* positions = plan.positions.data();
-    const void* segments = plan.segments.data();
-    const void* groups = plan.groups.data();
-    size_t positions_bytes = plan.positions.size() * sizeof(int);
-    size_t segments_bytes = plan.segments.size() * sizeof(EncoderSegment);
-    size_t groups_bytes = plan.groups.size() * sizeof(EncoderGroup);
-    if (staging) {  // the lists back to back (all of 4-byte fields); an empty list's data() may be null
+    const void* counts = plan.counts;
+    const void* positions = lists.positions.data();
+    const void* segments = lists.segments.data();
+    const void* groups = lists.groups.data();
+    size_t positions_bytes = lists.positions.size() * sizeof(int);
+    size_t segments_bytes = lists.segments.size() * sizeof(EncoderSegment);
+    size_t groups_bytes = lists.groups.size() * sizeof(EncoderGroup);
+    if (staging) {  // back to back (all of 4-byte fields); an empty list's data() may be null
         char* at = static_cast<char*>(staging);
         auto stage = [&at](const void* list, size_t bytes) {
             const void* staged = bytes ? memcpy(at, list, bytes) : at;
             at += bytes;
             return staged;
         };
+        counts = stage(counts, 2 * sizeof(int));
         positions = stage(positions, positions_bytes);
         segments = stage(segments, segments_bytes);
         groups = stage(groups, groups_bytes);
     }
+    cudaCheck(cudaMemcpyAsync(plan.d_counts, counts, 2 * sizeof(int), cudaMemcpyHostToDevice, stream));
     cudaCheck(cudaMemcpyAsync(plan.d_positions, positions, positions_bytes, cudaMemcpyHostToDevice, stream));
     cudaCheck(cudaMemcpyAsync(plan.d_segments, segments, segments_bytes, cudaMemcpyHostToDevice, stream));
     cudaCheck(cudaMemcpyAsync(plan.d_groups, groups, groups_bytes, cudaMemcpyHostToDevice, stream));
+}
+
+// Builds the plan for one step from the host copy of its token ids (B,T) and token types (B,T) or
+// nullptr (ids checked against V and n_types: encoder_plan_build) and uploads it for C channels
+// (encoder_backward_plan_upload, which says what `staging` is for).
+inline void encoder_backward_plan(EncoderBackwardPlan* plan, const int* host_inp, const int* host_token_types,
+                                  int B, int T, int C, int V, int n_types, cudaStream_t stream,
+                                  void* staging = nullptr) {
+    encoder_plan_build(plan->lists, host_inp, host_token_types, B, T, V, n_types);
+    encoder_backward_plan_upload(plan, plan->lists, C, stream, staging);
 }
 
 // Reserves the plan's device buffers before the first step (so that a model's memory report is
@@ -377,6 +317,7 @@ inline size_t encoder_backward_plan_reserve(EncoderBackwardPlan* plan, int B, in
 
 // Frees the plan's device buffers.
 inline void encoder_backward_plan_free(EncoderBackwardPlan* plan) {
+    cudaCheck(cudaFree(plan->d_counts));
     cudaCheck(cudaFree(plan->d_positions));
     cudaCheck(cudaFree(plan->d_segments));
     cudaCheck(cudaFree(plan->d_groups));
@@ -402,25 +343,28 @@ void encoder_backward(floatX* dwte, floatX* dwpe, floatX* dwtt, const EncoderBac
                 "token types (plan: %s)\n", plan.has_types ? "with types" : "without types");
         exit(EXIT_FAILURE);
     }
+    // Grids fixed by the shape (the kernels loop over the device's counts): as many warps as the
+    // largest plan could use, but no more than fill the GPU (8 blocks of 256 threads per SM).
     const int block_size = 256;
-    int num_segments = (int)plan.segments.size();
-    const EncoderSegment* segments = plan.d_segments;
-    const int* positions = plan.d_positions;
+    EncoderPlanCapacity cap = encoder_plan_capacity(B, T, C, plan.has_types);
+    size_t resident = (size_t)std::max(plan.sm_count, 1) * 8;
+    auto grid_for = [&](size_t warps) {
+        return dim3((unsigned)std::min(CEIL_DIV(warps * 32, (size_t)block_size), resident));
+    };
     if (rows_pack128<floatX>(C, {dwte, dwpe, dwtt, dout})) {
         constexpr int VEC = Packed128<floatX>::size;
-        size_t warps = (size_t)num_segments * CEIL_DIV(C, 32 * VEC);
-        dim3 grid((unsigned)CEIL_DIV(warps * 32, (size_t)block_size));
+        dim3 grid = grid_for(cap.segments * CEIL_DIV(C, 32 * VEC));
         cudaCheck(launch_kernel(encoder_segment_sum_kernel<floatX, VEC>, grid, dim3(block_size), 0, stream, dwte, dwpe,
-                                dwtt, plan.d_partials, segments, num_segments, positions, dout, C));
+                                dwtt, plan.d_partials, (const EncoderSegment*)plan.d_segments,
+                                (const int*)plan.d_counts, (const int*)plan.d_positions, dout, C));
     } else {
-        size_t warps = (size_t)num_segments * CEIL_DIV(C, 32);
-        dim3 grid((unsigned)CEIL_DIV(warps * 32, (size_t)block_size));
+        dim3 grid = grid_for(cap.segments * CEIL_DIV(C, 32));
         cudaCheck(launch_kernel(encoder_segment_sum_kernel<floatX, 1>, grid, dim3(block_size), 0, stream, dwte, dwpe,
-                                dwtt, plan.d_partials, segments, num_segments, positions, dout, C));
+                                dwtt, plan.d_partials, (const EncoderSegment*)plan.d_segments,
+                                (const int*)plan.d_counts, (const int*)plan.d_positions, dout, C));
     }
-    if (!plan.groups.empty()) {
-        dim3 grid((unsigned)plan.groups.size(), CEIL_DIV(C, block_size));
-        cudaCheck(launch_kernel(encoder_group_sum_kernel<floatX>, grid, dim3(block_size), 0, stream, dwte, dwpe, dwtt,
-                                (const float*)plan.d_partials, (const EncoderGroup*)plan.d_groups, C));
-    }
+    dim3 grid((unsigned)std::min(cap.groups, resident), CEIL_DIV(C, block_size));
+    cudaCheck(launch_kernel(encoder_group_sum_kernel<floatX>, grid, dim3(block_size), 0, stream, dwte, dwpe, dwtt,
+                            (const float*)plan.d_partials, (const EncoderGroup*)plan.d_groups,
+                            (const int*)plan.d_counts, C));
 }

@@ -88,8 +88,8 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     cli.add("gelu-fusion", "ge", "1", "GELU as cuBLASLt's matmul epilogue (1) or a separate kernel (0; always 0 with "
             "--recompute)", &o->gelu_fusion);
     cli.add("cuda-graphs", nullptr, "1", "replay each micro-step's forward and backward passes from a CUDA graph "
-            "captured once (1) or launch every kernel from the host (0); the embedding's backward and the optimizer "
-            "step stay eager, and --zero 2 always runs eagerly", &o->cuda_graphs);
+            "captured once (1) or launch every kernel from the host (0); the batch upload and the optimizer step stay "
+            "eager, and --zero 2 always runs eagerly", &o->cuda_graphs);
     cli.add("gen-tokens", "g", "INT", "auto", "tokens to sample after training, 0: none (auto: 256 on a GPU, 64 on "
             "the CPU backend)", &o->gen_tokens, 0, 1 << 20);
     cli.add("sample-every", "s", "STEPS", "0", "also sample every this many steps during training (0: only at the end)",

@@ -1,11 +1,12 @@
 // test/test_encoder.cu — encoder_forward and encoder_backward (llmc/encoder.cuh) against a CPU
 // reference in double, for float, bf16 and fp16, under forward/reverse/random thread orders; the backward
-// plan's checks of token ids.
+// replayed from a CUDA graph for other batches' plans; the plan's checks of token ids.
 #include "../llmc/encoder.cuh"
 #include "harness.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -121,7 +122,7 @@ void test_backward(const Shape& s, EncoderBackwardPlan& plan, uint64_t seed) {
     char shape[96], name[256];
     describe(s, shape, sizeof(shape));
     snprintf(name, sizeof(name), "encoder_backward %s %s: thread orders (segments: %zu, multi-segment groups: %zu)",
-             th::dtype_name<floatX>(), shape, plan.segments.size(), plan.groups.size());
+             th::dtype_name<floatX>(), shape, (size_t)plan.num_segments, (size_t)plan.num_groups);
     auto grads = th::run_orders(name, [&] {
         d_dwte.upload(dwte0);
         d_dwpe.upload(dwpe0);
@@ -196,6 +197,79 @@ void test_backward_nonfinite_fp16() {
                f(dwpe[2 * C + 10]), unexpected);
 }
 
+// The backward's launches do not depend on the batch: captured once in a CUDA graph with one
+// batch's plan, replayed after the plans of two other batches (another token mix, with more and
+// fewer multi-segment groups) were uploaded into the same buffers, it gives each batch's eager
+// result bit for bit. The plan's SM count is set to 1 (8 blocks of 8 warps) so that the kernels'
+// loops over the device's counts take several turns.
+void test_backward_graph_replay() {
+    using floatX = __nv_bfloat16;
+    const int B = 40, T = 5, C = 24, V = 60, n_types = 3, BT = B * T;
+    std::vector<floatX> dout = th::random_tensor<floatX>((size_t)BT * C, 71);
+    std::vector<int> types(BT);
+    for (int i = 0; i < BT; i++) types[i] = i % n_types;
+    std::vector<int> batches[3] = {make_tokens(BT, V, 7, 4, 72), make_tokens(BT, V, 3, 9, 73),
+                                   make_tokens(BT, V, 5, 0, 74)};
+    th::DeviceBuffer<floatX> d_dout(dout), d_dwte((size_t)V * C, th::Fill::Zero), d_dwpe((size_t)T * C, th::Fill::Zero),
+        d_dwtt((size_t)n_types * C, th::Fill::Zero);
+    th::DeviceBuffer<int> d_inp(batches[0]), d_types(types);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    auto zero_grads = [&] {
+        for (auto* g : {&d_dwte, &d_dwpe, &d_dwtt})
+            cudaCheck(cudaMemsetAsync(g->ptr, 0, g->n * sizeof(floatX), stream));
+    };
+    auto grads = [&] {
+        cudaCheck(cudaStreamSynchronize(stream));
+        std::vector<floatX> all = d_dwte.host(), pe = d_dwpe.host(), tt = d_dwtt.host();
+        all.insert(all.end(), pe.begin(), pe.end());
+        all.insert(all.end(), tt.begin(), tt.end());
+        return all;
+    };
+    auto backward = [&](const EncoderBackwardPlan& plan) {
+        encoder_backward(d_dwte.ptr, d_dwpe.ptr, d_dwtt.ptr, plan, d_dout.ptr, d_inp.ptr, d_types.ptr, B, T, C, stream);
+    };
+    EncoderBackwardPlan eager, graphed;
+    std::vector<floatX> want[3], got[3];
+    for (int k = 0; k < 3; k++) {
+        encoder_backward_plan(&eager, batches[k].data(), types.data(), B, T, C, V, n_types, stream);
+        zero_grads();
+        backward(eager);
+        want[k] = grads();
+    }
+    cudaGraphExec_t exec = nullptr;
+    int segments[3] = {}, groups[3] = {};
+    for (int k = 0; k < 3; k++) {
+        encoder_backward_plan(&graphed, batches[k].data(), types.data(), B, T, C, V, n_types, stream);
+        graphed.sm_count = 1;
+        segments[k] = graphed.num_segments;
+        groups[k] = graphed.num_groups;
+        zero_grads();
+        if (!exec) {
+            cudaGraph_t graph;
+            cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+            backward(graphed);
+            cudaCheck(cudaStreamEndCapture(stream, &graph));
+            cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+            cudaCheck(cudaGraphDestroy(graph));
+        }
+        cudaCheck(cudaGraphLaunch(exec, stream));
+        got[k] = grads();
+    }
+    cudaCheck(cudaGraphExecDestroy(exec));
+    encoder_backward_plan_free(&eager);
+    encoder_backward_plan_free(&graphed);
+    cudaCheck(cudaStreamDestroy(stream));
+    bool same = true;
+    for (int k = 0; k < 3; k++)
+        same &= want[k].size() == got[k].size() && memcmp(want[k].data(), got[k].data(), want[k].size() * sizeof(floatX)) == 0;
+    th::report(same && segments[0] > 64 && groups[1] != groups[2],
+               "encoder_backward bf16: one graph replayed for 3 batches' plans == eager, bit for bit",
+               "results %s; segments %d/%d/%d, multi-segment groups %d/%d/%d (64 warps in the grid)",
+               same ? "bit-identical" : "differ", segments[0], segments[1], segments[2], groups[0], groups[1],
+               groups[2]);
+}
+
 // ----------------------------------------------------------------------------
 // The plan's id checks: each runs in a child process, which must exit with a clear message.
 
@@ -248,6 +322,7 @@ int main(int argc, char** argv) {
     test_dtype<__nv_bfloat16>();
     test_dtype<__half>();
     test_backward_nonfinite_fp16();
+    test_backward_graph_replay();
     expect_rejected(argv[0], "token", "token id 50 at (b=1, t=2) is outside the vocabulary [0, 50)");
     expect_rejected(argv[0], "negative", "token id -1 at (b=0, t=3)");
     expect_rejected(argv[0], "type", "token type 2 at (b=0, t=4) is outside [0, 2)");
