@@ -665,19 +665,28 @@ struct GPT2 : ModelState<floatX> {
         }
     }
 
-    // Copies a micro-batch's token ids (host, B*T each) to the device; for training, also plans
-    // the embedding backward pass (which groups positions by token id on the host). Through a pinned
-    // slot: the caller may refill its buffers at once, and the host does not wait for the device.
-    void set_batch(const int* inputs, const int* targets, bool for_training = true) {
+    // Copies a micro-batch's token ids (host, B*T each) to the device; for training, also the
+    // embedding backward's plan (which groups positions by token id on the host): `plan`, built by
+    // the data loader's thread from these inputs, or else built here. Through a pinned slot: the
+    // caller may refill its buffers at once, and the host does not wait for the device.
+    void set_batch(const int* inputs, const int* targets, bool for_training = true,
+                   const EncoderPlanLists* plan = nullptr) {
         size_t BT = (size_t)B * T;
         int* slot = static_cast<int*>(batch_slots.acquire());  // inputs (B*T) | targets (B*T) | the plan
         memcpy(slot, inputs, BT * sizeof(int));
         memcpy(slot + BT, targets, BT * sizeof(int));
         cudaCheck(cudaMemcpyAsync(acts.inputs, slot, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
         cudaCheck(cudaMemcpyAsync(acts.targets, slot + BT, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
-        if (for_training)
+        if (for_training && plan) {
+            if (plan->B != B || plan->T != T || plan->has_types) {
+                data_error("set_batch: the embedding plan was built for B=%d, T=%d%s; the model runs B=%d, T=%d",
+                           plan->B, plan->T, plan->has_types ? " with token types" : "", B, T);
+            }
+            encoder_backward_plan_upload(&encoder_plan, *plan, config.channels, stream, slot + 2 * BT);
+        } else if (for_training) {
             encoder_backward_plan(&encoder_plan, inputs, (const int*)nullptr, B, T, config.channels,
                                   config.vocab_size, 0, stream, slot + 2 * BT);
+        }
         batch_slots.release(stream);
     }
     // One pinned slot per micro-step of an optimizer step (llmc/staging.h): no host wait inside a step.
@@ -1091,6 +1100,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     model.reserve_batch_slots(accum);
 
     DataLoader train_loader(o.train_pattern, o.B, o.T, dist.rank, dist.world, o.shuffle, o.seed, c.vocab_size);
+    train_loader.plan_embedding_backward();  // on its prefetch thread, off this one
     std::unique_ptr<DataLoader> val_loader;
     if (!o.val_pattern.empty())
         val_loader.reset(new DataLoader(o.val_pattern, o.B, o.T, dist.rank, dist.world, false, 0, c.vocab_size));
@@ -1251,7 +1261,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         model.zero_grads();
         for (int micro = 0; micro < accum; micro++) {
             model.sync_grads = micro == accum - 1;  // gradients are communicated on the last micro-step only
-            model.set_batch(train_loader.inputs(), train_loader.targets());
+            model.set_batch(train_loader.inputs(), train_loader.targets(), true, train_loader.encoder_plan());
             model.train_micro_step(scaler.scale / (float)(tokens_per_micro * accum), graphs && step > start_step);
             model.fetch_losses(step_losses + (size_t)micro * tokens_per_micro);
             if (step_moe) model.fetch_moe_stats(step_moe + (size_t)micro * model.moe_stats_size());

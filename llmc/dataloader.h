@@ -1,6 +1,7 @@
 // llmc/dataloader.h — reads llm.c token shards into (B,T) batches of inputs and targets: validated
 // up front, split across ranks, optionally shuffled (seeded), prefetched on a background thread
-// into pinned host memory while the GPU computes.
+// into pinned host memory while the GPU computes; on request that thread also builds each batch's
+// embedding-backward plan (plan_embedding_backward), so the training loop's thread does not.
 //
 // Shard format (llm.c, dev/data): a 256 x int32 header — [0] magic 20240520, [1] version 1,
 // [2] number of tokens — then that many uint16 tokens. The file size must be 1024 + 2 * ntok.
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "cuda_common.h"
+#include "encoder_plan.h"
 
 constexpr int SHARD_MAGIC = 20240520;
 constexpr int SHARD_VERSION = 1;
@@ -177,6 +179,17 @@ class DataLoader {
 
     const int* inputs() const { return inputs_[current_]; }
     const int* targets() const { return targets_[current_]; }
+
+    // From now on, the prefetch thread also builds each batch's embedding-backward lists
+    // (llmc/encoder_plan.h; GPT-2: no token types) next to its ids; encoder_plan() returns the
+    // current batch's. The current and the prefetched batch get theirs here.
+    void plan_embedding_backward() {
+        join();
+        plan_encoder_ = true;
+        for (int k = 0; k < 2; k++) encoder_plan_build(plans_[k], inputs_[k], nullptr, B_, T_, vocab_, 0);
+    }
+    // The current batch's plan, or nullptr unless plan_embedding_backward() was called.
+    const EncoderPlanLists* encoder_plan() const { return plan_encoder_ ? &plans_[current_] : nullptr; }
     size_t num_shards() const { return files_.size(); }
     // Batches this rank gets per epoch (all shards).
     size_t batches_per_epoch() const { return std::accumulate(windows_.begin(), windows_.end(), (size_t)0); }
@@ -234,6 +247,7 @@ class DataLoader {
             inputs_[k][i] = tokens_[start + i];
             targets_[k][i] = tokens_[start + i + 1];
         }
+        if (plan_encoder_) encoder_plan_build(plans_[k], inputs_[k], nullptr, B_, T_, vocab_, 0);
         if (++window_pos_ == windows_[s]) {
             window_pos_ = 0;
             if (++order_pos_ == files_.size()) {
@@ -266,5 +280,7 @@ class DataLoader {
     int* targets_[2] = {nullptr, nullptr};
     int current_ = 0;  // the buffer inputs()/targets() return; the worker fills the other one
     uint64_t position_ = 0;  // index of the current batch
+    bool plan_encoder_ = false;      // the worker builds plans_[k] with inputs_[k]
+    EncoderPlanLists plans_[2];
     std::thread worker_;
 };

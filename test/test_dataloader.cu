@@ -1,5 +1,6 @@
 // test/test_dataloader.cu — the token-shard dataloader: batches are the right tokens, ranks read
-// disjoint tokens that together equal one rank's, shuffling is a seeded permutation, and every
+// disjoint tokens that together equal one rank's, shuffling is a seeded permutation, the prefetch
+// thread's embedding-backward plans are the batches' own, and every
 // malformed input stops with one clear message and a non-zero exit (checked in child processes).
 #include "../llmc/cuda_common.h"
 #include "../llmc/dataloader.h"
@@ -146,6 +147,37 @@ void test_seek() {
     }
 }
 
+// The embedding-backward plan the prefetch thread builds is the one built from the current batch's
+// ids: asked for mid-epoch, then across shards, an epoch boundary (shuffled) and a seek.
+void test_encoder_plans() {
+    int B = 3, T = 4, V = 7;
+    write_shard("plan_a.bin", counting_tokens(53, V));  // 4 windows of 12 tokens
+    write_shard("plan_b.bin", counting_tokens(29, 5));  // 2 windows, other ids
+    DataLoader dl(tmpdir + "/plan_*.bin", B, T, 0, 1, true, 5, V);
+    bool none_before = dl.encoder_plan() == nullptr;
+    dl.next_batch();
+    dl.plan_embedding_backward();
+    EncoderPlanLists want;
+    auto same = [&](const EncoderPlanLists* p) {
+        encoder_plan_build(want, dl.inputs(), nullptr, B, T, V, 0);
+        auto seg_eq = [](const EncoderSegment& a, const EncoderSegment& b) {
+            return a.table == b.table && a.row == b.row && a.start == b.start && a.count == b.count &&
+                   a.partial == b.partial;
+        };
+        return p && p->B == B && p->T == T && !p->has_types && p->positions == want.positions &&
+               p->num_partials == want.num_partials && p->groups.size() == want.groups.size() &&
+               std::equal(p->segments.begin(), p->segments.end(), want.segments.begin(), want.segments.end(), seg_eq);
+    };
+    int batches = 0, good = 0;
+    for (int k = 0; k < 14; k++, batches++) {  // more than two epochs of 6 batches
+        good += same(dl.encoder_plan());
+        if (k == 9) dl.seek(2);
+        else dl.next_batch();
+    }
+    th::report(none_before && good == batches, "dataloader: the prefetch thread's embedding plans == built from the batch",
+               "%d of %d batches (mid-epoch start, 2 shards, shuffled epochs, a seek)", good, batches);
+}
+
 void test_errors() {
     int B = 2, T = 8, V = 500;
     auto good = counting_tokens(100, V);
@@ -184,6 +216,7 @@ int main() {
     test_ranks();
     test_shuffle();
     test_seek();
+    test_encoder_plans();
     test_errors();
     return th::finish();
 }
