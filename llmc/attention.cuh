@@ -693,14 +693,31 @@ __device__ void attn_async_tile(floatX* dst, const floatX* src, size_t stride, i
     }
 }
 
-// Two floatX values packed into one .b32 register of an mma fragment, the first in the low 16 bits
-// (the lower-indexed element, as the PTX layouts put it).
+// Two floats rounded to floatX and packed into one .b32 register of an mma fragment, the first in the
+// low 16 bits (the lower-indexed element, as the PTX layouts put it); by the paired conversion (one
+// F2FP instruction on the GPU, where two scalar conversions and a byte permute are three).
 template <class floatX>
-__device__ inline uint32_t attn_pack2(floatX lo, floatX hi) {
-    uint16_t l, h;
-    memcpy(&l, &lo, 2);
-    memcpy(&h, &hi, 2);
-    return (uint32_t)l | (uint32_t)h << 16;
+__device__ inline uint32_t attn_pack2f(float lo, float hi) {
+    uint32_t u;
+    if constexpr (std::is_same<floatX, __nv_bfloat16>::value) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        memcpy(&u, &v, 4);
+    } else {
+        __half2 v = __floats2half2_rn(lo, hi);
+        memcpy(&u, &v, 4);
+    }
+    return u;
+}
+
+// The two floatX values of a packed pair (attn_pack2f), as floats.
+template <class floatX>
+__device__ inline void attn_unpack2(uint32_t two, float& lo, float& hi) {
+    uint16_t l = (uint16_t)(two & 0xffffu), h = (uint16_t)(two >> 16);
+    floatX x, y;
+    memcpy(static_cast<void*>(&x), &l, 2);
+    memcpy(static_cast<void*>(&y), &h, 2);
+    lo = to_float(x);
+    hi = to_float(y);
 }
 
 // mma's A fragment of the 16×16 block at `tile` (row stride ld) of a row-major matrix: ldmatrix_x4,
@@ -756,8 +773,8 @@ __device__ inline void attn_c_to_a(uint32_t (&x)[NC / 16][4], const float (&c)[N
     for (int kk = 0; kk < NC / 16; kk++)
         for (int half = 0; half < 2; half++) {
             const float* e = c[2 * kk + half];
-            x[kk][2 * half] = attn_pack2(from_float<floatX>(e[0]), from_float<floatX>(e[1]));
-            x[kk][2 * half + 1] = attn_pack2(from_float<floatX>(e[2]), from_float<floatX>(e[3]));
+            x[kk][2 * half] = attn_pack2f<floatX>(e[0], e[1]);
+            x[kk][2 * half + 1] = attn_pack2f<floatX>(e[2], e[3]);
         }
 }
 
@@ -811,8 +828,7 @@ __device__ void attn_mma_store_rows(floatX* dst, size_t stride, floatX* stage, c
     for (int n = 0; n < HS / 8; n++)
         for (int r = 0; r < 2; r++)
             *reinterpret_cast<uint32_t*>(stage + (g + 8 * r) * kLd + 8 * n + 2 * t) =
-                attn_pack2(from_float<floatX>(acc[n][2 * r] * factor[r]),
-                           from_float<floatX>(acc[n][2 * r + 1] * factor[r]));
+                attn_pack2f<floatX>(acc[n][2 * r] * factor[r], acc[n][2 * r + 1] * factor[r]);
     __syncwarp();
     for (int idx = lane; idx < 16 * (HS / V); idx += 32) {
         int r = idx / (HS / V), c = (idx % (HS / V)) * V, row = row0 + r;
@@ -878,22 +894,23 @@ __global__ void __launch_bounds__(128, 2)
 
         float s[8][4] = {};  // scores of rows g, g+8 (registers 0-1, 2-3), keys k0 + 8j + 2t + {0, 1}
         attn_mma_abt<floatX, HS, 64>(s, [&](int kk) -> const uint32_t(&)[4] { return qa[kk]; }, Ks, Tile::kLd);
-        const bool masked = k0 + Tile::kCols > valid || (causal && k0 + Tile::kCols - 1 > row0);
-        for (int j = 0; j < 8; j++)
-            for (int e = 0; e < 4; e++) {
-                s[j][e] *= Tile::kScaleLog2;  // log2 units: exp2
-                if (masked) {
+        if (k0 + Tile::kCols > valid || (causal && k0 + Tile::kCols - 1 > row0))
+            for (int j = 0; j < 8; j++)
+                for (int e = 0; e < 4; e++) {
                     int qi = row0 + g + 8 * (e / 2), kj = k0 + 8 * j + 2 * t + e % 2;
-                    if (kj >= valid || (causal && kj > qi)) s[j][e] = -INFINITY;
+                    s[j][e] = kj >= valid || (causal && kj > qi) ? -INFINITY : s[j][e];
                 }
-            }
-        // Online softmax: raise the row max, rescale O and l by alpha = exp2(m_old - m_new), P =
-        // exp2(s - m) rounded to floatX; l sums the rounded, undropped P (the weights PV uses, before
-        // dropout), dropped elements enter PV as 0. A row with every score masked so far keeps m = -inf.
+        uint32_t pa[4][4];  // P's A fragments (the 4 k16 slices of the tile's 64 keys)
+        // Online softmax in log2 units (exp2): the scores stay unscaled, the row max m is kept scaled
+        // (the scale is positive, so the max of the scaled scores is the scaled max), and each
+        // exponent s·scale - m is one fused multiply-add. Raise m, rescale O and l by alpha =
+        // exp2(m_old - m_new), P = exp2(s·scale - m) rounded to floatX; l sums the rounded,
+        // undropped P (the weights PV uses, before dropout), dropped elements enter PV as 0. A row
+        // with every score masked so far keeps m = -inf.
         for (int r = 0; r < 2; r++) {
             float mx = -INFINITY;
             for (int j = 0; j < 8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-            float m_new = fmaxf(m[r], attn_quad_max(mx));
+            float m_new = fmaxf(m[r], attn_quad_max(mx) * Tile::kScaleLog2);
             float m_ref = m_new == -INFINITY ? 0.f : m_new;  // avoids (-inf) - (-inf)
             float alpha = exp2f(m[r] - m_ref);
             m[r] = m_new;
@@ -902,15 +919,21 @@ __global__ void __launch_bounds__(128, 2)
                 acc[n][2 * r] *= alpha;
                 acc[n][2 * r + 1] *= alpha;
             }
-            for (int j = 0; j < 8; j++)
-                for (int e = 2 * r; e < 2 * r + 2; e++) {
-                    float p = to_float(from_float<floatX>(exp2f(s[j][e] - m_ref)));
-                    l[r] += p;
-                    s[j][e] = (keep >> (4 * j + e)) & 1 ? p : 0.f;
-                }
+            // Rounded once, straight into the packed pairs of P's A fragments (n8 tile j = 2kk + half,
+            // row g + 8r: pa[kk][2 half + r]); l adds the pair's two halves back as floats.
+            for (int j = 0; j < 8; j++) {
+                uint32_t two = attn_pack2f<floatX>(exp2f(fmaf(s[j][2 * r], Tile::kScaleLog2, -m_ref)),
+                                                   exp2f(fmaf(s[j][2 * r + 1], Tile::kScaleLog2, -m_ref)));
+                float lo, hi;
+                attn_unpack2<floatX>(two, lo, hi);
+                l[r] += lo;
+                l[r] += hi;
+                if (kDropout)  // dropped elements become 0 (repacking the kept ones is exact)
+                    two = attn_pack2f<floatX>((keep >> (4 * j + 2 * r)) & 1 ? lo : 0.f,
+                                              (keep >> (4 * j + 2 * r + 1)) & 1 ? hi : 0.f);
+                pa[j / 2][2 * (j % 2) + r] = two;
+            }
         }
-        uint32_t pa[4][4];
-        attn_c_to_a<floatX, 64>(pa, s);
         attn_mma_xy<floatX, 64, HS>(acc, [&](int kk) -> const uint32_t(&)[4] { return pa[kk]; }, Vs, Tile::kLd);
     }
     cp_async_wait<0>();  // the last (empty) group: no copy outlives the block
@@ -1022,29 +1045,39 @@ __global__ void __launch_bounds__(128, 2)
                     attn_ldsm_a(abuf, Kw + 16 * kk, kLd);
                     return abuf;
                 }, Qs, kLd);
-                const bool masked = q0 + NQ > valid || key0 + 16 > valid || (causal && key0 + 15 > q0);
-                float pm[NQ / 8][4];  // P^T ∘ M, rounded to floatX
+                // exp2 of every element, then (tiles that need it) a select of 0 for the masked ones:
+                // a select per element, not a branch around each exp2 (which would cost the loop a
+                // convergence barrier per element).
+                for (int j = 0; j < NQ / 8; j++) {
+                    const float2 lse2 = *reinterpret_cast<const float2*>(lse2_s + 8 * j + 2 * t);  // queries 2t, 2t+1
+                    for (int e = 0; e < 4; e++)
+                        p[j][e] = exp2f(p[j][e] * Tile::kScaleLog2 - (e % 2 ? lse2.y : lse2.x));
+                }
+                if (q0 + NQ > valid || key0 + 16 > valid || (causal && key0 + 15 > q0))
+                    for (int j = 0; j < NQ / 8; j++)
+                        for (int e = 0; e < 4; e++) {
+                            const int kj = key0 + g + 8 * (e / 2), qi = q0 + 8 * j + 2 * t + e % 2;
+                            p[j][e] = qi >= valid || kj >= valid || (causal && kj > qi) ? 0.f : p[j][e];
+                        }
+                float pm[NQ / 8][4];  // P^T ∘ M (attn_c_to_a rounds it to floatX)
                 for (int j = 0; j < NQ / 8; j++)
-                    for (int e = 0; e < 4; e++) {
-                        const int kj = key0 + g + 8 * (e / 2), qc = 8 * j + 2 * t + e % 2, qi = q0 + qc;
-                        bool zero = masked && (qi >= valid || kj >= valid || (causal && kj > qi));
-                        p[j][e] = zero ? 0.f : exp2f(p[j][e] * Tile::kScaleLog2 - lse2_s[qc]);
-                        pm[j][e] = (keep >> (4 * j + e)) & 1 ? to_float(from_float<floatX>(p[j][e])) : 0.f;
-                    }
+                    for (int e = 0; e < 4; e++) pm[j][e] = (keep >> (4 * j + e)) & 1 ? p[j][e] : 0.f;
                 uint32_t xa[NQ / 16][4];
                 attn_c_to_a<floatX, NQ>(xa, pm);
                 attn_mma_xy<floatX, NQ, HS>(dv, [&](int kk) -> const uint32_t(&)[4] { return xa[kk]; }, dOs, kLd);
-                float ds[NQ / 8][4] = {};  // dP^T, then dS^T rounded to floatX
+                float ds[NQ / 8][4] = {};  // dP^T, then dS^T (attn_c_to_a rounds it to floatX)
                 attn_mma_abt<floatX, HS, NQ>(ds, [&](int kk) -> const uint32_t(&)[4] {
                     attn_ldsm_a(abuf, Vw + 16 * kk, kLd);
                     return abuf;
                 }, dOs, kLd);
-                for (int j = 0; j < NQ / 8; j++)
+                for (int j = 0; j < NQ / 8; j++) {
+                    const float2 Dq = *reinterpret_cast<const float2*>(D_s + 8 * j + 2 * t);  // queries 2t, 2t+1
                     for (int e = 0; e < 4; e++) {
                         float dp = ds[j][e];
                         if (kDropout) dp *= (keep >> (4 * j + e)) & 1 ? drop.scale : 0.f;  // dP^T ∘ M / (1-p)
-                        ds[j][e] = to_float(from_float<floatX>(p[j][e] * (dp - D_s[8 * j + 2 * t + e % 2])));
+                        ds[j][e] = p[j][e] * (dp - (e % 2 ? Dq.y : Dq.x));
                     }
+                }
                 attn_c_to_a<floatX, NQ>(xa, ds);
                 attn_mma_xy<floatX, NQ, HS>(dk, [&](int kk) -> const uint32_t(&)[4] { return xa[kk]; }, Qs, kLd);
                 for (int j = 0; j < NQ / 8; j++)
