@@ -25,6 +25,13 @@
 // BERT shards (llmc/bert_dataloader.h, made by dev/data/bert_data.cpp), evaluation each epoch,
 // checkpoints and bit-identical resume, Hugging Face export. With -DTESTING the file has no main()
 // (test/test_bert.cu and test/test_train_bert.cu include it).
+//
+// CUDA graphs (--cuda-graphs, default 1; classification): the run's first step is eager; after it,
+// each micro-step's forward and backward passes (but the embeddings' backward) are replayed from a
+// graph captured on first use, one per batch width and kind of micro-step (last or not) and per loss
+// scale (BERT::train_micro_step); the batch upload, the embeddings' backward and the optimizer step
+// stay eager. The dropout masks' pass number reaches the replayed kernels through device memory.
+// MLM runs eagerly: its loss weight, 1/(masked tokens), changes with nearly every batch.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -149,6 +156,7 @@ struct BertActivations {
     int* rows;          // (R) the rows b*T+t the head reads
     int* slot;          // (B,T) inverse of rows: which head row a position went to, or -1
     int* targets;       // (R) the head's labels, compact
+    uint64_t* pass_offset;  // (1) the dropout offset of the pass a replayed graph runs (see dropout_pass)
 };
 
 // Pointers to layer l's slice of the activations.
@@ -201,11 +209,15 @@ struct BERT : ModelState<floatX> {
     // pooled output before the classifier. 0 (the default): none, the eval-mode model. The masks are
     // not stored but drawn from (dropout_seed, an offset per site and pass), so backward() redraws
     // the forward's; the trainer numbers the passes (dropout_pass) so that each micro-step draws new
-    // masks and a resumed run draws the same ones again.
+    // masks and a resumed run draws the same ones again. A micro-step captured in a CUDA graph
+    // (train_micro_step) reads the pass's part of the offsets from acts.pass_offset instead, written
+    // before each replay: the replay reuses the captured kernel arguments, and offsets passed as
+    // arguments would redraw the captured pass's masks. Either way a site's offset is the same number.
     float dropout = 0.f;
     uint64_t dropout_seed = 0;
     uint64_t dropout_pass = 0;
     float pass_dropout = 0.f;  // the probability the last forward() applied (0 in eval passes)
+    bool pass_offset_on_device = false;  // while a micro-step is captured: offsets from acts.pass_offset
     // Recomputation (llmc/model_state.cuh), set before allocate_activations(); what is kept for one
     // layer only and recomputed in the backward pass:
     //   gelu   the GELU output fch_gelu (B,T,I), from fch
@@ -304,6 +316,7 @@ struct BERT : ModelState<floatX> {
             {(void**)&acts.rows, R * sizeof(int)},
             {(void**)&acts.slot, BT * sizeof(int)},
             {(void**)&acts.targets, R * sizeof(int)},
+            {(void**)&acts.pass_offset, sizeof(uint64_t)},
         };
         acts_bytes = regions_bytes(regions);
         cudaCheck(cudaMalloc(&acts_memory, acts_bytes));
@@ -424,16 +437,20 @@ struct BERT : ModelState<floatX> {
     // Dropout sites of one pass: the embeddings, three per layer (attention probabilities, attention
     // output, MLP output), the pooled output. Each site of each pass has its own stream (offset).
     int dropout_sites() const { return 2 + 3 * config.num_layers; }
-    uint64_t dropout_offset(int site) const { return dropout_pass * (uint64_t)dropout_sites() + (uint64_t)site; }
+    uint64_t pass_offset() const { return dropout_pass * (uint64_t)dropout_sites(); }
+    // A site's offset as a kernel argument, and the device memory that adds the pass's part in a graph.
+    uint64_t dropout_offset(int site) const { return (pass_offset_on_device ? 0 : pass_offset()) + (uint64_t)site; }
+    const uint64_t* dropout_pass_offset() const { return pass_offset_on_device ? acts.pass_offset : nullptr; }
     // Hidden-state dropout of the current pass at `site` over n elements, in place (nothing at p = 0).
     void drop(floatX* x, size_t n, int site) {
-        if (pass_dropout > 0.f) dropout_forward(x, x, n, pass_dropout, dropout_seed, dropout_offset(site), stream);
+        if (pass_dropout > 0.f)
+            dropout_forward(x, x, n, pass_dropout, dropout_seed, dropout_offset(site), stream, dropout_pass_offset());
     }
     // Its gradient: dout through the same mask into dinp (which may be dout); returns where the
     // gradient is: dinp, or dout itself when the pass dropped nothing.
     const floatX* drop_backward(floatX* dinp, const floatX* dout, size_t n, int site) {
         if (pass_dropout == 0.f) return dout;
-        dropout_backward(dinp, dout, n, pass_dropout, dropout_seed, dropout_offset(site), stream);
+        dropout_backward(dinp, dout, n, pass_dropout, dropout_seed, dropout_offset(site), stream, dropout_pass_offset());
         return dinp;
     }
     AttentionDropout attention_dropout(int l) const {
@@ -441,6 +458,7 @@ struct BERT : ModelState<floatX> {
         d.p = pass_dropout;
         d.seed = dropout_seed;
         d.offset = dropout_offset(1 + 3 * l);
+        d.pass_offset = dropout_pass_offset();
         return d;
     }
 
@@ -539,6 +557,41 @@ struct BERT : ModelState<floatX> {
     // (callers zero grads_memory at the start of a step; micro-batches add up). Parameters the head
     // does not use (the other head's) get nothing.
     void backward() {
+        backward_layers();
+        backward_embedding();
+    }
+
+    // One training micro-step on the batch set_batch() uploaded: forward(true, dloss) and backward().
+    // With `graphed`, everything but the embedding's backward is replayed from a CUDA graph
+    // (ModelState::graphed_micro_step), one per key below: its kernels read the batch from the fixed
+    // buffers set_batch fills and the dropout pass from acts.pass_offset (written here first), and
+    // every other scalar they take follows from the key or is fixed for the run. A key is captured
+    // on its first use, also a batch width the eager first step did not see: nothing the passes do
+    // allocates or waits then either (llmc/matmul.cuh plans a new GEMM shape on the host: descriptors
+    // and a heuristic query), which the CPU backend checks, refusing what CUDA refuses in a capture.
+    // The embedding's backward stays eager, since its launches are sized by this micro-batch's token
+    // ids (the host's plan).
+    void train_micro_step(float dloss, bool graphed) {
+        if (!graphed) {
+            forward(true, dloss);
+            backward();
+            return;
+        }
+        if (dropout > 0.f) dropout_set_pass_offset(acts.pass_offset, pass_offset(), stream);
+        // What the captured launches depend on: the head's rows (sizes, and with dloss the loss weight),
+        // the batch's width (every shape and activation offset), the head, whether gradients go out.
+        uint64_t key = (uint64_t)head_rows << 32 | (uint64_t)T << 3 | (uint64_t)head << 1 | (this->sync_grads ? 1 : 0);
+        pass_offset_on_device = true;
+        this->graphed_micro_step(key, dloss, [&] {
+            forward(true, dloss);
+            backward_layers();
+        });
+        pass_offset_on_device = false;
+        backward_embedding();
+    }
+
+    // The backward pass down to the embeddings' gradient (in acts.d1).
+    void backward_layers() {
         if (head == BertHead::None) data_error("backward: the batch has no head (set_batch with BertHead::None)");
         const BertConfig& c = config;
         int L = c.num_layers, C = c.channels, NH = c.num_heads, I = c.intermediate, BT = B * T;
@@ -606,8 +659,12 @@ struct BERT : ModelState<floatX> {
         cudaCheck(cudaMemsetAsync(a.d1, 0, btc * sizeof(floatX), stream));
         layernorm_backward(a.d1, grads.t[EMB_LNW], grads.t[EMB_LNB], a.scratch, a.dres, a.encoded, params.t[EMB_LNW],
                            a.emb_mean, a.emb_rstd, BT, C, stream);
-        encoder_backward(grads.t[WORD_EMB], grads.t[POS_EMB], grads.t[TYPE_EMB], encoder_plan, a.d1, a.inputs,
-                         a.token_types, B, T, C, stream);
+    }
+
+    // The three embedding tables' backward after backward_layers(), from the plan set_batch() uploaded.
+    void backward_embedding() {
+        encoder_backward(grads.t[WORD_EMB], grads.t[POS_EMB], grads.t[TYPE_EMB], encoder_plan, acts.d1, acts.inputs,
+                         acts.token_types, B, T, config.channels, stream);
         this->grads_final_after();
     }
 
@@ -823,6 +880,20 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     // Data parallel: each rank's rows get masks of their own (rank 0 keeps the one-process key).
     model.dropout_seed += (uint64_t)dist.rank * 0xBF58476D1CE4E5B9ull;
     model.build(config, init);
+    // CUDA graphs (--cuda-graphs): the model's work moves to a stream of its own, since the legacy
+    // default stream cannot capture (a blocking stream: ordered with the legacy stream as before).
+    // MLM runs eagerly: its loss weight dloss = 1/(masked rows) changes with nearly every batch, and
+    // a new dloss drops the graphs, so each micro-step would be captured and replayed once.
+    const char* no_graphs = !o.cuda_graphs ? "--cuda-graphs 0"
+                            : o.head == BertHead::MLM
+                                ? "--task mlm: the loss weight 1/(masked tokens) changes with each batch"
+                                : model.graphs_unsupported();
+    const bool graphs = o.cuda_graphs && !no_graphs;
+    cudaStream_t graph_stream = nullptr;  // kept here: free_all() resets the model
+    if (graphs) {
+        cudaCheck(cudaStreamCreate(&graph_stream));
+        model.stream = graph_stream;
+    }
     // The widest batch: --max-len, or the longest sequence of the shards rounded up to 8 if shorter.
     int longest = bert_shards_max_len(o.train_pattern);
     if (val) longest = std::max(longest, bert_shards_max_len(o.val_pattern));
@@ -900,6 +971,11 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
            "per step; %d steps (%d per epoch); lr %s max %.2e warmup %s; dropout %g; %s, weight decay %g\n",
            o.B, o.max_len, accum, accum > 1 ? "s" : "", total, steps, steps_per_epoch, lr_schedule_name(sched.kind),
            sched.max_lr, warm, o.dropout, optimizer_name(o.opt.kind), o.opt.weight_decay);
+    if (graphs)
+        printf("CUDA graphs: micro-steps replayed from graphs after the first step, one per batch width (the "
+               "embedding's backward and the optimizer step eager)\n");
+    else
+        printf("CUDA graphs: off (%s)\n", no_graphs);
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
@@ -960,6 +1036,9 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     float* step_losses;
     cudaCheck(cudaMallocHost(&step_losses, (size_t)accum * max_rows * sizeof(float)));
     std::vector<int> micro_rows(accum);
+    // The run's first step is eager (it allocates and plans the GEMMs); after it each micro-step is
+    // replayed from its graph, captured on its width's first use.
+    if (graphs) reporter.report_launches_at(start_step + 3, " with CUDA graphs (the run's step 3)");
     for (int step = start_step; step < end_step; step++) {
         if (eval_due(step)) evaluate(step);
         reporter.begin();
@@ -976,13 +1055,11 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             if (R > 0) {  // an MLM batch may have no masked token: then nothing to learn from it
                 // transformers' loss is the mean over the rows; accumulated micro-batches count equally
                 // (and ranks too: the gradients are averaged over them)
-                model.forward(true, scaler.scale / (float)((double)R * accum));
-                model.backward();
+                model.train_micro_step(scaler.scale / (float)((double)R * accum), graphs && step > start_step);
                 model.copy_losses(step_losses + micro * max_rows);
                 rows += R;
             } else if (dist.world > 1) {  // the others communicate this pass's gradients: join with zeros
-                model.forward(true, 0.f);
-                model.backward();
+                model.train_micro_step(0.f, false);
             }
             train.next_batch();  // set_batch took its own copy
         }
@@ -1050,6 +1127,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     }
     cudaCheck(cudaFreeHost(step_losses));
     model.free_all();
+    if (graph_stream) cudaCheck(cudaStreamDestroy(graph_stream));
     matmul_destroy();
     return 0;
 }

@@ -380,6 +380,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
                              const int* valid_len, DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS, kWarps>;
+    if (kDropout) drop = dropout_resolve(drop);  // a pass offset in device memory (llmc/dropout.cuh)
     const AttnForwardBlock<floatX> blk =
         attn_forward_block<floatX, HS, Tile::kRows>(out, lse, qkv, T, C, NH, valid_len);
     if (attn_forward_padding_block<floatX, HS>(blk, C)) return;
@@ -480,6 +481,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
                                    const float* D, int T, int C, int NH, bool causal, const int* valid_len,
                                    DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS, kWarps>;
+    if (kDropout) drop = dropout_resolve(drop);  // a pass offset in device memory (llmc/dropout.cuh)
     const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * Tile::kRows;  // under a causal mask the
     const int valid = attn_valid_length(valid_len, b, T);                    // first blocks are longest
     const int rows = min(Tile::kRows, T - k0);
@@ -575,6 +577,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
                                  const float* D, int T, int C, int NH, bool causal, const int* valid_len,
                                  DropoutArgs drop) {
     using Tile = AttnTile<floatX, HS, kWarps>;
+    if (kDropout) drop = dropout_resolve(drop);  // a pass offset in device memory (llmc/dropout.cuh)
     const int b = blockIdx.z, h = blockIdx.y;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * Tile::kRows;  // longest blocks first, as in the forward
     const int valid = attn_valid_length(valid_len, b, T);
@@ -851,6 +854,7 @@ __global__ void __launch_bounds__(128, 2)
     attention_forward_mma_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
                                  const int* valid_len, DropoutArgs drop) {
     using Tile = AttnMmaTile<floatX, HS>;
+    if (kDropout) drop = dropout_resolve(drop);  // a pass offset in device memory (llmc/dropout.cuh)
     const AttnForwardBlock<floatX> blk =
         attn_forward_block<floatX, HS, Tile::kRows>(out, lse, qkv, T, C, NH, valid_len);
     if (attn_forward_padding_block<floatX, HS>(blk, C)) return;
@@ -973,6 +977,7 @@ __global__ void __launch_bounds__(128, 2)
                                   const float* lse, const float* D, int T, int C, int NH, bool causal,
                                   const int* valid_len, DropoutArgs drop) {
     using Tile = AttnMmaTile<floatX, HS>;
+    if (kDropout) drop = dropout_resolve(drop);  // a pass offset in device memory (llmc/dropout.cuh)
     constexpr int NQ = Tile::kColsB, kLd = Tile::kLd;
     // The dQ product's split among the warps: NQ/16 groups of 16 query rows, each shared by
     // 4 / (NQ/16) warps taking NCW columns of HS.
@@ -1181,11 +1186,14 @@ __global__ void attention_backward_dq_reduce_kernel(floatX* dqkv, const float* d
 // Dropout on the attention probabilities, off by default (p = 0): each P_ij is dropped with
 // probability p and the kept ones are scaled by 1/(1-p). The mask is a function of (seed, offset,
 // b*NH + h, query, key) (dropout_attention_keep in llmc/dropout.cuh), so attention_backward, given the
-// forward call's seed and offset, regenerates it. Give every call (layer, step) its own offset.
+// forward call's seed and offset, regenerates it. Give every call (layer, step) its own offset;
+// pass_offset (device memory, added to offset as the kernels start) lets a replayed CUDA graph's
+// launches draw each pass's masks (llmc/dropout.cuh).
 struct AttentionDropout {
     float p = 0.f;
     uint64_t seed = 0;
     uint64_t offset = 0;
+    const uint64_t* pass_offset = nullptr;
 };
 
 // Checks the shapes and alignments every attention launcher needs and returns the head size; on a
@@ -1209,7 +1217,7 @@ inline int attention_check_shape(const char* who, int B, int T, int C, int NH,
 // The kernels' dropout arguments; exits with a message unless 0 <= p < 1 and, with dropout on, the
 // shape fits the mask's counter (queries and keys < 2^21, B*NH < 2^22: llmc/dropout.cuh).
 inline DropoutArgs attention_dropout_args(const char* who, const AttentionDropout& dropout, int B, int T, int NH) {
-    DropoutArgs d = dropout_args(who, dropout.p, dropout.seed, dropout.offset);
+    DropoutArgs d = dropout_args(who, dropout.p, dropout.seed, dropout.offset, dropout.pass_offset);
     if (dropout.p > 0.f && (T > (1 << 21) || (long long)B * NH > (1 << 22))) {
         fprintf(stderr, "%s: attention dropout needs T <= 2^21 and B*NH <= 2^22 (got T=%d, B*NH=%lld)\n", who, T,
                 (long long)B * NH);

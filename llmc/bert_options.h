@@ -1,6 +1,6 @@
 // llmc/bert_options.h — train_bert's command line: the shared options (llmc/run_options.h) with the
 // fine-tuning recipe's defaults, and BERT's own (the task, sequence length, epochs, evaluation,
-// dropout, masking, --bench). The options that choose the model and the data (--init, --config,
+// dropout, masking, CUDA graphs, --bench). The options that choose the model and the data (--init, --config,
 // --num-labels, and the "auto" defaults that follow from them) are read by the trainer.
 #pragma once
 #include "bert_config.h"
@@ -18,6 +18,7 @@ struct BertTrainOptions : RunOptions {
     float dropout = 0.1f;
     double mask_rate = 0.15;
     bool bench = false;                  // --bench: time the steps only (no evaluation), print a summary line
+    bool cuda_graphs = true;             // replay the micro-step from a CUDA graph (BERT::train_micro_step)
     BertTrainOptions() {
         B = 32;
         lr = 2e-5f;
@@ -74,6 +75,10 @@ inline void add_bert_options(Cli& cli, BertTrainOptions* o) {
             "(transformers' hidden_dropout_prob, attention_probs_dropout_prob); 0: off", &o->dropout, 0, 0.99);
     cli.add("mask-rate", nullptr, "FRACTION", "0.15", "mlm: fraction of the tokens to predict (80% [MASK], 10% "
             "random, 10% unchanged; masks drawn anew each epoch)", &o->mask_rate, 0, 1);
+    cli.add("cuda-graphs", nullptr, "1", "classify: replay each micro-step's forward and backward passes from a "
+            "CUDA graph captured once per batch width (1) or launch every kernel from the host (0); the "
+            "embedding's backward and the optimizer step stay eager, and mlm (whose loss weight changes with each "
+            "batch's masked tokens) and --zero 2 always run eagerly", &o->cuda_graphs);
     cli.add_flag("bench", nullptr, "measure speed: synthetic shards of --max-len tokens per sequence (nothing "
                  "downloaded), --max-steps steps, no evaluation; prints a summary line (scripts/bench_bert.sh)",
                  &o->bench);

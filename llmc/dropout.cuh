@@ -37,6 +37,12 @@
 // per 4 consecutive elements: a Packed128 of fp32, half of one of bf16/fp16). Keep iff the word is >=
 // threshold = round(p · 2^32): the drop probability is p within 2^-33.
 //
+// Offsets in device memory. A CUDA graph replays its kernels with the arguments they were captured
+// with, so a captured pass would draw the captured masks again. A trainer that replays a pass gives
+// the launches a pass_offset instead (DropoutArgs): device memory the kernels add to offset as they
+// start (dropout_resolve), which the trainer rewrites before each replay (dropout_set_pass_offset).
+// The counters, hence the masks, are those of the same offset given as an argument.
+//
 // Attention probabilities: element (bh = b·NH + h, query q, key k) uses counter index
 // bh·2^42 + (q with bit 3 cleared)·2^21 + (k with bit 3 cleared) and word 2·(bit 3 of q) + (bit 3 of k):
 // one Philox call covers the 2×2 group {q, q^8} × {k, k^8}. Why that group: the fp32 attention kernels
@@ -62,7 +68,15 @@ struct DropoutArgs {
     uint64_t offset;     // the stream: counter words 2 and 3
     uint32_t threshold;  // keep iff the random word >= threshold = round(p * 2^32)
     float scale;         // 1 / (1 - p), rounded to fp32 once
+    const uint64_t* pass_offset = nullptr;  // device memory added to offset at the kernel's start, or none
 };
+
+// The arguments a kernel decides with: offset plus *pass_offset when there is one (see the top).
+__device__ inline DropoutArgs dropout_resolve(DropoutArgs d) {
+    if (d.pass_offset) d.offset += __ldg(d.pass_offset);
+    d.pass_offset = nullptr;
+    return d;
+}
 
 // Philox4x32-10: the 4 random words of counter ctr under key `key` (Random123's philox4x32_10).
 __host__ __device__ inline uint4 philox4x32_10(uint4 ctr, uint2 key) {
@@ -124,6 +138,7 @@ __global__ void dropout_forward_kernel(T* out, const T* residual, const T* inp, 
     static_assert(P % 4 == 0, "a pack holds whole groups of 4 elements (one Philox call each)");
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
     if (i >= n) return;
+    if (kDrop) d = dropout_resolve(d);
     float factor[P];  // s or 0 per element (i is a multiple of 4: the pack is whole Philox groups)
     for (int g = 0; g < P / 4; g++) {
         uint4 r = kDrop ? dropout_random4(d.seed, d.offset, i / 4 + g) : uint4{};
@@ -146,14 +161,19 @@ __global__ void dropout_forward_kernel(T* out, const T* residual, const T* inp, 
     }
 }
 
+// *dst = value (one thread): a pass's offset, for the launches that read it (see the top).
+__global__ void dropout_set_pass_offset_kernel(uint64_t* dst, uint64_t value) { *dst = value; }
+
 // ----------------------------------------------------------------------------
 // kernel launchers
 
 constexpr int kDropoutBlockSize = 256;
 
-// The kernel arguments for drop probability p in stream `offset` of `seed`; exits with a message
-// naming `who` unless 0 <= p < 1 (p = 1 would scale by infinity).
-inline DropoutArgs dropout_args(const char* who, float p, uint64_t seed, uint64_t offset) {
+// The kernel arguments for drop probability p in stream `offset` (plus *pass_offset, device memory,
+// when given) of `seed`; exits with a message naming `who` unless 0 <= p < 1 (p = 1 would scale by
+// infinity).
+inline DropoutArgs dropout_args(const char* who, float p, uint64_t seed, uint64_t offset,
+                                const uint64_t* pass_offset = nullptr) {
     if (!(p >= 0.f && p < 1.f)) {
         fprintf(stderr, "%s: dropout probability p = %g must be in [0, 1)\n", who, p);
         exit(EXIT_FAILURE);
@@ -163,14 +183,20 @@ inline DropoutArgs dropout_args(const char* who, float p, uint64_t seed, uint64_
     d.offset = offset;
     d.threshold = (uint32_t)std::nearbyint((double)p * 4294967296.0);  // p <= 1 - 2^-24: at most 2^32 - 256
     d.scale = 1.f / (1.f - p);
+    d.pass_offset = pass_offset;
     return d;
+}
+
+// Writes a pass's offset into device memory on the stream, for launches given it as pass_offset.
+inline void dropout_set_pass_offset(uint64_t* pass_offset, uint64_t value, cudaStream_t stream) {
+    cudaCheck(launch_kernel(dropout_set_pass_offset_kernel, dim3(1), dim3(1), 0, stream, pass_offset, value));
 }
 
 // Launches dropout_forward_kernel over n elements, the p = 0 variant without random numbers.
 template <class T, bool kResidual>
 void dropout_launch(const char* who, T* out, const T* residual, const T* inp, size_t n, float p, uint64_t seed,
-                    uint64_t offset, cudaStream_t stream) {
-    DropoutArgs d = dropout_args(who, p, seed, offset);
+                    uint64_t offset, cudaStream_t stream, const uint64_t* pass_offset) {
+    DropoutArgs d = dropout_args(who, p, seed, offset, pass_offset);
     if (n == 0) return;
     constexpr int P = Packed128<T>::size;
     dim3 grid((unsigned)CEIL_DIV(n, (size_t)kDropoutBlockSize * P));
@@ -180,11 +206,13 @@ void dropout_launch(const char* who, T* out, const T* residual, const T* inp, si
 }
 
 // out = inp * keep / (1 - p) over n elements (any n, any alignment; out may equal inp), the mask
-// element n's decision in stream `offset` of `seed`. p = 0: an exact copy (nothing to do in place).
+// element n's decision in stream `offset` (plus *pass_offset when given) of `seed`. p = 0: an exact
+// copy (nothing to do in place).
 template <class T>
-void dropout_forward(T* out, const T* inp, size_t n, float p, uint64_t seed, uint64_t offset, cudaStream_t stream) {
+void dropout_forward(T* out, const T* inp, size_t n, float p, uint64_t seed, uint64_t offset, cudaStream_t stream,
+                     const uint64_t* pass_offset = nullptr) {
     if (p == 0.f && out == inp) return;
-    dropout_launch<T, false>("dropout_forward", out, (const T*)nullptr, inp, n, p, seed, offset, stream);
+    dropout_launch<T, false>("dropout_forward", out, (const T*)nullptr, inp, n, p, seed, offset, stream, pass_offset);
 }
 
 // out = residual + dropout(inp) over n elements, in one pass: BERT's hidden-state dropout before each
@@ -192,15 +220,16 @@ void dropout_forward(T* out, const T* inp, size_t n, float p, uint64_t seed, uin
 // residual_forward (llmc/layernorm.cuh). out may equal residual or inp.
 template <class T>
 void dropout_residual_forward(T* out, const T* residual, const T* inp, size_t n, float p, uint64_t seed,
-                              uint64_t offset, cudaStream_t stream) {
-    dropout_launch<T, true>("dropout_residual_forward", out, residual, inp, n, p, seed, offset, stream);
+                              uint64_t offset, cudaStream_t stream, const uint64_t* pass_offset = nullptr) {
+    dropout_launch<T, true>("dropout_residual_forward", out, residual, inp, n, p, seed, offset, stream, pass_offset);
 }
 
 // dinp = dout * keep / (1 - p): the gradient through dropout (or through dropout_residual_forward's
-// inp; its residual's gradient is dout itself), the forward's mask regenerated from (seed, offset),
-// which must be the forward call's. dinp may equal dout.
+// inp; its residual's gradient is dout itself), the forward's mask regenerated from (seed, offset,
+// pass_offset), which must give the forward call's stream. dinp may equal dout.
 template <class T>
-void dropout_backward(T* dinp, const T* dout, size_t n, float p, uint64_t seed, uint64_t offset, cudaStream_t stream) {
+void dropout_backward(T* dinp, const T* dout, size_t n, float p, uint64_t seed, uint64_t offset, cudaStream_t stream,
+                      const uint64_t* pass_offset = nullptr) {
     if (p == 0.f && dinp == dout) return;
-    dropout_launch<T, false>("dropout_backward", dinp, (const T*)nullptr, dout, n, p, seed, offset, stream);
+    dropout_launch<T, false>("dropout_backward", dinp, (const T*)nullptr, dout, n, p, seed, offset, stream, pass_offset);
 }

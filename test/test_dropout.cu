@@ -6,7 +6,8 @@
 // from_float(to_float(x) * (keep ? s : 0)), s = fl(1/(1-p)), with keep from the host's dropout_keep
 // (the same function the kernels call: one mask on GPU and CPU); the backward's mask is the forward's;
 // the fused residual form equals dropout_forward followed by residual_forward; p = 0 is a copy; a
-// misaligned view (the scalar path) gives the aligned (128-bit) path's bits; three thread orders agree.
+// misaligned view (the scalar path) gives the aligned (128-bit) path's bits; three thread orders agree;
+// an offset read from device memory (pass_offset) gives the masks of the same offset as an argument.
 // Kept fp32 values are also within one ulp of x/(1-p) computed in double (two roundings: of s and of
 // the product, each at most half an ulp), and bf16/fp16 ones within half an ulp of the type plus that.
 //
@@ -308,6 +309,34 @@ void test_p0_and_nonfinite() {
                "dropped NaN -> %g", k, dr, nn);
 }
 
+// A pass offset in device memory (what a replayed CUDA graph reads; written by dropout_set_pass_offset)
+// gives the masks of the same offset as an argument, forward and backward, and another pass's value
+// other masks.
+template <class T>
+void test_pass_offset() {
+    const size_t n = 4099;
+    const char* tn = th::dtype_name<T>();
+    std::vector<T> x = nonzero_tensor<T>(n, 12);
+    th::DeviceBuffer<T> d_x(x), want(n, th::Fill::Zero), got(n, th::Fill::Zero);
+    th::DeviceBuffer<uint64_t> pass(1, th::Fill::Zero);
+    auto masks_equal = [&](bool backward, uint64_t stored, uint64_t argument) {
+        dropout_set_pass_offset(pass.ptr, stored, 0);
+        auto run = backward ? dropout_backward<T> : dropout_forward<T>;
+        run(got.ptr, (const T*)d_x.ptr, n, 0.1f, kSeed, 5, 0, pass.ptr);
+        run(want.ptr, (const T*)d_x.ptr, n, 0.1f, kSeed, argument, 0, nullptr);
+        std::vector<T> a = got.host(), b = want.host();
+        return memcmp(a.data(), b.data(), n * sizeof(T)) == 0;
+    };
+    for (bool backward : {false, true}) {
+        bool same = masks_equal(backward, 70, 75), other = !masks_equal(backward, 80, 75);
+        char name[128];
+        snprintf(name, sizeof(name), "%s %s: offset 5 + 70 in device memory == offset 75, 5 + 80 differs",
+                 backward ? "dropout_backward" : "dropout_forward", tn);
+        th::report(same && other, name, "%s; %s", same ? "identical" : "differs",
+                   other ? "another pass differs" : "another pass is the same");
+    }
+}
+
 // A drop probability outside [0, 1) must stop the program with a message naming it.
 void test_bad_p() {
     for (float p : {1.f, -0.1f, NAN}) {
@@ -346,6 +375,8 @@ int main() {
     test_p0_and_nonfinite<float>();
     test_p0_and_nonfinite<__nv_bfloat16>();
     test_p0_and_nonfinite<__half>();
+    test_pass_offset<float>();
+    test_pass_offset<__nv_bfloat16>();
 #if defined(SIMT_CPU)
     if (th::can_run_fault_tests()) test_bad_p();
 #else

@@ -9,7 +9,8 @@
 //   accuracy, the majority-class rate and F1; a run stopped with --stop-after and resumed is
 //   bit-identical to an uninterrupted one (fp32 and bf16, dropout on: the same losses, the same final
 //   model and optimizer state, byte for byte); two runs with the same seed are identical and different
-//   seeds differ (dropout on); MLM pretraining runs and reports MLM accuracy; --export-hf writes what
+//   seeds differ (dropout on); CUDA graphs on and off are bit-identical (fp16, accumulation, dropout
+//   on); MLM pretraining runs (eagerly, said) and reports MLM accuracy; --export-hf writes what
 //   our own loader reads back. And in this process, on the model: with dropout on, backward()'s
 //   gradient is the gradient of the loss under the masks forward() drew (both heads).
 //
@@ -233,6 +234,25 @@ void test_seeds(const std::string& args) {
                "step 1: %.6f vs %.6f", a.empty() ? 0 : a[0], d.empty() ? 0 : d[0]);
 }
 
+// --cuda-graphs 1 (the default) against 0: fp16 (a loss scale), 2 micro-steps a step, dropout 0.1 and
+// length-bucketed batches give the same logged losses, model and state files, byte
+// for byte; each run says which it did.
+void test_cuda_graphs(const std::string& args) {
+    std::string on = g_tmp + "/graphs_on", off = g_tmp + "/graphs_off";
+    th::ChildOutput a = run(args + " -o " + on + " --cuda-graphs 1"), b = run(args + " -o " + off + " --cuda-graphs 0");
+    std::string why;
+    for (std::string f : {checkpoint_file("", "model", 5), state_file("", 5, 0)}) {
+        std::string x = slurp(on + f), y = slurp(off + f);
+        if (x.rfind("<missing", 0) == 0 || x != y) why = f.substr(1) + " differs";
+    }
+    if (why.empty() && (losses_of(on) != losses_of(off) || losses_of(on).empty())) why = "the logged losses differ";
+    bool said = a.text.find("CUDA graphs: micro-steps replayed") != std::string::npos &&
+                b.text.find("CUDA graphs: off (--cuda-graphs 0)") != std::string::npos;
+    th::report(exited(a, 0) && exited(b, 0) && why.empty() && said,
+               "--cuda-graphs 1 == 0, bit for bit (fp16, 2 micro-steps, dropout 0.1, length-bucketed)", "%s%s",
+               why.c_str(), said ? "" : " (the CUDA graphs line is missing)");
+}
+
 void test_mlm(const std::string& mlm_train, const std::string& mlm_val) {
     th::ChildOutput c = run("--task mlm --init " + kFixtures + "bert_tiny_mlm -i " + mlm_train + " -j " + mlm_val +
                             " -b 8 -t 48 --max-steps 6 -l 1e-3 --mask-rate 0.3");
@@ -241,6 +261,10 @@ void test_mlm(const std::string& mlm_train, const std::string& mlm_val) {
               step_losses(c.text).size() == 6;
     th::report(ok, "MLM pretraining runs (dynamic masking, 30%) and reports MLM accuracy", "%s",
                ok ? c.text.substr(at, c.text.find('\n', at) - at).c_str() : c.text.c_str());
+    at = c.text.find("CUDA graphs: ");
+    std::string line = at == std::string::npos ? "no CUDA graphs line" : c.text.substr(at, c.text.find('\n', at) - at);
+    th::report(line.rfind("CUDA graphs: off (--task mlm: ", 0) == 0, "MLM runs eagerly, and the run says why", "%s",
+               line.c_str());
 }
 
 // --export-hf writes a BertForSequenceClassification that our loader reads back with the labels'
@@ -411,6 +435,7 @@ int main(int argc, char** argv) {
     // accumulation, 5 steps.
     test_resume("fp32", fixture + " --epochs 1", 24, 4);
     test_resume("bf16", fixture + " -l 1e-3 --precision bf16 -d 8 --max-steps 5", 5, 2);
+    test_cuda_graphs(fixture + " -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0");
     test_seeds("--config tiny -i " + cls3 + " -b 4 -t 32 --max-steps 4 --eval-first 0 -l 1e-3");
     test_mlm(mlm, mlm_val);
     test_dropout_gradients(BertHead::Classify);
