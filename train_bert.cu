@@ -27,10 +27,10 @@
 // (test/test_bert.cu and test/test_train_bert.cu include it).
 //
 // CUDA graphs (--cuda-graphs, default 1; classification): the run's first step is eager; after it,
-// each micro-step's forward and backward passes (but the embeddings' backward) are replayed from a
-// graph captured on first use, one per batch width and kind of micro-step (last or not) and per loss
-// scale (BERT::train_micro_step); the batch upload, the embeddings' backward and the optimizer step
-// stay eager. The dropout masks' pass number reaches the replayed kernels through device memory.
+// each micro-step's forward and backward passes are replayed from a graph captured on first use,
+// one per batch width and kind of micro-step (last or not) and per loss scale
+// (BERT::train_micro_step); the batch upload (with the embeddings' backward plan) and the optimizer
+// step stay eager. The dropout masks' pass number reaches the replayed kernels through device memory.
 // MLM runs eagerly: its loss weight, 1/(masked tokens), changes with nearly every batch.
 #include <algorithm>
 #include <chrono>
@@ -553,24 +553,15 @@ struct BERT : ModelState<floatX> {
         }
     }
 
-    // Backward pass after forward(true, ...): accumulates every parameter's gradient into grads
-    // (callers zero grads_memory at the start of a step; micro-batches add up). Parameters the head
-    // does not use (the other head's) get nothing.
-    void backward() {
-        backward_layers();
-        backward_embedding();
-    }
-
     // One training micro-step on the batch set_batch() uploaded: forward(true, dloss) and backward().
-    // With `graphed`, everything but the embedding's backward is replayed from a CUDA graph
+    // With `graphed`, replayed from a CUDA graph
     // (ModelState::graphed_micro_step), one per key below: its kernels read the batch from the fixed
-    // buffers set_batch fills and the dropout pass from acts.pass_offset (written here first), and
+    // buffers set_batch fills (the embedding backward's plan too) and the dropout pass from
+    // acts.pass_offset (written here first), and
     // every other scalar they take follows from the key or is fixed for the run. A key is captured
     // on its first use, also a batch width the eager first step did not see: nothing the passes do
     // allocates or waits then either (llmc/matmul.cuh plans a new GEMM shape on the host: descriptors
     // and a heuristic query), which the CPU backend checks, refusing what CUDA refuses in a capture.
-    // The embedding's backward stays eager, since its launches are sized by this micro-batch's token
-    // ids (the host's plan).
     void train_micro_step(float dloss, bool graphed) {
         if (!graphed) {
             forward(true, dloss);
@@ -584,14 +575,15 @@ struct BERT : ModelState<floatX> {
         pass_offset_on_device = true;
         this->graphed_micro_step(key, dloss, [&] {
             forward(true, dloss);
-            backward_layers();
+            backward();
         });
         pass_offset_on_device = false;
-        backward_embedding();
     }
 
-    // The backward pass down to the embeddings' gradient (in acts.d1).
-    void backward_layers() {
+    // Backward pass after forward(true, ...): accumulates every parameter's gradient into grads
+    // (callers zero grads_memory at the start of a step; micro-batches add up). Parameters the head
+    // does not use (the other head's) get nothing.
+    void backward() {
         if (head == BertHead::None) data_error("backward: the batch has no head (set_batch with BertHead::None)");
         const BertConfig& c = config;
         int L = c.num_layers, C = c.channels, NH = c.num_heads, I = c.intermediate, BT = B * T;
@@ -659,12 +651,8 @@ struct BERT : ModelState<floatX> {
         cudaCheck(cudaMemsetAsync(a.d1, 0, btc * sizeof(floatX), stream));
         layernorm_backward(a.d1, grads.t[EMB_LNW], grads.t[EMB_LNB], a.scratch, a.dres, a.encoded, params.t[EMB_LNW],
                            a.emb_mean, a.emb_rstd, BT, C, stream);
-    }
-
-    // The three embedding tables' backward after backward_layers(), from the plan set_batch() uploaded.
-    void backward_embedding() {
-        encoder_backward(grads.t[WORD_EMB], grads.t[POS_EMB], grads.t[TYPE_EMB], encoder_plan, acts.d1, acts.inputs,
-                         acts.token_types, B, T, config.channels, stream);
+        encoder_backward(grads.t[WORD_EMB], grads.t[POS_EMB], grads.t[TYPE_EMB], encoder_plan, a.d1, a.inputs,
+                         a.token_types, B, T, C, stream);  // from the plan set_batch() uploaded
         this->grads_final_after();
     }
 
@@ -973,7 +961,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
            sched.max_lr, warm, o.dropout, optimizer_name(o.opt.kind), o.opt.weight_decay);
     if (graphs)
         printf("CUDA graphs: micro-steps replayed from graphs after the first step, one per batch width (the "
-               "embedding's backward and the optimizer step eager)\n");
+               "batch upload and the optimizer step eager)\n");
     else
         printf("CUDA graphs: off (%s)\n", no_graphs);
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);

@@ -77,7 +77,7 @@ inline void add_bert_options(Cli& cli, BertTrainOptions* o) {
             "random, 10% unchanged; masks drawn anew each epoch)", &o->mask_rate, 0, 1);
     cli.add("cuda-graphs", nullptr, "1", "classify: replay each micro-step's forward and backward passes from a "
             "CUDA graph captured once per batch width (1) or launch every kernel from the host (0); the "
-            "embedding's backward and the optimizer step stay eager, and mlm (whose loss weight changes with each "
+            "batch upload and the optimizer step stay eager, and mlm (whose loss weight changes with each "
             "batch's masked tokens) and --zero 2 always run eagerly", &o->cuda_graphs);
     cli.add_flag("bench", nullptr, "measure speed: synthetic shards of --max-len tokens per sequence (nothing "
                  "downloaded), --max-steps steps, no evaluation; prints a summary line (scripts/bench_bert.sh)",
