@@ -26,12 +26,12 @@
 // checkpoints and bit-identical resume, Hugging Face export. With -DTESTING the file has no main()
 // (test/test_bert.cu and test/test_train_bert.cu include it).
 //
-// CUDA graphs (--cuda-graphs, default 1; classification): the run's first step is eager; after it,
-// each micro-step's forward and backward passes are replayed from a graph captured on first use,
-// one per batch width and kind of micro-step (last or not) and per loss scale
-// (BERT::train_micro_step); the batch upload (with the embeddings' backward plan) and the optimizer
-// step stay eager. The dropout masks' pass number reaches the replayed kernels through device memory.
-// MLM runs eagerly: its loss weight, 1/(masked tokens), changes with nearly every batch.
+// CUDA graphs (--cuda-graphs, default 1): the run's first step is eager; after it, each
+// micro-step's forward and backward passes are replayed from a graph captured on first use, one per
+// batch width, head rows and kind of micro-step (last or not) (BERT::train_micro_step); the batch
+// upload (with the embeddings' backward plan) and the optimizer step stay eager. The dropout masks'
+// pass number and the loss weight reach the replayed kernels through device memory; MLM's head
+// computes its masked rows rounded up to a multiple of 64, so that its shapes repeat.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -157,6 +157,7 @@ struct BertActivations {
     int* slot;          // (B,T) inverse of rows: which head row a position went to, or -1
     int* targets;       // (R) the head's labels, compact
     uint64_t* pass_offset;  // (1) the dropout offset of the pass a replayed graph runs (see dropout_pass)
+    float* dloss;           // (1) the loss weight of the micro-step a replayed graph runs
 };
 
 // Pointers to layer l's slice of the activations.
@@ -199,6 +200,12 @@ struct BERT : ModelState<floatX> {
     int max_masked = 0;               // MLM rows the activations hold (allocate_activations)
     BertHead head = BertHead::None;   // the current batch's head (set_batch)
     int head_rows = 0;                // its rows: M masked positions, or B
+    // Rows the head computes: head_rows, for MLM rounded up to a multiple of kHeadRowBucket (at most
+    // max_masked). The extra rows read position 0 and are ignored (target -100: loss 0, gradient 0),
+    // so that the head's shapes, hence a micro-step's launches, repeat from batch to batch and a
+    // CUDA graph captured for them is replayed.
+    int head_slots = 0;
+    static constexpr int kHeadRowBucket = 64;
     EncoderBackwardPlan encoder_plan;
     StagingSlots batch_slots;  // pinned copies of the micro-batches in flight (set_batch)
     // Host copies of the current batch's head rows, slot map and labels (uploaded from here).
@@ -217,7 +224,10 @@ struct BERT : ModelState<floatX> {
     uint64_t dropout_seed = 0;
     uint64_t dropout_pass = 0;
     float pass_dropout = 0.f;  // the probability the last forward() applied (0 in eval passes)
-    bool pass_offset_on_device = false;  // while a micro-step is captured: offsets from acts.pass_offset
+    // While a micro-step is captured (train_micro_step): the pass's dropout offset and the loss weight
+    // dloss come from device memory (acts.pass_offset, acts.dloss), not from kernel arguments.
+    bool scalars_on_device = false;
+    const float* dloss_device() const { return scalars_on_device ? acts.dloss : nullptr; }
     // Recomputation (llmc/model_state.cuh), set before allocate_activations(); what is kept for one
     // layer only and recomputed in the backward pass:
     //   gelu   the GELU output fch_gelu (B,T,I), from fch
@@ -317,6 +327,7 @@ struct BERT : ModelState<floatX> {
             {(void**)&acts.slot, BT * sizeof(int)},
             {(void**)&acts.targets, R * sizeof(int)},
             {(void**)&acts.pass_offset, sizeof(uint64_t)},
+            {(void**)&acts.dloss, sizeof(float)},
         };
         acts_bytes = regions_bytes(regions);
         cudaCheck(cudaMalloc(&acts_memory, acts_bytes));
@@ -406,6 +417,11 @@ struct BERT : ModelState<floatX> {
         }
         head_rows = (int)host_rows.size();
         gather_slot_map(host_rows.data(), head_rows, BT, &host_slot);
+        head_slots = head_rows;
+        if (h == BertHead::MLM && head_rows > 0)
+            head_slots = std::min(CEIL_DIV(head_rows, kHeadRowBucket) * kHeadRowBucket, max_masked);
+        host_rows.resize(head_slots, 0);
+        host_targets.resize(head_slots, -100);
         if (!token_types) host_types.assign(BT, 0);
         const int* types = token_types ? token_types : host_types.data();
         // Every upload from one pinned slot (llmc/staging.h): the caller may refill its buffers at
@@ -439,8 +455,8 @@ struct BERT : ModelState<floatX> {
     int dropout_sites() const { return 2 + 3 * config.num_layers; }
     uint64_t pass_offset() const { return dropout_pass * (uint64_t)dropout_sites(); }
     // A site's offset as a kernel argument, and the device memory that adds the pass's part in a graph.
-    uint64_t dropout_offset(int site) const { return (pass_offset_on_device ? 0 : pass_offset()) + (uint64_t)site; }
-    const uint64_t* dropout_pass_offset() const { return pass_offset_on_device ? acts.pass_offset : nullptr; }
+    uint64_t dropout_offset(int site) const { return (scalars_on_device ? 0 : pass_offset()) + (uint64_t)site; }
+    const uint64_t* dropout_pass_offset() const { return scalars_on_device ? acts.pass_offset : nullptr; }
     // Hidden-state dropout of the current pass at `site` over n elements, in place (nothing at p = 0).
     void drop(floatX* x, size_t n, int site) {
         if (pass_dropout > 0.f)
@@ -532,7 +548,7 @@ struct BERT : ModelState<floatX> {
         drop(a.emb_ln, btc, 0);
         for (int l = 0; l < L; l++) block_forward(l, layer_acts(l));
         if (head == BertHead::None || head_rows == 0) return;
-        int R = head_rows;
+        int R = head_slots;
         gather_rows(a.head_in, hidden(), a.rows, R, C, stream);
         if (head == BertHead::MLM) {
             // transform: LayerNorm(GELU(x · mlmwᵀ + mlmb)); decoder: · word_embᵀ + decoder bias
@@ -541,7 +557,7 @@ struct BERT : ModelState<floatX> {
             layernorm_forward(a.mlm_ln, a.mlm_mean, a.mlm_rstd, a.head_act, params.t[MLMLNW], params.t[MLMLNB], R, C,
                               eps, stream);
             matmul_forward(a.logits, a.mlm_ln, params.t[WORD_EMB], params.t[MLMDECB], R, C, Vp, stream);
-            fused_classifier(a.logits, a.losses, a.targets, R, V, Vp, dloss, -100, with_grad, stream);
+            fused_classifier(a.logits, a.losses, a.targets, R, V, Vp, dloss, -100, with_grad, stream, dloss_device());
         } else {
             // pooler: tanh([CLS] · poolwᵀ + poolb); classifier: · clswᵀ + clsb
             int NL = c.num_labels;
@@ -549,19 +565,21 @@ struct BERT : ModelState<floatX> {
             tanh_forward(a.head_act, a.head_pre, (size_t)R * C, stream);
             drop(a.head_act, (size_t)R * C, 1 + 3 * L);  // in place: tanh's backward reads its input
             matmul_forward(a.cls_logits, a.head_act, params.t[CLSW], params.t[CLSB], R, C, NL, stream);
-            fused_classifier(a.cls_logits, a.losses, a.targets, R, NL, NL, dloss, -100, with_grad, stream);
+            fused_classifier(a.cls_logits, a.losses, a.targets, R, NL, NL, dloss, -100, with_grad, stream,
+                             dloss_device());
         }
     }
 
     // One training micro-step on the batch set_batch() uploaded: forward(true, dloss) and backward().
-    // With `graphed`, replayed from a CUDA graph
-    // (ModelState::graphed_micro_step), one per key below: its kernels read the batch from the fixed
-    // buffers set_batch fills (the embedding backward's plan too) and the dropout pass from
-    // acts.pass_offset (written here first), and
-    // every other scalar they take follows from the key or is fixed for the run. A key is captured
-    // on its first use, also a batch width the eager first step did not see: nothing the passes do
-    // allocates or waits then either (llmc/matmul.cuh plans a new GEMM shape on the host: descriptors
-    // and a heuristic query), which the CPU backend checks, refusing what CUDA refuses in a capture.
+    // With `graphed`, replayed from a CUDA graph (ModelState::graphed_micro_step), one per key below:
+    // its kernels read the batch from the fixed buffers set_batch fills (the embedding backward's plan
+    // too), and the dropout pass and dloss from acts.pass_offset and acts.dloss, written here first;
+    // every other scalar they take follows from the key or is fixed for the run. So neither a new
+    // loss weight (MLM: 1/(masked tokens) of each batch; fp16: the loss scale) nor a new pass
+    // recaptures. A key is captured on its first use, also a batch width the eager first step did not
+    // see: nothing the passes do allocates or waits then either (llmc/matmul.cuh plans a new GEMM
+    // shape on the host: descriptors and a heuristic query), which the CPU backend checks, refusing
+    // what CUDA refuses in a capture.
     void train_micro_step(float dloss, bool graphed) {
         if (!graphed) {
             forward(true, dloss);
@@ -569,15 +587,17 @@ struct BERT : ModelState<floatX> {
             return;
         }
         if (dropout > 0.f) dropout_set_pass_offset(acts.pass_offset, pass_offset(), stream);
-        // What the captured launches depend on: the head's rows (sizes, and with dloss the loss weight),
-        // the batch's width (every shape and activation offset), the head, whether gradients go out.
-        uint64_t key = (uint64_t)head_rows << 32 | (uint64_t)T << 3 | (uint64_t)head << 1 | (this->sync_grads ? 1 : 0);
-        pass_offset_on_device = true;
-        this->graphed_micro_step(key, dloss, [&] {
+        set_device_scalar(acts.dloss, dloss, stream);
+        // What the captured launches depend on: the head's computed rows (MLM: a multiple of
+        // kHeadRowBucket), the batch's width (every shape and activation offset), the head, whether
+        // gradients go out.
+        uint64_t key = (uint64_t)head_slots << 32 | (uint64_t)T << 3 | (uint64_t)head << 1 | (this->sync_grads ? 1 : 0);
+        scalars_on_device = true;
+        this->graphed_micro_step(key, 0.f, [&] {  // dloss is not in the graph
             forward(true, dloss);
             backward();
         });
-        pass_offset_on_device = false;
+        scalars_on_device = false;
     }
 
     // Backward pass after forward(true, ...): accumulates every parameter's gradient into grads
@@ -590,7 +610,7 @@ struct BERT : ModelState<floatX> {
         size_t btc = (size_t)BT * C;
         BertActivations<floatX>& a = acts;
         const GeluKind erf = GeluKind::Erf;
-        int R = head_rows;
+        int R = head_slots;
         this->grads_begin_backward();
         if (R > 0 && head == BertHead::MLM) {
             int Vp = c.padded_vocab_size;
@@ -870,12 +890,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     model.build(config, init);
     // CUDA graphs (--cuda-graphs): the model's work moves to a stream of its own, since the legacy
     // default stream cannot capture (a blocking stream: ordered with the legacy stream as before).
-    // MLM runs eagerly: its loss weight dloss = 1/(masked rows) changes with nearly every batch, and
-    // a new dloss drops the graphs, so each micro-step would be captured and replayed once.
-    const char* no_graphs = !o.cuda_graphs ? "--cuda-graphs 0"
-                            : o.head == BertHead::MLM
-                                ? "--task mlm: the loss weight 1/(masked tokens) changes with each batch"
-                                : model.graphs_unsupported();
+    const char* no_graphs = !o.cuda_graphs ? "--cuda-graphs 0" : model.graphs_unsupported();
     const bool graphs = o.cuda_graphs && !no_graphs;
     cudaStream_t graph_stream = nullptr;  // kept here: free_all() resets the model
     if (graphs) {
@@ -960,8 +975,8 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
            o.B, o.max_len, accum, accum > 1 ? "s" : "", total, steps, steps_per_epoch, lr_schedule_name(sched.kind),
            sched.max_lr, warm, o.dropout, optimizer_name(o.opt.kind), o.opt.weight_decay);
     if (graphs)
-        printf("CUDA graphs: micro-steps replayed from graphs after the first step, one per batch width (the "
-               "batch upload and the optimizer step eager)\n");
+        printf("CUDA graphs: micro-steps replayed from graphs after the first step, one per batch width%s (the "
+               "batch upload and the optimizer step eager)\n", head == BertHead::MLM ? " and 64 masked rows" : "");
     else
         printf("CUDA graphs: off (%s)\n", no_graphs);
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);

@@ -75,10 +75,10 @@ inline void add_bert_options(Cli& cli, BertTrainOptions* o) {
             "(transformers' hidden_dropout_prob, attention_probs_dropout_prob); 0: off", &o->dropout, 0, 0.99);
     cli.add("mask-rate", nullptr, "FRACTION", "0.15", "mlm: fraction of the tokens to predict (80% [MASK], 10% "
             "random, 10% unchanged; masks drawn anew each epoch)", &o->mask_rate, 0, 1);
-    cli.add("cuda-graphs", nullptr, "1", "classify: replay each micro-step's forward and backward passes from a "
-            "CUDA graph captured once per batch width (1) or launch every kernel from the host (0); the "
-            "batch upload and the optimizer step stay eager, and mlm (whose loss weight changes with each "
-            "batch's masked tokens) and --zero 2 always run eagerly", &o->cuda_graphs);
+    cli.add("cuda-graphs", nullptr, "1", "replay each micro-step's forward and backward passes from a CUDA graph "
+            "captured once per batch width (and mlm: masked rows rounded up to 64) (1) or launch every kernel "
+            "from the host (0); the batch upload and the optimizer step stay eager, and --zero 2 always runs "
+            "eagerly", &o->cuda_graphs);
     cli.add_flag("bench", nullptr, "measure speed: synthetic shards of --max-len tokens per sequence (nothing "
                  "downloaded), --max-steps steps, no evaluation; prints a summary line (scripts/bench_bert.sh)",
                  &o->bench);

@@ -1,5 +1,5 @@
 // llmc/cuda_common.h — what every kernel file, test and trainer shares: the error-check macro, the
-// launch helper, dynamic shared memory (access and reservation), the 16-byte alignment check and
+// launch helper, a scalar written in stream order, dynamic shared memory (access and reservation), the 16-byte alignment check and
 // CEIL_DIV. Compiles with nvcc and with the CPU backend.
 #pragma once
 #include <cuda_runtime.h>
@@ -41,6 +41,16 @@ inline cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block
     cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     cudaError_t last = cudaGetLastError();  // read (and clear) it either way, so it cannot linger
     return err != cudaSuccess ? err : last;
+}
+
+// *dst = value, written in stream order by one thread. For a scalar that launches replayed from a
+// CUDA graph read from device memory (a replay reuses the arguments it was captured with): write it
+// before each replay.
+template <class T>
+__global__ void set_scalar_kernel(T* dst, T value) { *dst = value; }
+template <class T>
+inline void set_device_scalar(T* dst, T value, cudaStream_t stream) {
+    cudaCheck(launch_kernel(set_scalar_kernel<T>, dim3(1), dim3(1), 0, stream, dst, value));
 }
 
 // The block's dynamic shared memory as T* (sized by the launch). On the CPU backend it is an

@@ -161,9 +161,6 @@ __global__ void dropout_forward_kernel(T* out, const T* residual, const T* inp, 
     }
 }
 
-// *dst = value (one thread): a pass's offset, for the launches that read it (see the top).
-__global__ void dropout_set_pass_offset_kernel(uint64_t* dst, uint64_t value) { *dst = value; }
-
 // ----------------------------------------------------------------------------
 // kernel launchers
 
@@ -189,7 +186,7 @@ inline DropoutArgs dropout_args(const char* who, float p, uint64_t seed, uint64_
 
 // Writes a pass's offset into device memory on the stream, for launches given it as pass_offset.
 inline void dropout_set_pass_offset(uint64_t* pass_offset, uint64_t value, cudaStream_t stream) {
-    cudaCheck(launch_kernel(dropout_set_pass_offset_kernel, dim3(1), dim3(1), 0, stream, pass_offset, value));
+    set_device_scalar(pass_offset, value, stream);
 }
 
 // Launches dropout_forward_kernel over n elements, the p = 0 variant without random numbers.

@@ -72,8 +72,8 @@ __device__ inline void classifier_merge(float& m, float& s, float other_m, float
 // (classifier_row_smem_bytes), so the second sweep does not read global memory.
 template <class T, int VEC, bool ROW_ON_CHIP>
 __global__ void __launch_bounds__(CLASSIFIER_BLOCK)
-fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss, int ignore_index,
-                        bool write_dlogits) {
+fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp, float dloss,
+                        const float* dloss_device, int ignore_index, bool write_dlogits) {
     __shared__ float warp_m[32], warp_s[32];
     T* row = ROW_ON_CHIP ? dynamic_shared<T>() : nullptr;
     T* x = logits + (size_t)blockIdx.x * Vp;
@@ -137,6 +137,7 @@ fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int
     // chip was written by other threads of the block: the barrier above (before the second warp
     // reduction) orders those writes before these reads.
     float inv_s = 1.f / s;
+    if (dloss_device) dloss = *dloss_device;
     for (int p = packs - 1 - (int)threadIdx.x; p >= 0; p -= blockDim.x) {
         float v[VEC] = {};
         int i0 = p * VEC;
@@ -175,14 +176,16 @@ bool classifier_row_fits_on_chip(int V) {
 // Cross-entropy of logits (N, Vp) (the first V columns are the vocabulary, V..Vp-1 its padding)
 // against targets (N): losses (N) = logsumexp - logit[target]; with write_dlogits, the logits are
 // overwritten by dlogits = (softmax - onehot) * dloss (dloss: the gradient scale of a row, e.g.
-// 1 / number of counted rows). Rows whose target equals ignore_index (MLM, padding; -1 means none
+// 1 / number of counted rows; read from device memory instead when dloss_device is given, for launches
+// replayed from a CUDA graph whose row count changes). Rows whose target equals ignore_index (MLM, padding; -1 means none
 // match) get loss 0 and dlogits 0. A target outside [0, V) that is not ignore_index is a bug of
 // the caller: the dataloader validates its tokens, and should one slip through, its row gets loss
 // NaN, which makes the step's mean loss NaN (visible at once, with no device printf and no
 // synchronization), and dlogits 0 (nothing is read or written outside the row).
 template <class T>
 void fused_classifier(T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
-                      int ignore_index, bool write_dlogits, cudaStream_t stream) {
+                      int ignore_index, bool write_dlogits, cudaStream_t stream,
+                      const float* dloss_device = nullptr) {
     if (N < 0 || V <= 0 || Vp < V) {
         fprintf(stderr, "fused_classifier: need N >= 0 and 0 < V <= Vp, got N=%d, V=%d, Vp=%d\n", N, V, Vp);
         exit(EXIT_FAILURE);
@@ -194,12 +197,12 @@ void fused_classifier(T* logits, float* losses, const int* targets, int N, int V
         size_t smem = classifier_row_smem_bytes<T>(V);
         reserve_dynamic_smem(fused_classifier_kernel<T, P, true>, smem, "fused_classifier", "V", V);
         cudaCheck(launch_kernel(fused_classifier_kernel<T, P, true>, dim3(N), dim3(CLASSIFIER_BLOCK), smem, stream,
-                                logits, losses, targets, V, Vp, dloss, ignore_index, write_dlogits));
+                                logits, losses, targets, V, Vp, dloss, dloss_device, ignore_index, write_dlogits));
     } else if (pack) {
         cudaCheck(launch_kernel(fused_classifier_kernel<T, P, false>, dim3(N), dim3(CLASSIFIER_BLOCK), 0, stream,
-                                logits, losses, targets, V, Vp, dloss, ignore_index, write_dlogits));
+                                logits, losses, targets, V, Vp, dloss, dloss_device, ignore_index, write_dlogits));
     } else {
         cudaCheck(launch_kernel(fused_classifier_kernel<T, 1, false>, dim3(N), dim3(CLASSIFIER_BLOCK), 0, stream,
-                                logits, losses, targets, V, Vp, dloss, ignore_index, write_dlogits));
+                                logits, losses, targets, V, Vp, dloss, dloss_device, ignore_index, write_dlogits));
     }
 }

@@ -389,14 +389,16 @@ void check_recompute(BertHead head) {
     }
 }
 
-// CUDA graphs (BERT::train_micro_step): 3 steps of 2 classification micro-steps, of batch widths
-// 32 and 16, then 32 and 24 twice (24 is first seen in a graphed step and captured there), replayed
-// from graphs after the eager first step: losses and parameters bit-identical to eager launches, no
-// host wait in the graphed steps, and the third step (replays only) issues far fewer stream
-// operations. With dropout on, a replay must draw its own pass's masks (the pass's offset is read
-// from device memory), or its losses would differ from eager launches'.
-void check_cuda_graphs(float dropout) {
-    Model f = load_model(BertHead::Classify);
+// CUDA graphs (BERT::train_micro_step): 3 steps of 2 micro-steps, of batch widths 32 and 16, then
+// 32 and 24 twice (24 is first seen in a graphed step and captured there), replayed from graphs
+// after the eager first step: losses and parameters bit-identical to eager launches, no host wait in
+// the graphed steps, and the third step (replays only) issues far fewer stream operations. With
+// dropout on, a replay must draw its own pass's masks (the pass's offset is read from device
+// memory), or its losses would differ from eager launches'. MLM: every micro-batch has its own
+// number of masked rows, so its own loss weight (read from device memory too), while the head's
+// computed rows (rounded up to 64) and so the graphs repeat.
+void check_cuda_graphs(float dropout, BertHead head) {
+    Model f = load_model(head);
     const BertConfig& c = f.config;
     const int B = 4, k = 2, steps = 3, widths[steps][k] = {{32, 16}, {32, 24}, {32, 24}};
     struct MicroBatch {
@@ -409,17 +411,25 @@ void check_cuda_graphs(float dropout) {
         for (int i = 0; i < k; i++) {
             MicroBatch mb{widths[step][i], {}, {}, {}};
             mb.ids.assign((size_t)B * mb.T, 0);
+            if (head == BertHead::MLM) mb.labels.assign((size_t)B * mb.T, -100);
             for (int b = 0; b < B; b++) {
-                int valid = b == 0 ? mb.T : 1 + (int)rng.below(mb.T);  // the widest sequence sets the width
+                int valid = b == 0 ? mb.T : 2 + (int)rng.below(mb.T - 1);  // the widest sequence sets the width
                 mb.valid.push_back(valid);
-                mb.labels.push_back((int)rng.below(c.num_labels));
-                for (int t = 0; t < valid; t++)
-                    mb.ids[(size_t)b * mb.T + t] = t == 0 ? 101 : 110 + (int)rng.below(c.vocab_size - 110);
+                if (head == BertHead::Classify) mb.labels.push_back((int)rng.below(c.num_labels));
+                for (int t = 0; t < valid; t++) {
+                    int id = t == 0 ? 101 : 110 + (int)rng.below(c.vocab_size - 110);
+                    mb.ids[(size_t)b * mb.T + t] = id;
+                    if (head == BertHead::MLM && t > 0 && rng.below(4) == 0) {  // predict ~1 in 4 tokens
+                        mb.labels[(size_t)b * mb.T + t] = id;
+                        mb.ids[(size_t)b * mb.T + t] = 103;  // [MASK]
+                    }
+                }
             }
             batches.push_back(mb);
         }
     struct Run {
         std::vector<float> params, losses;
+        std::vector<int> rows;  // of each micro-step
         long long waits = 0, ops_last = 0;
         size_t graphs = 0;
     };
@@ -434,8 +444,9 @@ void check_cuda_graphs(float dropout) {
         m.build(c, f.init);
         m.allocate_activations(B, 32);
         m.reserve_batch_slots(k);
+        const size_t max_rows = (size_t)B * 32;
         float* losses;
-        cudaCheck(cudaMallocHost(&losses, (size_t)k * B * sizeof(float)));
+        cudaCheck(cudaMallocHost(&losses, (size_t)k * max_rows * sizeof(float)));
         for (int step = 0; step < steps; step++) {
             long long waits0 = host_sync_count(), ops0 = host_stream_op_count();
             m.zero_grads();
@@ -443,15 +454,17 @@ void check_cuda_graphs(float dropout) {
                 const MicroBatch& mb = batches[(size_t)step * k + i];
                 m.sync_grads = i == k - 1;
                 m.dropout_pass = (uint64_t)step * k + i;
-                m.set_batch(mb.ids.data(), nullptr, mb.valid.data(), mb.labels.data(), BertHead::Classify, true, mb.T);
-                m.train_micro_step(1.f / (B * k), graphed && step > 0);  // the first step eager
-                m.copy_losses(losses + (size_t)i * B);
+                m.set_batch(mb.ids.data(), nullptr, mb.valid.data(), mb.labels.data(), head, true, mb.T);
+                r.rows.push_back(m.head_rows);
+                m.train_micro_step(1.f / (m.head_rows * k), graphed && step > 0);  // the first step eager
+                m.copy_losses(losses + (size_t)i * max_rows);
             }
             m.update(1e-3f, 1.f, step + 1);
             if (step > 0) r.waits += host_sync_count() - waits0;
             r.ops_last = host_stream_op_count() - ops0;
             cudaCheck(cudaStreamSynchronize(stream));
-            r.losses.insert(r.losses.end(), losses, losses + (size_t)k * B);
+            for (int i = 0; i < k; i++)
+                r.losses.insert(r.losses.end(), losses + i * max_rows, losses + i * max_rows + r.rows[step * k + i]);
         }
         r.params = m.params_host_fp32();
         r.graphs = m.num_micro_graphs();
@@ -463,13 +476,15 @@ void check_cuda_graphs(float dropout) {
     Run eager = run(false), graphed = run(true);
     bool same = eager.params == graphed.params && eager.losses == graphed.losses;
     bool fewer = !on_cpu_backend() || graphed.ops_last * 3 < eager.ops_last;
-    char name[160];
-    snprintf(name, sizeof(name), "CUDA graphs, dropout %g: 3 steps of 2 micro-steps of widths 32/16/24 replayed == "
-             "eager, bit for bit; no host wait (fp32, classify)", dropout);
+    std::string rows;
+    for (int R : graphed.rows) rows += (rows.empty() ? "" : "/") + std::to_string(R);
+    char name[200];
+    snprintf(name, sizeof(name), "CUDA graphs, %s, dropout %g: 3 steps of 2 micro-steps of widths 32/16/24 replayed "
+             "== eager, bit for bit; no host wait (fp32)", head_name(head), dropout);
     th::report(same && graphed.waits == 0 && fewer && graphed.graphs == 2, name,
-               "losses and parameters %s; %zu graphs; %lld host waits in the graphed steps; step 3 issued %lld "
-               "stream operations (eager %lld)", same ? "bit-identical" : "differ", graphed.graphs, graphed.waits,
-               graphed.ops_last, eager.ops_last);
+               "losses and parameters %s; head rows %s; %zu graphs; %lld host waits in the graphed steps; step 3 "
+               "issued %lld stream operations (eager %lld)", same ? "bit-identical" : "differ", rows.c_str(),
+               graphed.graphs, graphed.waits, graphed.ops_last, eager.ops_last);
 }
 
 // The memory anatomy's figures are what is allocated: the device's bytes in use grow by its total
@@ -935,8 +950,9 @@ int main(int argc, char** argv) {
     check_recompute<float>(BertHead::Classify);
     check_recompute<__nv_bfloat16>(BertHead::MLM);
     check_recompute<__nv_bfloat16>(BertHead::Classify);
-    check_cuda_graphs(0.f);
-    check_cuda_graphs(0.1f);
+    check_cuda_graphs(0.f, BertHead::Classify);
+    check_cuda_graphs(0.1f, BertHead::Classify);
+    check_cuda_graphs(0.1f, BertHead::MLM);
     for (Recompute r : {Recompute::None, Recompute::Gelu, Recompute::LN, Recompute::Layer}) {
         check_memory_anatomy<float>(r);
         check_memory_anatomy<__nv_bfloat16>(r);

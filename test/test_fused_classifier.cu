@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 // ----------------------------------------------------------------------------
@@ -231,7 +232,8 @@ void test_row_on_chip(int N, int V, int Vp) {
             fused_classifier(d_logits.ptr, d_losses.ptr, d_targets.ptr, N, V, Vp, 1.f / N, -1, true, 0);
         else
             cudaCheck(launch_kernel(fused_classifier_kernel<T, P, false>, dim3(N), dim3(CLASSIFIER_BLOCK), 0, 0,
-                                    d_logits.ptr, d_losses.ptr, d_targets.ptr, V, Vp, 1.f / N, -1, true));
+                                    d_logits.ptr, d_losses.ptr, d_targets.ptr, V, Vp, 1.f / N, (const float*)nullptr, -1,
+                                    true));
         std::vector<T> out = d_logits.host();
         std::vector<float> losses = d_losses.host();
         const T* l = reinterpret_cast<const T*>(losses.data());
@@ -247,7 +249,43 @@ void test_row_on_chip(int N, int V, int Vp) {
     th::check_bitwise(name, two_pass.data(), production.data(), production.size() * sizeof(T));
 }
 
+// dloss read from device memory (what a replayed CUDA graph uses: set_device_scalar before the
+// replay) gives the dlogits and losses of the same dloss as an argument, and a new value there the
+// new value's, while the argument is ignored.
+template <class T>
+void test_dloss_on_device() {
+    const int N = 6, V = 500, Vp = 512;
+    auto logits = th::random_tensor<T>((size_t)N * Vp, 41, -6.f, 6.f);
+    std::vector<int> targets(N);
+    for (int r = 0; r < N; r++) targets[r] = r == 2 ? -100 : (r * 131) % V;
+    th::DeviceBuffer<T> d_logits((size_t)N * Vp);
+    th::DeviceBuffer<float> d_losses(N), d_dloss(1);
+    th::DeviceBuffer<int> d_targets(targets);
+    auto run = [&](float dloss, const float* device) {
+        d_logits.upload(logits);
+        fused_classifier(d_logits.ptr, d_losses.ptr, d_targets.ptr, N, V, Vp, dloss, -100, true, 0, device);
+        std::vector<T> out = d_logits.host();
+        std::vector<float> losses = d_losses.host();
+        const T* l = reinterpret_cast<const T*>(losses.data());
+        out.insert(out.end(), l, l + N * sizeof(float) / sizeof(T));
+        return out;
+    };
+    bool same = true;
+    for (float dloss : {1.f / 5, 3.f / 7}) {
+        set_device_scalar(d_dloss.ptr, dloss, 0);
+        std::vector<T> want = run(dloss, nullptr), got = run(123.f, d_dloss.ptr);
+        same &= memcmp(want.data(), got.data(), want.size() * sizeof(T)) == 0;
+    }
+    char name[160];
+    snprintf(name, sizeof(name), "fused_classifier %s: dloss from device memory == the same dloss as an argument",
+             th::dtype_name<T>());
+    th::report(same, name, "dlogits and losses %s for dloss 1/5 and 3/7 (argument 123 ignored)",
+               same ? "bit-identical" : "differ");
+}
+
 int main() {
+    test_dloss_on_device<float>();
+    test_dloss_on_device<__nv_bfloat16>();
     test_row_on_chip<float>(3, 50257, 50304);
     test_row_on_chip<__nv_bfloat16>(3, 50257, 50304);
     test_row_on_chip<__half>(3, 50257, 50304);

@@ -129,7 +129,7 @@ void fused_classifier2(T* logits, float* losses, const int* targets, int N, int 
     constexpr int P = Packed128<T>::size;
     auto kernel = rows_pack128<T>(Vp, {logits}) ? fused_classifier_kernel<T, P, false> : fused_classifier_kernel<T, 1, false>;
     cudaCheck(launch_kernel(kernel, dim3(N), dim3(CLASSIFIER_BLOCK), 0, stream, logits, losses, targets, V, Vp, dloss,
-                            ignore_index, true));
+                            (const float*)nullptr, ignore_index, true));
 }
 
 // Runs variant v (3: production).
