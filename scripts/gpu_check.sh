@@ -199,7 +199,10 @@ ours_bwd=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causa
 # bias+GELU epilogue.
 ours_gemm=$(awk '$1 == "bf16" && $2 == "variant" && $3 == "3" { for (i = 1; i < NF; i++) if ($(i + 1) == "TFLOP/s") { print $i; exit } }' \
     "$logs/dev_matmul.log")
-echo "ours: attention bf16 causal fwd ${ours_fwd:-?} / bwd ${ours_bwd:-?} TFLOP/s, bf16 GEMM ${ours_gemm:-?} TFLOP/s"
+# The fp8 GEMM's accumulation: sums of 1 and products 2^-j stay exact down to this j (fp32: all).
+fp8_accum=$(sed -n 's/^fp8 accumulation: sums exact down to products of 2^-\([0-9]*\) .*/\1/p' "$logs/dev_matmul.log")
+echo "ours: attention bf16 causal fwd ${ours_fwd:-?} / bwd ${ours_bwd:-?} TFLOP/s, bf16 GEMM ${ours_gemm:-?} TFLOP/s," \
+    "fp8 GEMM sums exact to 2^-${fp8_accum:-?} beside 1"
 # dev/cuda/attention.cu's sweep over FlashAttention-2's benchmark shapes, one JSON object per shape.
 mapfile -t sweep_json < <(awk -f scripts/attention_sweep.awk "$logs/dev_attention.log")
 echo "ours: attention sweep over ${#sweep_json[@]} shapes (B·T = 16k tokens, NH·HS = 2048): see the table"
@@ -242,6 +245,7 @@ join() { local IFS=,; echo "$*"; }
     printf ' "bert_base_classify":{"batch":32,"seq":256,"runs":[%s]},\n' "$(join "${bert_json[@]}")"
     printf ' "ours":{"attention_bf16_causal_fwd_tflops":%s,"attention_bf16_causal_bwd_tflops":%s,"gemm_bf16_tflops":%s,\n' \
         "$(jnum "${ours_fwd:-}")" "$(jnum "${ours_bwd:-}")" "$(jnum "${ours_gemm:-}")"
+    printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
     printf '  "attention_sweep":[%s]},\n' "$(join "${sweep_json[@]}")"
     printf ' "moe_gpt2_124m":{"batch":8,"seq":1024,"steps":20,"rows":[%s]},\n' "$(join "${moe_json[@]}")"
     printf ' "pytorch":%s,\n "failures":%s}\n' "$torch_json" "$failures"
