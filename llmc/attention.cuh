@@ -682,17 +682,20 @@ struct AttnMmaTile {
     static constexpr size_t kBackwardSmem = 128 + kBackwardStats + 4 * kColsB * sizeof(float);
 };
 
-// Starts cp.async copies of rows [0, n) of a (rows, HS) tile (global row stride `stride` elements) into
-// shared memory (row stride kLd) and zero-fills rows [n, rows) with plain stores: rows past the end or
-// in padding meet zero probabilities, so they must be finite (0 * NaN is NaN). The caller commits.
-template <class floatX, int HS>
-__device__ void attn_async_tile(floatX* dst, const floatX* src, size_t stride, int n, int rows) {
-    constexpr int V = 16 / (int)sizeof(floatX), kPackets = HS / V;
+// Starts cp.async copies of rows [0, n) of a (kTileRows, HS) tile (global row stride `stride`
+// elements) into shared memory (row stride kLd), rows [n, kTileRows) zero-filled by the same copies
+// (src-size 0, nothing read): rows past the end or in padding meet zero probabilities, so they must be
+// finite (0 * NaN is NaN). The block's threads take 16-byte packets in turn: a loop of a fixed trip
+// count without a branch, which the compiler unrolls. The caller commits.
+template <class floatX, int HS, int kTileRows>
+__device__ void attn_async_tile(floatX* dst, const floatX* src, size_t stride, int n) {
+    constexpr int V = 16 / (int)sizeof(floatX), kPackets = HS / V, kThreads = AttnMmaTile<floatX, HS>::kThreads;
     constexpr int kLd = AttnMmaTile<floatX, HS>::kLd;
-    for (int idx = threadIdx.x; idx < rows * kPackets; idx += blockDim.x) {
-        int r = idx / kPackets, c = (idx % kPackets) * V;
-        if (r < n) cp_async_16(dst + r * kLd + c, src + r * stride + c);
-        else *reinterpret_cast<int4*>(dst + r * kLd + c) = make_int4(0, 0, 0, 0);
+    static_assert(kTileRows * kPackets % kThreads == 0, "whole turns of the block's threads");
+    for (int turn = 0; turn < kTileRows * kPackets / kThreads; turn++) {
+        int idx = turn * kThreads + threadIdx.x, r = idx / kPackets, c = (idx % kPackets) * V;
+        bool in = r < n;
+        cp_async_16_zfill(dst + r * kLd + c, src + (in ? (size_t)r * stride : 0) + c, in ? 16 : 0);
     }
 }
 
@@ -866,9 +869,9 @@ __global__ void __launch_bounds__(128, 2)
     floatX* KVs = Qs + Tile::kOwnTile;  // stage s: K at 2s, V at 2s+1, (64, HS) each
     const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;  // keys any row of the block sees
     const int tiles = CEIL_DIV(kend, Tile::kCols);
-    attn_async_tile<floatX, HS>(Qs, blk.q, stride, min(rows, valid - q0), Tile::kRows);
-    attn_async_tile<floatX, HS>(KVs, blk.k, stride, min(Tile::kCols, kend), Tile::kCols);
-    attn_async_tile<floatX, HS>(KVs + Tile::kStreamTile, blk.v, stride, min(Tile::kCols, kend), Tile::kCols);
+    attn_async_tile<floatX, HS, Tile::kRows>(Qs, blk.q, stride, min(rows, valid - q0));
+    attn_async_tile<floatX, HS, Tile::kCols>(KVs, blk.k, stride, min(Tile::kCols, kend));
+    attn_async_tile<floatX, HS, Tile::kCols>(KVs + Tile::kStreamTile, blk.v, stride, min(Tile::kCols, kend));
     cp_async_commit();
 
     const int row0 = q0 + 16 * warp;   // this warp's first query row
@@ -887,8 +890,8 @@ __global__ void __launch_bounds__(128, 2)
         if (it + 1 < tiles) {
             floatX* next = KVs + ((it + 1) % 2) * 2 * Tile::kStreamTile;
             const int k1 = k0 + Tile::kCols, n = min(Tile::kCols, kend - k1);
-            attn_async_tile<floatX, HS>(next, blk.k + k1 * stride, stride, n, Tile::kCols);
-            attn_async_tile<floatX, HS>(next + Tile::kStreamTile, blk.v + k1 * stride, stride, n, Tile::kCols);
+            attn_async_tile<floatX, HS, Tile::kCols>(next, blk.k + k1 * stride, stride, n);
+            attn_async_tile<floatX, HS, Tile::kCols>(next + Tile::kStreamTile, blk.v + k1 * stride, stride, n);
         }
         cp_async_commit();
         if (!active) continue;
@@ -1003,8 +1006,8 @@ __global__ void __launch_bounds__(128, 2)
     // log2 units) and D by plain loads and stores (their rows are 4 bytes, not 16-byte aligned).
     auto load_queries = [&](int st, int q0, int n) {
         floatX* dst = QdO + 2 * st * Tile::kStreamTileB;
-        attn_async_tile<floatX, HS>(dst, qb + q0 * stride, stride, n, NQ);
-        attn_async_tile<floatX, HS>(dst + Tile::kStreamTileB, dob + (size_t)q0 * C, C, n, NQ);
+        attn_async_tile<floatX, HS, NQ>(dst, qb + q0 * stride, stride, n);
+        attn_async_tile<floatX, HS, NQ>(dst + Tile::kStreamTileB, dob + (size_t)q0 * C, C, n);
         for (int r = threadIdx.x; r < NQ; r += blockDim.x) {
             stats[2 * st * NQ + r] = r < n ? lse_bh[q0 + r] * 1.4426950408889634f : 0.f;
             stats[(2 * st + 1) * NQ + r] = r < n ? D_bh[q0 + r] : 0.f;
@@ -1019,8 +1022,8 @@ __global__ void __launch_bounds__(128, 2)
             continue;
         }
         __syncthreads();  // every warp is done with the previous key tile's K, V and dS^T
-        attn_async_tile<floatX, HS>(Ks, qb + C + k0 * stride, stride, min(Tile::kRows, valid - k0), Tile::kRows);
-        attn_async_tile<floatX, HS>(Vs, qb + 2 * C + k0 * stride, stride, min(Tile::kRows, valid - k0), Tile::kRows);
+        attn_async_tile<floatX, HS, Tile::kRows>(Ks, qb + C + k0 * stride, stride, min(Tile::kRows, valid - k0));
+        attn_async_tile<floatX, HS, Tile::kRows>(Vs, qb + 2 * C + k0 * stride, stride, min(Tile::kRows, valid - k0));
         const int qstart = causal ? k0 : 0;  // causal: queries before k0 see no key of the tile
         const int tiles = CEIL_DIV(valid - qstart, NQ);
         load_queries(0, qstart, min(NQ, valid - qstart));

@@ -23,7 +23,9 @@
 //       column 8 · (l / 16)) gives mma's A registers; ldmatrix_x2_trans of a row-major K×N tile
 //       (lane l < 16: row l, the tile's 8 columns) gives its B registers.
 //   cp_async_16(smem, gmem)        per thread; starts a 16-byte copy global -> shared (both 16-byte
-//       aligned). cp_async_commit() closes the thread's copies issued since the last commit into a
+//       aligned). cp_async_16_zfill(smem, gmem, n) copies only the first n (0..16) bytes and writes
+//       zeros to the rest (PTX's src-size operand; with n = 0 nothing is read): a tile's rows past
+//       the end become zeros without a branch around the copy. cp_async_commit() closes the thread's copies issued since the last commit into a
 //       group; cp_async_wait<N>() waits until at most the newest N of its groups are pending. A copy
 //       is visible to its own thread only after the wait for its group, and to others after that
 //       wait and a barrier (__syncthreads) that follows it.
@@ -101,6 +103,11 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
 // per block.
 __device__ inline void cp_async_16(void* smem, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" : : "r"(shared_address(smem)), "l"(gmem) : "memory");
+}
+// The src-size form: reads the first src_bytes (0..16) and fills the rest of the 16 with zeros.
+__device__ inline void cp_async_16_zfill(void* smem, const void* gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 : : "r"(shared_address(smem)), "l"(gmem), "r"(src_bytes) : "memory");
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" : : : "memory"); }
 template <int N>

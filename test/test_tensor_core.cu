@@ -339,6 +339,23 @@ __global__ void cp_async_unwaited_kernel(const uint4* src, int* out) {
     out[t - 32] = v.x == 0xAAAAAAAAu && v.y == 0xAAAAAAAAu && v.z == 0xAAAAAAAAu && v.w == 0xAAAAAAAAu;
 }
 
+// cp_async_16_zfill: thread t copies the first t % 17 bytes of its source chunk (0..16) into a chunk
+// of shared memory that starts as 0xAA bytes; after wait<0> the chunk holds those bytes and zeros
+// after them. out[t] counts the bytes that are not what they should be.
+__global__ void cp_async_zfill_kernel(const uint4* src, int* out) {
+    alignas(16) __shared__ uint4 buf[32];
+    int t = threadIdx.x, n = t % 17;
+    memset(&buf[t], 0xAA, 16);
+    cp_async_16_zfill(&buf[t], &src[t], n);
+    cp_async_commit();
+    cp_async_wait<0>();
+    const unsigned char* got = reinterpret_cast<const unsigned char*>(&buf[t]);
+    const unsigned char* want = reinterpret_cast<const unsigned char*>(&src[t]);
+    int wrong = 0;
+    for (int i = 0; i < 16; i++) wrong += got[i] != (i < n ? want[i] : 0);
+    out[t] = wrong;
+}
+
 static void test_cp_async() {
     std::vector<uint32_t> words(32 * 3 * 4);
     for (size_t i = 0; i < words.size(); i++) words[i] = 0x01020304u * (uint32_t)(i + 1);
@@ -364,6 +381,18 @@ static void test_cp_async() {
             }
     th::report(bad_after_wait == 0, "cp.async data visible after wait<1> (older group) and wait<0> (all)",
                "%d wrong", bad_after_wait);
+
+    th::DeviceBuffer<int> dz(32);
+    std::vector<int> z = th::run_orders("cp.async src-size", [&] {
+        cudaLaunchConfig_t cfg = one_block(32);
+        cudaCheck(cudaLaunchKernelEx(&cfg, cp_async_zfill_kernel, (const uint4*)dsrc.ptr, dz.ptr));
+        cudaCheck(cudaDeviceSynchronize());
+        return dz.host();
+    });
+    int wrong = 0;
+    for (int v : z) wrong += v;
+    th::report(wrong == 0, "cp.async with src-size 0..16: the first src-size bytes copied, zeros after them",
+               "%d of 512 bytes wrong", wrong);
 #if defined(SIMT_CPU)
     th::report(bad_early == 0, "cp.async wait<1> leaves the newest group pending, wait<0> leaves uncommitted "
                "copies pending (CPU backend: early reads see the old bytes)", "%d wrong", bad_early);

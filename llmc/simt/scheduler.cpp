@@ -60,11 +60,13 @@ constexpr int kFaultExit = 3;  // exit status of a run stopped by a fault
 
 struct Fiber;
 
-// A cp.async copy issued and not yet performed: 16 bytes from src to dst, in commit group `group`
-// (the number of cp_async_commit calls its thread had made when it issued it).
+// A cp.async copy issued and not yet performed: 16 bytes to dst, the first src_bytes from src and
+// zeros after them, in commit group `group` (the number of cp_async_commit calls its thread had
+// made when it issued it).
 struct AsyncCopy {
     void* dst;
     const void* src;
+    int src_bytes;
     uint64_t group;
 };
 
@@ -960,10 +962,14 @@ static Thread* async_caller(const char* what, const char* file, int line) {
     return tw->current;
 }
 
-void cp_async_16(void* dst, const void* src, const char* file, int line) {
+void cp_async_16(void* dst, const void* src, int src_bytes, const char* file, int line) {
     Thread* t = async_caller("cp.async", file, line);
     char msg[256];
-    if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16) {
+    if (src_bytes < 0 || src_bytes > 16) {
+        snprintf(msg, sizeof(msg), "cp.async of 16 bytes with src-size %d: it must be in [0, 16]", src_bytes);
+        fault(msg, file, line);
+    }
+    if (reinterpret_cast<uintptr_t>(dst) % 16 || (src_bytes > 0 && reinterpret_cast<uintptr_t>(src) % 16)) {
         snprintf(msg, sizeof(msg),
                  "cp.async of 16 bytes from %p to %p: both addresses must be 16-byte aligned, as the PTX ISA "
                  "requires", src, dst);
@@ -973,7 +979,7 @@ void cp_async_16(void* dst, const void* src, const char* file, int line) {
         snprintf(msg, sizeof(msg), "cp.async: the destination %p is global memory; it must be shared memory", dst);
         fault(msg, file, line);
     }
-    t->async_copies.push_back({dst, src, t->async_groups});
+    t->async_copies.push_back({dst, src, src_bytes, t->async_groups});
 }
 
 void cp_async_commit(const char* file, int line) {
@@ -987,8 +993,12 @@ void cp_async_wait(int pending_groups, const char* file, int line) {
     uint64_t complete_below = t->async_groups > (uint64_t)pending_groups ? t->async_groups - pending_groups : 0;
     size_t kept = 0;
     for (AsyncCopy& c : t->async_copies) {
-        if (c.group < complete_below) memcpy(c.dst, c.src, 16);
-        else t->async_copies[kept++] = c;
+        if (c.group < complete_below) {
+            if (c.src_bytes > 0) memcpy(c.dst, c.src, c.src_bytes);
+            memset(static_cast<char*>(c.dst) + c.src_bytes, 0, 16 - c.src_bytes);
+        } else {
+            t->async_copies[kept++] = c;
+        }
     }
     t->async_copies.resize(kept);
 }

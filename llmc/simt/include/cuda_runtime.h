@@ -92,7 +92,7 @@ void* dynamic_shared_memory();
 // cp.async for llmc/tensor_core.cuh (implemented in scheduler.cpp): issues a 16-byte copy from
 // global to shared memory (both 16-byte aligned, or a fault), commits the calling thread's issued
 // copies as a group, and performs the copies of all but its newest pending_groups groups.
-void cp_async_16(void* dst, const void* src, const char* file, int line);
+void cp_async_16(void* dst, const void* src, int src_bytes, const char* file, int line);
 void cp_async_commit(const char* file, int line);
 void cp_async_wait(int pending_groups, const char* file, int line);
 

@@ -178,11 +178,16 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row, const char* fil
 }
 
 // ----------------------------------------------------------------------------
-// cp.async.cg.shared.global (16 bytes), commit_group, wait_group: see scheduler.cpp ("cp.async")
+// cp.async.cg.shared.global (16 bytes, and its src-size form), commit_group, wait_group: see
+// scheduler.cpp ("cp.async")
 
 inline void cp_async_16(void* smem, const void* gmem, const char* file = __builtin_FILE(),
                         int line = __builtin_LINE()) {
-    simt::cp_async_16(smem, gmem, file, line);
+    simt::cp_async_16(smem, gmem, 16, file, line);
+}
+inline void cp_async_16_zfill(void* smem, const void* gmem, int src_bytes, const char* file = __builtin_FILE(),
+                              int line = __builtin_LINE()) {
+    simt::cp_async_16(smem, gmem, src_bytes, file, line);
 }
 inline void cp_async_commit(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     simt::cp_async_commit(file, line);
