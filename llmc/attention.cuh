@@ -685,15 +685,15 @@ struct AttnMmaTile {
 // Starts cp.async copies of rows [0, n) of a (kTileRows, HS) tile (global row stride `stride`
 // elements) into shared memory (row stride kLd), rows [n, kTileRows) zero-filled by the same copies
 // (src-size 0, nothing read): rows past the end or in padding meet zero probabilities, so they must be
-// finite (0 * NaN is NaN). The block's threads take 16-byte packets in turn: a loop of a fixed trip
-// count without a branch, which the compiler unrolls. The caller commits.
+// finite (0 * NaN is NaN). No branch around the copy. (A loop of a fixed trip count, which the
+// compiler unrolls, keeps every packet's address live at once: the HS = 128 backward with dropout,
+// at 250 registers, then spills.) The caller commits.
 template <class floatX, int HS, int kTileRows>
 __device__ void attn_async_tile(floatX* dst, const floatX* src, size_t stride, int n) {
-    constexpr int V = 16 / (int)sizeof(floatX), kPackets = HS / V, kThreads = AttnMmaTile<floatX, HS>::kThreads;
+    constexpr int V = 16 / (int)sizeof(floatX), kPackets = HS / V;
     constexpr int kLd = AttnMmaTile<floatX, HS>::kLd;
-    static_assert(kTileRows * kPackets % kThreads == 0, "whole turns of the block's threads");
-    for (int turn = 0; turn < kTileRows * kPackets / kThreads; turn++) {
-        int idx = turn * kThreads + threadIdx.x, r = idx / kPackets, c = (idx % kPackets) * V;
+    for (int idx = threadIdx.x; idx < kTileRows * kPackets; idx += blockDim.x) {
+        int r = idx / kPackets, c = (idx % kPackets) * V;
         bool in = r < n;
         cp_async_16_zfill(dst + r * kLd + c, src + (in ? (size_t)r * stride : 0) + c, in ? 16 : 0);
     }
