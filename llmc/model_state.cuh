@@ -368,11 +368,13 @@ struct ModelState {
     // shape (what `key` encodes: whether gradients are communicated, the batch's width, ...) and its
     // loss has the same weight dloss; its batch is read from the fixed device buffers the upload
     // filled. So it is captured once per key into a graph and afterwards replayed with one launch,
-    // instead of hundreds of kernel launches the host would issue one by one. A new dloss (an fp16
-    // loss scale that changed, a batch with another number of rows) drops every graph.
+    // instead of hundreds of kernel launches the host would issue one by one. dloss is what the work
+    // bakes into its launches: a new value (GPT-2: an fp16 loss scale that changed) drops every
+    // graph; a trainer that reads the weight from device memory passes a constant.
     // Nothing the work does may allocate or synchronize (CUDA refuses both while capturing): the
-    // trainer runs one eager micro-step of each shape first, which allocates, plans the GEMMs and
-    // primes fp8. The stream must not be the legacy stream, which cannot capture.
+    // trainer runs its first step eagerly, which allocates, plans the GEMMs and primes fp8; a shape
+    // seen later is captured on first use (a GEMM plan for it is host work only). The stream must
+    // not be the legacy stream, which cannot capture.
     template <class Work>
     void graphed_micro_step(uint64_t key, float dloss, Work&& work) {
         if (dloss != micro_graphs_dloss) destroy_micro_graphs();
