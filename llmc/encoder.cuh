@@ -25,11 +25,11 @@
 #include "encoder_plan.h"
 #include "precision.cuh"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <initializer_list>
 #include <vector>
 
@@ -44,7 +44,6 @@ struct EncoderBackwardPlan {
     int B = 0, T = 0, C = 0;  // of the last upload
     bool has_types = false;
     EncoderPlanLists lists;   // the lists encoder_backward_plan builds from ids
-    int num_segments = 0, num_groups = 0;  // of the last upload
     int counts[2] = {};       // {segments, groups}: the host side of d_counts' upload
     int sm_count = 0;         // the device's, for the kernels' fixed grids
     // Device copies of the lists' lengths and the three lists, and the fp32 partial rows.
@@ -252,8 +251,8 @@ inline void encoder_backward_plan_upload(EncoderBackwardPlan* plan_ptr, const En
     plan.T = lists.T;
     plan.C = C;
     plan.has_types = lists.has_types;
-    plan.num_segments = plan.counts[0] = (int)lists.segments.size();
-    plan.num_groups = plan.counts[1] = (int)lists.groups.size();
+    plan.counts[0] = (int)lists.segments.size();
+    plan.counts[1] = (int)lists.groups.size();
     if (plan.sm_count == 0) {
         int device;
         cudaCheck(cudaGetDevice(&device));

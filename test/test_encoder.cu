@@ -122,7 +122,7 @@ void test_backward(const Shape& s, EncoderBackwardPlan& plan, uint64_t seed) {
     char shape[96], name[256];
     describe(s, shape, sizeof(shape));
     snprintf(name, sizeof(name), "encoder_backward %s %s: thread orders (segments: %zu, multi-segment groups: %zu)",
-             th::dtype_name<floatX>(), shape, (size_t)plan.num_segments, (size_t)plan.num_groups);
+             th::dtype_name<floatX>(), shape, plan.lists.segments.size(), plan.lists.groups.size());
     auto grads = th::run_orders(name, [&] {
         d_dwte.upload(dwte0);
         d_dwpe.upload(dwpe0);
@@ -242,8 +242,8 @@ void test_backward_graph_replay() {
     for (int k = 0; k < 3; k++) {
         encoder_backward_plan(&graphed, batches[k].data(), types.data(), B, T, C, V, n_types, stream);
         graphed.sm_count = 1;
-        segments[k] = graphed.num_segments;
-        groups[k] = graphed.num_groups;
+        segments[k] = (int)graphed.lists.segments.size();
+        groups[k] = (int)graphed.lists.groups.size();
         zero_grads();
         if (!exec) {
             cudaGraph_t graph;

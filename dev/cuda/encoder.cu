@@ -332,7 +332,7 @@ void benchmark() {
             encoder_backward(p.d_dwte, p.d_dwpe, d_dwtt, plan, p.d_dout, p.d_inp, d_types, B, T, C, 0);
         }, reps), bbytes);
         printf("  %-*s %9.4f ms  (host: %zu segments, %zu multi-segment groups)\n", kBenchNameWidth,
-               "backward plan's lists (host, per micro-step)", plan_ms, (size_t)plan.num_segments, (size_t)plan.num_groups);
+               "backward plan's lists (host, per micro-step)", plan_ms, plan.lists.segments.size(), plan.lists.groups.size());
         free_rows(wte_rows);
         free_rows(wpe_rows);
         free_rows(wtt_rows);

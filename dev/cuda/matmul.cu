@@ -229,7 +229,7 @@ void fp8_accumulation_probe() {
         return;
     }
     const int M = 16, N = 16, K = 4096;
-    int kept = 0, first_lost = 0;
+    int kept = 0, first_lost = 0;  // the sums are exact for j <= kept; first_lost: the first j that is not
     th::DeviceBuffer<float> one(std::vector<float>{1.f});
     th::DeviceBuffer<bf16> d((size_t)M * N);
     for (int j = 8; j <= 18; j++) {
@@ -246,11 +246,11 @@ void fp8_accumulation_probe() {
             return;
         }
         float exact = (float)(1.0 + (K - 1) * std::ldexp(1.0, -j)), got = to_float(th::to_host(d.ptr, 1)[0]);
-        if (got == to_float(from_float<bf16>(exact))) {
-            if (!first_lost) kept = j;
-        } else if (!first_lost) {
+        if (got != to_float(from_float<bf16>(exact))) {
             first_lost = j;
+            break;
         }
+        kept = j;
     }
     bool all = first_lost == 0;
     char name[200];
