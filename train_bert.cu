@@ -1042,6 +1042,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     // The run's first step is eager (it allocates and plans the GEMMs); after it each micro-step is
     // replayed from its graph, captured on its width's first use.
     if (graphs) reporter.report_launches_at(start_step + 3, " with CUDA graphs (the run's step 3)");
+    reporter.profile_at(o.profile_step);
     for (int step = start_step; step < end_step; step++) {
         if (eval_due(step)) evaluate(step);
         reporter.begin();

@@ -1255,6 +1255,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     // The run's first step is eager (it allocates, plans the GEMMs, primes fp8), the second captures
     // the graphs, the third only replays them.
     if (graphs) reporter.report_launches_at(start_step + 3, " with CUDA graphs (the run's step 3)");
+    reporter.profile_at(o.profile_step);
     for (int step = start_step; step < end_step; step++) {
         if (validate && step % o.val_every == 0) evaluate(step);
         reporter.begin();

@@ -3,6 +3,8 @@
 // continue this run, and the step reporter (one timer, the step line, the log line, the ETA).
 // The options they share are llmc/run_options.h.
 #pragma once
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -302,6 +304,8 @@ struct StepFigures {
 // then report() prints the step line, writes the log line (with the trainer's own fields), keeps the
 // ETA, and after the run's first step prints the memory in use and, on the CPU backend, the launches
 // and the times the host waited for the device inside the step (llmc/staging.h says why none should).
+// One step can be bracketed for a profiler (--profile-step): cudaProfilerStart in begin(), and
+// cudaProfilerStop in end() once the step's work is done, so the profiler sees that step's kernels alone.
 class StepReporter {
   public:
     StepReporter(cudaStream_t stream, int steps, int end_step, float peak_tflops, Throughput rate, RunLog* log)
@@ -323,7 +327,12 @@ class StepReporter {
         again_which_ = which;
     }
 
+    // Bracket the run's `nth` step (1-based, counted from this run's first; 0: none) for a profiler.
+    void profile_at(int nth) { profile_nth_ = nth; }
+
     void begin() {
+        begun_++;
+        if (begun_ == profile_nth_) cudaCheck(cudaProfilerStart());
         syncs0_ = host_sync_count();
         launches0_ = kernel_launch_count();
         matmuls0_ = matmul_context().calls;
@@ -337,6 +346,10 @@ class StepReporter {
         cudaCheck(cudaEventSynchronize(t1_));
         float ms;
         cudaCheck(cudaEventElapsedTime(&ms, t0_, t1_));
+        if (begun_ == profile_nth_) {
+            cudaCheck(cudaProfilerStop());
+            profiled_kernels_ = launches0_ >= 0 ? kernel_launch_count() - launches0_ : -1;
+        }
         ms_ = ms;
         return ms_;
     }
@@ -370,6 +383,11 @@ class StepReporter {
                 printf("host waits for the device inside the step%s: %lld (counted by the CPU backend)\n",
                        again_which_.c_str(), host_waits_);
         }
+        if (begun_ == profile_nth_) {
+            printf("profiled step: step %d ran between cudaProfilerStart and cudaProfilerStop", f.done);
+            if (profiled_kernels_ >= 0) printf(" (%lld kernels, counted by the CPU backend)", profiled_kernels_);
+            printf("\n");
+        }
         first_ = false;
         fflush(stdout);
     }
@@ -391,6 +409,8 @@ class StepReporter {
     bool first_ = true;
     long long launches0_ = 0, matmuls0_ = 0, ops0_ = 0;
     int again_done_ = -1;  // report_launches_at
+    int begun_ = 0, profile_nth_ = 0;  // steps begun; the one profile_at brackets
+    long long profiled_kernels_ = -1;  // kernels that step ran (CPU backend)
     std::string again_which_;
     long long syncs0_ = -1, host_waits_ = -1;  // host_sync_count() at begin(); the waits begin()..end()
 };

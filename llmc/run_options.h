@@ -45,6 +45,7 @@ struct RunOptions {
     // Ranks and the log
     int zero = 0;               // data parallel: ZeRO stage (llmc/model_state.cuh)
     std::string label;          // the run's name in the log
+    int profile_step = 0;       // bracket this step of the run with cudaProfilerStart/Stop (0: none)
 
     // The learning rate of every step of a run of `steps` steps.
     LRScheduler scheduler(int steps) const {
@@ -178,6 +179,9 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
             0, 2);
     cli.add("label", nullptr, "NAME", "", "the run's name in the log and plots (default: the model and precision)",
             &o->label);
+    cli.add("profile-step", nullptr, "N", "0", "bracket the run's Nth step with cudaProfilerStart/Stop, so that a "
+            "profiler started with collection off records that step alone, e.g. ncu --profile-from-start off (0: "
+            "none; with CUDA graphs, step 3 is the first that only replays them)", &o->profile_step, 0, 1 << 30);
 }
 
 // The checks of the shared options that involve more than one of them, after cli.parse() (and the

@@ -228,6 +228,21 @@ int main(int argc, char** argv) {
         th::report(th::exited_ok(c) && diff.empty(),
                    "train_gpt2 --help lists the options, values and defaults of test/fixtures/train_gpt2_options.txt",
                    "%s", diff.c_str());
+        // --profile-step 3 brackets the run's third step, the first that only replays CUDA graphs: the
+        // kernels counted between cudaProfilerStart and cudaProfilerStop are those of that step alone.
+        std::string run = std::string(self) + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                          "--vocab-size 64 -t 16 -b 2 -x 4 -v 0 -g 0 -i " + train + " -j '' --profile-step 3 2>&1";
+        c = th::run_command(run);
+        std::string step3 = "launches per step with CUDA graphs (the run's step 3): ";
+        size_t at = c.text.find(step3), prof = c.text.find("profiled step: step 3 ran between cudaProfilerStart");
+        long long replayed = at == std::string::npos ? -1 : atoll(c.text.c_str() + at + step3.size());
+        size_t k = prof == std::string::npos ? std::string::npos : c.text.find(" (", prof);
+        long long profiled = k == std::string::npos ? -2 : atoll(c.text.c_str() + k + 2);
+        bool once = prof != std::string::npos && c.text.find("profiled step:", prof + 1) == std::string::npos;
+        bool ok = th::exited_ok(c) && once && replayed > 0 && profiled == replayed;
+        th::report(ok, "train_gpt2 --profile-step 3 brackets step 3 alone for a profiler",
+                   "%lld kernels between the brackets, step 3 ran %lld%s%s", profiled, replayed, ok ? "" : "; ",
+                   ok ? "" : th::last_lines(c.text).c_str());
     }
 
     // Stop and resume, in each precision and with what moves the data position.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test/test_gpu_check.sh — what scripts/gpu_check.sh (make gpu-check) does without a GPU: one line
 # saying so and exit 1; a bad option: one line naming it and exit 2; --help: the usage, exit 0; and
-# the parsing of the attention benchmark's sweep lines into its JSON.
-# (On a GPU machine the script itself is the test: it runs everything and counts failures.)
+# the parsing of the attention benchmark's sweep lines into its JSON; and the whole script on a stub
+# GPU machine. (On a GPU machine the script itself is the test: it runs everything, counts failures.)
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
 passed=0 failed=0
@@ -27,6 +27,7 @@ else
 fi
 check "gpu_check with an unknown option" 2 "unknown option '--bogus'" "$root/scripts/gpu_check.sh" --bogus
 check "gpu_check --steps 1 refused" 2 "--steps wants a number >= 2" "$root/scripts/gpu_check.sh" --steps 1
+check "gpu_check --budget soon refused" 2 "--budget wants whole seconds" "$root/scripts/gpu_check.sh" --budget soon
 MAX_LINES=20 check "gpu_check --help" 0 "make gpu-check" "$root/scripts/gpu_check.sh" --help
 # The sweep lines of dev/cuda/attention.cu -> JSON (scripts/attention_sweep.awk): a causal shape with
 # the paper's figure, a full one without, and a line that is not a sweep line.
@@ -39,5 +40,91 @@ LINES
 want='[{"dtype": "bf16", "head_size": 128, "causal": true, "T": 2048, "B": 8, "NH": 16, "fwd_tflops": 180.5, "bwd_tflops": 150.25, "fwd_bwd_tflops": 158, "fa2_h100_fwd_bwd_tflops": 265}, {"dtype": "bf16", "head_size": 64, "causal": false, "T": 512, "B": 32, "NH": 32, "fwd_tflops": 1.5e-05, "bwd_tflops": 2, "fwd_bwd_tflops": 3, "fa2_h100_fwd_bwd_tflops": null}]'
 check "attention sweep lines -> JSON" 0 "$want" \
     python3 -c 'import json, sys; print(json.dumps([json.loads(l) for l in sys.argv[1].splitlines()]))' "$sweep_json"
+# The whole script on a stub GPU machine (it runs for real only where a GPU is lent, which is rare):
+# nvidia-smi, make, ncu and compute-sanitizer replaced on PATH, the GPU programs by scripts that print
+# what the real ones print. Checks the parsing of every part, --budget's skips, and that a run cut
+# short leaves the JSON of what it had measured.
+stub() { cat > "$1"; chmod +x "$1"; }  # writes standard input to an executable file
+stub_machine() {  # the sandbox's root
+    local sb=$1
+    rm -rf "$sb"
+    mkdir -p "$sb/scripts" "$sb/test" "$sb/build/gpu" "$sb/bin"
+    cp "$root"/scripts/{gpu_check.sh,attention_sweep.awk,kernel_profile.py} "$sb/scripts/"
+    for t in attention layernorm nccl; do touch "$sb/test/test_$t.cu"; done
+    stub "$sb/bin/nvidia-smi" <<'X'
+#!/bin/sh
+echo "NVIDIA H100 80GB HBM3, 9.0, 81559 MiB, 580.159.04"
+X
+    printf '#!/bin/sh\n' | stub "$sb/bin/make"
+    # ncu: one step of three launches, in three units, one with a thousands separator
+    stub "$sb/bin/ncu" <<'X'
+#!/bin/sh
+while [ $# -gt 0 ]; do [ "$1" = --log-file ] && log=$2; shift; done
+cat > "$log" <<'C'
+==PROF== Connected to process 1 (train_gpt2)
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","train_gpt2","h","attention_forward","1","13","(128, 1, 1)","(16, 12, 16)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","1,250.50"
+"1","1","train_gpt2","h","nvjet_hsh_256x128","1","13","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","msecond","2.5"
+"2","1","train_gpt2","h","attention_forward","1","13","(128, 1, 1)","(16, 12, 16)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","749500"
+C
+X
+    printf '#!/bin/sh\necho "========= ERROR SUMMARY: 0 errors"\n' | stub "$sb/bin/compute-sanitizer"
+    for t in attention layernorm matmul fused_classifier; do
+        printf '#!/bin/sh\necho "PASS x"\necho "3 passed, 0 failed"\n' | stub "$sb/build/gpu/test_$t"
+    done
+    stub "$sb/build/gpu/train_gpt2" <<'X'
+#!/bin/sh
+case "$*" in *fp32*) l=10.98 ;; *) l=10.99 ;; esac
+echo "device memory in use after the first step: 1234.5 MiB of 81559.0 MiB"
+echo "step    1/30 | loss $l | norm 1.0 | lr 3.00e-04 | 900.0 ms | 18204 tok/s | MFU 2.0% | eta 0m30s"
+echo "step    2/30 | loss 9.5 | norm 1.0 | lr 3.00e-04 | 50.0 ms | 327680 tok/s | MFU 30.0% | eta 0m30s"
+echo "step   30/30 | loss 7.0 | norm 1.0 | lr 3.00e-04 | 52.0 ms | 315077 tok/s | MFU 28.0% | eta 0m00s"
+X
+    stub "$sb/build/gpu/train_bert" <<'X'
+#!/bin/sh
+[ -n "${STUB_BERT_HANGS:-}" ] && exec sleep 10
+echo "bench | base T=256 | bf16 | 512.25 samples/s | 62.5 ms/step | 2048.0 MiB"
+X
+    stub "$sb/build/gpu/dev_attention" <<'X'
+#!/bin/sh
+echo "bf16 B=8 T=1024 NH=12 HS=64 causal"
+echo "  forward (llmc, flash)   0.2 ms   150.5 TFLOP/s"
+echo "  backward (llmc, flash)   0.5 ms   120.25 TFLOP/s"
+echo "  sweep bf16 HS=64 causal T=1024 B=16 NH=32: fwd 150 bwd 120 fwd+bwd 128 TFLOP/s  (FlashAttention-2, H100 SXM: 192)"
+X
+    stub "$sb/build/gpu/dev_matmul" <<'X'
+#!/bin/sh
+echo "bf16 variant 3 (matmul_forward)  0.1 ms  600.5 TFLOP/s"
+echo "fp8 accumulation: sums exact down to products of 2^-13 (beside 1)"
+X
+    stub "$sb/scripts/bench_moe.sh" <<'X'
+#!/bin/sh
+echo '{"model":"dense","tokens_per_s":200000,"val_loss":6.5}' > "$BENCH_JSON"
+X
+}
+sb=$(mktemp -d /tmp/test_gpu_check_XXXXXX)
+trap 'rm -rf "$sb"' EXIT
+json_field() {  # a python expression on the sandbox's JSON `d`
+    python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($1)" "$sb/m/build/gpu-check/gpu_check.json" 2>&1
+}
+stub_machine "$sb/m"
+MAX_LINES=100 check "gpu_check on a stub GPU machine: every part, no failure" 0 "gpu_check: 0 failure(s)" \
+    env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh"
+check "... its JSON: finished, 5 GPT-2 runs (ms per step after the first), 4 agreements, 12 sanitizer runs, the tests" 0 \
+    "True 5 51.0 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+check "... the profile: kernels summed by name over units, largest first, idle share of the step" 0 \
+    "3 4.5 [('nvjet_hsh_256x128', 1, 2500.0), ('attention_forward', 2, 2000.0)] 0.9118" \
+    json_field 'd["profile_gpt2_d12_bf16_step"]["launches"], d["profile_gpt2_d12_bf16_step"]["busy_ms"], [(k["kernel"], k["launches"], k["us"]) for k in d["profile_gpt2_d12_bf16_step"]["kernels"]], d["profile_gpt2_d12_bf16_step"]["idle_share"]'
+stub_machine "$sb/m"
+MAX_LINES=100 check "gpu_check --budget 110 on the stub machine skips the parts that would overrun it" 0 \
+    "skipped for --budget 110: profile sanitizer moe" env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh" --budget 110
+check "... and names them in its JSON" 0 "True ['profile', 'sanitizer', 'moe'] None" \
+    json_field 'd["finished"], d["skipped"], d["profile_gpt2_d12_bf16_step"]'
+stub_machine "$sb/m"
+MAX_LINES=100 check "gpu_check cut short (killed while BERT runs)" 124 "GPT-2 d12" \
+    env PATH="$sb/m/bin:$PATH" STUB_BERT_HANGS=1 timeout 4 "$sb/m/scripts/gpu_check.sh"
+check "... leaves the JSON of the parts before: not finished, 5 GPT-2 runs, the tests, the GEMM" 0 \
+    "False 5 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
+check "kernel_profile.py on a file without ncu's CSV" 1 "no ncu CSV header" python3 "$root/scripts/kernel_profile.py" /dev/null
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
