@@ -58,7 +58,7 @@
 // (dropout_attention_keep is the reference), each lane computing the keep bits of its 32 elements of a
 // 16×64 tile with 8 Philox calls: the 2×2 groups {q, q^8} × {k, k^8} of llmc/dropout.cuh lie in one
 // lane in every kernel (rows g and g+8 of a fragment; columns c and c+8 of two adjacent n8 tiles).
-// M is applied as a select on P (the rounded P or 0, so that l still sums the undropped weights) and
+// M is applied as a select on P before it is rounded (l sums the undropped weights, in fp32) and
 // 1/(1-p) is folded into the final row scaling of out and dV: no extra pass. The kernels are compiled
 // with and without dropout (a template flag) and p = 0 launches the variant without, in which none of
 // this code exists: attention without dropout (GPT-2, BERT's eval passes) pays nothing for it.
@@ -685,17 +685,23 @@ struct AttnMmaTile {
 // Starts cp.async copies of rows [0, n) of a (kTileRows, HS) tile (global row stride `stride`
 // elements) into shared memory (row stride kLd), rows [n, kTileRows) zero-filled by the same copies
 // (src-size 0, nothing read): rows past the end or in padding meet zero probabilities, so they must be
-// finite (0 * NaN is NaN). No branch around the copy. (A loop of a fixed trip count, which the
-// compiler unrolls, keeps every packet's address live at once: the HS = 128 backward with dropout,
-// at 250 registers, then spills.) The caller commits.
+// finite (0 * NaN is NaN). No branch around the copy. Each thread copies the same 16-byte column of
+// every kThreads / kPackets-th row, so its two addresses only step by constants from one turn to the
+// next (a rolled loop: unrolled, the compiler keeps every turn's 64-bit address live at once, and the
+// HS = 128 backward with dropout, at the register limit, spills). The caller commits.
 template <class floatX, int HS, int kTileRows>
 __device__ void attn_async_tile(floatX* dst, const floatX* src, size_t stride, int n) {
+    using Tile = AttnMmaTile<floatX, HS>;
     constexpr int V = 16 / (int)sizeof(floatX), kPackets = HS / V;
-    constexpr int kLd = AttnMmaTile<floatX, HS>::kLd;
-    for (int idx = threadIdx.x; idx < kTileRows * kPackets; idx += blockDim.x) {
-        int r = idx / kPackets, c = (idx % kPackets) * V;
+    constexpr int kRowStep = Tile::kThreads / kPackets;  // rows a turn of the block covers
+    static_assert(Tile::kThreads % kPackets == 0 && kTileRows % kRowStep == 0, "whole turns");
+    int r = threadIdx.x / kPackets, c = (threadIdx.x % kPackets) * V;
+    const floatX* from = src + (size_t)r * stride + c;
+    floatX* to = dst + r * Tile::kLd + c;
+#pragma unroll 1
+    for (; r < kTileRows; r += kRowStep, from += kRowStep * stride, to += kRowStep * Tile::kLd) {
         bool in = r < n;
-        cp_async_16_zfill(dst + r * kLd + c, src + (in ? (size_t)r * stride : 0) + c, in ? 16 : 0);
+        cp_async_16_zfill(to, in ? from : src, in ? 16 : 0);
     }
 }
 
@@ -713,17 +719,6 @@ __device__ inline uint32_t attn_pack2f(float lo, float hi) {
         memcpy(&u, &v, 4);
     }
     return u;
-}
-
-// The two floatX values of a packed pair (attn_pack2f), as floats.
-template <class floatX>
-__device__ inline void attn_unpack2(uint32_t two, float& lo, float& hi) {
-    uint16_t l = (uint16_t)(two & 0xffffu), h = (uint16_t)(two >> 16);
-    floatX x, y;
-    memcpy(static_cast<void*>(&x), &l, 2);
-    memcpy(static_cast<void*>(&y), &h, 2);
-    lo = to_float(x);
-    hi = to_float(y);
 }
 
 // mma's A fragment of the 16×16 block at `tile` (row stride ld) of a row-major matrix: ldmatrix_x4,
@@ -911,9 +906,10 @@ __global__ void __launch_bounds__(128, 2)
         // Online softmax in log2 units (exp2): the scores stay unscaled, the row max m is kept scaled
         // (the scale is positive, so the max of the scaled scores is the scaled max), and each
         // exponent s·scale - m is one fused multiply-add. Raise m, rescale O and l by alpha =
-        // exp2(m_old - m_new), P = exp2(s·scale - m) rounded to floatX; l sums the rounded,
-        // undropped P (the weights PV uses, before dropout), dropped elements enter PV as 0. A row
-        // with every score masked so far keeps m = -inf.
+        // exp2(m_old - m_new), P = exp2(s·scale - m); l sums P in fp32, before rounding and dropout
+        // (as FlashAttention-2 does: the sum of the rounded weights would differ from it by their
+        // rounding errors, about eps/sqrt(keys) relative), and PV takes P rounded to floatX, dropped
+        // elements as 0. A row with every score masked so far keeps m = -inf.
         for (int r = 0; r < 2; r++) {
             float mx = -INFINITY;
             for (int j = 0; j < 8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
@@ -927,18 +923,17 @@ __global__ void __launch_bounds__(128, 2)
                 acc[n][2 * r + 1] *= alpha;
             }
             // Rounded once, straight into the packed pairs of P's A fragments (n8 tile j = 2kk + half,
-            // row g + 8r: pa[kk][2 half + r]); l adds the pair's two halves back as floats.
+            // row g + 8r: pa[kk][2 half + r]).
             for (int j = 0; j < 8; j++) {
-                uint32_t two = attn_pack2f<floatX>(exp2f(fmaf(s[j][2 * r], Tile::kScaleLog2, -m_ref)),
-                                                   exp2f(fmaf(s[j][2 * r + 1], Tile::kScaleLog2, -m_ref)));
-                float lo, hi;
-                attn_unpack2<floatX>(two, lo, hi);
+                float lo = exp2f(fmaf(s[j][2 * r], Tile::kScaleLog2, -m_ref));
+                float hi = exp2f(fmaf(s[j][2 * r + 1], Tile::kScaleLog2, -m_ref));
                 l[r] += lo;
                 l[r] += hi;
-                if (kDropout)  // dropped elements become 0 (repacking the kept ones is exact)
-                    two = attn_pack2f<floatX>((keep >> (4 * j + 2 * r)) & 1 ? lo : 0.f,
-                                              (keep >> (4 * j + 2 * r + 1)) & 1 ? hi : 0.f);
-                pa[j / 2][2 * (j % 2) + r] = two;
+                if (kDropout) {  // dropped elements become 0
+                    lo = (keep >> (4 * j + 2 * r)) & 1 ? lo : 0.f;
+                    hi = (keep >> (4 * j + 2 * r + 1)) & 1 ? hi : 0.f;
+                }
+                pa[j / 2][2 * (j % 2) + r] = attn_pack2f<floatX>(lo, hi);
             }
         }
         attn_mma_xy<floatX, 64, HS>(acc, [&](int kk) -> const uint32_t(&)[4] { return pa[kk]; }, Vs, Tile::kLd);
