@@ -88,7 +88,7 @@ jstr() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "${s//$'\t'/ }"; 
 jnum() { [[ "$1" =~ ^-?[0-9.]+([eE][-+]?[0-9]+)?$ ]] && printf '%s' "$1" || printf 'null'; }
 join() { local IFS=,; echo "$*"; }
 test_json=() san_json=() gpt_json=() agree_json=() bert_json=() sweep_json=() moe_json=() skipped_json=()
-tests_passed=0 tests_failed=0 torch_json=null profile_json=null
+tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metrics_json=null
 ours_fwd= ours_bwd= ours_gemm= fp8_accum=
 failures=$build_failures
 write_json() {  # "final" once every part has run or been skipped
@@ -105,6 +105,7 @@ write_json() {  # "final" once every part has run or been skipped
         printf ' "gpt2_d12":{"batch":16,"seq":1024,"steps":%s,"runs":[%s],"agreement_with_fp32":[%s]},\n' \
             "$steps" "$(join "${gpt_json[@]}")" "$(join "${agree_json[@]}")"
         printf ' "profile_gpt2_d12_bf16_step":%s,\n' "$profile_json"
+        printf ' "profile_attention_bf16_ncu_sections":%s,\n' "$attention_metrics_json"
         printf ' "bert_base_classify":{"batch":32,"seq":256,"runs":[%s]},\n' "$(join "${bert_json[@]}")"
         printf ' "ours":{"attention_bf16_causal_fwd_tflops":%s,"attention_bf16_causal_bwd_tflops":%s,"gemm_bf16_tflops":%s,\n' \
             "$(jnum "${ours_fwd:-}")" "$(jnum "${ours_bwd:-}")" "$(jnum "${ours_gemm:-}")"
@@ -188,8 +189,9 @@ pyget() {  # a number out of the torch JSON, by a python expression on `d`
 # --------------------------------------------------------------------------------------------------
 # Where the bf16 step's time goes: the run's third step (the first that only replays CUDA graphs)
 # under Nsight Compute, one kernel at a time, each kernel's duration summed by name
-# (scripts/kernel_profile.py); set against the step time measured above. A diagnosis, not a check:
-# a profiler that cannot run here (no ncu, no access to the counters) is reported, not failed.
+# (scripts/kernel_profile.py); set against the step time measured above. Then what bounds our
+# attention kernels. A diagnosis, not a check: a profiler that cannot run here (no ncu, no access to
+# the counters) is reported, not failed.
 if ! command -v ncu >/dev/null 2>&1; then
     echo "profile: skipped (ncu, Nsight Compute's command line, is not on PATH)"
 elif fits profile 120; then
@@ -206,6 +208,21 @@ elif fits profile 120; then
     else
         echo "  profile: ncu exit $rc, nothing measured: $(head -c 300 "$logs/profile.log") (logs: $logs/profile_run.log)"
         profile_json="{\"error\":$(jstr "ncu exit $rc: $(head -c 300 "$logs/profile.log")")}"
+    fi
+    # Our attention kernels at GPT-2 124M's shape (dev_attention --profile): what bounds each, from
+    # ncu's sections (throughput against the peaks, occupancy, warp states, compute and memory).
+    echo "profile: our bf16 attention, forward and backward (B=8 T=1024 NH=12 HS=64 causal), ncu's sections ..."
+    timeout 300 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --csv --log-file "$logs/attention_ncu.csv" \
+        --clock-control none build/gpu/dev_attention --profile > "$logs/attention_ncu_run.log" 2>&1
+    rc=$?
+    python3 scripts/kernel_profile.py --metrics "$logs/attention_ncu.csv" > "$logs/attention_ncu.log" 2>&1
+    attention_metrics_json=$(grep -m1 '^METRICS_JSON ' "$logs/attention_ncu.log" | sed 's/^METRICS_JSON //')
+    if [[ -n $attention_metrics_json ]]; then
+        grep -v '^METRICS_JSON' "$logs/attention_ncu.log" | sed 's/^/  /'
+    else
+        echo "  attention profile: ncu exit $rc, nothing measured: $(head -c 300 "$logs/attention_ncu.log")"
+        attention_metrics_json="{\"error\":$(jstr "ncu exit $rc: $(head -c 300 "$logs/attention_ncu.log")")}"
     fi
     write_json
 fi

@@ -1,15 +1,22 @@
-"""scripts/kernel_profile.py — where one training step's GPU time goes, from Nsight Compute's CSV.
+"""scripts/kernel_profile.py — what Nsight Compute measured, from its CSV (ncu --csv --log-file FILE).
 
-scripts/gpu_check.sh profiles one step of train_gpt2 (--profile-step) under
-`ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --log-file FILE`; this sums the
-durations per kernel name over the step's launches, largest first, and prints each kernel's share of
-the step. ncu runs the kernels one at a time, so the sum is the step's busy time with no overlap;
-given the step's measured time (--step-ms, from an unprofiled run of the same shape), the rest is
-time the GPU spent idle between kernels (launch gaps, host waits).
+Time per kernel: scripts/gpu_check.sh profiles one step of train_gpt2 (--profile-step) under
+`ncu --profile-from-start off --metrics gpu__time_duration.sum`; this sums the durations per kernel
+name over the step's launches, largest first, and prints each kernel's share of the step. ncu runs
+the kernels one at a time, so the sum is the step's busy time with no overlap; given the step's
+measured time (--step-ms, from an unprofiled run of the same shape), the rest is time the GPU spent
+idle between kernels (launch gaps, host waits).
 
     python3 scripts/kernel_profile.py NCU_CSV [--step-ms MS] [--top N]
 
 Prints a table, then one line `PROFILE_JSON {...}` with every kernel's figures.
+
+Sections per launch (--metrics): for ncu runs with --section (gpu_check: the attention kernels'
+throughput, occupancy, warp states, compute and memory workloads), one line per launch with the
+figures that say what bounds a kernel, then one line `METRICS_JSON [...]` with every metric of every
+launch ("section / metric": "value unit").
+
+    python3 scripts/kernel_profile.py --metrics NCU_CSV
 """
 import argparse
 import csv
@@ -21,23 +28,47 @@ UNITS_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1
             "s": 1e6}
 
 
-def read_durations(path):
-    """[(kernel name, microseconds)] for every gpu__time_duration.sum row of the ncu CSV at path."""
+# The figures --metrics prints per launch (where the ncu version names them so): time, how busy the SMs
+# and DRAM were against their peaks, occupancy, and the cycles between a warp's instructions.
+BRIEF = ["Duration", "Compute (SM) Throughput", "DRAM Throughput", "Achieved Occupancy", "Issue Slots Busy",
+         "Warp Cycles Per Issued Instruction"]
+
+
+def read_rows(path):
+    """ncu's CSV rows at path as dicts by column name (its header row found past ncu's own messages)."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     header = next((i for i, r in enumerate(rows) if "Kernel Name" in r and "Metric Value" in r), None)
     if header is None:
         raise ValueError(f"{path}: no ncu CSV header (a row with 'Kernel Name' and 'Metric Value')")
-    col = {name: k for k, name in enumerate(rows[header])}
+    names = rows[header]
+    return [dict(zip(names, r)) for r in rows[header + 1:] if len(r) == len(names)]
+
+
+def read_metrics(path):
+    """[{"id", "kernel", "metrics": {"section / metric": "value unit"}}] per launch, in launch order."""
+    launches = {}
+    for r in read_rows(path):
+        if not r.get("Metric Name"):
+            continue  # a rule's advice, not a measurement
+        launch = launches.setdefault(r["ID"], {"id": r["ID"], "kernel": r["Kernel Name"], "metrics": {}})
+        unit = r.get("Metric Unit", "").strip()
+        launch["metrics"][f"{r.get('Section Name', '')} / {r['Metric Name']}"] = \
+            r["Metric Value"] + (" " + unit if unit else "")
+    return sorted(launches.values(), key=lambda l: int(l["id"]) if l["id"].isdigit() else 0)
+
+
+def read_durations(path):
+    """[(kernel name, microseconds)] for every gpu__time_duration.sum row of the ncu CSV at path."""
     out = []
-    for r in rows[header + 1:]:
-        if len(r) != len(rows[header]) or r[col["Metric Name"]] != "gpu__time_duration.sum":
-            continue  # ncu's own messages between the rows, other metrics
-        unit = r[col["Metric Unit"]].strip()
+    for r in read_rows(path):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue  # other metrics
+        unit = r["Metric Unit"].strip()
         if unit not in UNITS_US:
             raise ValueError(f"{path}: duration unit '{unit}' is not one of {', '.join(UNITS_US)}")
-        value = float(r[col["Metric Value"]].replace(",", ""))  # some ncu versions group thousands
-        out.append((r[col["Kernel Name"]], value * UNITS_US[unit]))
+        value = float(r["Metric Value"].replace(",", ""))  # some ncu versions group thousands
+        out.append((r["Kernel Name"], value * UNITS_US[unit]))
     return out
 
 
@@ -57,13 +88,29 @@ def summarize(durations, step_ms=None):
     return summary
 
 
+def print_metrics(launches):
+    """One line per launch: its kernel and the BRIEF figures it has; then METRICS_JSON."""
+    for l in launches:
+        brief = {m.split(" / ", 1)[1]: v for m, v in l["metrics"].items()}
+        figures = ", ".join(f"{name} {brief[name]}" for name in BRIEF if name in brief)
+        print(f"{l['kernel'][:60]}: {figures or 'none of ' + ', '.join(BRIEF)}")
+    print("METRICS_JSON " + json.dumps(launches, separators=(",", ":")))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", help="ncu's CSV output (--csv --log-file FILE)")
     ap.add_argument("--step-ms", type=float, default=None, help="the step's time measured without the profiler")
     ap.add_argument("--top", type=int, default=20, help="kernels listed in the table (the JSON has all)")
+    ap.add_argument("--metrics", action="store_true", help="every metric per launch (ncu run with --section)")
     a = ap.parse_args()
     try:
+        if a.metrics:
+            launches = read_metrics(a.csv)
+            if not launches:
+                raise ValueError(f"{a.csv}: no metrics (did the profiled kernels run?)")
+            print_metrics(launches)
+            return 0
         s = summarize(read_durations(a.csv), a.step_ms)
     except (OSError, ValueError) as e:
         print(f"kernel_profile: {e}", file=sys.stderr)

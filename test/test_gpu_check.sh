@@ -56,10 +56,21 @@ stub_machine() {  # the sandbox's root
 echo "NVIDIA H100 80GB HBM3, 9.0, 81559 MiB, 580.159.04"
 X
     printf '#!/bin/sh\n' | stub "$sb/bin/make"
-    # ncu: one step of three launches, in three units, one with a thousands separator
+    # ncu: with --section, two launches' sections (a rule's advice row among them); else one step of
+    # three launches, in three units, one with a thousands separator
     stub "$sb/bin/ncu" <<'X'
 #!/bin/sh
-while [ $# -gt 0 ]; do [ "$1" = --log-file ] && log=$2; shift; done
+sections=
+while [ $# -gt 0 ]; do [ "$1" = --log-file ] && log=$2; [ "$1" = --section ] && sections=1; shift; done
+if [ -n "$sections" ]; then cat > "$log" <<'C'
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value","Rule Name","Rule Type","Rule Description"
+"0","1","dev_attention","h","attention_forward_mma_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","GPU Speed Of Light Throughput","Duration","usecond","95.10","","",""
+"0","1","dev_attention","h","attention_forward_mma_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","GPU Speed Of Light Throughput","DRAM Throughput","%","3.25","","",""
+"0","1","dev_attention","h","attention_forward_mma_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","GPU Speed Of Light Throughput","","","","SOLBottleneck","OPT","advice"
+"1","1","dev_attention","h","attention_backward_mma_kernel","1","7","(128, 1, 1)","(6, 12, 8)","0","9.0","Occupancy","Achieved Occupancy","%","11.9","","",""
+C
+exit 0
+fi
 cat > "$log" <<'C'
 ==PROF== Connected to process 1 (train_gpt2)
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
@@ -115,6 +126,9 @@ check "... its JSON: finished, 5 GPT-2 runs (ms per step after the first), 4 agr
 check "... the profile: kernels summed by name over units, largest first, idle share of the step" 0 \
     "3 4.5 [('nvjet_hsh_256x128', 1, 2500.0), ('attention_forward', 2, 2000.0)] 0.9118" \
     json_field 'd["profile_gpt2_d12_bf16_step"]["launches"], d["profile_gpt2_d12_bf16_step"]["busy_ms"], [(k["kernel"], k["launches"], k["us"]) for k in d["profile_gpt2_d12_bf16_step"]["kernels"]], d["profile_gpt2_d12_bf16_step"]["idle_share"]'
+check "... the attention kernels' ncu sections, per launch" 0 \
+    "[('attention_forward_mma_kernel', {'GPU Speed Of Light Throughput / Duration': '95.10 usecond', 'GPU Speed Of Light Throughput / DRAM Throughput': '3.25 %'}), ('attention_backward_mma_kernel', {'Occupancy / Achieved Occupancy': '11.9 %'})]" \
+    json_field '[(l["kernel"], l["metrics"]) for l in d["profile_attention_bf16_ncu_sections"]]'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --budget 110 on the stub machine skips the parts that would overrun it" 0 \
     "skipped for --budget 110: profile sanitizer moe" env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh" --budget 110

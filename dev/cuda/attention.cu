@@ -31,15 +31,21 @@
 // Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
 // then times each variant at one shape, then llmc's kernels over FlashAttention-2's benchmark shapes
 // ("sweep" lines, which make gpu-check collects; dev/cuda/README.md).
+// With --profile it only runs llmc's bf16 forward and backward once at GPT-2 124M's shape (causal),
+// after a warm-up, between cudaProfilerStart and cudaProfilerStop: for a profiler started with
+// collection off (make gpu-check: ncu --profile-from-start off, its throughput, occupancy and stall
+// sections).
 #include "../../llmc/attention.cuh"
 #include "../../llmc/mfu.h"
 #include "../../test/harness.h"
 #include "common.h"
 
+#include <cuda_profiler_api.h>
 #include <mma.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -586,7 +592,38 @@ void sweep(const std::vector<int>& seq_lens, int tokens, int channels, int reps)
             for (int T : seq_lens) sweep_point<floatX>(tokens / T, T, channels / HS, HS, causal, reps);
 }
 
-int main() {
+// One bf16 causal forward and backward of llmc's kernels between cudaProfilerStart and cudaProfilerStop,
+// after a warm-up pass (which loads the module and sets the kernels' shared-memory limits).
+void profile_pass(int B, int T, int NH, int HS) {
+    const int C = NH * HS;
+    BenchTensors<__nv_bfloat16> bt(B, T, C, NH);
+    auto pass = [&] {
+        attention_forward(bt.out.ptr, bt.lse.ptr, bt.qkv.ptr, B, T, C, NH, true, nullptr, 0);
+        attention_backward(bt.dqkv.ptr, bt.dout.ptr, bt.qkv.ptr, bt.out.ptr, bt.lse.ptr, bt.scratch.ptr, B, T, C, NH,
+                           true, nullptr, 0);
+    };
+    pass();
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaProfilerStart());
+    pass();
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaProfilerStop());
+    printf("profiled: llmc's bf16 attention forward and backward, B=%d T=%d NH=%d HS=%d causal\n", B, T, NH, HS);
+}
+
+int main(int argc, char** argv) {
+    if (argc == 2 && strcmp(argv[1], "--profile") == 0) {
+#if defined(SIMT_CPU)
+        profile_pass(1, 128, 2, 64);  // no profiler attaches to the CPU backend: a small shape
+#else
+        profile_pass(8, 1024, 12, 64);
+#endif
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "usage: %s [--profile]\n", argv[0]);
+        return 2;
+    }
     // Validation: T not a multiple of the 64-row tile, every head size, causal and padded.
     const std::vector<Shape> shapes = {
         {2, 100, 64, 4, true, {}},         // HS = 16
