@@ -73,8 +73,10 @@
 // splits · B·T·C fp32 (GPT-2 124M at B = 8, T = 1024: 6 slices, 151 MB, reused by every layer; as
 // splits · B·NH < 512 + B·NH, always below (512 + B·NH)·T·HS floats: one fp32 copy of a (B,T,C)
 // activation plus 512·T·HS floats), and a read-modify-write of the query tile's dQ rows (kColsB × HS
-// fp32 per block) per tile pair where FlashAttention-2 issues atomics. The fp32 backward instead runs
-// a separate dQ kernel over query tiles (7 products).
+// fp32 per block) per tile pair where FlashAttention-2 issues atomics: fire-and-forget for the
+// atomics, a load the adds wait for here, so the rows are prefetched into L2 as the pair begins and
+// its products hide the trip to DRAM. The fp32 backward instead runs a separate dQ kernel over query
+// tiles (7 products).
 #pragma once
 #include "cuda_common.h"
 #include "dropout.cuh"
@@ -1039,6 +1041,12 @@ __global__ void __launch_bounds__(128, 2)
             __syncthreads();  // tile it is visible to all, every warp is done with the other stage
             if (it + 1 < tiles) load_queries(st ^ 1, q0 + NQ, min(NQ, valid - q0 - NQ));
             cp_async_commit();
+            // Past the block's first key tile, this iteration ends by adding to the tile's dQ rows in
+            // the block's slice (NQ·HS contiguous floats): start bringing them into L2 now, one 128-byte
+            // line per thread, so that the adds find them there instead of waiting for DRAM.
+            static_assert(NQ * HS / 32 <= Tile::kThreads, "a line per thread at most");
+            if (kt != split && (int)threadIdx.x < NQ * HS / 32 && q0 + (int)threadIdx.x * 32 / HS < valid)
+                prefetch_l2(dq_bh + (size_t)q0 * HS + 32 * threadIdx.x);
             uint32_t abuf[4];  // an A fragment fetched from shared memory
             if (active) {
                 const uint32_t keep = kDropout ? attn_mma_dropout_bits<true, NQ>(drop, bh, key0, q0) : ~0u;

@@ -1,4 +1,4 @@
-// llmc/tensor_core.cuh — tensor-core primitives for hand-written kernels: mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate), ldmatrix (x1/x2/x4, .trans) and cp.async (16 bytes, commit/wait groups).
+// llmc/tensor_core.cuh — tensor-core primitives for hand-written kernels: mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate), ldmatrix (x1/x2/x4, .trans), cp.async (16 bytes, commit/wait groups) and an L2 prefetch.
 //
 // On a GPU each function is its PTX instruction (inline asm; sm_80 or newer). On the CPU backend
 // each is a warp collective that implements the PTX ISA's per-thread fragment layouts exactly
@@ -29,6 +29,9 @@
 //       group; cp_async_wait<N>() waits until at most the newest N of its groups are pending. A copy
 //       is visible to its own thread only after the wait for its group, and to others after that
 //       wait and a barrier (__syncthreads) that follows it.
+//   prefetch_l2(gmem)              per thread; starts bringing the 128-byte line of global memory at
+//       gmem into L2 and returns at once (no register waits for it): a later load of the line finds it
+//       there instead of waiting for DRAM. A hint: it changes no value.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -110,6 +113,7 @@ __device__ inline void cp_async_16_zfill(void* smem, const void* gmem, int src_b
                  : : "r"(shared_address(smem)), "l"(gmem), "r"(src_bytes) : "memory");
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" : : : "memory"); }
+__device__ inline void prefetch_l2(const void* gmem) { asm volatile("prefetch.global.L2 [%0];\n" : : "l"(gmem)); }
 template <int N>
 __device__ inline void cp_async_wait() {
     static_assert(N >= 0, "cp_async_wait<N>: N is how many of the newest groups may stay pending");

@@ -529,6 +529,11 @@ __global__ void cp_async_to_global_kernel(char* dst, const char* src) {
     cp_async_wait<0>();
 }
 
+__global__ void prefetch_shared_kernel() {
+    __shared__ float buf[32];
+    prefetch_l2(&buf[threadIdx.x]);  // prefetch.global.L2 of a shared-memory address
+}
+
 static void test_faults() {
     if (!th::can_run_fault_tests()) return;
     th::DeviceBuffer<uint32_t> dout(32);
@@ -543,6 +548,8 @@ static void test_faults() {
                      [&] { cudaLaunchKernelEx(&warp, cp_async_misaligned_kernel, (const char*)dsrc.ptr); });
     th::expect_fault("fault: cp.async into global memory", "it must be shared memory",
                      [&] { cudaLaunchKernelEx(&warp, cp_async_to_global_kernel, ddst.ptr, (const char*)dsrc.ptr); });
+    th::expect_fault("fault: L2 prefetch of shared memory", "must be global (device) memory",
+                     [&] { cudaLaunchKernelEx(&warp, prefetch_shared_kernel); });
 }
 #endif
 

@@ -982,6 +982,14 @@ void cp_async_16(void* dst, const void* src, int src_bytes, const char* file, in
     t->async_copies.push_back({dst, src, src_bytes, t->async_groups});
 }
 
+void prefetch_l2(const void* p, const char* file, int line) {
+    if (!is_device_memory(p)) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "prefetch.global.L2 of %p: the address must be global (device) memory", p);
+        fault(msg, file, line);
+    }
+}
+
 void cp_async_commit(const char* file, int line) {
     async_caller("cp.async.commit_group", file, line)->async_groups++;
 }

@@ -95,6 +95,8 @@ void* dynamic_shared_memory();
 void cp_async_16(void* dst, const void* src, int src_bytes, const char* file, int line);
 void cp_async_commit(const char* file, int line);
 void cp_async_wait(int pending_groups, const char* file, int line);
+// prefetch.global.L2 for llmc/tensor_core.cuh: no cache to warm here; a fault unless p is global memory.
+void prefetch_l2(const void* p, const char* file, int line);
 
 // Stops the run with a message naming the kernel, block and thread (used by __trap and faults).
 [[noreturn]] void fault(const char* what, const char* file, int line);

@@ -179,7 +179,7 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row, const char* fil
 
 // ----------------------------------------------------------------------------
 // cp.async.cg.shared.global (16 bytes, and its src-size form), commit_group, wait_group: see
-// scheduler.cpp ("cp.async")
+// scheduler.cpp ("cp.async"); prefetch.global.L2 (a check of the address space, nothing to warm)
 
 inline void cp_async_16(void* smem, const void* gmem, const char* file = __builtin_FILE(),
                         int line = __builtin_LINE()) {
@@ -188,6 +188,9 @@ inline void cp_async_16(void* smem, const void* gmem, const char* file = __built
 inline void cp_async_16_zfill(void* smem, const void* gmem, int src_bytes, const char* file = __builtin_FILE(),
                               int line = __builtin_LINE()) {
     simt::cp_async_16(smem, gmem, src_bytes, file, line);
+}
+inline void prefetch_l2(const void* gmem, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    simt::prefetch_l2(gmem, file, line);
 }
 inline void cp_async_commit(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     simt::cp_async_commit(file, line);
