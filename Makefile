@@ -126,7 +126,8 @@ help:
 	@echo "make train_bert     build the BERT trainer (classification fine-tuning, MLM pretraining; same targets)"
 	@echo "make test           build and run the whole CPU-backend suite + nvcc compile checks for CUDA_ARCHS"
 	@echo "make test-asan      the CPU suite under AddressSanitizer + UBSan"
-	@echo "make gpu-check      on a machine with an NVIDIA GPU: the acceptance run (tests, sanitizers, training in every precision, PyTorch beside it)"
+	@echo "make gpu-check      on a machine with an NVIDIA GPU: the acceptance run (tests, sanitizers, training in every precision, PyTorch beside it);"
+	@echo "                    GPU_CHECK_ARGS='--budget 480 --json FILE' passes options (scripts/gpu_check.sh --help)"
 	@echo "make test-nvcc      only the nvcc compile checks (CUDA_ARCHS='$(CUDA_ARCHS)')"
 	@echo "make bench          CPU-backend cost per kernel vs plain C++, then training throughput (scripts/bench_gpt2.sh)"
 	@echo "make tokenize       build the text -> token shards tool, $(BUILD)/tokenize (dev/data/README.md)"
@@ -233,7 +234,7 @@ test-gpu:
 	@BUILD_DIR=$(BUILD)/gpu TESTS="$(GPU_TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
 
 gpu-check:
-	@scripts/gpu_check.sh
+	@scripts/gpu_check.sh $(GPU_CHECK_ARGS)
 
 test-nvcc:
 	@BUILD_DIR= TESTS= NVCC="$(NVCC)" CUDA_ARCHS="$(CUDA_ARCHS)" NVCC_CHECK_FLAGS="$(NVCC_CHECK_FLAGS)" \

@@ -12,7 +12,8 @@
 # The parts run most telling first: the build, attention, GPT-2 bf16, PyTorch's step, the profile,
 # the kernel tests, the GEMMs, GPT-2 in the other precisions, BERT, the sanitizers, MoE. --budget S
 # (a lent GPU's time limit): a part whose usual time would end past S seconds is skipped and named in
-# the JSON. The JSON is rewritten after every part, so a run cut short keeps what it measured.
+# the JSON, and no command runs past S. The JSON is rewritten after every part, so a run cut short
+# keeps what it measured.
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
 set -u
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ while [[ $# -gt 0 ]]; do
         --budget) budget="${2:?--budget needs a number of seconds}"; shift 2 ;;
         --skip-sanitizer) sanitize=; shift ;;
         --skip-torch) torch_bench=; shift ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu_check: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
@@ -52,12 +53,26 @@ echo "gpu_check: $gpu_name (compute capability $gpu_cc, $gpu_mem, driver $gpu_dr
 
 # --------------------------------------------------------------------------------------------------
 # The budget: a part runs only if its usual time on an H100 (rounded up) ends inside --budget.
+# Each command's time limit is also capped by what is left of the budget, so a part that runs long
+# (a hung profiler, a slow GPU) cannot carry the run past it; a loop stops where the budget runs out.
 skipped=()
 fits() {  # a part's name, its usual seconds: 0 (run it) or 1 (skipped, and said so)
     [[ $budget -eq 0 || $(( $(elapsed) + $2 )) -le $budget ]] && return 0
     echo "skipped: $1 (takes about $2 s; $(( budget - $(elapsed) )) s of --budget $budget left)"
     skipped+=("$1")
     return 1
+}
+cap() {  # a command's time limit: $1 seconds, or what is left of --budget if less (at least 10)
+    local left=$(( budget - $(elapsed) ))
+    [[ $budget -eq 0 ]] && left=$1
+    (( left < 10 )) && left=10
+    (( left < $1 )) && echo "$left" || echo "$1"
+}
+out_of_budget() {  # inside a loop of part $1: whether under 10 s of the budget are left (then said so)
+    [[ $budget -eq 0 || $(( budget - $(elapsed) )) -ge 10 ]] && return 1
+    echo "  $1: --budget $budget ran out; the rest skipped"
+    skipped+=("$1 (cut short)")
+    return 0
 }
 
 # --------------------------------------------------------------------------------------------------
@@ -125,7 +140,7 @@ flops_of() {  # the TFLOP/s on the first line of $1 after the section header mat
         in_sec && index($0, key) { for (i = 1; i < NF; i++) if ($(i + 1) == "TFLOP/s") { print $i; exit } }' "$1"
 }
 if fits attention 60; then
-    timeout 300 build/gpu/dev_attention > "$logs/dev_attention.log" 2>&1 || failures=$((failures + 1))
+    timeout "$(cap 300)" build/gpu/dev_attention > "$logs/dev_attention.log" 2>&1 || failures=$((failures + 1))
     ours_fwd=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "forward (llmc, flash)")
     ours_bwd=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward (llmc, flash)")
     mapfile -t sweep_json < <(awk -f scripts/attention_sweep.awk "$logs/dev_attention.log")
@@ -141,7 +156,7 @@ fi
 declare -A loss1 lossN step_ms
 gpt2_run() {  # precision
     local p=$1 log="$logs/gpt2_$1.log" rc why l1 lN tok mfu ms mem
-    timeout 300 build/gpu/train_gpt2 -e d12 -b 16 -t 1024 -x "$steps" -v 0 -g 0 --precision "$p" > "$log" 2>&1
+    timeout "$(cap 300)" build/gpu/train_gpt2 -e d12 -b 16 -t 1024 -x "$steps" -v 0 -g 0 --precision "$p" > "$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 ]]; then
         why=$(grep -m1 -iE "error|refus|need|not supported" "$log")
@@ -175,7 +190,7 @@ elif ! python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>
     echo "PyTorch: not compared (python3 has no torch with CUDA)"
 elif fits pytorch 200; then
     echo "PyTorch: bf16 GEMM, SDPA (flash, cuDNN), GPT-2 124M step (compile, bf16 autocast, fused AdamW) ..."
-    timeout 400 python3 dev/torch_bench.py --batch 16 --seq 1024 --steps 10 > "$logs/torch.log" 2>&1
+    timeout "$(cap 400)" python3 dev/torch_bench.py --batch 16 --seq 1024 --steps 10 > "$logs/torch.log" 2>&1
     grep -v '^TORCH_JSON' "$logs/torch.log" | tail -4 | sed 's/^/  /'
     torch_json=$(grep -m1 '^TORCH_JSON ' "$logs/torch.log" | sed 's/^TORCH_JSON //')
     [[ -z $torch_json ]] && torch_json=null
@@ -196,7 +211,7 @@ if ! command -v ncu >/dev/null 2>&1; then
     echo "profile: skipped (ncu, Nsight Compute's command line, is not on PATH)"
 elif fits profile 120; then
     echo "profile: one GPT-2 d12 bf16 step (B=16 T=1024) under ncu ..."
-    timeout 300 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --log-file "$logs/profile.csv" \
+    timeout "$(cap 300)" ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --log-file "$logs/profile.csv" \
         --clock-control none --cache-control none build/gpu/train_gpt2 -e d12 -b 16 -t 1024 -x 3 -v 0 -g 0 \
         --precision bf16 --profile-step 3 > "$logs/profile_run.log" 2>&1
     rc=$?
@@ -212,7 +227,7 @@ elif fits profile 120; then
     # Our attention kernels at GPT-2 124M's shape (dev_attention --profile): what bounds each, from
     # ncu's sections (throughput against the peaks, occupancy, warp states, compute and memory).
     echo "profile: our bf16 attention, forward and backward (B=8 T=1024 NH=12 HS=64 causal), ncu's sections ..."
-    timeout 300 ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    timeout "$(cap 300)" ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --csv --log-file "$logs/attention_ncu.csv" \
         --clock-control none build/gpu/dev_attention --profile > "$logs/attention_ncu_run.log" 2>&1
     rc=$?
@@ -233,8 +248,15 @@ if fits tests 100; then
     echo "kernel tests (${#tests[@]}; the ${ranks_tests// /, } tests need several GPUs: skipped) ..."
     for t in "${tests[@]}"; do
         [[ -x build/gpu/test_$t ]] || continue  # counted with the build's failures
-        timeout 120 "build/gpu/test_$t" > "$logs/test_$t.log" 2>&1
+        out_of_budget tests && break
+        limit=$(cap 120)
+        timeout "$limit" "build/gpu/test_$t" > "$logs/test_$t.log" 2>&1
         rc=$?
+        if [[ $rc -eq 124 && $limit -lt 120 ]]; then  # stopped by the budget, not by its own limit
+            echo "  test_$t: stopped at --budget $budget; it and the rest skipped"
+            skipped+=("tests (cut short)")
+            break
+        fi
         tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$logs/test_$t.log" | tail -1)
         p=$(echo "$tally" | awk '{print $1}') f=$(echo "$tally" | awk '{print $3}')
         p=${p:-0} f=${f:-0}
@@ -252,7 +274,7 @@ fi
 # Our GEMMs (dev/cuda/matmul.cu): the MLP up-projection, and how many bits the fp8 GEMM keeps while
 # it accumulates.
 if fits gemm 40; then
-    timeout 300 build/gpu/dev_matmul > "$logs/dev_matmul.log" 2>&1 || failures=$((failures + 1))
+    timeout "$(cap 300)" build/gpu/dev_matmul > "$logs/dev_matmul.log" 2>&1 || failures=$((failures + 1))
     # "bf16 variant 3" is the production path: matmul_forward, cuBLASLt with the bias+GELU epilogue.
     ours_gemm=$(awk '$1 == "bf16" && $2 == "variant" && $3 == "3" { for (i = 1; i < NF; i++) if ($(i + 1) == "TFLOP/s") { print $i; exit } }' \
         "$logs/dev_matmul.log")
@@ -295,8 +317,9 @@ write_json
 if fits bert 80; then
     echo "BERT-base classification, T=256 B=32, per precision ..."
     for p in fp32 tf32 bf16 fp16; do
+        out_of_budget bert && break
         log="$logs/bert_$p.log"
-        timeout 300 build/gpu/train_bert --bench --config base -b 32 --max-steps 8 --task classify -t 256 \
+        timeout "$(cap 300)" build/gpu/train_bert --bench --config base -b 32 --max-steps 8 --task classify -t 256 \
             --precision "$p" > "$log" 2>&1
         rc=$?
         line=$(grep -E '^bench [|]' "$log" | tail -1)
@@ -318,7 +341,7 @@ elif fits sanitizer 160; then
     pids=()
     for tool in memcheck racecheck synccheck; do
         for t in attention layernorm matmul fused_classifier; do
-            timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 99 "build/gpu/test_$t" \
+            timeout "$(cap 150)" compute-sanitizer --tool "$tool" --error-exitcode 99 "build/gpu/test_$t" \
                 > "$logs/san_${tool}_$t.log" 2>&1 &
             pids+=("$!:$tool:$t")
         done
@@ -346,7 +369,7 @@ fi
 # the same steps, batch and learning rate (scripts/bench_moe.sh): parameters, tokens/s, val loss.
 if fits moe 120; then
     echo "dense vs MoE GPT-2 124M, bf16, B=8 T=1024, 20 steps each (scripts/bench_moe.sh) ..."
-    TRAIN_GPT2=build/gpu/train_gpt2 BENCH_JSON="$logs/bench_moe.jsonl" timeout 300 scripts/bench_moe.sh 20 \
+    TRAIN_GPT2=build/gpu/train_gpt2 BENCH_JSON="$logs/bench_moe.jsonl" timeout "$(cap 300)" scripts/bench_moe.sh 20 \
         > "$logs/bench_moe.log" 2>&1 || failures=$((failures + 1))
     mapfile -t moe_json < <(cat "$logs/bench_moe.jsonl" 2>/dev/null)
     sed -n '/^model /,$p' "$logs/bench_moe.log" | sed 's/^/  /'
