@@ -12,8 +12,8 @@
 # The parts run most telling first: the build, attention, GPT-2 bf16, PyTorch's step, the profile,
 # the kernel tests, the GEMMs, GPT-2 in the other precisions, BERT, the sanitizers, MoE. --budget S
 # (a lent GPU's time limit): a part whose usual time would end past S seconds is skipped and named in
-# the JSON, and no command runs past S. The JSON is rewritten after every part, so a run cut short
-# keeps what it measured.
+# the JSON, and each command's time limit is cut to what is left of S. The JSON is rewritten after every
+# part, so a run cut short keeps what it measured.
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
 set -u
 cd "$(dirname "$0")/.."
