@@ -151,19 +151,26 @@ fi
 
 # --------------------------------------------------------------------------------------------------
 # GPT-2 d12 (124M), B=16, T=1024, $steps steps from the same random initialization and data in every
-# precision (bf16 first, the rest later). Per run: step-1 loss, last loss, tokens/s, MFU and ms per
-# step (means of the steps after the first), device memory in use after the first step.
+# precision (bf16 first, the rest later), and bf16 at 65536 tokens per step with the largest
+# micro-batch that fits (-b auto: B=64 on an 80 GB card, llm.c's setting for its MFU figures). Per
+# run: step-1 loss, last loss, tokens/s, MFU and ms per step (means of the steps after the first),
+# device memory in use after the first step.
 declare -A loss1 lossN step_ms
-gpt2_run() {  # precision
-    local p=$1 log="$logs/gpt2_$1.log" rc why l1 lN tok mfu ms mem
-    timeout "$(cap 300)" build/gpu/train_gpt2 -e d12 -b 16 -t 1024 -x "$steps" -v 0 -g 0 --precision "$p" > "$log" 2>&1
+gpt2_run() {  # a name for the run, its precision, the batch options (default -b 16)
+    local key=$1 p=$2 log="$logs/gpt2_$1.log" rc why l1 lN tok mfu ms mem batch
+    shift 2
+    local batch_args=(-b 16)
+    [[ $# -gt 0 ]] && batch_args=("$@")
+    timeout "$(cap 300)" build/gpu/train_gpt2 -e d12 "${batch_args[@]}" -t 1024 -x "$steps" -v 0 -g 0 --precision "$p" \
+        > "$log" 2>&1
     rc=$?
+    batch=$(sed -n 's/^batch: B=\([0-9]*\) T=1024, \([0-9]*\) micro-step.*/\1 x \2/p' "$log" | head -1)
     if [[ $rc -ne 0 ]]; then
         why=$(grep -m1 -iE "error|refus|need|not supported" "$log")
         [[ $rc -eq 124 ]] && why="timed out"
-        echo "  $p: exit $rc: ${why:-see $log}"
+        echo "  $key: exit $rc: ${why:-see $log}"
         [[ $p != fp8 || $arch -ge 89 ]] && failures=$((failures + 1))
-        gpt_json+=("{\"precision\":$(jstr "$p"),\"exit\":$rc,\"error\":$(jstr "${why:-}")}")
+        gpt_json+=("{\"run\":$(jstr "$key"),\"precision\":$(jstr "$p"),\"exit\":$rc,\"error\":$(jstr "${why:-}")}")
         return
     fi
     read -r l1 lN tok mfu ms <<< "$(awk -F' [|] ' '/^step +[0-9]+\/[0-9]+ [|]/ {
@@ -172,13 +179,19 @@ gpt2_run() {  # precision
             if (n > 1) { tok += $6; mfu += $7; ms += $5; k++ } }
         END { printf "%s %s %.0f %.1f %.3f\n", first, last, k ? tok / k : 0, k ? mfu / k : 0, k ? ms / k : 0 }' "$log")"
     mem=$(grep -oE 'memory in use after the first step: [0-9.]+ MiB' "$log" | grep -oE '[0-9.]+' | head -1)
-    loss1[$p]=$l1 lossN[$p]=$lN step_ms[$p]=$ms
-    gpt_json+=("{\"precision\":$(jstr "$p"),\"exit\":0,\"loss_step1\":$(jnum "$l1"),\"loss_last\":$(jnum "$lN"),\"tokens_per_s\":$(jnum "$tok"),\"mfu_percent\":$(jnum "$mfu"),\"ms_per_step\":$(jnum "$ms"),\"memory_mib\":$(jnum "${mem:-}")}")
-    printf "  %-5s loss %s -> %s  %8s tok/s  MFU %5s%%  %s ms/step  %s MiB\n" "$p" "$l1" "$lN" "$tok" "$mfu" "$ms" "${mem:-?}"
+    loss1[$key]=$l1 lossN[$key]=$lN step_ms[$key]=$ms
+    gpt_json+=("{\"run\":$(jstr "$key"),\"precision\":$(jstr "$p"),\"batch\":$(jstr "${batch:-?}"),\"exit\":0,\"loss_step1\":$(jnum "$l1"),\"loss_last\":$(jnum "$lN"),\"tokens_per_s\":$(jnum "$tok"),\"mfu_percent\":$(jnum "$mfu"),\"ms_per_step\":$(jnum "$ms"),\"memory_mib\":$(jnum "${mem:-}")}")
+    printf "  %-8s B=%-7s loss %s -> %s  %8s tok/s  MFU %5s%%  %s ms/step  %s MiB\n" "$key" "${batch:-?}" "$l1" "$lN" \
+        "$tok" "$mfu" "$ms" "${mem:-?}"
 }
 if fits gpt2_bf16 40; then
-    echo "GPT-2 d12, B=16 T=1024, $steps steps, bf16 ..."
-    gpt2_run bf16
+    echo "GPT-2 d12, T=1024, $steps steps, bf16 (B=16) ..."
+    gpt2_run bf16 bf16
+    write_json
+fi
+if fits gpt2_bf16_64k 60; then
+    echo "GPT-2 d12, T=1024, $steps steps, bf16, 65536 tokens per step (-b auto) ..."
+    gpt2_run bf16_64k bf16 -b auto -d 65536
     write_json
 fi
 
@@ -294,7 +307,7 @@ ran_other=
 for p in fp32 tf32 fp16 fp8; do
     if fits "gpt2_$p" "$([[ $p == fp32 ]] && echo 60 || echo 40)"; then
         [[ -z $ran_other ]] && echo "GPT-2 d12, B=16 T=1024, $steps steps, fp32, tf32, fp16, fp8 ..." && ran_other=1
-        gpt2_run "$p"
+        gpt2_run "$p" "$p"
     fi
 done
 if [[ -n "${loss1[fp32]:-}" ]]; then
@@ -382,12 +395,14 @@ echo "| $gpu_name | ours | PyTorch |"
 echo "|---|---|---|"
 [[ ${#test_json[@]} -gt 0 ]] && echo "| kernel tests | $tests_passed passed, $tests_failed failed | |"
 for r in "${gpt_json[@]}"; do
+    key=$(echo "$r" | grep -oE '"run":"[a-z0-9_]+"' | cut -d'"' -f4)
     p=$(echo "$r" | grep -oE '"precision":"[a-z0-9]+"' | cut -d'"' -f4)
+    batch=$(echo "$r" | grep -oE '"batch":"[^"]*"' | cut -d'"' -f4)
     tok=$(echo "$r" | grep -oE '"tokens_per_s":[0-9.]+' | cut -d: -f2)
     mfu=$(echo "$r" | grep -oE '"mfu_percent":[0-9.]+' | cut -d: -f2)
     extra=""
-    [[ $p == bf16 ]] && extra=$(pyget 'd["gpt2_124m_step"]["tokens_per_s"]') && extra=${extra:+$extra tok/s (compile, bf16 autocast)}
-    echo "| GPT-2 124M $p, B=16 T=1024 | ${tok:-failed} tok/s${mfu:+, MFU $mfu%} | $extra |"
+    [[ $key == bf16 ]] && extra=$(pyget 'd["gpt2_124m_step"]["tokens_per_s"]') && extra=${extra:+$extra tok/s (compile, bf16 autocast)}
+    echo "| GPT-2 124M $p, B×micro-steps ${batch:-?}, T=1024 | ${tok:-failed} tok/s${mfu:+, MFU $mfu%} | $extra |"
 done
 if [[ $profile_json == '{"launches"'* ]]; then
     busy=$(echo "$profile_json" | grep -oE '"busy_ms":[0-9.]+' | cut -d: -f2)

@@ -86,6 +86,8 @@ X
     stub "$sb/build/gpu/train_gpt2" <<'X'
 #!/bin/sh
 case "$*" in *fp32*) l=10.98 ;; *) l=10.99 ;; esac
+case "$*" in *"-b auto"*) echo "batch: B=64 T=1024, 1 micro-step -> 65536 tokens per step; 30 steps" ;;
+             *) echo "batch: B=16 T=1024, 1 micro-step -> 16384 tokens per step; 30 steps" ;; esac
 echo "device memory in use after the first step: 1234.5 MiB of 81559.0 MiB"
 echo "step    1/30 | loss $l | norm 1.0 | lr 3.00e-04 | 900.0 ms | 18204 tok/s | MFU 2.0% | eta 0m30s"
 echo "step    2/30 | loss 9.5 | norm 1.0 | lr 3.00e-04 | 50.0 ms | 327680 tok/s | MFU 30.0% | eta 0m30s"
@@ -121,8 +123,8 @@ json_field() {  # a python expression on the sandbox's JSON `d`
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check on a stub GPU machine: every part, no failure" 0 "gpu_check: 0 failure(s)" \
     env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh"
-check "... its JSON: finished, 5 GPT-2 runs (ms per step after the first), 4 agreements, 12 sanitizer runs, the tests" 0 \
-    "True 5 51.0 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+check "... its JSON: finished, 6 GPT-2 runs (ms per step after the first, batch), 4 agreements, 12 sanitizer runs, the tests" 0 \
+    "True 6 51.0 16 x 1 64 x 1 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
 check "... the profile: kernels summed by name over units, largest first, idle share of the step" 0 \
     "3 4.5 [('nvjet_hsh_256x128', 1, 2500.0), ('attention_forward', 2, 2000.0)] 0.9118" \
     json_field 'd["profile_gpt2_d12_bf16_step"]["launches"], d["profile_gpt2_d12_bf16_step"]["busy_ms"], [(k["kernel"], k["launches"], k["us"]) for k in d["profile_gpt2_d12_bf16_step"]["kernels"]], d["profile_gpt2_d12_bf16_step"]["idle_share"]'
@@ -137,8 +139,8 @@ check "... and names them in its JSON" 0 "True ['profile', 'sanitizer', 'moe'] N
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check cut short (killed while BERT runs)" 124 "GPT-2 d12" \
     env PATH="$sb/m/bin:$PATH" STUB_BERT_HANGS=1 timeout 4 "$sb/m/scripts/gpu_check.sh"
-check "... leaves the JSON of the parts before: not finished, 5 GPT-2 runs, the tests, the GEMM" 0 \
-    "False 5 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
+check "... leaves the JSON of the parts before: not finished, 6 GPT-2 runs, the tests, the GEMM" 0 \
+    "False 6 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
 check "kernel_profile.py on a file without ncu's CSV" 1 "no ncu CSV header" python3 "$root/scripts/kernel_profile.py" /dev/null
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
