@@ -16,6 +16,7 @@
 #                      validations run a second time under SIMT_DEVICE=l4, the smallest device
 #                      profile (99 KiB of opt-in shared memory per block, 1536 threads per SM,
 #                      compute capability 8.9); NOT_ON_SMALL_DEVICE names the tests left out
+# test_fp8 and test_cublaslt also run with SIMT_FP8_ACCUMULATION_BITS=13 (a narrow fp8 accumulator).
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -102,6 +103,12 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
             run "dev/cuda/$d.cu (SIMT_DEVICE=$SMALL_DEVICE)" env SIMT_DEVICE="$SMALL_DEVICE" "$BUILD_DIR/dev_$d"
         done
     fi
+    # The fp8 GEMM tests again with a narrow fp8 accumulator, as Hopper's tensor cores have: their
+    # budgets must follow the accumulation the probe measures (test/fp8_accumulation.h), not fp32's.
+    for t in fp8 cublaslt; do
+        [[ " $TESTS " == *" $t "* ]] || continue
+        run "test_$t (SIMT_FP8_ACCUMULATION_BITS=13)" env SIMT_FP8_ACCUMULATION_BITS=13 "$BUILD_DIR/test_$t"
+    done
     run "test_kernel_coverage (scripts/kernel_coverage.py)" bash "$root/test/test_kernel_coverage.sh" "$BUILD_DIR"
     run "test_gpu_check (scripts/gpu_check.sh)" bash "$root/test/test_gpu_check.sh"
     run "test_sass_check (scripts/sass_check.py)" python3 "$root/test/test_sass_check.py"

@@ -16,14 +16,16 @@
 //     grows, as the recipe accepts), bit for bit against the host model;
 //   - the fp8 GEMMs (forward with bias / tanh or erf GELU, dinp with dGELU, dweight accumulation,
 //     dbias) against a double reference computed from the same fp8 values and scales, with the
-//     fp32-accumulation budget; and against the bf16 GEMMs of matmul_forward/matmul_backward within
-//     the bound E4M3/E5M2 rounding allows;
+//     accumulation budget of the precision the device's fp8 GEMM keeps (measured first:
+//     test/fp8_accumulation.h; fp32 on the CPU backend); and against the bf16 GEMMs of
+//     matmul_forward/matmul_backward within the bound E4M3/E5M2 rounding allows;
 //   - the fused GELU routes (bias + GELU and dGELU in cuBLASLt's epilogue): which route each GEMM
 //     takes, the fallback to the unfused route when cuBLASLt refuses the fused GEMMs, and fused
 //     against unfused results;
 //   - determinism under thread orders (th::run_orders) for the cast, the update, and whole layers;
 //   - the refusals: compute capability below 8.9 (fake capabilities), bad shapes and pointers.
 #include "../llmc/matmul.cuh"
+#include "fp8_accumulation.h"
 #include "harness.h"
 
 #include <cfloat>
@@ -462,9 +464,11 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
 
     Quantized qx = quantize(inp, sx, __NV_E4M3), qw = quantize(w, sw, __NV_E4M3), qg = quantize(dout, sg, __NV_E5M2);
     const double eps = th::EPS_BF16;
+    const double kUacc = th::fp8_accumulation().unit;  // the fp8 GEMMs' (test/fp8_accumulation.h)
 
-    // --- Against the double reference from the same fp8 values. Per element: fp32 accumulation of
-    // K terms <= (K+4) u S (S: sum of |terms| times the scales, plus |bias| / |C|), then one
+    // --- Against the double reference from the same fp8 values. Per element: the accumulation of
+    // K terms <= (K+4) u S (S: sum of |terms| times the scales, plus |bias| / |C|; u: the fp8 GEMM's
+    // accumulation unit, fp32's 2^-24 unless the probe measured less, test/fp8_accumulation.h), then one
     // rounding to bf16 (k = 1/2). Where a bias or C is added, cuBLASLt may round the product to bf16
     // first (measured on an H100, see test_cublaslt.cu): half an ulp of bf16 at the product's size.
     std::vector<double> acc, mag;
@@ -475,7 +479,7 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
             size_t i = (size_t)n * OC + o;
             double bias = use_bias ? to_float(b[o]) : 0;
             double v = acc[i] * sxw + bias, S = mag[i] * sxw + std::fabs(bias);
-            double e = (C + 4) * kU32 * S + (use_bias ? 0.5 * eps * std::fabs(acc[i] * sxw) : 0);
+            double e = (C + 4) * kUacc * S + (use_bias ? 0.5 * eps * std::fabs(acc[i] * sxw) : 0);
             pre_ref[i] = v;
             pre_budget[i] = e + 0.5 * eps * std::fabs(v);
             // GELU: the input error (plus the unfused path's rounding of pre to bf16) through
@@ -500,7 +504,7 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
     gemm_nt(qg.q, qwT, N, C, OC, acc, mag);
     std::vector<double> dinp_ref(acc.size()), dinp_budget(acc.size());
     for (size_t i = 0; i < acc.size(); i++) {
-        double v = acc[i] * sgw, e = (OC + 4) * kU32 * mag[i] * sgw;
+        double v = acc[i] * sgw, e = (OC + 4) * kUacc * mag[i] * sgw;
         double d = gelu ? gd(to_float(pre_below[i])) : 1.0;
         dinp_ref[i] = v * d;
         // Unfused dGELU rounds v to bf16 before multiplying by gelu' (computed in fp32, a few ulps).
@@ -518,7 +522,7 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
     for (size_t i = 0; i < acc.size(); i++) {
         double c0 = to_float(dw0[i]);
         dw_ref[i] = c0 + acc[i] * sgx;
-        dw_budget[i] = (N + 4) * kU32 * (mag[i] * sgx + std::fabs(c0)) + 0.5 * eps * std::fabs(acc[i] * sgx) +
+        dw_budget[i] = (N + 4) * kUacc * (mag[i] * sgx + std::fabs(c0)) + 0.5 * eps * std::fabs(acc[i] * sgx) +
                        0.5 * eps * std::fabs(dw_ref[i]);
     }
     snprintf(name, sizeof(name), "matmul_backward_fp8 %s: dweight += vs double ref on the fp8 values", shape);
@@ -571,7 +575,7 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
     for (size_t i = 0; i < o16.size(); i++) {
         ref16[i] = to_float(o16[i]);
         double bias = use_bias ? to_float(b[i % OC]) : 0, v = exact[i] + bias;
-        double D = bound(qerr[i], 2 * (C + 4) * kU32 * (m2[i] + qerr[i] + std::fabs(bias)), std::fabs(v),
+        double D = bound(qerr[i], (C + 4) * (kU32 + kUacc) * (m2[i] + qerr[i] + std::fabs(bias)), std::fabs(v),
                          use_bias ? std::fabs(exact[i]) + qerr[i] : 0);
         double approx = gelu == 1 ? 2 * kGeluEpilogueTanh * std::fabs(v) : 0;
         budget16[i] = gelu ? kGeluLipschitz * D + 16 * kU32 * std::fabs(v) + approx +
@@ -588,7 +592,7 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
     budget16.assign(i16.size(), 0);
     for (size_t i = 0; i < i16.size(); i++) {
         ref16[i] = to_float(i16[i]);
-        double v = std::fabs(exact[i]), D = bound(qerr[i], 2 * (OC + 4) * kU32 * (m2[i] + qerr[i]), v, 0);
+        double v = std::fabs(exact[i]), D = bound(qerr[i], (OC + 4) * (kU32 + kUacc) * (m2[i] + qerr[i]), v, 0);
         double d = gelu ? std::fabs(gd(to_float(pre_below[i]))) : 1.0;
         budget16[i] = gelu ? d * D + 16 * kU32 * d * (v + qerr[i]) + eps * d * (v + D) : D;
     }
@@ -604,7 +608,7 @@ void check_fp8_linear(int N, int C, int OC, bool use_bias, int gelu) {
     for (size_t i = 0; i < w16.size(); i++) {
         ref16[i] = to_float(w16[i]);
         double c0 = to_float(dw0[i]);
-        budget16[i] = bound(qerr[i], 2 * (N + 4) * kU32 * (m2[i] + qerr[i] + std::fabs(c0)), std::fabs(exact[i] + c0),
+        budget16[i] = bound(qerr[i], (N + 4) * (kU32 + kUacc) * (m2[i] + qerr[i] + std::fabs(c0)), std::fabs(exact[i] + c0),
                             std::fabs(exact[i]) + qerr[i]);
     }
     snprintf(name, sizeof(name), "matmul_backward_fp8 %s: dweight vs bf16 layer within the E5M2 x E4M3 bound", shape);
@@ -714,13 +718,14 @@ void check_fp8_gelu_routes(int N, int C, int OC) {
     const float sx = 448.f / host_amax(inp), sw = 448.f / host_amax(w), sg = 57344.f / host_amax(dout);
     const double sxw = (double)(1.f / sw) * (1.f / sx), sgw = (double)(1.f / sw) * (1.f / sg);
     const double eps = th::EPS_BF16;
+    const double kUacc = th::fp8_accumulation().unit;  // the fp8 GEMMs' (test/fp8_accumulation.h)
     Quantized qx = quantize(inp, sx, __NV_E4M3), qw = quantize(w, sw, __NV_E4M3), qg = quantize(dout, sg, __NV_E5M2);
     std::vector<double> acc, mag;
     gemm_nt(qx.q, qw.q, N, OC, C, acc, mag);
     std::vector<double> ref_pre(acc.size()), ref_out(acc.size()), budget_pre(acc.size()), budget_out(acc.size());
     for (size_t i = 0; i < acc.size(); i++) {
         const double bias = to_float(b[i % OC]), p = acc[i] * sxw, v = std::fabs(p + bias);
-        const double dv = (C + 4) * kU32 * (mag[i] * sxw + std::fabs(bias)) + 0.5 * eps * std::fabs(p);
+        const double dv = (C + 4) * kUacc * (mag[i] * sxw + std::fabs(bias)) + 0.5 * eps * std::fabs(p);
         ref_pre[i] = to_float(unfused.pre[i]);
         budget_pre[i] = 2 * dv + eps * (v + dv);
         const double gelu_in = 2 * dv + 0.5 * eps * (v + dv);
@@ -737,7 +742,7 @@ void check_fp8_gelu_routes(int N, int C, int OC) {
     std::vector<double> ref_dinp(acc.size()), budget_dinp(acc.size());
     for (size_t i = 0; i < acc.size(); i++) {
         const double x = to_float(pre_below[i]), p = std::fabs(acc[i] * sgw);
-        const double e = (OC + 4) * kU32 * mag[i] * sgw, dw = e + 0.5 * eps * (p + e);
+        const double e = (OC + 4) * kUacc * mag[i] * sgw, dw = e + 0.5 * eps * (p + e);
         const double du = 0.7978845608028654 * (1 + 3 * 0.044715 * x * x), gd_err = 8 * kU32 * (1 + std::fabs(x) * du);
         const double g = std::fabs(gelu_tanh_grad(x));
         const double d_dinp = (g + gd_err) * 2 * dw + (p + dw) * 2 * gd_err;
@@ -810,6 +815,30 @@ void check_refusals() {
     });
 }
 
+// The probe the fp8 GEMM budgets take their accumulation unit from (test/fp8_accumulation.h). The CPU
+// backend accumulates in fp32, so there it must find every sum exact, or, with
+// SIMT_FP8_ACCUMULATION_BITS=n (a narrow accumulator, as Hopper's), exactly n bits; a GPU's
+// accumulator must keep at least the 8 bits of the probe's first step (fewer would leave the budgets
+// no bound worth the name), and the line says what it measured.
+void check_accumulation_probe() {
+    const th::Fp8Accumulation& acc = th::fp8_accumulation();
+    if (!acc.measured) {
+        printf("SKIP fp8 accumulation probe: %s\n", acc.why.c_str());
+        return;
+    }
+    const char* narrow = getenv("SIMT_FP8_ACCUMULATION_BITS");
+    const int bits = on_cpu_backend() && narrow && *narrow ? atoi(narrow) : 0;
+    bool ok = !on_cpu_backend() ? acc.kept >= 8
+              : bits == 0       ? acc.first_lost == 0
+                                : acc.kept == std::min(bits, 18) && acc.first_lost == (bits < 18 ? bits + 1 : 0);
+    std::string expect = !on_cpu_backend() ? ""
+                         : bits == 0       ? " (CPU backend: fp32, as required)"
+                                           : " (CPU backend: SIMT_FP8_ACCUMULATION_BITS=" + std::to_string(bits) + ")";
+    th::report(ok, "fp8 accumulation probe: the budgets' accumulation unit",
+               "sums exact for j <= %d (first lost: %s): unit %.3g%s", acc.kept,
+               acc.first_lost ? std::to_string(acc.first_lost).c_str() : "none", acc.unit, expect.c_str());
+}
+
 int main() {
     matmul_init();
     check_capability();
@@ -839,6 +868,7 @@ int main() {
     check_update_batch();
     check_delayed_scaling();
 
+    check_accumulation_probe();
     // Shapes: nothing a multiple of 16 (padding of every reduction), aligned, GPT-2-like scaled down.
     check_fp8_linear(37, 72, 40, false, 0);
     check_fp8_linear(37, 72, 40, true, 0);

@@ -23,6 +23,7 @@
 // then times each variant (dev/cuda/README.md).
 #include "../../llmc/matmul.cuh"
 #include "../../llmc/mfu.h"
+#include "../../test/fp8_accumulation.h"
 #include "../../test/harness.h"
 #include "common.h"
 
@@ -213,53 +214,23 @@ void validate_and_bench_fp8(int N, int C, int OC, int reps) {
     }
 }
 
-// How many bits the fp8 GEMM keeps while it accumulates (the budgets of the fp8 tests follow from
-// it). Each output is a K = 4096 dot product of 1·1 followed by K-1 products 2^-j (E4M3 operands
-// 2^-(j/2) and 2^-(j - j/2), exact), whose exact sum is 1 + (K-1)·2^-j. An accumulator whose last
-// bit at 1.0 lies above 2^-j drops (or rounds away) every small term; the bf16 output (ulp 2^-7 at
-// 1) shows the loss while (K-1)·2^-j >= 2^-7, so j up to 18 (where E4M3's smallest products end).
-// fp32 accumulation keeps all of them (the CPU backend must: checked); Hopper's fp8 tensor cores are
-// reported to keep about 14 bits (DeepSeek-V3 technical report, section 3.3.2), which a GPU run
-// measures here.
+// How many bits the fp8 GEMM keeps while it accumulates (test/fp8_accumulation.h): on a GPU one line
+// for make gpu-check; on the CPU backend, which accumulates fp8 GEMMs in fp32, a check that the probe
+// finds every sum exact.
 void fp8_accumulation_probe() {
-    using bf16 = __nv_bfloat16;
-    std::string why;
-    if (!fp8_supported(0, &why)) {
-        printf("SKIP fp8 accumulation probe: %s\n", why.c_str());
+    const th::Fp8Accumulation& acc = th::fp8_accumulation();
+    if (!acc.measured) {
+        printf("SKIP fp8 accumulation probe: %s\n", acc.why.c_str());
         return;
     }
-    const int M = 16, N = 16, K = 4096;
-    int kept = 0, first_lost = 0;  // the sums are exact for j <= kept; first_lost: the first j that is not
-    th::DeviceBuffer<float> one(std::vector<float>{1.f});
-    th::DeviceBuffer<bf16> d((size_t)M * N);
-    for (int j = 8; j <= 18; j++) {
-        auto e4m3 = [](float x) { return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); };
-        std::vector<uint8_t> a((size_t)M * K), b((size_t)N * K);  // stored (k) per output row/column
-        for (int i = 0; i < M; i++)
-            for (int k = 0; k < K; k++) a[(size_t)i * K + k] = e4m3(k == 0 ? 1.f : std::ldexp(1.f, -(j / 2)));
-        for (int i = 0; i < N; i++)
-            for (int k = 0; k < K; k++) b[(size_t)i * K + k] = e4m3(k == 0 ? 1.f : std::ldexp(1.f, -(j - j / 2)));
-        th::DeviceBuffer<uint8_t> da(a), db(b);
-        if (!cublaslt_matmul_fp8(d.ptr, da.ptr, __NV_E4M3, db.ptr, __NV_E4M3, M, N, K, K, K, M, one.ptr, one.ptr, 0.f,
-                                 CUBLASLT_EPILOGUE_DEFAULT, (const bf16*)nullptr, (bf16*)nullptr, 0, 0)) {
-            printf("SKIP fp8 accumulation probe: cuBLASLt refused the %dx%dx%d fp8 GEMM\n", M, N, K);
-            return;
-        }
-        float exact = (float)(1.0 + (K - 1) * std::ldexp(1.0, -j)), got = to_float(th::to_host(d.ptr, 1)[0]);
-        if (got != to_float(from_float<bf16>(exact))) {
-            first_lost = j;
-            break;
-        }
-        kept = j;
-    }
-    bool all = first_lost == 0;
+    bool all = acc.first_lost == 0;
     char name[200];
-    snprintf(name, sizeof(name), "fp8 accumulation: 1 + 4095 products of 2^-j summed exactly for j <= %d%s", kept,
+    snprintf(name, sizeof(name), "fp8 accumulation: 1 + 4095 products of 2^-j summed exactly for j <= %d%s", acc.kept,
              all ? " (all the probe reaches: fp32-like)" : "");
-    if (on_cpu_backend())  // the CPU backend accumulates fp8 GEMMs in fp32
-        th::report(all, name, "first j lost: %s", all ? "none" : std::to_string(first_lost).c_str());
+    if (on_cpu_backend())
+        th::report(all, name, "first j lost: %s", all ? "none" : std::to_string(acc.first_lost).c_str());
     else
-        printf("fp8 accumulation: sums exact down to products of 2^-%d beside 1.0%s\n", kept,
+        printf("fp8 accumulation: sums exact down to products of 2^-%d beside 1.0%s\n", acc.kept,
                all ? " (all the probe reaches)" : "");
 }
 

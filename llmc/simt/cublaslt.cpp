@@ -493,13 +493,53 @@ const float* fp32_operand(const Matrix& x, const char* src, bool tf32, std::vect
     return scratch.data();
 }
 
+// SIMT_FP8_ACCUMULATION_BITS=n (1..23; unset: fp32): fp8 GEMMs add their products in k order into
+// an accumulator that keeps n bits below the running sum's leading bit, truncating after every
+// addition, as a narrow tensor-core accumulator may (Hopper's fp8 tensor cores are reported to keep
+// about 14): what a budget that assumes fp32 accumulation misses, shown on a CPU.
+int fp8_accumulation_bits() {
+    static const int bits = [] {
+        const char* e = getenv("SIMT_FP8_ACCUMULATION_BITS");
+        if (!e || !*e) return 0;
+        char* end = nullptr;
+        long v = strtol(e, &end, 10);
+        if (*end || v < 1 || v > 23) {
+            fprintf(stderr, "simt: SIMT_FP8_ACCUMULATION_BITS='%s' is not a number of bits in 1..23\n", e);
+            exit(EXIT_FAILURE);
+        }
+        return (int)v;
+    }();
+    return bits;
+}
+
+// x cut to `bits` bits below its leading bit (toward zero).
+float truncate_bits(float x, int bits) {
+    int e;
+    float f = std::frexp(x, &e);  // x = f 2^e, 0.5 <= |f| < 1
+    return std::ldexp(std::trunc(std::ldexp(f, bits + 1)), e - bits - 1);
+}
+
+// acc (m,n, column-major) = op(A) op(B) with the sums truncated as fp8_accumulation_bits() says.
+void narrow_accumulate(float* acc, const float* A, int64_t lda, bool ta, const float* B, int64_t ldb, bool tb,
+                       int64_t m, int64_t n, int64_t k, int bits) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < m; i++) {
+            float s = 0.f;
+            for (int64_t p = 0; p < k; p++) {
+                float a = ta ? A[p + i * lda] : A[i + p * lda], b = tb ? B[j + p * ldb] : B[p + j * ldb];
+                s = truncate_bits(s + a * b, bits);
+            }
+            acc[i + j * m] = s;
+        }
+}
+
 // Computes matmul b of the batch into D (and the aux matrix and bias vector the epilogue writes),
 // folding max |D_temp| into *amax.
 void multiply(cublasLtContext& ws, const Problem& p, const Operands& o, int64_t b, float* amax) {
     const int64_t m = p.m, n = p.n, k = p.k;
     const uint32_t e = p.epilogue;
 
-    // acc = op(A) op(B), accumulated in fp32 (an empty sum when k = 0).
+    // acc = op(A) op(B), accumulated in fp32 (an empty sum when k = 0; fp8: see narrow_accumulate).
     int64_t lda = 1, ldb = 1;
     const float *A = nullptr, *B = nullptr;
     ws.acc.assign(m * n, 0.0f);
@@ -508,9 +548,12 @@ void multiply(cublasLtContext& ws, const Problem& p, const Operands& o, int64_t 
         const char* b_b = static_cast<const char*>(o.B) + batch_offset(p.b.type, p.b.stride, b);
         A = fp32_operand(p.a, a_b, p.tf32, ws.a, &lda);
         B = fp32_operand(p.b, b_b, p.tf32, ws.b, &ldb);
-        cblas_sgemm(CblasColMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans,
-                    (int)m, (int)n, (int)k, 1.0f, A, (int)lda, B, (int)ldb, 0.0f, ws.acc.data(),
-                    (int)m);
+        if (is_fp8(p.a.type) && fp8_accumulation_bits() > 0)
+            narrow_accumulate(ws.acc.data(), A, lda, p.ta, B, ldb, p.tb, m, n, k, fp8_accumulation_bits());
+        else
+            cblas_sgemm(CblasColMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans,
+                        (int)m, (int)n, (int)k, 1.0f, A, (int)lda, B, (int)ldb, 0.0f, ws.acc.data(),
+                        (int)m);
     }
 
     // Epilogue inputs, widened to fp32. C is copied before D is written, so C may alias D; with

@@ -18,6 +18,9 @@
 //     epilogue is less exact than tanhf, as the hardware tanh approximation would be (PTX
 //     tanh.approx.f32: relative error at most 2^-11), which moves gelu(v) = v (1 + tanh) / 2 by at
 //     most 2^-12 |v|: 2^-12 * max|v| on atol.
+//   - fp8 operands: the accumulation unit is what the device's fp8 GEMM keeps, measured by
+//     test/fp8_accumulation.h's probe (fp32's u unless the accumulator is narrower, as Hopper's fp8
+//     tensor cores' is): atol = (K+3) * u_fp8 * S.
 //   - TF32 operands: rounding A and B to 11 significant bits costs 2^-11 relative per operand, so
 //     atol += EPS_TF32 * S (the reference uses the unrounded fp32 operands).
 //   - the final rounding to the output type: half an ulp, k = 0.5: rtol = 0.5 * eps, plus half the
@@ -38,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "../fp8_accumulation.h"
 #include "../harness.h"
 
 // The CPU backend's own choices (refusing what some GPU or version may accept; needing no
@@ -449,7 +453,8 @@ void run_case(cublasLtHandle_t lt, const Case& c, cublasStatus_t expect = CUBLAS
         const bool nonlinear = applies_gelu(c.epilogue) || applies_dgelu(c.epilogue);
         const bool half_out = c.d == CUDA_R_16BF || c.d == CUDA_R_16F;
         const bool epilogue_math = beta != 0 || adds_bias(c.epilogue) || nonlinear;
-        const double arith = (k + 3) * kU32 * S + (tf32 ? th::EPS_TF32 * S : 0) +    // pre-activation
+        const double u_acc = fp8 ? th::fp8_accumulation().unit : kU32;  // test/fp8_accumulation.h
+        const double arith = (k + 3) * u_acc * S + (tf32 ? th::EPS_TF32 * S : 0) +   // pre-activation
                              (half_out && epilogue_math ? 0.5 * info(c.d).eps * S : 0);
         const double v_err = (nonlinear ? 2 : 1) * arith +                           // D_temp
                              (applies_gelu(c.epilogue) ? std::ldexp(vmax, -12) : 0);
