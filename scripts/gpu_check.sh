@@ -7,13 +7,16 @@
 # writes one JSON file. About 7 minutes on an H100 (400 s measured before the sweep, the profile and
 # the MoE rows). Needs nvcc, cuBLASLt, nvidia-smi; installs nothing.
 #
-#   scripts/gpu_check.sh [--json FILE] [--steps N] [--budget SECONDS] [--skip-sanitizer] [--skip-torch]
+#   scripts/gpu_check.sh [--json FILE] [--steps N] [--budget SECONDS] [--parts LIST] [--skip-sanitizer]
+#                        [--skip-torch]
 #
 # The parts run most telling first: the build, attention, GPT-2 bf16, PyTorch's step, the profile,
 # the kernel tests, the GEMMs, GPT-2 in the other precisions, BERT, the sanitizers, MoE. --budget S
 # (a lent GPU's time limit): a part whose usual time would end past S seconds is skipped and named in
 # the JSON, and each command's time limit is cut to what is left of S. The JSON is rewritten after every
-# part, so a run cut short keeps what it measured.
+# part, so a run cut short keeps what it measured. --parts a,b,... runs (and builds for) only those
+# parts: attention gpt2_bf16 gpt2_bf16_64k pytorch profile tests gemm gpt2_fp32 gpt2_tf32 gpt2_fp16
+# gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a budgeted one).
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
 set -u
 cd "$(dirname "$0")/.."
@@ -23,19 +26,27 @@ steps=30
 sanitize=1
 torch_bench=1
 budget=0
+parts=
+all_parts="attention gpt2_bf16 gpt2_bf16_64k pytorch profile tests gemm gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --json) json_out="${2:?--json needs a file}"; shift 2 ;;
         --steps) steps="${2:?--steps needs a number}"; shift 2 ;;
         --budget) budget="${2:?--budget needs a number of seconds}"; shift 2 ;;
+        --parts) parts="${2:?--parts needs a list of parts}"; shift 2 ;;
         --skip-sanitizer) sanitize=; shift ;;
         --skip-torch) torch_bench=; shift ;;
-        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu_check: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
 [[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 2 ]] || { echo "gpu_check: --steps wants a number >= 2, got '$steps'" >&2; exit 2; }
 [[ "$budget" =~ ^[0-9]+$ ]] || { echo "gpu_check: --budget wants whole seconds (0: no limit), got '$budget'" >&2; exit 2; }
+parts=${parts//,/ }
+for part in $parts; do
+    [[ " $all_parts " == *" $part "* ]] || { echo "gpu_check: --parts: '$part' is not one of: $all_parts" >&2; exit 2; }
+done
+wants() { [[ -z $parts || " $parts " == *" $1 "* ]]; }  # whether part $1 is asked for
 
 gpu=$(nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
 if [[ -z "$gpu" ]]; then
@@ -56,7 +67,8 @@ echo "gpu_check: $gpu_name (compute capability $gpu_cc, $gpu_mem, driver $gpu_dr
 # Each command's time limit is also capped by what is left of the budget, so a part that runs long
 # (a hung profiler, a slow GPU) cannot carry the run past it; a loop stops where the budget runs out.
 skipped=()
-fits() {  # a part's name, its usual seconds: 0 (run it) or 1 (skipped, and said so)
+fits() {  # a part's name, its usual seconds: 0 (run it) or 1 (not asked for, or skipped and said so)
+    wants "$1" || return 1
     [[ $budget -eq 0 || $(( $(elapsed) + $2 )) -le $budget ]] && return 0
     echo "skipped: $1 (takes about $2 s; $(( budget - $(elapsed) )) s of --budget $budget left)"
     skipped+=("$1")
@@ -85,11 +97,18 @@ for f in test/simt/test_*.cu test/test_*.cu; do
     [[ $t == simt || " $ranks_tests " == *" $t "* ]] && continue
     tests+=("$t")
 done
-targets=("${tests[@]/#/build/gpu/test_}" build/gpu/train_gpt2 build/gpu/train_bert build/gpu/dev_attention
-         build/gpu/dev_matmul)
+targets=()  # what the asked-for parts run
+wants tests && targets+=("${tests[@]/#/build/gpu/test_}")
+wants sanitizer && ! wants tests && targets+=(build/gpu/test_{attention,layernorm,matmul,fused_classifier})
+for part in gpt2_bf16 gpt2_bf16_64k profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
+    wants $part && targets+=(build/gpu/train_gpt2) && break
+done
+wants bert && targets+=(build/gpu/train_bert)
+{ wants attention || wants profile; } && targets+=(build/gpu/dev_attention)
+wants gemm && targets+=(build/gpu/dev_matmul)
 echo "building ${#targets[@]} programs for sm_$arch ..."
 build_failures=0
-if ! make --no-print-directory -k -j"$(nproc)" GPU=1 CUDA_ARCHS="$arch" "${targets[@]}" > "$logs/build.log" 2>&1; then
+if [[ ${#targets[@]} -gt 0 ]] && ! make --no-print-directory -k -j"$(nproc)" GPU=1 CUDA_ARCHS="$arch" "${targets[@]}" > "$logs/build.log" 2>&1; then
     grep -m5 -E "error" "$logs/build.log"
     for t in "${targets[@]}"; do [[ -x $t ]] || { echo "  did not build: $t"; build_failures=$((build_failures + 1)); }; done
     [[ $build_failures -eq 0 ]] && build_failures=1
@@ -113,8 +132,9 @@ write_json() {  # "final" once every part has run or been skipped
         printf '{"gpu":%s,"compute_capability":%s,"memory":%s,"driver":%s,"date":%s,"commit":%s,"seconds":%s,' \
             "$(jstr "$gpu_name")" "$(jstr "$gpu_cc")" "$(jstr "$gpu_mem")" "$(jstr "$gpu_driver")" \
             "$(jstr "$(date -u +%Y-%m-%dT%H:%M:%SZ)")" "$(jstr "$(git rev-parse --short HEAD 2>/dev/null)$([[ -n $(git status --porcelain 2>/dev/null) ]] && echo ' with uncommitted changes')")" "$(elapsed)"
-        printf '"finished":%s,"budget_s":%s,"skipped":[%s],\n' "$([[ ${1:-} == final ]] && echo true || echo false)" \
-            "$budget" "$(join "${skipped_json[@]}")"
+        printf '"finished":%s,"budget_s":%s,"parts":%s,"skipped":[%s],\n' \
+            "$([[ ${1:-} == final ]] && echo true || echo false)" "$budget" "$(jstr "${parts:-all}")" \
+            "$(join "${skipped_json[@]}")"
         printf ' "tests":{"passed":%s,"failed":%s,"each":[%s]},\n' "$tests_passed" "$tests_failed" "$(join "${test_json[@]}")"
         printf ' "sanitizer":[%s],\n' "$(join "${san_json[@]}")"
         printf ' "gpt2_d12":{"batch":16,"seq":1024,"steps":%s,"runs":[%s],"agreement_with_fp32":[%s]},\n' \
@@ -197,7 +217,9 @@ fi
 
 # --------------------------------------------------------------------------------------------------
 # PyTorch on the same GPU (a benchmark beside ours, not an oracle): the GEMM, SDPA, the GPT-2 step.
-if [[ -z $torch_bench ]]; then
+if ! wants pytorch; then
+    :
+elif [[ -z $torch_bench ]]; then
     echo "PyTorch: not compared (--skip-torch)"
 elif ! python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
     echo "PyTorch: not compared (python3 has no torch with CUDA)"
@@ -220,7 +242,9 @@ pyget() {  # a number out of the torch JSON, by a python expression on `d`
 # (scripts/kernel_profile.py); set against the step time measured above. Then what bounds our
 # attention kernels. A diagnosis, not a check: a profiler that cannot run here (no ncu, no access to
 # the counters) is reported, not failed.
-if ! command -v ncu >/dev/null 2>&1; then
+if ! wants profile; then
+    :
+elif ! command -v ncu >/dev/null 2>&1; then
     echo "profile: skipped (ncu, Nsight Compute's command line, is not on PATH)"
 elif fits profile 120; then
     echo "profile: one GPT-2 d12 bf16 step (B=16 T=1024) under ncu ..."
@@ -347,7 +371,9 @@ fi
 
 # --------------------------------------------------------------------------------------------------
 # compute-sanitizer over the kernels' own tests, all at once (they share the GPU; each has a limit).
-if [[ -z $sanitize ]] || ! command -v compute-sanitizer >/dev/null 2>&1; then
+if ! wants sanitizer; then
+    :
+elif [[ -z $sanitize ]] || ! command -v compute-sanitizer >/dev/null 2>&1; then
     echo "compute-sanitizer: skipped ($([[ -n $sanitize ]] && echo 'not on PATH' || echo '--skip-sanitizer'))"
 elif fits sanitizer 160; then
     echo "compute-sanitizer memcheck, racecheck, synccheck over attention, layernorm, matmul, fused_classifier ..."

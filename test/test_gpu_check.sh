@@ -27,6 +27,7 @@ else
 fi
 check "gpu_check with an unknown option" 2 "unknown option '--bogus'" "$root/scripts/gpu_check.sh" --bogus
 check "gpu_check --steps 1 refused" 2 "--steps wants a number >= 2" "$root/scripts/gpu_check.sh" --steps 1
+check "gpu_check --parts with an unknown part" 2 "--parts: 'gpt3' is not one of" "$root/scripts/gpu_check.sh" --parts gpt2_bf16,gpt3
 check "gpu_check --budget soon refused" 2 "--budget wants whole seconds" "$root/scripts/gpu_check.sh" --budget soon
 MAX_LINES=20 check "gpu_check --help" 0 "make gpu-check" "$root/scripts/gpu_check.sh" --help
 # The sweep lines of dev/cuda/attention.cu -> JSON (scripts/attention_sweep.awk): a causal shape with
@@ -55,7 +56,7 @@ stub_machine() {  # the sandbox's root
 #!/bin/sh
 echo "NVIDIA H100 80GB HBM3, 9.0, 81559 MiB, 580.159.04"
 X
-    printf '#!/bin/sh\n' | stub "$sb/bin/make"
+    printf '#!/bin/sh\necho "$*" > "$(dirname "$0")/../make_args"\n' | stub "$sb/bin/make"  # records what it was asked
     # ncu: with --section, two launches' sections (a rule's advice row among them); else one step of
     # three launches, in three units, one with a thousands separator
     stub "$sb/bin/ncu" <<'X'
@@ -136,6 +137,13 @@ MAX_LINES=100 check "gpu_check --budget 110 on the stub machine skips the parts 
     "skipped for --budget 110: profile sanitizer moe" env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh" --budget 110
 check "... and names them in its JSON" 0 "True ['profile', 'sanitizer', 'moe'] None" \
     json_field 'd["finished"], d["skipped"], d["profile_gpt2_d12_bf16_step"]'
+stub_machine "$sb/m"
+MAX_LINES=100 check "gpu_check --parts gpt2_bf16,gemm on the stub machine" 0 "gpu_check: 0 failure(s)" \
+    env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh" --parts gpt2_bf16,gemm
+check "... runs those two parts alone" 0 "gpt2_bf16 gemm 1 600.5 0 None []" \
+    json_field 'd["parts"], len(d["gpt2_d12"]["runs"]), d["ours"]["gemm_bf16_tflops"], len(d["tests"]["each"]), d["ours"]["attention_bf16_causal_fwd_tflops"], d["sanitizer"]'
+check "... and builds only their programs" 0 "CUDA_ARCHS=90 build/gpu/train_gpt2 build/gpu/dev_matmul" \
+    sed 's/.*GPU=1 //' "$sb/m/make_args"
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check cut short (killed while BERT runs)" 124 "GPT-2 d12" \
     env PATH="$sb/m/bin:$PATH" STUB_BERT_HANGS=1 timeout 4 "$sb/m/scripts/gpu_check.sh"
