@@ -67,7 +67,10 @@ def read_durations(path):
         unit = r["Metric Unit"].strip()
         if unit not in UNITS_US:
             raise ValueError(f"{path}: duration unit '{unit}' is not one of {', '.join(UNITS_US)}")
-        value = float(r["Metric Value"].replace(",", ""))  # some ncu versions group thousands
+        try:
+            value = float(r["Metric Value"].replace(",", ""))  # some ncu versions group thousands
+        except ValueError:
+            raise ValueError(f"{path}: {r['Kernel Name']}: duration '{r['Metric Value']}' is not a number") from None
         out.append((r["Kernel Name"], value * UNITS_US[unit]))
     return out
 

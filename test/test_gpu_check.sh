@@ -150,5 +150,9 @@ MAX_LINES=100 check "gpu_check cut short (killed while BERT runs)" 124 "GPT-2 d1
 check "... leaves the JSON of the parts before: not finished, 6 GPT-2 runs, the tests, the GEMM" 0 \
     "False 6 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
 check "kernel_profile.py on a file without ncu's CSV" 1 "no ncu CSV header" python3 "$root/scripts/kernel_profile.py" /dev/null
+printf '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n"0","k","gpu__time_duration.sum","usecond","n/a"\n' \
+    > "$sb/bad.csv"
+check "kernel_profile.py on a duration that is no number" 1 "k: duration 'n/a' is not a number" \
+    python3 "$root/scripts/kernel_profile.py" "$sb/bad.csv"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
