@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
         // --profile-step 3 brackets the run's third step, the first that only replays CUDA graphs: the
         // kernels counted between cudaProfilerStart and cudaProfilerStop are those of that step alone.
         std::string run = std::string(self) + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
-                          "--vocab-size 64 -t 16 -b 2 -x 4 -v 0 -g 0 -i " + train + " -j '' --profile-step 3 2>&1";
+                          "--vocab-size 64 -t 16 -b 2 -x 3 -v 0 -g 0 -i " + train + " -j '' --profile-step 3 2>&1";
         c = th::run_command(run);
         std::string step3 = "launches per step with CUDA graphs (the run's step 3): ";
         size_t at = c.text.find(step3), prof = c.text.find("profiled step: step 3 ran between cudaProfilerStart");
