@@ -684,26 +684,35 @@ struct AttnMmaTile {
     static constexpr size_t kBackwardSmem = 128 + kBackwardStats + 4 * kColsB * sizeof(float);
 };
 
-// Starts cp.async copies of rows [0, n) of a (kTileRows, HS) tile (global row stride `stride`
-// elements) into shared memory (row stride kLd), rows [n, kTileRows) zero-filled by the same copies
-// (src-size 0, nothing read): rows past the end or in padding meet zero probabilities, so they must be
-// finite (0 * NaN is NaN). No branch around the copy. Each thread copies the same 16-byte column of
-// every kThreads / kPackets-th row, so its two addresses only step by constants from one turn to the
-// next (a rolled loop: unrolled, the compiler keeps every turn's 64-bit address live at once, and the
-// HS = 128 backward with dropout, at the register limit, spills). The caller commits.
-template <class floatX, int HS, int kTileRows>
-__device__ void attn_async_tile(floatX* dst, const floatX* src, size_t stride, int n) {
+// Starts cp.async copies of rows [0, n) of a (kTileRows, HS) tile (global row stride `stride0`
+// elements) into shared memory at dst (row stride kLd), and with kGap > 0 of a second tile with the
+// same rows (src1, row stride stride1) into dst + kGap: K and V, or Q and dO, in one loop. Rows
+// [n, kTileRows) are zero-filled by the same copies (src-size 0, nothing read): rows past the end or
+// in padding meet zero probabilities, so they must be finite (0 * NaN is NaN). No branch around a
+// copy. Each thread copies the same 16-byte column of every kThreads / kPackets-th row, so its
+// addresses only step by constants from one turn to the next (a rolled loop: unrolled, the compiler
+// keeps every turn's 64-bit addresses live at once, and the HS = 128 backward with dropout, at the
+// register limit, spills). The caller commits.
+template <class floatX, int HS, int kTileRows, size_t kGap = 0>
+__device__ void attn_async_tiles(floatX* dst, int n, const floatX* src0, size_t stride0,
+                                 const floatX* src1 = nullptr, size_t stride1 = 0) {
     using Tile = AttnMmaTile<floatX, HS>;
     constexpr int V = 16 / (int)sizeof(floatX), kPackets = HS / V;
     constexpr int kRowStep = Tile::kThreads / kPackets;  // rows a turn of the block covers
     static_assert(Tile::kThreads % kPackets == 0 && kTileRows % kRowStep == 0, "whole turns");
     int r = threadIdx.x / kPackets, c = (threadIdx.x % kPackets) * V;
-    const floatX* from = src + (size_t)r * stride + c;
+    const floatX* from0 = src0 + (size_t)r * stride0 + c;
+    const floatX* from1 = kGap ? src1 + (size_t)r * stride1 + c : nullptr;
     floatX* to = dst + r * Tile::kLd + c;
 #pragma unroll 1
-    for (; r < kTileRows; r += kRowStep, from += kRowStep * stride, to += kRowStep * Tile::kLd) {
+    for (; r < kTileRows; r += kRowStep, to += kRowStep * Tile::kLd) {
         bool in = r < n;
-        cp_async_16_zfill(to, in ? from : src, in ? 16 : 0);
+        cp_async_16_zfill(to, in ? from0 : src0, in ? 16 : 0);
+        from0 += kRowStep * stride0;
+        if constexpr (kGap > 0) {
+            cp_async_16_zfill(to + kGap, in ? from1 : src1, in ? 16 : 0);
+            from1 += kRowStep * stride1;
+        }
     }
 }
 
@@ -866,9 +875,9 @@ __global__ void __launch_bounds__(128, 2)
     floatX* KVs = Qs + Tile::kOwnTile;  // stage s: K at 2s, V at 2s+1, (64, HS) each
     const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;  // keys any row of the block sees
     const int tiles = CEIL_DIV(kend, Tile::kCols);
-    attn_async_tile<floatX, HS, Tile::kRows>(Qs, blk.q, stride, min(rows, valid - q0));
-    attn_async_tile<floatX, HS, Tile::kCols>(KVs, blk.k, stride, min(Tile::kCols, kend));
-    attn_async_tile<floatX, HS, Tile::kCols>(KVs + Tile::kStreamTile, blk.v, stride, min(Tile::kCols, kend));
+    attn_async_tiles<floatX, HS, Tile::kRows>(Qs, min(rows, valid - q0), blk.q, stride);
+    attn_async_tiles<floatX, HS, Tile::kCols, Tile::kStreamTile>(KVs, min(Tile::kCols, kend), blk.k, stride, blk.v,
+                                                                 stride);
     cp_async_commit();
 
     const int row0 = q0 + 16 * warp;   // this warp's first query row
@@ -887,8 +896,8 @@ __global__ void __launch_bounds__(128, 2)
         if (it + 1 < tiles) {
             floatX* next = KVs + ((it + 1) % 2) * 2 * Tile::kStreamTile;
             const int k1 = k0 + Tile::kCols, n = min(Tile::kCols, kend - k1);
-            attn_async_tile<floatX, HS, Tile::kCols>(next, blk.k + k1 * stride, stride, n);
-            attn_async_tile<floatX, HS, Tile::kCols>(next + Tile::kStreamTile, blk.v + k1 * stride, stride, n);
+            attn_async_tiles<floatX, HS, Tile::kCols, Tile::kStreamTile>(next, n, blk.k + k1 * stride, stride,
+                                                                         blk.v + k1 * stride, stride);
         }
         cp_async_commit();
         if (!active) continue;
@@ -1003,8 +1012,7 @@ __global__ void __launch_bounds__(128, 2)
     // log2 units) and D by plain loads and stores (their rows are 4 bytes, not 16-byte aligned).
     auto load_queries = [&](int st, int q0, int n) {
         floatX* dst = QdO + 2 * st * Tile::kStreamTileB;
-        attn_async_tile<floatX, HS, NQ>(dst, qb + q0 * stride, stride, n);
-        attn_async_tile<floatX, HS, NQ>(dst + Tile::kStreamTileB, dob + (size_t)q0 * C, C, n);
+        attn_async_tiles<floatX, HS, NQ, Tile::kStreamTileB>(dst, n, qb + q0 * stride, stride, dob + (size_t)q0 * C, C);
         for (int r = threadIdx.x; r < NQ; r += blockDim.x) {
             stats[2 * st * NQ + r] = r < n ? lse_bh[q0 + r] * 1.4426950408889634f : 0.f;
             stats[(2 * st + 1) * NQ + r] = r < n ? D_bh[q0 + r] : 0.f;
@@ -1019,8 +1027,8 @@ __global__ void __launch_bounds__(128, 2)
             continue;
         }
         __syncthreads();  // every warp is done with the previous key tile's K, V and dS^T
-        attn_async_tile<floatX, HS, Tile::kRows>(Ks, qb + C + k0 * stride, stride, min(Tile::kRows, valid - k0));
-        attn_async_tile<floatX, HS, Tile::kRows>(Vs, qb + 2 * C + k0 * stride, stride, min(Tile::kRows, valid - k0));
+        attn_async_tiles<floatX, HS, Tile::kRows, Tile::kOwnTile>(Ks, min(Tile::kRows, valid - k0), qb + C + k0 * stride,
+                                                                  stride, qb + 2 * C + k0 * stride, stride);
         const int qstart = causal ? k0 : 0;  // causal: queries before k0 see no key of the tile
         const int tiles = CEIL_DIV(valid - qstart, NQ);
         load_queries(0, qstart, min(NQ, valid - qstart));
