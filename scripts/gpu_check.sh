@@ -242,6 +242,18 @@ pyget() {  # a number out of the torch JSON, by a python expression on `d`
 # (scripts/kernel_profile.py); set against the step time measured above. Then what bounds our
 # attention kernels. A diagnosis, not a check: a profiler that cannot run here (no ncu, no access to
 # the counters) is reported, not failed.
+profile_result() {  # kernel_profile.py's log, its JSON line's tag, ncu's exit, the variable for the JSON:
+                    # the log's table printed, or an error object naming ncu's exit
+    local json
+    json=$(grep -m1 "^$2 " "$1" | sed "s/^$2 //")
+    if [[ -n $json ]]; then
+        grep -v "^$2 " "$1" | sed 's/^/  /'
+    else
+        echo "  nothing measured (ncu exit $3): $(head -c 300 "$1")"
+        json="{\"error\":$(jstr "ncu exit $3: $(head -c 300 "$1")")}"
+    fi
+    printf -v "$4" '%s' "$json"
+}
 if ! wants profile; then
     :
 elif ! command -v ncu >/dev/null 2>&1; then
@@ -254,13 +266,7 @@ elif fits profile 120; then
     rc=$?
     python3 scripts/kernel_profile.py "$logs/profile.csv" ${step_ms[bf16]:+--step-ms ${step_ms[bf16]}} --top 15 \
         > "$logs/profile.log" 2>&1
-    profile_json=$(grep -m1 '^PROFILE_JSON ' "$logs/profile.log" | sed 's/^PROFILE_JSON //')
-    if [[ -n $profile_json ]]; then
-        grep -v '^PROFILE_JSON' "$logs/profile.log" | sed 's/^/  /'
-    else
-        echo "  profile: ncu exit $rc, nothing measured: $(head -c 300 "$logs/profile.log") (logs: $logs/profile_run.log)"
-        profile_json="{\"error\":$(jstr "ncu exit $rc: $(head -c 300 "$logs/profile.log")")}"
-    fi
+    profile_result "$logs/profile.log" PROFILE_JSON "$rc" profile_json
     # Our attention kernels at GPT-2 124M's shape (dev_attention --profile): what bounds each, from
     # ncu's sections (throughput against the peaks, occupancy, warp states, compute and memory).
     echo "profile: our bf16 attention, forward and backward (B=8 T=1024 NH=12 HS=64 causal), ncu's sections ..."
@@ -269,13 +275,7 @@ elif fits profile 120; then
         --clock-control none build/gpu/dev_attention --profile > "$logs/attention_ncu_run.log" 2>&1
     rc=$?
     python3 scripts/kernel_profile.py --metrics "$logs/attention_ncu.csv" > "$logs/attention_ncu.log" 2>&1
-    attention_metrics_json=$(grep -m1 '^METRICS_JSON ' "$logs/attention_ncu.log" | sed 's/^METRICS_JSON //')
-    if [[ -n $attention_metrics_json ]]; then
-        grep -v '^METRICS_JSON' "$logs/attention_ncu.log" | sed 's/^/  /'
-    else
-        echo "  attention profile: ncu exit $rc, nothing measured: $(head -c 300 "$logs/attention_ncu.log")"
-        attention_metrics_json="{\"error\":$(jstr "ncu exit $rc: $(head -c 300 "$logs/attention_ncu.log")")}"
-    fi
+    profile_result "$logs/attention_ncu.log" METRICS_JSON "$rc" attention_metrics_json
     write_json
 fi
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "../llmc/fp8.cuh"
 #include "harness.h"
 
 namespace th {
@@ -91,11 +92,7 @@ inline float fp8_probe_gemm(const std::vector<uint8_t>& a, const std::vector<uin
 
 inline Fp8Accumulation probe_fp8_accumulation() {
     Fp8Accumulation r;
-    cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major * 10 + prop.minor < 89) {
-        r.why = "no fp8 GEMMs below compute capability 8.9";
-        return r;
-    }
+    if (!fp8_supported(0, &r.why)) return r;
     const int M = 16, N = 16, K = 4096;
     for (int j = 8; j <= 18; j++) {
         // a·b of every k > 0 is 2^-(j/2) · 2^-(j - j/2) = 2^-j, both exact in E4M3
