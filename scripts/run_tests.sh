@@ -39,14 +39,15 @@ passed=0
 failed=0
 failed_names=()
 
-# Runs one test command, echoes its output, adds its "N passed, N failed" line to the tally.
+# Runs one test command, echoes its output and its wall time, adds its "N passed, N failed" line to the tally.
 run() {
     local name="$1"; shift
     echo "== $name"
-    local out status
+    local out status start=$SECONDS
     out=$("$@" 2>&1)
     status=$?
     echo "$out"
+    echo "   ($name: $((SECONDS - start)) s)"
     local tally
     tally=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
     if [[ -n "$tally" ]]; then
@@ -137,31 +138,35 @@ fi
 
 if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
     echo "== nvcc compile checks (sm_${CUDA_ARCHS// /, sm_})"
-    # One nvcc per (file, arch), run in parallel; results are printed in a fixed order. A test that
+    # One nvcc per file for all the architectures (the host side is compiled once, ptxas runs per
+    # architecture), the files in parallel; results are printed in a fixed order. A test that
     # includes a whole trainer compiles nothing the trainer's own check does not (the same kernels):
     # it is left to `make test-gpu`, which builds it with nvcc on a GPU machine; the trainers themselves
     # are checked here for every architecture.
     results=$(mktemp -d)
-    archs_of() { grep -qE '#include "\.\./train_(gpt2|bert)\.cu"' "$1" || echo "$CUDA_ARCHS"; }
-    for f in $CU_SOURCES; do for a in $(archs_of "$f"); do echo "$f $a"; done; done |
+    start=$SECONDS
+    gencode=$(for a in $CUDA_ARCHS; do printf -- ' -gencode arch=compute_%s,code=sm_%s' "$a" "$a"; done)
+    archs="sm_${CUDA_ARCHS// /+sm_}"
+    checked() { ! grep -qE '#include "\.\./train_(gpt2|bert)\.cu"' "$1"; }
+    for f in $CU_SOURCES; do checked "$f" && echo "$f"; done |
         xargs -P "$(nproc)" -L 1 sh -c '
-            out="$0.$1"; out="'"$results"'/$(echo "$out" | tr / _)"
-            if "'"$NVCC"'" '"$NVCC_CHECK_FLAGS"' -gencode "arch=compute_$1,code=sm_$1" -c "$0" -o /dev/null > "$out.log" 2>&1
+            out="'"$results"'/$(echo "$0" | tr / _)"
+            if "'"$NVCC"'" '"$NVCC_CHECK_FLAGS"' '"$gencode"' -c "$0" -o /dev/null > "$out.log" 2>&1
             then echo ok > "$out.status"; else echo fail > "$out.status"; fi'
     for f in $CU_SOURCES; do
-        for a in $(archs_of "$f"); do
-            key="$results/$(echo "$f.$a" | tr / _)"
-            if [[ $(cat "$key.status" 2>/dev/null) == ok ]]; then
-                echo "PASS nvcc sm_$a $f"
-                passed=$((passed + 1))
-            else
-                echo "FAIL nvcc sm_$a $f"
-                head -20 "$key.log" 2>/dev/null
-                failed=$((failed + 1))
-                failed_names+=("nvcc sm_$a $f")
-            fi
-        done
+        checked "$f" || continue
+        key="$results/$(echo "$f" | tr / _)"
+        if [[ $(cat "$key.status" 2>/dev/null) == ok ]]; then
+            echo "PASS nvcc $archs $f"
+            passed=$((passed + 1))
+        else
+            echo "FAIL nvcc $archs $f"
+            head -20 "$key.log" 2>/dev/null
+            failed=$((failed + 1))
+            failed_names+=("nvcc $archs $f")
+        fi
     done
+    echo "   (nvcc compile checks: $((SECONDS - start)) s)"
     rm -rf "$results"
     # What the bf16 attention kernels compile to on A100 and H100 (ldmatrix, cp.async, no spills, two
     # blocks per SM); CI (REQUIRE_ORACLE=1) fails without cuobjdump or nvdisasm instead of skipping.
