@@ -16,20 +16,22 @@
 // saves lse = m + log(l) per query row, from which the backward recomputes P = exp(S - lse) tile by
 // tile.
 //
-// The 16-bit kernels (AttnMmaTile). Blocks of 4 warps; a warp owns 16 rows. Fragment layouts are the
+// The 16-bit kernels (AttnMmaTile). Blocks of 4 warps; a warp owns 16-row tiles. Fragment layouts are the
 // PTX ISA's, so every row-wise step works on registers: a lane holds rows g = lane/4 and g+8 of each
 // 16×8 accumulator tile, the 4 lanes of a quad share a row (row max and sum: 2 xor-shuffles), and the
 // accumulators of two adjacent 8-column tiles, rounded to floatX, are exactly the A fragment of the
 // next product's 16-wide k slice (P for P V, dS for dS Q): no shared-memory round trip.
-//   Forward: block = 64 queries; Q's fragments are loaded once (ldmatrix) and stay in registers; K and
-//   V stream in 64-key tiles through two shared-memory stages, cp.async filling one while the warps
-//   compute on the other; S = Q K^T, the softmax, P and the output accumulator O live in registers.
+//   Forward: block = 128 queries, 32 per warp (64 and 16 at HS = 128, for registers); Q's fragments
+//   are loaded once (ldmatrix) and stay in registers; K and V stream in 64-key tiles through two
+//   shared-memory stages, cp.async filling one while the warps compute on the other; S = Q K^T, the
+//   softmax, P and the output accumulator O live in registers. With two row tiles per warp, every K
+//   and V fragment read from shared memory feeds two mma: half the ldmatrix traffic per product.
 //   Backward: one kernel, block = 64 keys (K, V in shared memory); it streams the query tiles that
 //   see them (64 queries, 32 at HS = 128 for registers; Q, dO, lse, D double-buffered) and computes 5
 //   products per tile pair: S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dK += dS^T Q in registers, and
 //   dQ = dS K after parking dS^T (64 × 64) in shared memory, each warp taking 16 query rows (or half of
 //   them at HS = 128).
-//   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 45 (85) KiB, backward 64 (74) KiB; all
+//   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 36 (68) KiB, backward 64 (74) KiB; all
 //   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
 //   an H100 (228 KiB); registers <= 255 per thread without spills (__launch_bounds__(128, 2)).
 // The fp32 kernels (AttnTile). A block owns 64 rows (queries, or keys in the dK/dV kernel), 16 per
@@ -655,18 +657,23 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 // The 16-bit kernels: mma.sync m16n8k16 with the PTX fragment layouts (llmc/tensor_core.cuh)
 
 // Shapes and shared-memory layout of the mma.sync kernels for storage type floatX and head size HS. A
-// block has 4 warps, each owning 16 rows (kRows = 64: queries in the forward, keys in the backward).
-// The forward streams kCols = 64 keys per tile; the backward streams kColsB queries per tile, 32 at
-// HS = 128, where the dK and dV accumulators (2 × 64 floats per lane) leave no room for two 64-wide
-// score tiles in 255 registers. Row stride kLd = HS + 8 elements: every row is 16 bytes longer than
-// a multiple of 128, so the 8 row addresses of one ldmatrix phase fall in 8 distinct 16-byte bank
-// groups (as they do with the (64, kColsB) dS^T tile's stride kLdS: 144 or 80 bytes).
+// block has 4 warps. In the forward each owns kFwdTiles 16-row tiles of queries: two at HS <= 64, so
+// that every K and V fragment a warp reads from shared memory feeds two mma instead of one
+// (FlashAttention-2's block of 128 queries at head size 64), one at HS = 128, whose output
+// accumulator (64 floats per lane and tile) leaves no registers for a second. The forward streams
+// kCols = 64 keys per tile. In the backward each warp owns 16 keys (kRows = 64 per block) and the
+// block streams kColsB queries per tile, 32 at HS = 128, where the dK and dV accumulators (2 × 64
+// floats per lane) leave no room for two 64-wide score tiles in 255 registers. Row stride kLd = HS + 8
+// elements: every row is 16 bytes longer than a multiple of 128, so the 8 row addresses of one
+// ldmatrix phase fall in 8 distinct 16-byte bank groups (as they do with the (64, kColsB) dS^T
+// tile's stride kLdS: 144 or 80 bytes).
 template <class floatX, int HS>
 struct AttnMmaTile {
     static_assert(HS % 16 == 0 && HS <= 128, "head sizes 16, 32, 64, 128");
     static constexpr int kWarps = 4;
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kRows = 16 * kWarps;
+    static constexpr int kFwdTiles = HS <= 64 ? 2 : 1;
     static constexpr int kCols = 64;
     static constexpr int kColsB = HS == 128 ? 32 : 64;
     static constexpr int kLd = HS + 8;
@@ -676,9 +683,11 @@ struct AttnMmaTile {
     static constexpr size_t kOwnTile = (size_t)kRows * kLd;      // elements of a (64, HS) tile
     static constexpr size_t kStreamTile = (size_t)kCols * kLd;   // elements of a (64, HS) tile
     static constexpr size_t kStreamTileB = (size_t)kColsB * kLd; // elements of a (kColsB, HS) tile
-    // Forward: Q + 2 stages of (K, V). Backward: K, V + 2 stages of (Q, dO) + dS^T + 2 stages of
-    // (lse, D) of the streamed queries. (+ 128: slack to align the dynamic shared memory.)
-    static constexpr size_t kForwardSmem = 128 + (kOwnTile + 4 * kStreamTile) * sizeof(floatX);
+    // Forward: 2 stages of (K, V); Q (at most 128 rows) passes through the second stage on its way to
+    // registers, and the output rows through a free stage on their way out. Backward: K, V + 2 stages
+    // of (Q, dO) + dS^T + 2 stages of (lse, D) of the streamed queries. (+ 128: slack to align the
+    // dynamic shared memory.)
+    static constexpr size_t kForwardSmem = 128 + 4 * kStreamTile * sizeof(floatX);
     static constexpr size_t kBackwardStats =  // byte offset of the (lse, D) stages
         (2 * kOwnTile + 4 * kStreamTileB + (size_t)kRows * kLdS) * sizeof(floatX);
     static constexpr size_t kBackwardSmem = 128 + kBackwardStats + 4 * kColsB * sizeof(float);
@@ -740,39 +749,57 @@ __device__ inline void attn_ldsm_a(uint32_t (&a)[4], const floatX* tile, int ld)
     ldmatrix_x4(a, tile + (lane % 16) * ld + 8 * (lane / 16));
 }
 
-// s[j] += A B^T for the NC/8 n8 tiles j of a (16, NC) product over KD: A's fragments from fetch_a(kk)
-// (the 16×16 block kk), B the NC rows of a (NC, KD) shared tile (row stride ld). B^T's fragment
-// b[0] = B^T(2t.., g) = B(g, 2t..) is a row of B, so the non-transposing ldmatrix gives it; one
-// ldmatrix_x4 (lane l: row 8 (l / 16) + l % 8, column 16 kk + 8 ((l / 8) % 2)) gives those of two n8
-// tiles. kk is the outer loop, so an A fetched from shared memory costs 4 registers.
-template <class floatX, int KD, int NC, class FetchA>
-__device__ inline void attn_mma_abt(float (&s)[NC / 8][4], FetchA fetch_a, const floatX* B, int ld) {
+// s[mt][j] += A_mt B^T for the NC/8 n8 tiles j of MT (16, NC) products over KD that share B: A_mt's
+// fragments from fetch_a(mt, kk) (its 16×16 block kk), B the NC rows of a (NC, KD) shared tile (row
+// stride ld). B^T's fragment b[0] = B^T(2t.., g) = B(g, 2t..) is a row of B, so the non-transposing
+// ldmatrix gives it; one ldmatrix_x4 (lane l: row 8 (l / 16) + l % 8, column 16 kk + 8 ((l / 8) % 2))
+// gives those of two n8 tiles, and each feeds all MT products: MT row tiles per warp cut the
+// shared-memory reads per mma by MT. kk is the outer loop, so an A fetched from shared memory costs
+// 4 registers per row tile.
+template <class floatX, int KD, int NC, int MT, class FetchA>
+__device__ inline void attn_mma_abt(float (&s)[MT][NC / 8][4], FetchA fetch_a, const floatX* B, int ld) {
     int lane = threadIdx.x % 32;
     for (int kk = 0; kk < KD / 16; kk++) {
-        const uint32_t(&a)[4] = fetch_a(kk);
+        uint32_t a[MT][4];
+        #pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const uint32_t(&f)[4] = fetch_a(mt, kk);
+            for (int i = 0; i < 4; i++) a[mt][i] = f[i];
+        }
         for (int np = 0; np < NC / 16; np++) {
             uint32_t r[4];
             ldmatrix_x4(r, B + (16 * np + lane % 8 + 8 * (lane / 16)) * ld + 16 * kk + 8 * ((lane / 8) % 2));
-            mma_m16n8k16<floatX>(s[2 * np], a, {r[0], r[1]}, s[2 * np]);
-            mma_m16n8k16<floatX>(s[2 * np + 1], a, {r[2], r[3]}, s[2 * np + 1]);
+            #pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_m16n8k16<floatX>(s[mt][2 * np], a[mt], {r[0], r[1]}, s[mt][2 * np]);
+                mma_m16n8k16<floatX>(s[mt][2 * np + 1], a[mt], {r[2], r[3]}, s[mt][2 * np + 1]);
+            }
         }
     }
 }
 
-// acc[n] += X Y for the N/8 n8 tiles n of a (16, N) product over KD: X's fragments from fetch_x(kk),
-// Y a row-major (KD, N) shared tile (row stride ld), whose b fragments the transposing ldmatrix
-// gives; one ldmatrix_x4_trans (lane l: row 16 kk + l % 8 + 8 ((l / 8) % 2), column 16 np + 8 (l / 16))
-// gives those of two n8 tiles.
-template <class floatX, int KD, int N, class FetchX>
-__device__ inline void attn_mma_xy(float (&acc)[N / 8][4], FetchX fetch_x, const floatX* Y, int ld) {
+// acc[mt][n] += X_mt Y for the N/8 n8 tiles n of MT (16, N) products over KD that share Y: X_mt's
+// fragments from fetch_x(mt, kk), Y a row-major (KD, N) shared tile (row stride ld), whose b fragments
+// the transposing ldmatrix gives; one ldmatrix_x4_trans (lane l: row 16 kk + l % 8 + 8 ((l / 8) % 2),
+// column 16 np + 8 (l / 16)) gives those of two n8 tiles, for all MT products.
+template <class floatX, int KD, int N, int MT, class FetchX>
+__device__ inline void attn_mma_xy(float (&acc)[MT][N / 8][4], FetchX fetch_x, const floatX* Y, int ld) {
     int lane = threadIdx.x % 32;
     for (int kk = 0; kk < KD / 16; kk++) {
-        const uint32_t(&x)[4] = fetch_x(kk);
+        uint32_t x[MT][4];
+        #pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const uint32_t(&f)[4] = fetch_x(mt, kk);
+            for (int i = 0; i < 4; i++) x[mt][i] = f[i];
+        }
         for (int np = 0; np < N / 16; np++) {
             uint32_t r[4];
             ldmatrix_x4_trans(r, Y + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * ld + 16 * np + 8 * (lane / 16));
-            mma_m16n8k16<floatX>(acc[2 * np], x, {r[0], r[1]}, acc[2 * np]);
-            mma_m16n8k16<floatX>(acc[2 * np + 1], x, {r[2], r[3]}, acc[2 * np + 1]);
+            #pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_m16n8k16<floatX>(acc[mt][2 * np], x[mt], {r[0], r[1]}, acc[mt][2 * np]);
+                mma_m16n8k16<floatX>(acc[mt][2 * np + 1], x[mt], {r[2], r[3]}, acc[mt][2 * np + 1]);
+            }
         }
     }
 }
@@ -850,49 +877,64 @@ __device__ void attn_mma_store_rows(floatX* dst, size_t stride, floatX* stage, c
     __syncwarp();  // the rows are free again
 }
 
-// Forward, 16-bit types (FlashAttention-2). Grid (ceil(T/64), NH, B), 128 threads; block x owns query
-// rows q0 .. q0+63, 16 per warp, whose Q fragments stay in registers for the whole pass, and streams
-// the (K, V) tiles its rows can see through two shared-memory stages: while the warps compute on
-// tile i, cp.async fills the other stage with tile i+1. S = Q K^T, the softmax and P stay in
-// registers (C fragments: this lane holds rows g, g+8 of each n8 tile; the 4 lanes of a quad share
-// a row, so row max and sum are 2 xor-shuffles), and P's C fragments are the A fragments of O += P V.
-// The masks are evaluated only on tiles that need them (the diagonal tile, the tile holding the
-// last valid key).
-template <class floatX, int HS, bool kDropout>
+// Forward, 16-bit types (FlashAttention-2). Grid (ceil(T/kRows), NH, B), 128 threads, kRows = 64·MT;
+// block x owns query rows q0 .. q0+kRows-1, 16·MT per warp (MT row tiles: AttnMmaTile::kFwdTiles),
+// whose Q fragments stay in registers for the whole pass, and streams the (K, V) tiles its rows can
+// see through two shared-memory stages: while the warps compute on tile i, cp.async fills the other
+// stage with tile i+1. S = Q K^T, the softmax and P stay in registers (C fragments: this lane holds
+// rows g, g+8 of each n8 tile; the 4 lanes of a quad share a row, so row max and sum are 2
+// xor-shuffles), and P's C fragments are the A fragments of O += P V. The masks are evaluated only on
+// tiles that need them (the diagonal tiles, the tile holding the last valid key); under a causal mask
+// a warp skips the tiles entirely above its own rows.
+template <class floatX, int HS, bool kDropout, int MT>
 __global__ void __launch_bounds__(128, 2)
     attention_forward_mma_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
                                  const int* valid_len, DropoutArgs drop) {
     using Tile = AttnMmaTile<floatX, HS>;
+    constexpr int kRows = 16 * MT * Tile::kWarps, kWarpRows = 16 * MT;
     if (kDropout) drop = dropout_resolve(drop);  // a pass offset in device memory (llmc/dropout.cuh)
-    const AttnForwardBlock<floatX> blk =
-        attn_forward_block<floatX, HS, Tile::kRows>(out, lse, qkv, T, C, NH, valid_len);
+    const AttnForwardBlock<floatX> blk = attn_forward_block<floatX, HS, kRows>(out, lse, qkv, T, C, NH, valid_len);
     if (attn_forward_padding_block<floatX, HS>(blk, C)) return;
     const int q0 = blk.q0, valid = blk.valid, rows = blk.rows;
     const size_t stride = blk.stride;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    floatX* Qs = reinterpret_cast<floatX*>(attn_smem_base());  // (64, HS)
-    floatX* KVs = Qs + Tile::kOwnTile;  // stage s: K at 2s, V at 2s+1, (64, HS) each
-    const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;  // keys any row of the block sees
+    floatX* KVs = reinterpret_cast<floatX*>(attn_smem_base());  // stage s: K at 2s, V at 2s+1, (64, HS) each
+    // Q's (kRows, HS) tile lands in stage 1, which tile 1 fills only after every warp has taken its
+    // fragments (the loop's first barrier).
+    static_assert(kRows <= 2 * Tile::kCols, "Q fits in a stage");
+    floatX* Qs = KVs + 2 * Tile::kStreamTile;
+    const int kend = causal ? min(valid, q0 + kRows) : valid;  // keys any row of the block sees
     const int tiles = CEIL_DIV(kend, Tile::kCols);
-    attn_async_tiles<floatX, HS, Tile::kRows>(Qs, min(rows, valid - q0), blk.q, stride);
+    attn_async_tiles<floatX, HS, kRows>(Qs, min(rows, valid - q0), blk.q, stride);
     attn_async_tiles<floatX, HS, Tile::kCols, Tile::kStreamTile>(KVs, min(Tile::kCols, kend), blk.k, stride, blk.v,
                                                                  stride);
     cp_async_commit();
 
-    const int row0 = q0 + 16 * warp;   // this warp's first query row
-    const bool active = row0 < valid;  // warp-uniform: a warp entirely in padding skips the math
-    uint32_t qa[HS / 16][4];            // Q's A fragments
-    float acc[HS / 8][4] = {};          // O, unnormalized: rows g, g+8 of each n8 tile of HS
-    float m[2] = {-INFINITY, -INFINITY};  // running row max (log2 units) of rows g, g+8
-    float l[2] = {0.f, 0.f};              // this lane's share of the running row sums
+    const int row0 = q0 + kWarpRows * warp;  // this warp's first query row; tile mt starts at row0 + 16 mt
+    const bool active = row0 < valid;        // warp-uniform: a warp entirely in padding skips the math
+    const int wend = causal ? min(valid, row0 + kWarpRows) : valid;  // keys this warp's rows see
+    uint32_t qa[MT][HS / 16][4];          // Q's A fragments
+    cp_async_wait<0>();
+    __syncthreads();  // Q and tile 0 are visible to all
+    if (active) {
+        #pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            for (int kk = 0; kk < HS / 16; kk++)
+                attn_ldsm_a(qa[mt][kk], Qs + (kWarpRows * warp + 16 * mt) * Tile::kLd + 16 * kk, Tile::kLd);
+    }
+    float acc[MT][HS / 8][4] = {};        // O, unnormalized: rows g, g+8 of each n8 tile of HS
+    float m[MT][2], l[MT][2];             // running row max (log2 units) and this lane's share of the row sum
+    #pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        for (int r = 0; r < 2; r++) m[mt][r] = -INFINITY, l[mt][r] = 0.f;
 
     for (int it = 0; it < tiles; it++) {
         const int k0 = it * Tile::kCols;
         const floatX* Ks = KVs + (it % 2) * 2 * Tile::kStreamTile;
         const floatX* Vs = Ks + Tile::kStreamTile;
         cp_async_wait<0>();
-        __syncthreads();  // tile it is visible to all, and every warp is done with the other stage
+        __syncthreads();  // tile it is visible to all, and every warp is done with the other stage (and Q)
         if (it + 1 < tiles) {
             floatX* next = KVs + ((it + 1) % 2) * 2 * Tile::kStreamTile;
             const int k1 = k0 + Tile::kCols, n = min(Tile::kCols, kend - k1);
@@ -900,70 +942,82 @@ __global__ void __launch_bounds__(128, 2)
                                                                          blk.v + k1 * stride, stride);
         }
         cp_async_commit();
-        if (!active) continue;
-        if (it == 0)
-            for (int kk = 0; kk < HS / 16; kk++) attn_ldsm_a(qa[kk], Qs + 16 * warp * Tile::kLd + 16 * kk, Tile::kLd);
-        const uint32_t keep = kDropout ? attn_mma_dropout_bits<false, 64>(drop, blk.bh, row0, k0) : ~0u;
+        if (!active || k0 >= wend) continue;  // no row of this warp sees these keys (and the later ones)
 
-        float s[8][4] = {};  // scores of rows g, g+8 (registers 0-1, 2-3), keys k0 + 8j + 2t + {0, 1}
-        attn_mma_abt<floatX, HS, 64>(s, [&](int kk) -> const uint32_t(&)[4] { return qa[kk]; }, Ks, Tile::kLd);
-        if (k0 + Tile::kCols > valid || (causal && k0 + Tile::kCols - 1 > row0))
-            for (int j = 0; j < 8; j++)
-                for (int e = 0; e < 4; e++) {
-                    int qi = row0 + g + 8 * (e / 2), kj = k0 + 8 * j + 2 * t + e % 2;
-                    s[j][e] = kj >= valid || (causal && kj > qi) ? -INFINITY : s[j][e];
+        // scores of rows g, g+8 (registers 0-1, 2-3) of row tile mt, keys k0 + 8j + 2t + {0, 1}
+        float s[MT][8][4] = {};
+        attn_mma_abt<floatX, HS, 64, MT>(s, [&](int mt, int kk) -> const uint32_t(&)[4] { return qa[mt][kk]; }, Ks,
+                                         Tile::kLd);
+        uint32_t pa[MT][4][4];  // P's A fragments (the 4 k16 slices of the tile's 64 keys)
+        #pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int r0 = row0 + 16 * mt;  // the row tile's first query
+            if (k0 + Tile::kCols > valid || (causal && k0 + Tile::kCols - 1 > r0))
+                for (int j = 0; j < 8; j++)
+                    for (int e = 0; e < 4; e++) {
+                        int qi = r0 + g + 8 * (e / 2), kj = k0 + 8 * j + 2 * t + e % 2;
+                        s[mt][j][e] = kj >= valid || (causal && kj > qi) ? -INFINITY : s[mt][j][e];
+                    }
+            const uint32_t keep = kDropout ? attn_mma_dropout_bits<false, 64>(drop, blk.bh, r0, k0) : ~0u;
+            // Online softmax in log2 units (exp2): the scores stay unscaled, the row max m is kept
+            // scaled (the scale is positive, so the max of the scaled scores is the scaled max), and
+            // each exponent s·scale - m is one fused multiply-add. Raise m, rescale O and l by alpha =
+            // exp2(m_old - m_new), P = exp2(s·scale - m); l sums P in fp32, before rounding and
+            // dropout (as FlashAttention-2 does: the sum of the rounded weights would differ from it by
+            // their rounding errors, about eps/sqrt(keys) relative), and PV takes P rounded to floatX,
+            // dropped elements as 0. A row with every score masked so far keeps m = -inf.
+            for (int r = 0; r < 2; r++) {
+                float mx = -INFINITY;
+                for (int j = 0; j < 8; j++) mx = fmaxf(mx, fmaxf(s[mt][j][2 * r], s[mt][j][2 * r + 1]));
+                float m_new = fmaxf(m[mt][r], attn_quad_max(mx) * Tile::kScaleLog2);
+                float m_ref = m_new == -INFINITY ? 0.f : m_new;  // avoids (-inf) - (-inf)
+                float alpha = exp2f(m[mt][r] - m_ref);
+                m[mt][r] = m_new;
+                l[mt][r] *= alpha;
+                for (int n = 0; n < HS / 8; n++) {
+                    acc[mt][n][2 * r] *= alpha;
+                    acc[mt][n][2 * r + 1] *= alpha;
                 }
-        uint32_t pa[4][4];  // P's A fragments (the 4 k16 slices of the tile's 64 keys)
-        // Online softmax in log2 units (exp2): the scores stay unscaled, the row max m is kept scaled
-        // (the scale is positive, so the max of the scaled scores is the scaled max), and each
-        // exponent s·scale - m is one fused multiply-add. Raise m, rescale O and l by alpha =
-        // exp2(m_old - m_new), P = exp2(s·scale - m); l sums P in fp32, before rounding and dropout
-        // (as FlashAttention-2 does: the sum of the rounded weights would differ from it by their
-        // rounding errors, about eps/sqrt(keys) relative), and PV takes P rounded to floatX, dropped
-        // elements as 0. A row with every score masked so far keeps m = -inf.
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-            for (int j = 0; j < 8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-            float m_new = fmaxf(m[r], attn_quad_max(mx) * Tile::kScaleLog2);
-            float m_ref = m_new == -INFINITY ? 0.f : m_new;  // avoids (-inf) - (-inf)
-            float alpha = exp2f(m[r] - m_ref);
-            m[r] = m_new;
-            l[r] *= alpha;
-            for (int n = 0; n < HS / 8; n++) {
-                acc[n][2 * r] *= alpha;
-                acc[n][2 * r + 1] *= alpha;
-            }
-            // Rounded once, straight into the packed pairs of P's A fragments (n8 tile j = 2kk + half,
-            // row g + 8r: pa[kk][2 half + r]).
-            for (int j = 0; j < 8; j++) {
-                float lo = exp2f(fmaf(s[j][2 * r], Tile::kScaleLog2, -m_ref));
-                float hi = exp2f(fmaf(s[j][2 * r + 1], Tile::kScaleLog2, -m_ref));
-                l[r] += lo;
-                l[r] += hi;
-                if (kDropout) {  // dropped elements become 0
-                    lo = (keep >> (4 * j + 2 * r)) & 1 ? lo : 0.f;
-                    hi = (keep >> (4 * j + 2 * r + 1)) & 1 ? hi : 0.f;
+                // Rounded once, straight into the packed pairs of P's A fragments (n8 tile j = 2kk +
+                // half, row g + 8r: pa[mt][kk][2 half + r]).
+                for (int j = 0; j < 8; j++) {
+                    float lo = exp2f(fmaf(s[mt][j][2 * r], Tile::kScaleLog2, -m_ref));
+                    float hi = exp2f(fmaf(s[mt][j][2 * r + 1], Tile::kScaleLog2, -m_ref));
+                    l[mt][r] += lo;
+                    l[mt][r] += hi;
+                    if (kDropout) {  // dropped elements become 0
+                        lo = (keep >> (4 * j + 2 * r)) & 1 ? lo : 0.f;
+                        hi = (keep >> (4 * j + 2 * r + 1)) & 1 ? hi : 0.f;
+                    }
+                    pa[mt][j / 2][2 * (j % 2) + r] = attn_pack2f<floatX>(lo, hi);
                 }
-                pa[j / 2][2 * (j % 2) + r] = attn_pack2f<floatX>(lo, hi);
             }
         }
-        attn_mma_xy<floatX, 64, HS>(acc, [&](int kk) -> const uint32_t(&)[4] { return pa[kk]; }, Vs, Tile::kLd);
+        attn_mma_xy<floatX, 64, HS, MT>(acc, [&](int mt, int kk) -> const uint32_t(&)[4] { return pa[mt][kk]; }, Vs,
+                                        Tile::kLd);
     }
     cp_async_wait<0>();  // the last (empty) group: no copy outlives the block
 
-    // out = acc / l (times 1/(1-p) with dropout); lse = (m + log2 l) * ln 2 (m is in log2 units).
-    float inv_l[2];
-    for (int r = 0; r < 2; r++) {
-        l[r] = attn_quad_sum(l[r]);
-        inv_l[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
-        if (kDropout) inv_l[r] *= drop.scale;
-    }
-    attn_mma_store_rows<floatX, HS>(blk.o + 16 * warp * C, C, Qs + 16 * warp * Tile::kLd, acc, inv_l, row0, valid, T);
-    if (t == 0)
+    // out = acc / l (times 1/(1-p) with dropout); lse = (m + log2 l) * ln 2 (m is in log2 units). The
+    // rows go out through stage tiles % 2: since the last iteration's barrier no warp reads it.
+    floatX* Os = KVs + (tiles % 2) * 2 * Tile::kStreamTile;
+    #pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int r0 = row0 + 16 * mt;
+        float inv_l[2];
         for (int r = 0; r < 2; r++) {
-            int qi = row0 + g + 8 * r;
-            if (qi < T) blk.lse[qi - q0] = qi < valid ? (m[r] + log2f(l[r])) * 0.69314718055994531f : 0.f;
+            l[mt][r] = attn_quad_sum(l[mt][r]);
+            inv_l[r] = l[mt][r] > 0.f ? 1.f / l[mt][r] : 0.f;
+            if (kDropout) inv_l[r] *= drop.scale;
         }
+        const int local = kWarpRows * warp + 16 * mt;  // the row tile's first row in the block
+        attn_mma_store_rows<floatX, HS>(blk.o + local * C, C, Os + local * Tile::kLd, acc[mt], inv_l, r0, valid, T);
+        if (t == 0)
+            for (int r = 0; r < 2; r++) {
+                int qi = r0 + g + 8 * r;
+                if (qi < T) blk.lse[qi - q0] = qi < valid ? (m[mt][r] + log2f(l[mt][r])) * 0.69314718055994531f : 0.f;
+            }
+    }
 }
 
 // Backward, 16-bit types, 5 tile products per (key tile, query tile) (FlashAttention-2's), with dQ made
@@ -1037,7 +1091,10 @@ __global__ void __launch_bounds__(128, 2)
         const bool active = key0 < valid;  // warp-uniform
         const floatX* Kw = Ks + 16 * warp * kLd;
         const floatX* Vw = Vs + 16 * warp * kLd;
-        float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};  // rows: keys key0 + g, key0 + g + 8
+        // rows: keys key0 + g, key0 + g + 8 (one 16-row tile each: the products' MT = 1)
+        float dk1[1][HS / 8][4] = {}, dv1[1][HS / 8][4] = {};
+        float(&dk)[HS / 8][4] = dk1[0];
+        float(&dv)[HS / 8][4] = dv1[0];
 
         for (int it = 0; it < tiles; it++) {
             const int q0 = qstart + it * NQ, st = it % 2;
@@ -1059,8 +1116,9 @@ __global__ void __launch_bounds__(128, 2)
             if (active) {
                 const uint32_t keep = kDropout ? attn_mma_dropout_bits<true, NQ>(drop, bh, key0, q0) : ~0u;
                 // P^T (undropped, fp32): keys key0 + g + 8 (e / 2), queries q0 + 8j + 2t + e % 2.
-                float p[NQ / 8][4] = {};
-                attn_mma_abt<floatX, HS, NQ>(p, [&](int kk) -> const uint32_t(&)[4] {
+                float p1[1][NQ / 8][4] = {};
+                float(&p)[NQ / 8][4] = p1[0];
+                attn_mma_abt<floatX, HS, NQ>(p1, [&](int, int kk) -> const uint32_t(&)[4] {
                     attn_ldsm_a(abuf, Kw + 16 * kk, kLd);
                     return abuf;
                 }, Qs, kLd);
@@ -1083,9 +1141,11 @@ __global__ void __launch_bounds__(128, 2)
                     for (int e = 0; e < 4; e++) pm[j][e] = (keep >> (4 * j + e)) & 1 ? p[j][e] : 0.f;
                 uint32_t xa[NQ / 16][4];
                 attn_c_to_a<floatX, NQ>(xa, pm);
-                attn_mma_xy<floatX, NQ, HS>(dv, [&](int kk) -> const uint32_t(&)[4] { return xa[kk]; }, dOs, kLd);
-                float ds[NQ / 8][4] = {};  // dP^T, then dS^T (attn_c_to_a rounds it to floatX)
-                attn_mma_abt<floatX, HS, NQ>(ds, [&](int kk) -> const uint32_t(&)[4] {
+                attn_mma_xy<floatX, NQ, HS>(dv1, [&](int, int kk) -> const uint32_t(&)[4] { return xa[kk]; }, dOs,
+                                            kLd);
+                float ds1[1][NQ / 8][4] = {};
+                float(&ds)[NQ / 8][4] = ds1[0];  // dP^T, then dS^T (attn_c_to_a rounds it to floatX)
+                attn_mma_abt<floatX, HS, NQ>(ds1, [&](int, int kk) -> const uint32_t(&)[4] {
                     attn_ldsm_a(abuf, Vw + 16 * kk, kLd);
                     return abuf;
                 }, dOs, kLd);
@@ -1098,7 +1158,8 @@ __global__ void __launch_bounds__(128, 2)
                     }
                 }
                 attn_c_to_a<floatX, NQ>(xa, ds);
-                attn_mma_xy<floatX, NQ, HS>(dk, [&](int kk) -> const uint32_t(&)[4] { return xa[kk]; }, Qs, kLd);
+                attn_mma_xy<floatX, NQ, HS>(dk1, [&](int, int kk) -> const uint32_t(&)[4] { return xa[kk]; }, Qs,
+                                            kLd);
                 for (int j = 0; j < NQ / 8; j++)
                     for (int r = 0; r < 2; r++)
                         *reinterpret_cast<uint32_t*>(dSt + (16 * warp + g + 8 * r) * Tile::kLdS + 8 * j + 2 * t) =
@@ -1114,8 +1175,9 @@ __global__ void __launch_bounds__(128, 2)
             // from cpart·NCW). dS's A fragments come from dS^T with the transposing ldmatrix (lane l:
             // key 16 kk + l % 8 + 8 (l / 16), query 16 qg + 8 ((l / 8) % 2)).
             const int qg = warp % kGroups, cpart = warp / kGroups;
-            float dq[NCW / 8][4] = {};
-            attn_mma_xy<floatX, 64, NCW>(dq, [&](int kk) -> const uint32_t(&)[4] {
+            float dq1[1][NCW / 8][4] = {};
+            float(&dq)[NCW / 8][4] = dq1[0];
+            attn_mma_xy<floatX, 64, NCW>(dq1, [&](int, int kk) -> const uint32_t(&)[4] {
                 ldmatrix_x4_trans(abuf, dSt + (16 * kk + lane % 8 + 8 * (lane / 16)) * Tile::kLdS + 16 * qg +
                                             8 * ((lane / 8) % 2));
                 return abuf;
@@ -1298,17 +1360,27 @@ void attention_forward_blocks(floatX* out, float* lse, const floatX* qkv, int B,
                             causal, valid_len, drop));
 }
 
+// The 16-bit forward with MT row tiles per warp (production: AttnMmaTile::kFwdTiles; dev/cuda/attention.cu
+// times the other choice too).
+template <class floatX, int HS, int MT>
+void attention_forward_mma(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
+                           const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
+    using Tile = AttnMmaTile<floatX, HS>;
+    constexpr size_t smem = Tile::kForwardSmem;
+    auto kernel = dropout ? attention_forward_mma_kernel<floatX, HS, true, MT>
+                          : attention_forward_mma_kernel<floatX, HS, false, MT>;
+    reserve_dynamic_smem(kernel, smem, "attention_forward", "HS", HS);
+    dim3 grid(CEIL_DIV(T, 16 * MT * Tile::kWarps), NH, B);
+    cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), smem, stream, out, lse, qkv, T, C, NH, causal,
+                            valid_len, drop));
+}
+
 template <class floatX, int HS>
 void attention_forward_hs(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
                           const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
     if constexpr (!std::is_same<floatX, float>::value) {  // 16-bit types: the mma.sync kernel
-        using Tile = AttnMmaTile<floatX, HS>;
-        auto kernel = dropout ? attention_forward_mma_kernel<floatX, HS, true>
-                              : attention_forward_mma_kernel<floatX, HS, false>;
-        reserve_dynamic_smem(kernel, Tile::kForwardSmem, "attention_forward", "HS", HS);
-        dim3 grid(CEIL_DIV(T, Tile::kRows), NH, B);
-        cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), Tile::kForwardSmem, stream, out, lse, qkv, T, C,
-                                NH, causal, valid_len, drop));
+        attention_forward_mma<floatX, HS, AttnMmaTile<floatX, HS>::kFwdTiles>(out, lse, qkv, B, T, C, NH, causal,
+                                                                              valid_len, drop, dropout, stream);
     } else {  // fp32: the CUDA-core kernels
         auto blocks = attn_launch_shape<floatX, HS>("attention_forward", false).warps == 4
                           ? attention_forward_blocks<floatX, HS, 4, AttnSimtMath<HS>>

@@ -11,7 +11,10 @@
            in units of 8 per thread) — test/sass/attention_kernels.cu asserts the same of shared memory.
 
 It also reports the share of HMMA (tensor-core) instructions in each kernel's main loop: the backward
-branch whose body holds the most HMMA (for the forward the key-tile loop, masked path included).
+branch whose body holds the most HMMA (for the forward the key-tile loop), counted twice: every
+instruction of the body (branches that run only on some tiles, like the masks of the diagonal tiles,
+included), and the fewest instructions a turn can execute that still runs every HMMA and every LDGSTS
+of the body (the turn of a tile without masks; a loop nested in the body counted once).
 
     scripts/sass_check.py --nvcc NVCC --arch 80 --arch 90 [--cuobjdump PATH]
     scripts/sass_check.py --nvcc NVCC --which-tools     the cuobjdump and nvdisasm it would use (exit 1: none)
@@ -81,16 +84,17 @@ def demangled(name):
 
 
 def parse_sass(text):
-    """{function: [(address, opcode with modifiers, operands)]} from cuobjdump -sass."""
+    """{function: [(address, opcode with modifiers, operands, predicated)]} from cuobjdump -sass."""
     functions, current = {}, None
     for line in text.splitlines():
         m = re.match(r"\s*Function : (\S+)", line)
         if m:
             current = functions.setdefault(m.group(1), [])
             continue
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);", line)
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);", line)
         if m and current is not None:
-            current.append((int(m.group(1), 16), m.group(2), m.group(3)))
+            predicated = m.group(2) is not None and m.group(2).strip() not in ("@PT", "@UPT")
+            current.append((int(m.group(1), 16), m.group(3), m.group(4), predicated))
     return functions
 
 
@@ -107,25 +111,56 @@ def parse_resources(text):
     return res
 
 
+def branch_target(operands):
+    m = re.match(r"\s*(0x[0-9a-f]+)", operands)
+    return int(m.group(1), 16) if m else None
+
+
+def hot_path(body):
+    """Fewest instructions from the first of `body` to its last (the back edge) on a path through its
+    forward branches that executes every HMMA and LDGSTS of it; backward branches inside (nested loops)
+    are not taken."""
+    index = {addr: i for i, (addr, _, _, _) in enumerate(body)}
+    need = lambda op: op.startswith(("HMMA", "LDGSTS"))
+    inf = (-1, 0)
+    best = [inf] * len(body)  # (needed instructions executed, -instructions) of the best path to i
+    best[0] = (int(need(body[0][1])), -1)
+    for i, (addr, op, operands, predicated) in enumerate(body[:-1]):
+        if best[i] == inf:
+            continue
+        nexts = []
+        target = branch_target(operands) if op.startswith("BRA") else None
+        if target is not None and target > addr and target in index:
+            nexts.append(index[target])
+        if not (op.startswith("BRA") and not predicated and target is not None and target > addr) \
+                and not op.startswith(("EXIT", "RET")):
+            nexts.append(i + 1)
+        for j in nexts:
+            cand = (best[i][0] + need(body[j][1]), best[i][1] - 1)
+            best[j] = max(best[j], cand)
+    total = sum(need(op) for _, op, _, _ in body)
+    return -best[-1][1] if best[-1][0] == total else None
+
+
 def main_loop(code):
-    """(instructions, HMMA) of the backward branch's body holding the most HMMA."""
-    best = (0, 0)
-    for addr, op, operands in code:
+    """(instructions, HMMA, instructions on the hot path) of the backward branch's body holding the most
+    HMMA."""
+    best = (0, 0, None)
+    for i, (addr, op, operands, _) in enumerate(code):
         if not op.startswith("BRA") or op.startswith("BRA.DIV"):
             continue
-        m = re.match(r"\s*(0x[0-9a-f]+)", operands)
-        if not m or int(m.group(1), 16) >= addr:
+        start = branch_target(operands)
+        if start is None or start >= addr:
             continue
-        start = int(m.group(1), 16)
-        body = [o for a, o, _ in code if start <= a <= addr]
-        hmma = sum(o.startswith("HMMA") for o in body)
+        body = [c for c in code if start <= c[0] <= addr]
+        hmma = sum(o.startswith("HMMA") for _, o, _, _ in body)
         if hmma > best[1]:
-            best = (len(body), hmma)
+            best = (len(body), hmma, hot_path(body))
     return best
 
 
 def check_kernel(arch, name, code, res):
-    ops = [op for _, op, _ in code]
+    ops = [op for _, op, _, _ in code]
     count = lambda pred: sum(1 for o in ops if pred(o))
     ldsm = count(lambda o: o.startswith("LDSM"))
     ldgsts = count(lambda o: o.startswith("LDGSTS"))
@@ -133,14 +168,15 @@ def check_kernel(arch, name, code, res):
     local = count(lambda o: o.startswith(("LDL", "STL")))
     regs = res.get("REG", 0)
     regs_2_blocks = BLOCKS * THREADS * (-(-regs // 8) * 8)
-    loop, hmma = main_loop(code)
+    loop, hmma, hot = main_loop(code)
     ok = ldsm > 0 and ldgsts > 0 and generic == 0 and local == 0 and res.get("LOCAL", 1) == 0 \
         and regs_2_blocks <= REGISTERS_PER_SM and hmma > 0
     share = f"{100.0 * hmma / loop:.1f}%" if loop else "?"
+    hot_share = f"{100.0 * hmma / hot:.1f}%" if hot else "?"
     print(f"{'PASS' if ok else 'FAIL'} sass sm_{arch} {demangled(name)}  LDSM {ldsm}, LDGSTS {ldgsts}, "
           f"generic LD {generic}, local {local} (LOCAL {res.get('LOCAL', '?')}), {regs} registers "
           f"({BLOCKS} blocks: {regs_2_blocks} of {REGISTERS_PER_SM}); main loop {loop} instructions, "
-          f"{hmma} HMMA ({share})")
+          f"{hmma} HMMA ({share}); a turn without masks {hot or '?'} ({hot_share})")
     return ok
 
 

@@ -10,6 +10,10 @@
 //               sum, masks, the rescale of O) stores the 16×64 score tile to shared memory and reads it
 //               back in a known layout; the backward runs a dK/dV kernel and a separate dQ kernel, 7
 //               tile products per tile pair. The simpler form of the production kernels.
+//   3           (bf16/fp16, forward, head sizes <= 64) the production forward with one 16-row tile of
+//               queries per warp (blocks of 64 queries) instead of two: every K and V fragment read
+//               from shared memory then feeds one mma instead of two. Timed beside production to
+//               show what the second row tile buys.
 //   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
 //               mma.sync m16n8k16: S, P and the softmax statistics in registers (known fragment
 //               layouts: quad shuffles instead of the round trips), Q's fragments in registers for the
@@ -362,6 +366,19 @@ void attention_forward2(floatX* out, float* lse, const floatX* qkv, int B, int T
     });
 }
 
+// Variant 3: llmc's 16-bit forward with one row tile per warp (production takes two at HS <= 64).
+template <class floatX>
+void attention_forward3(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
+                        const int* valid_len, cudaStream_t stream, const AttentionDropout& dropout = {}) {
+    int HS = attention_check_shape("attention_forward3", B, T, C, NH, {out, qkv});
+    DropoutArgs d = attention_dropout_args("attention_forward3", dropout, B, T, NH);
+    with_head_size(HS, [&](auto hs) {
+        constexpr int kHS = decltype(hs)::value;
+        attention_forward_mma<floatX, kHS, 1>(out, lse, qkv, B, T, C, NH, causal, valid_len, d, dropout.p > 0.f,
+                                              stream);
+    });
+}
+
 // Variant 2's backward: D = rowsum(dO ∘ O) into scratch (the first B·NH·T floats of
 // attention_backward_scratch_bytes), then the dK/dV and dQ kernels.
 template <class floatX>
@@ -449,6 +466,15 @@ void validate(const Shape& s, uint64_t seed) {
         check(label, "lse", lse_ref, th::widen(lse.host()));
         check(label, "dqkv", dqkv_ref, th::widen(dqkv.host()));
     }
+    if (lowp && s.HS() <= 64) {  // variant 3: a forward only
+        if constexpr (!std::is_same<floatX, float>::value) {
+            th::DeviceBuffer<floatX> out3(dout.size(), th::Fill::NaN);
+            th::DeviceBuffer<float> lse3((size_t)B * NH * T, th::Fill::NaN);
+            attention_forward3(out3.ptr, lse3.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0, dropout);
+            check("variant 3 (flash, 16 rows per warp)", "out", out_ref, th::widen(out3.host()));
+            check("variant 3 (flash, 16 rows per warp)", "lse", lse_ref, th::widen(lse3.host()));
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -468,9 +494,10 @@ void print_block_shapes(int HS, int B, int T, int NH) {
                    fwd.warps, fwd.smem, bwd.warps, bwd.smem);
         } else {
             using Tile = AttnMmaTile<floatX, kHS>;
-            printf("  flash (llmc) blocks: 4 warps, forward %zu bytes of shared memory, backward %zu bytes, "
-                   "%d-query tiles, dQ in %d slices\n",
-                   Tile::kForwardSmem, Tile::kBackwardSmem, Tile::kColsB, attention_dq_splits(B, T, NH));
+            printf("  flash (llmc) blocks: 4 warps, forward %d queries (%zu bytes of shared memory), backward %d keys "
+                   "(%zu bytes), %d-query tiles, dQ in %d slices\n",
+                   16 * Tile::kFwdTiles * Tile::kWarps, Tile::kForwardSmem, Tile::kRows, Tile::kBackwardSmem,
+                   Tile::kColsB, attention_dq_splits(B, T, NH));
             printf("  variant 2 blocks: forward %d warps (%zu bytes), backward %d warps (%zu bytes)\n", fwd.warps,
                    fwd.smem, bwd.warps, bwd.smem);
         }
@@ -535,6 +562,10 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
         };
         flops_line("forward variant 2 (WMMA flash)", time_ms(fwd2, reps), fwd_flops, peak);
         flops_line("backward variant 2 (WMMA flash)", time_ms(bwd2, reps), 2.5 * fwd_flops, peak);
+        if (HS <= 64) {
+            auto fwd3 = [&] { attention_forward3(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
+            flops_line("forward variant 3 (flash, 16 rows per warp)", time_ms(fwd3, reps), fwd_flops, peak);
+        }
     }
     // The cost of dropout on P (BERT's p = 0.1): 8 Philox calls per lane and tile in each kernel.
     const AttentionDropout drop{0.1f, 1, 0};

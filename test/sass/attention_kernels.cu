@@ -14,10 +14,11 @@ static_assert(2 * (Bf16Tile::kForwardSmem + kReservedPerBlock) <= kSm80SharedPer
 static_assert(2 * (Bf16Tile::kBackwardSmem + kReservedPerBlock) <= kSm80SharedPerSm,
               "the bf16 head-size-64 backward no longer fits two blocks per SM on an A100");
 
-// Taking each kernel's address instantiates it (nothing here runs).
+// Taking each kernel's address instantiates it (nothing here runs): the forward with production's row
+// tiles per warp.
 void* sass_check_kernels[] = {
-    (void*)&attention_forward_mma_kernel<__nv_bfloat16, 64, false>,
-    (void*)&attention_forward_mma_kernel<__nv_bfloat16, 64, true>,
+    (void*)&attention_forward_mma_kernel<__nv_bfloat16, 64, false, Bf16Tile::kFwdTiles>,
+    (void*)&attention_forward_mma_kernel<__nv_bfloat16, 64, true, Bf16Tile::kFwdTiles>,
     (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, false>,
     (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, true>,
 };
