@@ -29,8 +29,9 @@
 //   Backward: one kernel, block = 64 keys (K, V in shared memory); it streams the query tiles that
 //   see them (64 queries, 32 at HS = 128 for registers; Q, dO, lse, D double-buffered) and computes 5
 //   products per tile pair: S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dK += dS^T Q in registers, and
-//   dQ = dS K after parking dS^T (64 × 64) in shared memory, each warp taking 16 query rows (or half of
-//   them at HS = 128).
+//   dQ = dS K after parking dS^T (64 × 64) in shared memory, each warp taking 32 query rows and a
+//   quarter or half of the columns. Without dropout at HS <= 64 the warp's K and V fragments stay in
+//   registers for the whole key tile.
 //   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 36 (68) KiB, backward 64 (74) KiB; all
 //   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
 //   an H100 (228 KiB); registers <= 255 per thread without spills (__launch_bounds__(128, 2)).
@@ -1029,9 +1030,9 @@ __global__ void __launch_bounds__(128, 2)
 //   dS^T = P^T ∘ (dP^T ∘ M / (1-p) - D),  dK += dS^T Q
 // (M, 1/(1-p): dropout; P^T's and dS^T's C fragments are the A fragments of their products), then
 // parks dS^T in shared memory and the 4 warps compute the key tile's contribution dS K to the tile's
-// dQ rows, each a (16, HS·kColsB/64) slice, which the block adds to its own fp32 dQ slice in
-// dq_part (splits, B, NH, T, HS): plain loads and stores, no atomics, as only this block touches
-// that slice (its first key tile writes, the later ones add, in tile order);
+// dQ rows, each a (32, HS·kColsB/128) slice ((16, 16) at HS = 16), which the block adds to its own
+// fp32 dQ slice in dq_part (splits, B, NH, T, HS): plain loads and stores, no atomics, as only this
+// block touches that slice (its first key tile writes, the later ones add, in tile order);
 // attention_backward_dq_reduce_kernel then sums the slices in split order. The results depend on
 // splits (a function of B, T, NH) and on nothing else: not on timing.
 template <class floatX, int HS, bool kDropout>
@@ -1042,9 +1043,12 @@ __global__ void __launch_bounds__(128, 2)
     using Tile = AttnMmaTile<floatX, HS>;
     if (kDropout) drop = dropout_resolve(drop);  // a pass offset in device memory (llmc/dropout.cuh)
     constexpr int NQ = Tile::kColsB, kLd = Tile::kLd;
-    // The dQ product's split among the warps: NQ/16 groups of 16 query rows, each shared by
-    // 4 / (NQ/16) warps taking NCW columns of HS.
-    constexpr int kGroups = NQ / 16, NCW = HS * kGroups / 4;
+    // The dQ product's split among the warps: kGroups groups of kDqTiles 16-row tiles of queries,
+    // each shared by 4 / kGroups warps taking NCW columns of HS. Two row tiles per warp (where HS
+    // leaves at least 16 columns per warp) read 16 fragments of dS and K for 32 mma, where one
+    // 16-row tile with twice the columns reads 20.
+    constexpr int kDqTiles = HS >= 32 ? 2 : 1, kGroups = NQ / (16 * kDqTiles), NCW = HS * kGroups / 4;
+    static_assert(NCW % 16 == 0 && kGroups * (HS / NCW) == Tile::kWarps, "the warps cover dQ's tile");
     const int b = blockIdx.z, h = blockIdx.y, split = blockIdx.x, bh = b * NH + h;
     const int valid = attn_valid_length(valid_len, b, T);
     const size_t stride = 3 * (size_t)C;
@@ -1091,6 +1095,11 @@ __global__ void __launch_bounds__(128, 2)
         const bool active = key0 < valid;  // warp-uniform
         const floatX* Kw = Ks + 16 * warp * kLd;
         const floatX* Vw = Vs + 16 * warp * kLd;
+        // Without dropout at HS <= 64 the registers hold the warp's K and V fragments for the whole key
+        // tile (2 × HS/4 registers), read once instead of once per query tile.
+        constexpr bool kKVInRegisters = !kDropout && HS <= 64;
+        constexpr int kKVFrags = kKVInRegisters ? HS / 16 : 1;
+        uint32_t ka[kKVFrags][4], va[kKVFrags][4];
         // rows: keys key0 + g, key0 + g + 8 (one 16-row tile each: the products' MT = 1)
         float dk1[1][HS / 8][4] = {}, dv1[1][HS / 8][4] = {};
         float(&dk)[HS / 8][4] = dk1[0];
@@ -1118,7 +1127,13 @@ __global__ void __launch_bounds__(128, 2)
                 // P^T (undropped, fp32): keys key0 + g + 8 (e / 2), queries q0 + 8j + 2t + e % 2.
                 float p1[1][NQ / 8][4] = {};
                 float(&p)[NQ / 8][4] = p1[0];
+                if (kKVInRegisters && it == 0)
+                    for (int kk = 0; kk < kKVFrags; kk++) {
+                        attn_ldsm_a(ka[kk], Kw + 16 * kk, kLd);
+                        attn_ldsm_a(va[kk], Vw + 16 * kk, kLd);
+                    }
                 attn_mma_abt<floatX, HS, NQ>(p1, [&](int, int kk) -> const uint32_t(&)[4] {
+                    if constexpr (kKVInRegisters) return ka[kk];
                     attn_ldsm_a(abuf, Kw + 16 * kk, kLd);
                     return abuf;
                 }, Qs, kLd);
@@ -1146,6 +1161,7 @@ __global__ void __launch_bounds__(128, 2)
                 float ds1[1][NQ / 8][4] = {};
                 float(&ds)[NQ / 8][4] = ds1[0];  // dP^T, then dS^T (attn_c_to_a rounds it to floatX)
                 attn_mma_abt<floatX, HS, NQ>(ds1, [&](int, int kk) -> const uint32_t(&)[4] {
+                    if constexpr (kKVInRegisters) return va[kk];
                     attn_ldsm_a(abuf, Vw + 16 * kk, kLd);
                     return abuf;
                 }, dOs, kLd);
@@ -1171,31 +1187,34 @@ __global__ void __launch_bounds__(128, 2)
             }
             __syncthreads();  // dS^T of all 64 keys is complete
 
-            // This key tile's dQ rows: dS (16 queries of group qg, 64 keys) K (64 keys, NCW columns
-            // from cpart·NCW). dS's A fragments come from dS^T with the transposing ldmatrix (lane l:
-            // key 16 kk + l % 8 + 8 (l / 16), query 16 qg + 8 ((l / 8) % 2)).
+            // This key tile's dQ rows: dS (the kDqTiles 16-query tiles of group qg, 64 keys) K (64
+            // keys, NCW columns from cpart·NCW). dS's A fragments come from dS^T with the transposing
+            // ldmatrix (lane l: key 16 kk + l % 8 + 8 (l / 16), query 16 qt + 8 ((l / 8) % 2) of query
+            // tile qt).
             const int qg = warp % kGroups, cpart = warp / kGroups;
-            float dq1[1][NCW / 8][4] = {};
-            float(&dq)[NCW / 8][4] = dq1[0];
-            attn_mma_xy<floatX, 64, NCW>(dq1, [&](int, int kk) -> const uint32_t(&)[4] {
-                ldmatrix_x4_trans(abuf, dSt + (16 * kk + lane % 8 + 8 * (lane / 16)) * Tile::kLdS + 16 * qg +
+            float dq[kDqTiles][NCW / 8][4] = {};
+            attn_mma_xy<floatX, 64, NCW, kDqTiles>(dq, [&](int mt, int kk) -> const uint32_t(&)[4] {
+                const int qt = kDqTiles * qg + mt;
+                ldmatrix_x4_trans(abuf, dSt + (16 * kk + lane % 8 + 8 * (lane / 16)) * Tile::kLdS + 16 * qt +
                                             8 * ((lane / 8) % 2));
                 return abuf;
             }, Ks + cpart * NCW, kLd);
-            for (int r = 0; r < 2; r++) {
-                const int qi = q0 + 16 * qg + g + 8 * r;
-                if (qi >= valid) continue;
-                float* row = dq_bh + (size_t)qi * HS + cpart * NCW + 2 * t;
-                for (int n = 0; n < NCW / 8; n++) {
-                    float2 x = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
-                    if (kt != split) {  // not the block's first key tile: add to its partial sum
-                        float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
-                        x.x += old.x;
-                        x.y += old.y;
+            #pragma unroll
+            for (int mt = 0; mt < kDqTiles; mt++)
+                for (int r = 0; r < 2; r++) {
+                    const int qi = q0 + 16 * (kDqTiles * qg + mt) + g + 8 * r;
+                    if (qi >= valid) continue;
+                    float* row = dq_bh + (size_t)qi * HS + cpart * NCW + 2 * t;
+                    for (int n = 0; n < NCW / 8; n++) {
+                        float2 x = make_float2(dq[mt][n][2 * r], dq[mt][n][2 * r + 1]);
+                        if (kt != split) {  // not the block's first key tile: add to its partial sum
+                            float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
+                            x.x += old.x;
+                            x.y += old.y;
+                        }
+                        *reinterpret_cast<float2*>(row + 8 * n) = x;
                     }
-                    *reinterpret_cast<float2*>(row + 8 * n) = x;
                 }
-            }
         }
         cp_async_wait<0>();  // the last (empty) group
         __syncthreads();     // every warp is done reading K (dQ) before the warps stage dK in it
