@@ -13,8 +13,8 @@
 It also reports the share of HMMA (tensor-core) instructions in each kernel's main loop: the backward
 branch whose body holds the most HMMA (for the forward the key-tile loop), counted twice: every
 instruction of the body (branches that run only on some tiles, like the masks of the diagonal tiles,
-included), and the fewest instructions a turn can execute that still runs every HMMA and every LDGSTS
-of the body (the turn of a tile without masks; a loop nested in the body counted once).
+included), and the fewest instructions a turn can execute that runs every HMMA and the most global
+memory accesses of the body (the turn of a tile without masks; a loop nested in the body counted once).
 
     scripts/sass_check.py --nvcc NVCC --arch 80 --arch 90 [--cuobjdump PATH]
     scripts/sass_check.py --nvcc NVCC --which-tools     the cuobjdump and nvdisasm it would use (exit 1: none)
@@ -118,15 +118,16 @@ def branch_target(operands):
 
 def hot_path(body):
     """Fewest instructions from the first of `body` to its last (the back edge) on a path through its
-    forward branches that executes every HMMA and LDGSTS of it; backward branches inside (nested loops)
-    are not taken."""
+    forward branches that executes every HMMA of it and, among those, the most global memory accesses
+    (loads, stores, cp.async, prefetches: where the compiler made two versions of a stretch, one);
+    backward branches inside (nested loops) are not taken. None if no path runs every HMMA."""
     index = {addr: i for i, (addr, _, _, _) in enumerate(body)}
-    need = lambda op: op.startswith(("HMMA", "LDGSTS"))
-    inf = (-1, 0)
-    best = [inf] * len(body)  # (needed instructions executed, -instructions) of the best path to i
-    best[0] = (int(need(body[0][1])), -1)
+    score = lambda op: (int(op.startswith("HMMA")), int(op.startswith(("LDGSTS", "LDG", "STG", "CCTL"))), -1)
+    add = lambda a, b: tuple(x + y for x, y in zip(a, b))
+    best = [None] * len(body)  # (HMMA, global accesses, -instructions) of the best path to i
+    best[0] = score(body[0][1])
     for i, (addr, op, operands, predicated) in enumerate(body[:-1]):
-        if best[i] == inf:
+        if best[i] is None:
             continue
         nexts = []
         target = branch_target(operands) if op.startswith("BRA") else None
@@ -136,10 +137,11 @@ def hot_path(body):
                 and not op.startswith(("EXIT", "RET")):
             nexts.append(i + 1)
         for j in nexts:
-            cand = (best[i][0] + need(body[j][1]), best[i][1] - 1)
-            best[j] = max(best[j], cand)
-    total = sum(need(op) for _, op, _, _ in body)
-    return -best[-1][1] if best[-1][0] == total else None
+            cand = add(best[i], score(body[j][1]))
+            if best[j] is None or cand > best[j]:
+                best[j] = cand
+    hmma = sum(op.startswith("HMMA") for _, op, _, _ in body)
+    return -best[-1][2] if best[-1] is not None and best[-1][0] == hmma else None
 
 
 def main_loop(code):

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """test/test_sass_check.py — scripts/sass_check.py's verdicts on planted SASS: a kernel with what the
 check asks for passes, and each missing or forbidden thing (no LDSM, no LDGSTS, a generic LD, a spill,
-too many registers for two blocks, no HMMA in a loop) fails it; its main-loop figures are counted."""
+too many registers for two blocks, no HMMA in a loop) fails it; its main-loop figures are counted, over
+the whole body and over a turn without masks."""
 import contextlib
 import io
 import os
@@ -50,6 +51,24 @@ expect("a kernel with LDSM, LDGSTS, HMMA in its loop passes", True, verdict(GOOD
 ok, line = verdict(GOOD)
 expect("main loop counted: 5 instructions, 2 HMMA (40.0%)", True,
        (ok and "main loop 5 instructions, 2 HMMA (40.0%)" in line, line))
+# A loop with a branch around mask selects (skipped on the turn without masks) and one around a
+# global store (kept: the turn without masks runs the most global accesses).
+BRANCHY = [
+    "LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64] ;",
+    "LDSM.16.M88.4 R4, [R5] ;",            # 0x0010: the loop starts here
+    "HMMA.16816.F32.BF16 R8, R4, R6, R8 ;",
+    "@P0 BRA 0x60 ;",
+    "FSEL R8, R8, -INF , P1 ;",
+    "FSEL R9, R9, -INF , P1 ;",
+    "@P2 BRA 0x80 ;",                      # 0x0060
+    "STG.E desc[UR4][R2.64], R8 ;",
+    "HMMA.16816.F32.BF16 R12, R4, R6, R12 ;",  # 0x0080
+    "@!P3 BRA 0x10 ;",                     # 0x0090: back to 0x0010
+    "EXIT ;",
+]
+ok, line = verdict(BRANCHY)
+expect("main loop 9 instructions; a turn without masks skips the selects, keeps the store: 7", True,
+       (ok and "main loop 9 instructions, 2 HMMA (22.2%); a turn without masks 7 (28.6%)" in line, line))
 expect("no LDSM fails", False, verdict([l for l in GOOD if not l.startswith("LDSM")]))
 expect("no LDGSTS fails", False, verdict([l for l in GOOD if not l.startswith("LDGSTS")]))
 expect("a generic LD fails", False, verdict(GOOD[:2] + ["LD.E.64 R2, [R4.64] ;"] + GOOD[2:]))
