@@ -1066,14 +1066,29 @@ __global__ void __launch_bounds__(128, 2)
     floatX* QdO = Vs + Tile::kOwnTile;             // stage s: Q at 2s, dO at 2s+1, (NQ, HS) each
     floatX* dSt = QdO + 4 * Tile::kStreamTileB;    // (64 keys, NQ queries), row stride kLdS
     float* stats = reinterpret_cast<float*>(smem + Tile::kBackwardStats);  // stage s: lse2 at 2s, D at 2s+1, (NQ)
-    // Starts the loads of query tile q0 (n valid rows) into stage st: Q and dO by cp.async, lse (in
-    // log2 units) and D by plain loads and stores (their rows are 4 bytes, not 16-byte aligned).
+    // Query tile q0's (n valid rows) loads into stage st. Q and dO go by cp.async (load_queries); lse
+    // (in log2 units) and D, whose rows are 4 bytes and not 16-byte aligned, by plain loads into
+    // registers, thread r < NQ taking row r (fetch_stats), and stores to the stage (store_stats). The
+    // main loop fetches the next tile's as a pair begins and stores them as it ends, so that no warp
+    // waits for the loads.
+    static_assert(NQ <= Tile::kThreads, "a row of lse and D per thread");
+    float lse_next = 0.f, D_next = 0.f;
     auto load_queries = [&](int st, int q0, int n) {
         floatX* dst = QdO + 2 * st * Tile::kStreamTileB;
         attn_async_tiles<floatX, HS, NQ, Tile::kStreamTileB>(dst, n, qb + q0 * stride, stride, dob + (size_t)q0 * C, C);
-        for (int r = threadIdx.x; r < NQ; r += blockDim.x) {
-            stats[2 * st * NQ + r] = r < n ? lse_bh[q0 + r] * 1.4426950408889634f : 0.f;
-            stats[(2 * st + 1) * NQ + r] = r < n ? D_bh[q0 + r] : 0.f;
+    };
+    auto fetch_stats = [&](int q0, int n) {
+        const int r = threadIdx.x;
+        if (r < NQ) {
+            lse_next = r < n ? lse_bh[q0 + r] : 0.f;
+            D_next = r < n ? D_bh[q0 + r] : 0.f;
+        }
+    };
+    auto store_stats = [&](int st) {
+        const int r = threadIdx.x;
+        if (r < NQ) {
+            stats[2 * st * NQ + r] = lse_next * 1.4426950408889634f;
+            stats[(2 * st + 1) * NQ + r] = D_next;
         }
     };
 
@@ -1091,6 +1106,8 @@ __global__ void __launch_bounds__(128, 2)
         const int tiles = CEIL_DIV(valid - qstart, NQ);
         load_queries(0, qstart, min(NQ, valid - qstart));
         cp_async_commit();
+        fetch_stats(qstart, min(NQ, valid - qstart));
+        store_stats(0);
         const int key0 = k0 + 16 * warp;   // this warp's first key
         const bool active = key0 < valid;  // warp-uniform
         const floatX* Kw = Ks + 16 * warp * kLd;
@@ -1113,7 +1130,10 @@ __global__ void __launch_bounds__(128, 2)
             const float* D_s = lse2_s + NQ;
             cp_async_wait<0>();
             __syncthreads();  // tile it is visible to all, every warp is done with the other stage
-            if (it + 1 < tiles) load_queries(st ^ 1, q0 + NQ, min(NQ, valid - q0 - NQ));
+            if (it + 1 < tiles) {  // the next tile's loads (its lse and D stored when this pair ends)
+                load_queries(st ^ 1, q0 + NQ, min(NQ, valid - q0 - NQ));
+                fetch_stats(q0 + NQ, min(NQ, valid - q0 - NQ));
+            }
             cp_async_commit();
             // Past the block's first key tile, this iteration ends by adding to the tile's dQ rows in
             // the block's slice (NQ·HS contiguous floats): start bringing them into L2 now, one 128-byte
@@ -1215,6 +1235,9 @@ __global__ void __launch_bounds__(128, 2)
                         *reinterpret_cast<float2*>(row + 8 * n) = x;
                     }
                 }
+            // Stage st ^ 1's lse and D: the other warps read it after the next iteration's barrier, and
+            // read its previous tile's before this iteration's.
+            if (it + 1 < tiles) store_stats(st ^ 1);
         }
         cp_async_wait<0>();  // the last (empty) group
         __syncthreads();     // every warp is done reading K (dQ) before the warps stage dK in it
