@@ -147,14 +147,13 @@ if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
     start=$SECONDS
     gencode=$(for a in $CUDA_ARCHS; do printf -- ' -gencode arch=compute_%s,code=sm_%s' "$a" "$a"; done)
     archs="sm_${CUDA_ARCHS// /+sm_}"
-    checked() { ! grep -qE '#include "\.\./train_(gpt2|bert)\.cu"' "$1"; }
-    for f in $CU_SOURCES; do checked "$f" && echo "$f"; done |
+    checked=$(for f in $CU_SOURCES; do grep -qE '#include "\.\./train_(gpt2|bert)\.cu"' "$f" || echo "$f"; done)
+    echo "$checked" |
         xargs -P "$(nproc)" -L 1 sh -c '
             out="'"$results"'/$(echo "$0" | tr / _)"
             if "'"$NVCC"'" '"$NVCC_CHECK_FLAGS"' '"$gencode"' -c "$0" -o /dev/null > "$out.log" 2>&1
             then echo ok > "$out.status"; else echo fail > "$out.status"; fi'
-    for f in $CU_SOURCES; do
-        checked "$f" || continue
+    for f in $checked; do
         key="$results/$(echo "$f" | tr / _)"
         if [[ $(cat "$key.status" 2>/dev/null) == ok ]]; then
             echo "PASS nvcc $archs $f"
