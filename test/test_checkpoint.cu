@@ -239,7 +239,9 @@ int main(int argc, char** argv) {
         size_t k = prof == std::string::npos ? std::string::npos : c.text.find(" (", prof);
         long long profiled = k == std::string::npos ? -2 : atoll(c.text.c_str() + k + 2);
         bool once = prof != std::string::npos && c.text.find("profiled step:", prof + 1) == std::string::npos;
-        bool ok = th::exited_ok(c) && once && replayed > 0 && profiled == replayed;
+        // Only the CPU backend counts kernels: on a GPU the bracket is checked to be printed once.
+        bool counted = kernel_launch_count() >= 0;
+        bool ok = th::exited_ok(c) && once && (!counted || (replayed > 0 && profiled == replayed));
         th::report(ok, "train_gpt2 --profile-step 3 brackets step 3 alone for a profiler",
                    "%lld kernels between the brackets, step 3 ran %lld%s%s", profiled, replayed, ok ? "" : "; ",
                    ok ? "" : th::last_lines(c.text).c_str());
@@ -320,20 +322,27 @@ int main(int argc, char** argv) {
         int status;
         waitpid(start_kill_run(straight), &status, 0);
         bool straight_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        // Kill after 10-40% of an uninterrupted run's time (start-up included): every attempt
-        // gets somewhere, on any machine and under ASan, and most die mid-run or mid-write.
+        // Kill after 10-40% of an uninterrupted run's time (start-up included): on the CPU backend
+        // every attempt gets somewhere, on any machine and under ASan, and most die mid-run or
+        // mid-write. On a GPU the start-up (the CUDA context, cuBLASLt) is most of so short a run,
+        // so while attempts die before checkpointing anything new, the kill moves later by half.
         double run_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        double later = 1;
         uint64_t x = 99;
-        int kills = 0, guard = 0;
+        int kills = 0, guard = 0, newest = 0;
         bool finished = false;
         while (straight_ok && !finished && guard++ < 40) {
             pid_t pid = start_kill_run(resumed);
             x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            usleep((useconds_t)(run_us * (0.1 + 0.3 * (x % 1000) / 1000.0)));
+            usleep((useconds_t)(run_us * later * (0.1 + 0.3 * (x % 1000) / 1000.0)));
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
             finished = WIFEXITED(status) && WEXITSTATUS(status) == 0;  // it ended before the kill
             kills += WIFSIGNALED(status);
+            std::vector<int> done = complete_checkpoints(resumed);
+            int now = done.empty() ? 0 : done.back();
+            if (now == newest) later *= 1.5;
+            newest = now;
         }
         std::string why = straight_ok ? "" : "the uninterrupted run failed";
         bool ok = straight_ok && same_run(straight, resumed, kill_options().max_steps, &why);

@@ -144,9 +144,11 @@ void check_bias_backward(int OC) {
 
 // matmul_backward's bias gradient: fused into the weight-gradient GEMM (a BGRADB plan that ran),
 // and where cuBLASLt refuses BGRADB (planted, as cublaslt_run records a refusal), the plain GEMM and
-// the reduction kernels: dinp and dweight bit-identical to the fused route's (the epilogue changes
-// neither), dbias against the double reference as in check_bias_backward. (The fused route's dbias
-// is checked by check_linear.)
+// the reduction kernels: dinp bit-identical to the fused route's (the epilogue does not touch that
+// GEMM); dweight bit-identical on the CPU backend, whose sums do not depend on the epilogue, and on
+// a GPU, where cuBLASLt may run another kernel for the plain GEMM than for BGRADB (seen on an H100
+// for fp16), within check_linear's dweight budget of the double reference; dbias against the double
+// reference as in check_bias_backward. (The fused route's dbias is checked by check_linear.)
 template <class T>
 void check_bias_gradient_routes() {
     const int N = 130, C = 48, OC = 24;
@@ -177,11 +179,32 @@ void check_bias_gradient_routes() {
     snprintf(name, sizeof(name), "matmul_backward<%s>: the bias gradient is fused into the weight GEMM (BGRADB)",
              th::dtype_name<T>());
     th::report(fused == 1, name, "BGRADB plans that ran: %d", fused);
-    snprintf(name, sizeof(name), "matmul_backward<%s>: BGRADB refused: dinp, dweight bit-identical to the fused route",
+    snprintf(name, sizeof(name), "matmul_backward<%s>: BGRADB refused: dinp bit-identical to the fused route",
              th::dtype_name<T>());
-    bool dinp_same = std::get<0>(fused_route) == std::get<0>(kernel_route),
-         dw_same = std::get<1>(fused_route) == std::get<1>(kernel_route);
-    th::report(dinp_same && dw_same, name, "dinp equal: %d, dweight equal: %d", dinp_same, dw_same);
+    th::report(std::get<0>(fused_route) == std::get<0>(kernel_route), name);
+#ifndef __CUDACC__  // the CPU backend
+    snprintf(name, sizeof(name), "matmul_backward<%s>: BGRADB refused: dweight bit-identical to the fused route",
+             th::dtype_name<T>());
+    th::report(std::get<1>(fused_route) == std::get<1>(kernel_route), name);
+#else
+    std::vector<double> dw_ref((size_t)OC * C);
+    double max_mag = 0;  // the largest sum of |terms| of a dweight element
+    for (int o = 0; o < OC; o++)
+        for (int c = 0; c < C; c++) {
+            double s = to_float(dw0[(size_t)o * C + c]), mag = std::fabs(s);
+            for (int n = 0; n < N; n++) {
+                double p = (double)to_float(dout[(size_t)n * OC + o]) * to_float(inp[(size_t)n * C + c]);
+                s += p;
+                mag += std::fabs(p);
+            }
+            dw_ref[(size_t)o * C + c] = s;
+            max_mag = std::max(max_mag, mag);
+        }
+    double eps_t = dtype_eps<T>();
+    snprintf(name, sizeof(name), "matmul_backward<%s>: BGRADB refused: dweight by the plain GEMM", th::dtype_name<T>());
+    th::check_close(name, dw_ref.data(), std::get<1>(kernel_route).data(), dw_ref.size(),
+                    th::Tol{((N + 4) * std::ldexp(1.0, -24) + 0.5 * eps_t) * max_mag, 0.5 * eps_t});
+#endif
     std::vector<double> ref(OC);
     for (int o = 0; o < OC; o++) {
         ref[o] = to_float(db0[o]);

@@ -197,10 +197,14 @@ void test_refusals() {
              if (err == cudaSuccess) cudaFreeHost(p);
              return err;
          }},
+#if defined(SIMT_CPU)
+        // Refused by the CPU backend, as by CUDA 12; CUDA 13 on an H100 captured both (2026-11-26).
+        // A graph that copies from pageable memory is not portable, so the backend keeps refusing it.
         {"cudaMemcpyAsync from pageable host memory", s, cudaErrorStreamCaptureUnsupported,
          [&] { return cudaMemcpyAsync(x, pageable.data(), N * sizeof(float), cudaMemcpyHostToDevice, s); }},
         {"cudaMemcpyAsync to pageable host memory", s, cudaErrorStreamCaptureUnsupported,
          [&] { return cudaMemcpyAsync(pageable.data(), x, N * sizeof(float), cudaMemcpyDeviceToHost, s); }},
+#endif
         {"legacy-stream kernel while a blocking stream captures", blocking, cudaErrorStreamCaptureImplicit,
          [&] { return launch_kernel(fill_kernel, dim3(1), dim3(N), 0, (cudaStream_t)0, x, 1.f, N); }},
         {"cudaStreamWaitEvent on an event recorded outside the capture", s, cudaErrorStreamCaptureIsolation,
@@ -242,24 +246,37 @@ void test_refusals() {
     cudaGraph_t g = nullptr;
     cudaError_t not_capturing = cudaStreamEndCapture(s, &g);
     cudaGetLastError();
+    // Ending a capture on a stream that joined it, and synchronizing an event recorded in it, are
+    // refused. Whether the capture survives either differs (the CPU backend keeps it; an H100 with
+    // CUDA 13 invalidated it), so each gets its own capture, ended on its origin whatever the result.
+    auto end_any = [&] {  // ends the capture on s, discarding the graph or the error
+        cudaGraph_t g = nullptr;
+        cudaError_t err = cudaStreamEndCapture(s, &g);
+        cudaGetLastError();
+        if (g) cudaCheck(cudaGraphDestroy(g));
+        return err;
+    };
     cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     cudaCheck(cudaEventRecord(outside, s));
     cudaCheck(cudaStreamWaitEvent(other, outside, 0));  // other joins
     cudaError_t wrong_stream = cudaStreamEndCapture(other, &g);
     cudaGetLastError();
+    if (cudaEventRecord(outside, other) == cudaSuccess) cudaStreamWaitEvent(s, outside, 0);  // joined back
+    cudaGetLastError();
+    cudaError_t after_wrong = end_any();
+    cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cudaCheck(cudaEventRecord(outside, s));
     cudaError_t captured_event = cudaEventSynchronize(outside);
     cudaGetLastError();
-    cudaCheck(cudaEventRecord(outside, other));
-    cudaCheck(cudaStreamWaitEvent(s, outside, 0));  // joined back
-    cudaError_t right_stream = end_and_instantiate(s, &exec);
-    if (exec) cudaCheck(cudaGraphExecDestroy(exec));
+    cudaError_t after_event = end_any();
     th::report(legacy != cudaSuccess && not_capturing != cudaSuccess && wrong_stream == cudaErrorStreamCaptureUnmatched &&
-                   captured_event == cudaErrorCapturedEvent && right_stream == cudaSuccess,
-               "refused: capture on the legacy stream, EndCapture without a capture or on a forked stream, "
+                   captured_event == cudaErrorCapturedEvent,
+               "refused: capture on the legacy stream, EndCapture without a capture or on a joined stream, "
                "synchronizing a captured event",
-               "legacy %s, not capturing %s, forked stream %s, captured event %s, origin %s", cudaGetErrorName(legacy),
-               cudaGetErrorName(not_capturing), cudaGetErrorName(wrong_stream), cudaGetErrorName(captured_event),
-               cudaGetErrorName(right_stream));
+               "legacy %s, not capturing %s, joined stream %s (then the origin's EndCapture %s), captured event %s "
+               "(then %s)",
+               cudaGetErrorName(legacy), cudaGetErrorName(not_capturing), cudaGetErrorName(wrong_stream),
+               cudaGetErrorName(after_wrong), cudaGetErrorName(captured_event), cudaGetErrorName(after_event));
 
     cudaCheck(cudaEventDestroy(outside));
     cudaCheck(cudaStreamDestroy(s));
