@@ -21,11 +21,11 @@
 // 16×8 accumulator tile, the 4 lanes of a quad share a row (row max and sum: 2 xor-shuffles), and the
 // accumulators of two adjacent 8-column tiles, rounded to floatX, are exactly the A fragment of the
 // next product's 16-wide k slice (P for P V, dS for dS Q): no shared-memory round trip.
-//   Forward: block = 128 queries, 32 per warp (64 and 16 at HS = 128, for registers); Q's fragments
-//   are loaded once (ldmatrix) and stay in registers; K and V stream in 64-key tiles through two
-//   shared-memory stages, cp.async filling one while the warps compute on the other; S = Q K^T, the
-//   softmax, P and the output accumulator O live in registers. With two row tiles per warp, every K
-//   and V fragment read from shared memory feeds two mma: half the ldmatrix traffic per product.
+//   Forward: block = 64 queries, 16 per warp; Q's fragments are loaded once (ldmatrix) and stay in
+//   registers; K and V stream in 64-key tiles through two shared-memory stages, cp.async filling one
+//   while the warps compute on the other; S = Q K^T, the softmax, P and the output accumulator O live
+//   in registers. (The kernel also takes two row tiles per warp, each K and V fragment then feeding
+//   two mma; on an H100 that was slower under a causal mask: AttnMmaTile says why it is not used.)
 //   Backward: one kernel, block = 64 keys (K, V in shared memory); it streams the query tiles that
 //   see them (64 queries, 32 at HS = 128 for registers; Q, dO, lse, D double-buffered) and computes 5
 //   products per tile pair: S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dK += dS^T Q in registers, and
@@ -658,10 +658,12 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 // The 16-bit kernels: mma.sync m16n8k16 with the PTX fragment layouts (llmc/tensor_core.cuh)
 
 // Shapes and shared-memory layout of the mma.sync kernels for storage type floatX and head size HS. A
-// block has 4 warps. In the forward each owns kFwdTiles 16-row tiles of queries: two at HS <= 64, so
-// that every K and V fragment a warp reads from shared memory feeds two mma instead of one
-// (FlashAttention-2's block of 128 queries at head size 64), one at HS = 128, whose output
-// accumulator (64 floats per lane and tile) leaves no registers for a second. The forward streams
+// block has 4 warps. In the forward each owns kFwdTiles = 1 16-row tile of queries. Two (FlashAttention-2's
+// block of 128 queries at head size 64) would make every K and V fragment a warp reads from shared
+// memory feed two mma instead of one, but on an H100 that forward ran 9% slower under GPT-2's causal
+// mask (158 vs 173 TFLOP/s, B=8 T=1024 NH=12 HS=64; 2.5% faster without a mask: dev/cuda/attention.cu's
+// variant 3 times it), and at HS = 128 the output accumulator (64 floats per lane and tile) leaves
+// no registers for a second. The forward streams
 // kCols = 64 keys per tile. In the backward each warp owns 16 keys (kRows = 64 per block) and the
 // block streams kColsB queries per tile, 32 at HS = 128, where the dK and dV accumulators (2 × 64
 // floats per lane) leave no room for two 64-wide score tiles in 255 registers. Row stride kLd = HS + 8
@@ -674,7 +676,7 @@ struct AttnMmaTile {
     static constexpr int kWarps = 4;
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kRows = 16 * kWarps;
-    static constexpr int kFwdTiles = HS <= 64 ? 2 : 1;
+    static constexpr int kFwdTiles = 1;
     static constexpr int kCols = 64;
     static constexpr int kColsB = HS == 128 ? 32 : 64;
     static constexpr int kLd = HS + 8;
@@ -1022,8 +1024,8 @@ __global__ void __launch_bounds__(128, 2)
 }
 
 // Backward, 16-bit types, 5 tile products per (key tile, query tile) (FlashAttention-2's), with dQ made
-// deterministic. Grid (splits, NH, B), 128 threads; block x takes the key tiles x, x + splits, ... of
-// head blockIdx.y of sequence blockIdx.z. For a key tile (64 keys, 16 per warp, in shared memory) it
+// deterministic. Grid (splits, NH, B), 128 threads; block x takes the key tiles x, 2·splits-1-x,
+// 2·splits+x, ... of head blockIdx.y of sequence blockIdx.z. For a key tile (64 keys, 16 per warp, in shared memory) it
 // streams the query tiles that see it (kColsB rows of Q and dO, double-buffered through cp.async, with
 // their lse and D) and, per tile, computes in registers
 //   S^T = K Q^T,  P^T = exp(S^T * scale - lse),  dV += (P∘M)^T dO,  dP^T = V dO^T,
@@ -1092,7 +1094,15 @@ __global__ void __launch_bounds__(128, 2)
         }
     };
 
-    for (int kt = split; kt * Tile::kRows < T; kt += gridDim.x) {
+    // The block's key tiles: one per round of S = gridDim.x tiles, in a snake order (round r takes
+    // tile rS + split when r is even, rS + S-1-split when odd), so that under a causal mask, where key
+    // tile k is seen by the query tiles from k on, the blocks' shares of the work are nearly equal
+    // (T = 1024, S = 6: 25 to 21 query tiles per block, where tiles split, split + S, ... gave 30 to
+    // 16). The first is tile `split` in either order, and the later ones come in increasing order.
+    const int key_tiles = CEIL_DIV(T, Tile::kRows), S = gridDim.x;
+    for (int round = 0; round * S < key_tiles; round++) {
+        const int kt = round * S + (round % 2 ? S - 1 - split : split);
+        if (kt >= key_tiles) continue;
         const int k0 = kt * Tile::kRows, rows = min(Tile::kRows, T - k0);
         if (k0 >= valid) {  // every key row is padding: zero gradients, no compute
             attn_zero_rows<floatX, HS>(dkb + k0 * stride, stride, rows);

@@ -730,12 +730,16 @@ int main(int argc, char** argv) {
     }
     // The 16-bit backward's dQ slices with several key tiles per block (the later ones adding to the
     // block's slice), as on shapes with B·NH >= 256: the target block count lowered to B·NH gives one
-    // slice (one block per head takes all 4 key tiles), to 2·B·NH two (blocks of key tiles {0, 2}, {1}).
+    // slice (one block per head takes all 4 key tiles), to 2·B·NH two (blocks of key tiles {0}, {1, 2}:
+    // the snake order's second round runs backwards), to 3·B·NH three over 7 key tiles (blocks {0, 5, 6},
+    // {1, 4}, {2, 3}: a third round, forwards again, that only block 0 reaches).
     const int saved_target = attention_dq_target_blocks();
     attention_dq_target_blocks() = 4;
     test_case<__nv_bfloat16>({2, 200, 2, 64, true, {200, 131}}, seed++);
     attention_dq_target_blocks() = 8;
     test_case<__half>({2, 130, 2, 128, false, random_lengths(2, 130, 16), 0.1f}, seed++);
+    attention_dq_target_blocks() = 12;
+    test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
     attention_dq_target_blocks() = saved_target;
     test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
     test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);
