@@ -42,7 +42,10 @@ def read_rows(path):
     if header is None:
         raise ValueError(f"{path}: no ncu CSV header (a row with 'Kernel Name' and 'Metric Value')")
     names = rows[header]
-    return [dict(zip(names, r)) for r in rows[header + 1:] if len(r) == len(names)]
+    # A measurement row may end after its value (ncu 2025 leaves the rule columns off); shorter rows
+    # are ncu's own messages.
+    need = names.index("Metric Value") + 1
+    return [dict(zip(names, r + [""] * (len(names) - len(r)))) for r in rows[header + 1:] if need <= len(r) <= len(names)]
 
 
 def read_metrics(path):
