@@ -1060,12 +1060,6 @@ __global__ void __launch_bounds__(128, 2)
     const float* lse_bh = lse + (size_t)bh * T;                 // (B,NH,T) at (b, h, 0)
     const float* D_bh = D + (size_t)bh * T;
     float* dq_bh = dq_part + ((size_t)split * gridDim.z * NH + bh) * T * HS;  // (S,B,NH,T,HS) at (split, b, h)
-    // With one block per head (splits = 1) the block finishes dQ itself, with no reduce kernel: a
-    // query row's last contribution comes from the key tile holding it under a causal mask, from the
-    // last valid key tile otherwise; there the row is scaled and stored in dqkv. Padded rows: zeros.
-    const bool finish_dq = gridDim.x == 1;
-    floatX* dqb = dkb - C;  // (B,T,3C) at (b, 0, q part)
-    if (finish_dq) attn_zero_rows<floatX, HS>(dqb + (size_t)valid * stride, stride, T - valid);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     unsigned char* smem = attn_smem_base();
@@ -1241,9 +1235,6 @@ __global__ void __launch_bounds__(128, 2)
                     const int qi = q0 + 16 * (kDqTiles * qg + mt) + g + 8 * r;
                     if (qi >= valid) continue;
                     float* row = dq_bh + (size_t)qi * HS + cpart * NCW + 2 * t;
-                    // The row's last contribution, when this block is the head's only one: finish it.
-                    const bool last = finish_dq && (causal ? qi < k0 + Tile::kRows : k0 + Tile::kRows >= valid);
-                    floatX* out_row = dqb + (size_t)qi * stride + cpart * NCW + 2 * t;
                     for (int n = 0; n < NCW / 8; n++) {
                         float2 x = make_float2(dq[mt][n][2 * r], dq[mt][n][2 * r + 1]);
                         if (kt != split) {  // not the block's first key tile: add to its partial sum
@@ -1251,11 +1242,7 @@ __global__ void __launch_bounds__(128, 2)
                             x.x += old.x;
                             x.y += old.y;
                         }
-                        if (last)
-                            *reinterpret_cast<uint32_t*>(out_row + 8 * n) =
-                                attn_pack2f<floatX>(x.x * Tile::kScale, x.y * Tile::kScale);
-                        else
-                            *reinterpret_cast<float2*>(row + 8 * n) = x;
+                        *reinterpret_cast<float2*>(row + 8 * n) = x;
                     }
                 }
             // Stage st ^ 1's lse and D: the other warps read it after the next iteration's barrier, and
@@ -1521,11 +1508,9 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
         float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
         cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv,
                                 dq_part, dout, qkv, lse, D, T, C, NH, causal, valid_len, drop));
-        if (splits > 1) {  // with one slice the kernel has stored dQ itself
-            const size_t n = (size_t)B * T * NH * (HS / Packed128<floatX>::size);
-            cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, HS>, dim3((unsigned)CEIL_DIV(n, block)),
-                                    dim3(block), 0, stream, dqkv, dq_part, B, T, C, NH, splits, causal, valid_len));
-        }
+        const size_t n = (size_t)B * T * NH * (HS / Packed128<floatX>::size);
+        cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, HS>, dim3((unsigned)CEIL_DIV(n, block)),
+                                dim3(block), 0, stream, dqkv, dq_part, B, T, C, NH, splits, causal, valid_len));
     } else {  // fp32: the CUDA-core kernels, dK/dV then dQ
         auto blocks = attn_launch_shape<floatX, HS>("attention_backward", true).warps == 4
                           ? attention_backward_blocks<floatX, HS, 4, AttnSimtMath<HS>>
