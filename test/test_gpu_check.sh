@@ -57,18 +57,20 @@ stub_machine() {  # the sandbox's root
 echo "NVIDIA H100 80GB HBM3, 9.0, 81559 MiB, 580.159.04"
 X
     printf '#!/bin/sh\necho "$*" > "$(dirname "$0")/../make_args"\n' | stub "$sb/bin/make"  # records what it was asked
-    # ncu: with --section, two launches' sections (a rule's advice row among them); else one step of
-    # three launches, in three units, one with a thousands separator
+    # ncu: with --section, two launches' sections as ncu 2025 writes them on an H100 (its warning
+    # first; a measurement row ends after its value, a rule's advice row has every column); else one
+    # step of three launches, in three units, one with a thousands separator
     stub "$sb/bin/ncu" <<'X'
 #!/bin/sh
 sections=
 while [ $# -gt 0 ]; do [ "$1" = --log-file ] && log=$2; [ "$1" = --section ] && sections=1; shift; done
 if [ -n "$sections" ]; then cat > "$log" <<'C'
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value","Rule Name","Rule Type","Rule Description"
-"0","1","dev_attention","h","attention_forward_mma_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","GPU Speed Of Light Throughput","Duration","usecond","95.10","","",""
-"0","1","dev_attention","h","attention_forward_mma_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","GPU Speed Of Light Throughput","DRAM Throughput","%","3.25","","",""
-"0","1","dev_attention","h","attention_forward_mma_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","GPU Speed Of Light Throughput","","","","SOLBottleneck","OPT","advice"
-"1","1","dev_attention","h","attention_backward_mma_kernel","1","7","(128, 1, 1)","(6, 12, 8)","0","9.0","Occupancy","Achieved Occupancy","%","11.9","","",""
+==WARNING== Note: Running with unmodified GPU clocks. If not controlled otherwise, profiling results may be inconsistent.
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value","Rule Name","Rule Type","Rule Description","Estimated Speedup Type","Estimated Speedup"
+"0","1","dev_attention","h","attention_forward_mma_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","GPU Speed Of Light Throughput","Duration","usecond","95.10",
+"0","1","dev_attention","h","attention_forward_mma_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","GPU Speed Of Light Throughput","DRAM Throughput","%","3.25",
+"0","1","dev_attention","h","attention_forward_mma_kernel","1","7","(128, 1, 1)","(16, 12, 8)","0","9.0","GPU Speed Of Light Throughput","","","","SOLBottleneck","OPT","advice","local","12.5"
+"1","1","dev_attention","h","attention_backward_mma_kernel","1","7","(128, 1, 1)","(6, 12, 8)","0","9.0","Occupancy","Achieved Occupancy","%","11.9",
 C
 exit 0
 fi
