@@ -658,12 +658,12 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 // The 16-bit kernels: mma.sync m16n8k16 with the PTX fragment layouts (llmc/tensor_core.cuh)
 
 // Shapes and shared-memory layout of the mma.sync kernels for storage type floatX and head size HS. A
-// block has 4 warps. In the forward each owns kFwdTiles = 1 16-row tile of queries. Two (FlashAttention-2's
-// block of 128 queries at head size 64) would make every K and V fragment a warp reads from shared
-// memory feed two mma instead of one, but on an H100 that forward ran 9% slower under GPT-2's causal
-// mask (158 vs 173 TFLOP/s, B=8 T=1024 NH=12 HS=64; 2.5% faster without a mask: dev/cuda/attention.cu's
-// variant 3 times it), and at HS = 128 the output accumulator (64 floats per lane and tile) leaves
-// no registers for a second. The forward streams
+// block has 4 warps. In the forward each owns kFwdTiles = 1 16-row tile of queries. Two
+// (FlashAttention-2's block of 128 queries at head size 64) would make every K and V fragment a
+// warp reads from shared memory feed two mma instead of one, but on an H100 that forward ran 9%
+// slower under GPT-2's causal mask (158 vs 173 TFLOP/s, B=8 T=1024 NH=12 HS=64; 3 to 4% faster
+// without a mask: dev/cuda/attention.cu's variant 3 times it), and at HS = 128 the output
+// accumulator (64 floats per lane and tile) leaves no registers for a second. The forward streams
 // kCols = 64 keys per tile. In the backward each warp owns 16 keys (kRows = 64 per block) and the
 // block streams kColsB queries per tile, 32 at HS = 128, where the dK and dV accumulators (2 × 64
 // floats per lane) leave no room for two 64-wide score tiles in 255 registers. Row stride kLd = HS + 8
