@@ -198,8 +198,8 @@ void test_refusals() {
              return err;
          }},
 #if defined(SIMT_CPU)
-        // Refused by the CPU backend, as by CUDA 12; CUDA 13 on an H100 captured both (2026-11-26).
-        // A graph that copies from pageable memory is not portable, so the backend keeps refusing it.
+        // Refused by the CPU backend only: CUDA 13 on an H100 captured both (2026-11-26). The backend
+        // is the stricter of the two, since a replay would read whatever the host left in the buffer.
         {"cudaMemcpyAsync from pageable host memory", s, cudaErrorStreamCaptureUnsupported,
          [&] { return cudaMemcpyAsync(x, pageable.data(), N * sizeof(float), cudaMemcpyHostToDevice, s); }},
         {"cudaMemcpyAsync to pageable host memory", s, cudaErrorStreamCaptureUnsupported,
