@@ -1025,9 +1025,9 @@ __global__ void __launch_bounds__(128, 2)
 
 // Backward, 16-bit types, 5 tile products per (key tile, query tile) (FlashAttention-2's), with dQ made
 // deterministic. Grid (splits, NH, B), 128 threads; block x takes the key tiles x, 2·splits-1-x,
-// 2·splits+x, ... of head blockIdx.y of sequence blockIdx.z. For a key tile (64 keys, 16 per warp, in shared memory) it
-// streams the query tiles that see it (kColsB rows of Q and dO, double-buffered through cp.async, with
-// their lse and D) and, per tile, computes in registers
+// 2·splits+x, ... of head blockIdx.y of sequence blockIdx.z. For a key tile (64 keys, 16 per warp,
+// in shared memory) it streams the query tiles that see it (kColsB rows of Q and dO, double-buffered
+// through cp.async, with their lse and D) and, per tile, computes in registers
 //   S^T = K Q^T,  P^T = exp(S^T * scale - lse),  dV += (P∘M)^T dO,  dP^T = V dO^T,
 //   dS^T = P^T ∘ (dP^T ∘ M / (1-p) - D),  dK += dS^T Q
 // (M, 1/(1-p): dropout; P^T's and dS^T's C fragments are the A fragments of their products), then
@@ -1036,8 +1036,10 @@ __global__ void __launch_bounds__(128, 2)
 // fp32 dQ slice in dq_part (splits, B, NH, T, HS): plain loads and stores, no atomics, as only this
 // block touches that slice (its first key tile writes, the later ones add, in tile order);
 // attention_backward_dq_reduce_kernel then sums the slices in split order. The results depend on
-// splits (a function of B, T, NH) and on nothing else: not on timing.
-template <class floatX, int HS, bool kDropout>
+// splits (a function of B, T, NH) and on nothing else: not on timing. (kDqAtomics: dev/cuda/attention.cu's
+// variant 4, FlashAttention-2's way, for timing: every block adds its dQ rows to one fp32 buffer by
+// float atomics, in an order that depends on timing.)
+template <class floatX, int HS, bool kDropout, bool kDqAtomics = false>
 __global__ void __launch_bounds__(128, 2)
     attention_backward_mma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
                                   const float* lse, const float* D, int T, int C, int NH, bool causal,
@@ -1059,7 +1061,7 @@ __global__ void __launch_bounds__(128, 2)
     floatX* dkb = dqkv + (size_t)b * T * stride + C + h * HS;   // (B,T,3C) at (b, 0, k part)
     const float* lse_bh = lse + (size_t)bh * T;                 // (B,NH,T) at (b, h, 0)
     const float* D_bh = D + (size_t)bh * T;
-    float* dq_bh = dq_part + ((size_t)split * gridDim.z * NH + bh) * T * HS;  // (S,B,NH,T,HS) at (split, b, h)
+    float* dq_bh = dq_part + ((size_t)(kDqAtomics ? 0 : split) * gridDim.z * NH + bh) * T * HS;  // (S,B,NH,T,HS)
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     unsigned char* smem = attn_smem_base();
@@ -1149,7 +1151,8 @@ __global__ void __launch_bounds__(128, 2)
             // the block's slice (NQ·HS contiguous floats): start bringing them into L2 now, one 128-byte
             // line per thread, so that the adds find them there instead of waiting for DRAM.
             static_assert(NQ * HS / 32 <= Tile::kThreads, "a line per thread at most");
-            if (kt != split && (int)threadIdx.x < NQ * HS / 32 && q0 + (int)threadIdx.x * 32 / HS < valid)
+            const bool adds = !kDqAtomics && kt != split;
+            if (adds && (int)threadIdx.x < NQ * HS / 32 && q0 + (int)threadIdx.x * 32 / HS < valid)
                 prefetch_l2(dq_bh + (size_t)q0 * HS + 32 * threadIdx.x);
             uint32_t abuf[4];  // an A fragment fetched from shared memory
             if (active) {
@@ -1237,6 +1240,11 @@ __global__ void __launch_bounds__(128, 2)
                     float* row = dq_bh + (size_t)qi * HS + cpart * NCW + 2 * t;
                     for (int n = 0; n < NCW / 8; n++) {
                         float2 x = make_float2(dq[mt][n][2 * r], dq[mt][n][2 * r + 1]);
+                        if constexpr (kDqAtomics) {
+                            atomicAdd(row + 8 * n, x.x);
+                            atomicAdd(row + 8 * n + 1, x.y);
+                            continue;
+                        }
                         if (kt != split) {  // not the block's first key tile: add to its partial sum
                             float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
                             x.x += old.x;

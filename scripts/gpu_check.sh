@@ -123,7 +123,7 @@ jnum() { [[ "$1" =~ ^-?[0-9.]+([eE][-+]?[0-9]+)?$ ]] && printf '%s' "$1" || prin
 join() { local IFS=,; echo "$*"; }
 test_json=() san_json=() gpt_json=() agree_json=() bert_json=() sweep_json=() moe_json=() skipped_json=()
 tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metrics_json=null
-ours_fwd= ours_bwd= ours_gemm= fp8_accum= ours_slices=
+ours_fwd= ours_bwd= ours_gemm= fp8_accum= ours_slices= ours_bwd4=
 failures=$build_failures
 write_json() {  # "final" once every part has run or been skipped
     skipped_json=()
@@ -146,6 +146,7 @@ write_json() {  # "final" once every part has run or been skipped
             "$(jnum "${ours_fwd:-}")" "$(jnum "${ours_bwd:-}")" "$(jnum "${ours_gemm:-}")"
         printf '  "attention_bf16_causal_fwd_32_rows_per_warp_tflops":%s,\n' "$(jnum "${ours_fwd32:-}")"
         printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices":{%s},\n' "${ours_slices:-}"
+        printf '  "attention_bf16_causal_bwd_dq_atomics_tflops":%s,\n' "$(jnum "${ours_bwd4:-}")"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
         printf '  "attention_sweep":[%s]},\n' "$(join "${sweep_json[@]}")"
         printf ' "moe_gpt2_124m":{"batch":8,"seq":1024,"steps":20,"rows":[%s]},\n' "$(join "${moe_json[@]}")"
@@ -167,7 +168,9 @@ if fits attention 60; then
     ours_bwd=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward (llmc, flash)")
     # The forward with two 16-row tiles per warp instead of production's one: what a second would buy.
     ours_fwd32=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "forward variant 3")
-    # The backward with each number of dQ slices the shape allows: {"slices": TFLOP/s, ...}.
+    # The backward adding dQ by atomics (dev variant 4), and with each number of dQ slices the shape
+    # allows: {"slices": TFLOP/s, ...}.
+    ours_bwd4=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 4")
     ours_slices=$(awk 'index($0, "bf16 B=8 T=1024 NH=12 HS=64 causal") == 1 { in_sec = 1; next } /^[^ ]/ { in_sec = 0 }
         in_sec && /backward \(llmc, flash\), dQ in [0-9]+ slice/ {
             for (i = 1; i < NF; i++) { if ($i == "in") n = $(i + 1); if ($(i + 1) == "TFLOP/s") v = $i }
@@ -458,6 +461,7 @@ if [[ -n $ours_fwd$ours_bwd ]]; then
     echo "| ... the forward with 32 rows per warp (dev variant 3) | ${ours_fwd32:-?} TFLOP/s | |"
     echo "| attention bf16 causal bwd | ${ours_bwd:-?} TFLOP/s | $(sdpa bwd) |"
     [[ -n ${ours_slices:-} ]] && echo "| ... the backward by dQ slices (slices: TFLOP/s) | ${ours_slices//\"/} | |"
+    echo "| ... the backward adding dQ by atomics (dev variant 4) | ${ours_bwd4:-?} TFLOP/s | |"
 fi
 for r in "${moe_json[@]}"; do
     name=$(echo "$r" | sed 's/.*"model":"\([^"]*\)".*/\1/')

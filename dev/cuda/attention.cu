@@ -14,6 +14,9 @@
 //               queries per warp (blocks of 128 queries) instead of one: every K and V fragment read
 //               from shared memory then feeds two mma instead of one. Timed beside production (on an
 //               H100 it was 9% slower under a causal mask, 3 to 4% faster without one).
+//   4           (bf16/fp16, backward, no dropout) the production backward kernel with one block per
+//               key tile, adding its dQ rows by float atomics into one fp32 buffer (FlashAttention-2's
+//               way; dQ's last bits then depend on timing), and the reduce kernel over that buffer.
 // The production backward is also timed with each number of dQ slices the shape allows (its blocks
 // per head; production picks attention_dq_splits).
 //   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
@@ -408,6 +411,34 @@ void attention_backward2(floatX* dqkv, const floatX* dout, const floatX* qkv, co
     });
 }
 
+// Variant 4 (16-bit, no dropout): the production backward kernel with one block per key tile and its
+// dQ rows added by float atomics into one fp32 buffer (FlashAttention-2's way), then the reduce kernel
+// over that one slice (scale, round to floatX). More blocks and no slices to write back, but the order
+// of the adds, and so dQ's last bits, depends on timing. Scratch as attention_backward's.
+template <class floatX>
+void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                         cudaStream_t stream) {
+    int HS = attention_check_shape("attention_backward4", B, T, C, NH, {dqkv, dout, qkv, out});
+    float* D = static_cast<float*>(scratch);
+    float* dq = reinterpret_cast<float*>(static_cast<char*>(scratch) + attention_dq_part_offset(B, T, NH));
+    with_head_size(HS, [&](auto hs) {
+        constexpr int kHS = decltype(hs)::value;
+        using Tile = AttnMmaTile<floatX, kHS>;
+        cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, kHS>, dim3(CEIL_DIV(B * T * NH, 256)),
+                                dim3(256), 0, stream, D, dout, out, B, T, C, NH, valid_len));
+        cudaCheck(cudaMemsetAsync(dq, 0, (size_t)B * T * C * sizeof(float), stream));
+        auto kernel = attention_backward_mma_kernel<floatX, kHS, false, true>;
+        reserve_dynamic_smem(kernel, Tile::kBackwardSmem, "attention_backward4", "HS", kHS);
+        cudaCheck(launch_kernel(kernel, dim3(CEIL_DIV(T, Tile::kRows), NH, B), dim3(Tile::kThreads),
+                                Tile::kBackwardSmem, stream, dqkv, dq, dout, qkv, lse, D, T, C, NH, causal, valid_len,
+                                DropoutArgs{}));
+        const size_t n = (size_t)B * T * NH * (kHS / Packed128<floatX>::size);
+        cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, kHS>, dim3((unsigned)CEIL_DIV(n, 256)),
+                                dim3(256), 0, stream, dqkv, dq, B, T, C, NH, 1, causal, valid_len));
+    });
+}
+
 // ----------------------------------------------------------------------------
 // Validation
 
@@ -481,6 +512,15 @@ void validate(const Shape& s, uint64_t seed) {
             attention_forward3(out3.ptr, lse3.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0, dropout);
             check("variant 3 (flash, 32 rows per warp)", "out", out_ref, th::widen(out3.host()));
             check("variant 3 (flash, 32 rows per warp)", "lse", lse_ref, th::widen(lse3.host()));
+        }
+    }
+    if (lowp && s.dropout == 0.f) {  // variant 4: a backward only, from the production forward's out and lse
+        if constexpr (!std::is_same<floatX, float>::value) {
+            th::DeviceBuffer<floatX> dqkv4(qkv.size(), th::Fill::NaN);
+            th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
+            attention_backward4(dqkv4.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
+                                vl, 0);
+            check("variant 4 (flash, dQ by atomics)", "dqkv", dqkv_ref, th::widen(dqkv4.host()));
         }
     }
 }
@@ -574,6 +614,11 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
             auto fwd3 = [&] { attention_forward3(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
             flops_line("forward variant 3 (flash, 32 rows per warp)", time_ms(fwd3, reps), fwd_flops, peak);
         }
+        auto bwd4 = [&] {
+            attention_backward4(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
+                                nullptr, 0);
+        };
+        flops_line("backward variant 4 (flash, dQ by atomics)", time_ms(bwd4, reps), 2.5 * fwd_flops, peak);
         // The backward with other numbers of dQ slices than attention_dq_splits picks: each slice is an
         // fp32 copy of dQ that its blocks read, add to and write back, and that the reduce kernel sums,
         // so fewer slices move fewer bytes through DRAM but give the GPU fewer blocks.
