@@ -1106,6 +1106,7 @@ __global__ void __launch_bounds__(128, 2)
         const int kt = round * S + (round % 2 ? S - 1 - split : split);
         if (kt >= key_tiles) continue;
         const int k0 = kt * Tile::kRows, rows = min(Tile::kRows, T - k0);
+        const bool adds = !kDqAtomics && kt != split;  // past the block's first key tile: dQ adds to the slice
         if (k0 >= valid) {  // every key row is padding: zero gradients, no compute
             attn_zero_rows<floatX, HS>(dkb + k0 * stride, stride, rows);
             attn_zero_rows<floatX, HS>(dkb + C + k0 * stride, stride, rows);
@@ -1151,7 +1152,6 @@ __global__ void __launch_bounds__(128, 2)
             // the block's slice (NQ·HS contiguous floats): start bringing them into L2 now, one 128-byte
             // line per thread, so that the adds find them there instead of waiting for DRAM.
             static_assert(NQ * HS / 32 <= Tile::kThreads, "a line per thread at most");
-            const bool adds = !kDqAtomics && kt != split;
             if (adds && (int)threadIdx.x < NQ * HS / 32 && q0 + (int)threadIdx.x * 32 / HS < valid)
                 prefetch_l2(dq_bh + (size_t)q0 * HS + 32 * threadIdx.x);
             uint32_t abuf[4];  // an A fragment fetched from shared memory
@@ -1243,14 +1243,14 @@ __global__ void __launch_bounds__(128, 2)
                         if constexpr (kDqAtomics) {
                             atomicAdd(row + 8 * n, x.x);
                             atomicAdd(row + 8 * n + 1, x.y);
-                            continue;
+                        } else {
+                            if (adds) {  // add to the block's partial sum
+                                float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
+                                x.x += old.x;
+                                x.y += old.y;
+                            }
+                            *reinterpret_cast<float2*>(row + 8 * n) = x;
                         }
-                        if (kt != split) {  // not the block's first key tile: add to its partial sum
-                            float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
-                            x.x += old.x;
-                            x.y += old.y;
-                        }
-                        *reinterpret_cast<float2*>(row + 8 * n) = x;
                     }
                 }
             // Stage st ^ 1's lse and D: the other warps read it after the next iteration's barrier, and

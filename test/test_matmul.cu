@@ -15,6 +15,26 @@ double gelu_tanh_grad(double x) {
 double gelu_erf(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double gelu_erf_grad(double x) { return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); }
 
+// dweight = dw0 + dout^T inp in double, (OC, C); *max_mag: the largest sum of |terms| of an element.
+template <class T>
+std::vector<double> dweight_reference(const std::vector<T>& dw0, const std::vector<T>& dout, const std::vector<T>& inp,
+                                      int N, int C, int OC, double* max_mag) {
+    std::vector<double> dw((size_t)OC * C);
+    *max_mag = 0;
+    for (int o = 0; o < OC; o++)
+        for (int c = 0; c < C; c++) {
+            double s = to_float(dw0[(size_t)o * C + c]), mag = std::fabs(s);
+            for (int n = 0; n < N; n++) {
+                double p = (double)to_float(dout[(size_t)n * OC + o]) * to_float(inp[(size_t)n * C + c]);
+                s += p;
+                mag += std::fabs(p);
+            }
+            dw[(size_t)o * C + c] = s;
+            *max_mag = std::max(*max_mag, mag);
+        }
+    return dw;
+}
+
 // One forward + backward check at (N, C, OC) for storage type T, with or without bias and GELU.
 template <class T>
 void check_linear(const char* tname, int N, int C, int OC, bool use_bias, bool use_gelu, GeluKind kind) {
@@ -28,8 +48,7 @@ void check_linear(const char* tname, int N, int C, int OC, bool use_bias, bool u
     double (*gd)(double) = kind == GeluKind::Tanh ? gelu_tanh_grad : gelu_erf_grad;
 
     // Reference in double.
-    std::vector<double> pre_ref((size_t)N * OC), out_ref((size_t)N * OC), dinp_ref((size_t)N * C),
-        dw_ref((size_t)OC * C), db_ref(OC);
+    std::vector<double> pre_ref((size_t)N * OC), out_ref((size_t)N * OC), dinp_ref((size_t)N * C), db_ref(OC);
     double max_fwd_mag = 0, max_dinp_mag = 0, max_dw_mag = 0;
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
@@ -56,16 +75,8 @@ void check_linear(const char* tname, int N, int C, int OC, bool use_bias, bool u
         double bs = f(db0[o]);
         for (int n = 0; n < N; n++) bs += f(dout[(size_t)n * OC + o]);
         db_ref[o] = bs;
-        for (int c = 0; c < C; c++) {
-            double s = f(dw0[(size_t)o * C + c]), mag = std::fabs(s);
-            for (int n = 0; n < N; n++) {
-                s += f(dout[(size_t)n * OC + o]) * f(inp[(size_t)n * C + c]);
-                mag += std::fabs(f(dout[(size_t)n * OC + o]) * f(inp[(size_t)n * C + c]));
-            }
-            dw_ref[(size_t)o * C + c] = s;
-            max_dw_mag = std::max(max_dw_mag, mag);
-        }
     }
+    std::vector<double> dw_ref = dweight_reference(dw0, dout, inp, N, C, OC, &max_dw_mag);
 
     th::DeviceBuffer<T> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_dw(dw0), d_db(db0), d_pre_below(pre_below);
     th::DeviceBuffer<T> d_out((size_t)N * OC), d_pre((size_t)N * OC), d_dinp((size_t)N * C);
@@ -187,19 +198,8 @@ void check_bias_gradient_routes() {
              th::dtype_name<T>());
     th::report(std::get<1>(fused_route) == std::get<1>(kernel_route), name);
 #else
-    std::vector<double> dw_ref((size_t)OC * C);
-    double max_mag = 0;  // the largest sum of |terms| of a dweight element
-    for (int o = 0; o < OC; o++)
-        for (int c = 0; c < C; c++) {
-            double s = to_float(dw0[(size_t)o * C + c]), mag = std::fabs(s);
-            for (int n = 0; n < N; n++) {
-                double p = (double)to_float(dout[(size_t)n * OC + o]) * to_float(inp[(size_t)n * C + c]);
-                s += p;
-                mag += std::fabs(p);
-            }
-            dw_ref[(size_t)o * C + c] = s;
-            max_mag = std::max(max_mag, mag);
-        }
+    double max_mag;
+    std::vector<double> dw_ref = dweight_reference(dw0, dout, inp, N, C, OC, &max_mag);
     double eps_t = dtype_eps<T>();
     snprintf(name, sizeof(name), "matmul_backward<%s>: BGRADB refused: dweight by the plain GEMM", th::dtype_name<T>());
     th::check_close(name, dw_ref.data(), std::get<1>(kernel_route).data(), dw_ref.size(),

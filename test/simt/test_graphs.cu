@@ -250,10 +250,10 @@ void test_refusals() {
     // refused. Whether the capture survives either differs (the CPU backend keeps it; an H100 with
     // CUDA 13 invalidated it), so each gets its own capture, ended on its origin whatever the result.
     auto end_any = [&] {  // ends the capture on s, discarding the graph or the error
-        cudaGraph_t g = nullptr;
-        cudaError_t err = cudaStreamEndCapture(s, &g);
+        cudaGraph_t graph = nullptr;
+        cudaError_t err = cudaStreamEndCapture(s, &graph);
         cudaGetLastError();
-        if (g) cudaCheck(cudaGraphDestroy(g));
+        if (graph) cudaCheck(cudaGraphDestroy(graph));
         return err;
     };
     cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
