@@ -34,7 +34,8 @@
 //   registers for the whole key tile.
 //   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 36 (68) KiB, backward 64 (74) KiB; all
 //   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
-//   an H100 (228 KiB); registers <= 255 per thread without spills (__launch_bounds__(128, 2)).
+//   an H100 (228 KiB); registers without spills: the backward's for 2 blocks per SM (<= 255 per
+//   thread), the forward's at HS <= 64 without dropout for 4 (<= 128; AttnMmaTile::fwd_min_blocks).
 // The fp32 kernels (AttnTile). A block owns 64 rows (queries, or keys in the dK/dV kernel), 16 per
 // warp (32 or 16 on GPUs with less shared memory: attn_compact_warps), keeps them in shared memory and
 // streams 64-row tiles of the other operand through shared memory; the lane layout is the
@@ -71,11 +72,11 @@
 // backward's grid is (splits, NH, B): block s takes the key tiles s, s + splits, ... of its head and
 // accumulates their dQ contributions into its own fp32 slice of the scratch (plain loads and stores:
 // no other block touches it), and a small kernel sums the slices in split order. splits =
-// attention_dq_splits(B, T, NH) (enough blocks for a large GPU: B·NH·splits >= 512); the result is a
-// function of the inputs and of (B, T, NH), bit for bit under any scheduling. Cost: the scratch,
-// splits · B·T·C fp32 (GPT-2 124M at B = 8, T = 1024: 6 slices, 151 MB, reused by every layer; as
-// splits · B·NH < 512 + B·NH, always below (512 + B·NH)·T·HS floats: one fp32 copy of a (B,T,C)
-// activation plus 512·T·HS floats), and a read-modify-write of the query tile's dQ rows (kColsB × HS
+// attention_dq_splits(B, T, NH) (enough blocks for a large GPU: B·NH·splits >= 1024 where the
+// sequence allows); the result is a function of the inputs and of (B, T, NH), bit for bit under any
+// scheduling. Cost: the scratch, splits · B·T·C fp32 (GPT-2 124M at B = 8, T = 1024: 8 slices,
+// 201 MB, reused by every layer; as splits · B·NH < 2048 + B·NH, always below (2048 + B·NH)·T·HS
+// floats: one fp32 copy of a (B,T,C) activation plus 2048·T·HS floats), and a read-modify-write of the query tile's dQ rows (kColsB × HS
 // fp32 per block) per tile pair where FlashAttention-2 issues atomics: fire-and-forget for the
 // atomics, a load the adds wait for here, so the rows are prefetched into L2 as the pair begins and
 // its products hide the trip to DRAM. The fp32 backward instead runs a separate dQ kernel over query
@@ -677,6 +678,10 @@ struct AttnMmaTile {
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kRows = 16 * kWarps;
     static constexpr int kFwdTiles = 1;
+    // The forward's registers are capped for 4 resident blocks per SM (128 registers) at HS <= 64
+    // without dropout: on an H100 that ran it 3 to 5% faster than 2 (146 registers, 3 blocks). With dropout
+    // the cap spills on sm_90, and at HS = 128 shared memory allows 3 blocks: those keep 2.
+    static constexpr int fwd_min_blocks(bool dropout) { return HS <= 64 && !dropout ? 4 : 2; }
     static constexpr int kCols = 64;
     static constexpr int kColsB = HS == 128 ? 32 : 64;
     static constexpr int kLd = HS + 8;
@@ -888,9 +893,11 @@ __device__ void attn_mma_store_rows(floatX* dst, size_t stride, floatX* stage, c
 // rows g, g+8 of each n8 tile; the 4 lanes of a quad share a row, so row max and sum are 2
 // xor-shuffles), and P's C fragments are the A fragments of O += P V. The masks are evaluated only on
 // tiles that need them (the diagonal tiles, the tile holding the last valid key); under a causal mask
-// a warp skips the tiles entirely above its own rows.
-template <class floatX, int HS, bool kDropout, int MT>
-__global__ void __launch_bounds__(128, 2)
+// a warp skips the tiles entirely above its own rows. kMinBlocks: the resident blocks per SM the
+// registers are capped for (AttnMmaTile::fwd_min_blocks).
+template <class floatX, int HS, bool kDropout, int MT,
+          int kMinBlocks = AttnMmaTile<floatX, HS>::fwd_min_blocks(kDropout)>
+__global__ void __launch_bounds__(128, kMinBlocks)
     attention_forward_mma_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
                                  const int* valid_len, DropoutArgs drop) {
     using Tile = AttnMmaTile<floatX, HS>;
@@ -1038,9 +1045,10 @@ __global__ void __launch_bounds__(128, 2)
 // attention_backward_dq_reduce_kernel then sums the slices in split order. The results depend on
 // splits (a function of B, T, NH) and on nothing else: not on timing. (kDqAtomics: dev/cuda/attention.cu's
 // variant 4, FlashAttention-2's way, for timing: every block adds its dQ rows to one fp32 buffer by
-// float atomics, in an order that depends on timing.)
-template <class floatX, int HS, bool kDropout, bool kDqAtomics = false>
-__global__ void __launch_bounds__(128, 2)
+// float atomics, in an order that depends on timing. kMinBlocks: the resident blocks per SM the
+// registers are capped for, production 2; variant 5 times 3.)
+template <class floatX, int HS, bool kDropout, bool kDqAtomics = false, int kMinBlocks = 2>
+__global__ void __launch_bounds__(128, kMinBlocks)
     attention_backward_mma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
                                   const float* lse, const float* D, int T, int C, int NH, bool causal,
                                   const int* valid_len, DropoutArgs drop) {
@@ -1270,19 +1278,31 @@ __global__ void __launch_bounds__(128, 2)
     }
 }
 
-// The blocks attention_backward_mma_kernel's grid aims at: enough to give every SM of a large GPU a
-// few (an H100 has 132 SMs, each holding 2 blocks at HS = 64). Tests lower it to give small shapes
-// blocks with several key tiles; attention_backward_scratch_bytes depends on it.
+// The blocks attention_backward_mma_kernel's grid aims at: enough to give every SM of a large GPU
+// several waves (an H100 has 132 SMs, each holding 2 blocks at HS = 64; there 1024 ran GPT-2's
+// shapes faster than 512). Tests lower it to give small shapes blocks with several key tiles;
+// attention_backward_scratch_bytes depends on it.
 inline int& attention_dq_target_blocks() {
-    static int blocks = 512;
+    static int blocks = 1024;
     return blocks;
 }
 
-// The number of dQ slices of attention_backward_mma_kernel (its grid's x): B·NH·splits >= the target,
-// at most one per 64-key tile.
+// The number of dQ slices of attention_backward_mma_kernel (its grid's x). Block s of a head takes key
+// tiles s, s + splits, ..., so a block's time goes with its number of key tiles, ceil(key_tiles /
+// splits), and the grid's with the most any block has. Of the counts from the least that gives the
+// target's blocks (B·NH·splits >= target) up to twice that, the one whose blocks share the key tiles
+// most evenly (the least splits · ceil(key_tiles / splits)), the smaller on a tie; and at most half
+// the key tiles (rounded up), so that a block has two to pipeline where the sequence has them. On an
+// H100, at B = 8, NH = 12, T = 1024 (16 key tiles): 8 slices of 2 tiles each ran 12% faster than 6 of
+// 2 or 3, and 3% faster than 16 of one; at B = 16, NH = 32: 2 slices 9% faster than 1.
 inline int attention_dq_splits(int B, int T, int NH) {
-    int key_tiles = CEIL_DIV(T, 64), want = CEIL_DIV(attention_dq_target_blocks(), B * NH);
-    return want < key_tiles ? want : key_tiles;
+    const int key_tiles = CEIL_DIV(T, 64), most = CEIL_DIV(key_tiles, 2);
+    const int want = CEIL_DIV(attention_dq_target_blocks(), B * NH);
+    if (want >= most) return most;
+    int best = want;
+    for (int s = want + 1; s < 2 * want && s <= most; s++)
+        if (s * CEIL_DIV(key_tiles, s) < best * CEIL_DIV(key_tiles, best)) best = s;
+    return best;
 }
 
 // dQ = scale · the sum of the dQ slices, in split order; 0 for padded rows. One thread per 8 elements
@@ -1420,15 +1440,18 @@ void attention_forward_blocks(floatX* out, float* lse, const floatX* qkv, int B,
                             causal, valid_len, drop));
 }
 
-// The 16-bit forward with MT row tiles per warp (production: AttnMmaTile::kFwdTiles; dev/cuda/attention.cu
-// times the other choice too).
-template <class floatX, int HS, int MT>
+// The 16-bit forward with MT row tiles per warp (production: AttnMmaTile::kFwdTiles) and, where
+// kMinBlocks > 0, registers capped for kMinBlocks resident blocks per SM (0: production's
+// AttnMmaTile::fwd_min_blocks; dev/cuda/attention.cu times the other choices too).
+template <class floatX, int HS, int MT, int kMinBlocks = 0>
 void attention_forward_mma(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
                            const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
     using Tile = AttnMmaTile<floatX, HS>;
     constexpr size_t smem = Tile::kForwardSmem;
-    auto kernel = dropout ? attention_forward_mma_kernel<floatX, HS, true, MT>
-                          : attention_forward_mma_kernel<floatX, HS, false, MT>;
+    constexpr int kOn = kMinBlocks > 0 ? kMinBlocks : Tile::fwd_min_blocks(true);
+    constexpr int kOff = kMinBlocks > 0 ? kMinBlocks : Tile::fwd_min_blocks(false);
+    auto kernel = dropout ? attention_forward_mma_kernel<floatX, HS, true, MT, kOn>
+                          : attention_forward_mma_kernel<floatX, HS, false, MT, kOff>;
     reserve_dynamic_smem(kernel, smem, "attention_forward", "HS", HS);
     dim3 grid(CEIL_DIV(T, 16 * MT * Tile::kWarps), NH, B);
     cudaCheck(launch_kernel(kernel, grid, dim3(Tile::kThreads), smem, stream, out, lse, qkv, T, C, NH, causal,
@@ -1472,7 +1495,7 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
 // Bytes of device scratch attention_backward<floatX> needs: D = rowsum(dO ∘ O), fp32 (B,NH,T), then for
 // the 16-bit types (whose mma.sync backward sums dQ from slices) the dQ slices, fp32 (splits,B,NH,T,HS):
 // splits · B·T·C · 4 bytes, splits = attention_dq_splits(B, T, NH) (GPT-2 124M at B = 8, T = 1024:
-// 6 · 25.2 MB). The fp32 backward computes dQ in its own kernel and needs D only.
+// 8 · 25.2 MB). The fp32 backward computes dQ in its own kernel and needs D only.
 inline size_t attention_dq_part_offset(int B, int T, int NH) {
     return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256;
 }

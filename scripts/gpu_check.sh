@@ -123,7 +123,7 @@ jnum() { [[ "$1" =~ ^-?[0-9.]+([eE][-+]?[0-9]+)?$ ]] && printf '%s' "$1" || prin
 join() { local IFS=,; echo "$*"; }
 test_json=() san_json=() gpt_json=() agree_json=() bert_json=() sweep_json=() moe_json=() skipped_json=()
 tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metrics_json=null
-ours_fwd= ours_bwd= ours_gemm= fp8_accum= ours_slices= ours_bwd4=
+ours_fwd= ours_bwd= ours_gemm= fp8_accum= ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd5=
 failures=$build_failures
 write_json() {  # "final" once every part has run or been skipped
     skipped_json=()
@@ -146,7 +146,10 @@ write_json() {  # "final" once every part has run or been skipped
             "$(jnum "${ours_fwd:-}")" "$(jnum "${ours_bwd:-}")" "$(jnum "${ours_gemm:-}")"
         printf '  "attention_bf16_causal_fwd_32_rows_per_warp_tflops":%s,\n' "$(jnum "${ours_fwd32:-}")"
         printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices":{%s},\n' "${ours_slices:-}"
+        printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh32":{%s},\n' "${ours_slices_b16:-}"
         printf '  "attention_bf16_causal_bwd_dq_atomics_tflops":%s,\n' "$(jnum "${ours_bwd4:-}")"
+        printf '  "attention_bf16_causal_fwd_regs_for_2_blocks_tflops":%s,\n' "$(jnum "${ours_fwd5:-}")"
+        printf '  "attention_bf16_causal_bwd_regs_for_3_blocks_tflops":%s,\n' "$(jnum "${ours_bwd5:-}")"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
         printf '  "attention_sweep":[%s]},\n' "$(join "${sweep_json[@]}")"
         printf ' "moe_gpt2_124m":{"batch":8,"seq":1024,"steps":20,"rows":[%s]},\n' "$(join "${moe_json[@]}")"
@@ -171,10 +174,18 @@ if fits attention 60; then
     # The backward adding dQ by atomics (dev variant 4), and with each number of dQ slices the shape
     # allows: {"slices": TFLOP/s, ...}.
     ours_bwd4=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 4")
-    ours_slices=$(awk 'index($0, "bf16 B=8 T=1024 NH=12 HS=64 causal") == 1 { in_sec = 1; next } /^[^ ]/ { in_sec = 0 }
-        in_sec && /backward \(llmc, flash\), dQ in [0-9]+ slice/ {
-            for (i = 1; i < NF; i++) { if ($i == "in") n = $(i + 1); if ($(i + 1) == "TFLOP/s") v = $i }
-            printf "%s\"%s\":%s", sep, n, v; sep = "," }' "$logs/dev_attention.log")
+    # Production's kernels with other register caps (dev variant 5).
+    ours_fwd5=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "forward variant 5")
+    ours_bwd5=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 5")
+    slices_of() {  # {"slices": TFLOP/s, ...} from the section of dev_attention.log whose header starts with $1
+        awk -v sec="$1" 'index($0, sec) == 1 { in_sec = 1; next } /^[^ ]/ { in_sec = 0 }
+            in_sec && /backward \(llmc, flash\), dQ in [0-9]+ slice/ {
+                n = v = ""
+                for (i = 1; i < NF; i++) { if ($i == "in") n = $(i + 1); if ($(i + 1) == "TFLOP/s" && v == "") v = $i }
+                printf "%s\"%s\":%s", sep, n, v; sep = "," }' "$logs/dev_attention.log"
+    }
+    ours_slices=$(slices_of "bf16 B=8 T=1024 NH=12 HS=64 causal")
+    ours_slices_b16=$(slices_of "bf16 B=16 T=1024 NH=32 HS=64 causal, the backward by dQ slices")
     mapfile -t sweep_json < <(awk -f scripts/attention_sweep.awk "$logs/dev_attention.log")
     echo "ours: attention bf16 causal B=8 T=1024 NH=12 HS=64: fwd ${ours_fwd:-?} / bwd ${ours_bwd:-?} TFLOP/s;" \
          "sweep over ${#sweep_json[@]} shapes (B·T = 16k tokens, NH·HS = 2048): see the table"
@@ -461,7 +472,9 @@ if [[ -n $ours_fwd$ours_bwd ]]; then
     echo "| ... the forward with 32 rows per warp (dev variant 3) | ${ours_fwd32:-?} TFLOP/s | |"
     echo "| attention bf16 causal bwd | ${ours_bwd:-?} TFLOP/s | $(sdpa bwd) |"
     [[ -n ${ours_slices:-} ]] && echo "| ... the backward by dQ slices (slices: TFLOP/s) | ${ours_slices//\"/} | |"
+    [[ -n ${ours_slices_b16:-} ]] && echo "| ... the same at B=16 NH=32 | ${ours_slices_b16//\"/} | |"
     echo "| ... the backward adding dQ by atomics (dev variant 4) | ${ours_bwd4:-?} TFLOP/s | |"
+    echo "| ... forward / backward, registers for 2 / 3 blocks per SM (dev variant 5) | ${ours_fwd5:-?} / ${ours_bwd5:-?} TFLOP/s | |"
 fi
 for r in "${moe_json[@]}"; do
     name=$(echo "$r" | sed 's/.*"model":"\([^"]*\)".*/\1/')

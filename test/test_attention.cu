@@ -57,8 +57,9 @@
 // backend a child process runs attention on the L4 profile (SIMT_DEVICE=l4, whose 99 KiB the backend
 // enforces) against the reference; a head size that fits no shape stops with one line naming its needs.
 //
-// The bf16/fp16 backward's dQ slices (attention_dq_splits): small shapes give one key tile per block,
-// so two cases lower the block target to give blocks several key tiles (one slice; two slices).
+// The bf16/fp16 backward's dQ slices (attention_dq_splits): small shapes give blocks of one or two key
+// tiles, so three cases lower the block target to give blocks more (one slice; two; four), and
+// attention_dq_splits' choice is checked on GPT-2's shapes and on ties.
 #include "../llmc/attention.cuh"
 #include "harness.h"
 
@@ -607,6 +608,33 @@ void test_block_shapes() {
     check_block_shapes<floatX, 128>(limit);
 }
 
+// attention_dq_splits over B·NH from 1 to 2100 and T from 1 to 4096 (the production target): at least
+// one slice and at most half the key tiles (rounded up); at least the target's blocks unless that
+// bound stops it; under twice the least count that meets the target (the scratch bound); and no
+// count in that range shares the key tiles more evenly (a smaller splits · ceil(key_tiles / splits),
+// or the same with fewer slices). By hand at GPT-2's B = 8, NH = 12, T = 1024: 16 key tiles, 11
+// slices wanted, at most 8; at B = 16, NH = 32: 2.
+void test_dq_splits() {
+    const int target = attention_dq_target_blocks();
+    int bad = 0, first_bh = 0, first_t = 0;
+    for (int bh = 1; bh <= 2100; bh += bh < 64 ? 1 : 37) {
+        for (int T = 1; T <= 4096; T += T < 256 ? 1 : 61) {
+            const int tiles = (T + 63) / 64, most = (tiles + 1) / 2, want = (target + bh - 1) / bh;
+            const int s = attention_dq_splits(bh, T, 1);
+            auto slots = [&](int n) { return n * ((tiles + n - 1) / n); };
+            bool ok = s >= 1 && s <= most && (s == most || ((long long)s * bh >= target && s < 2 * want));
+            for (int n = want; n < 2 * want && n <= most && ok; n++)
+                ok = slots(n) > slots(s) || (slots(n) == slots(s) && n >= s);
+            if (!ok && bad++ == 0) first_bh = bh, first_t = T;
+        }
+    }
+    th::report(bad == 0, "attention_dq_splits: bounds and the most even share of key tiles", "%d bad (first B·NH=%d T=%d)",
+               bad, first_bh, first_t);
+    th::report(attention_dq_splits(8, 1024, 12) == 8 && attention_dq_splits(16, 1024, 32) == 2,
+               "attention_dq_splits at GPT-2's B=8 NH=12 T=1024 is 8, at B=16 NH=32 2", "got %d, %d",
+               attention_dq_splits(8, 1024, 12), attention_dq_splits(16, 1024, 32));
+}
+
 // The compact blocks, forced by lowering the launchers' planned limit to 99 KiB, give the results of
 // the device's own blocks bit for bit (same tiles, summed in the same order), under every thread order.
 template <class floatX>
@@ -730,14 +758,15 @@ int main(int argc, char** argv) {
     }
     // The 16-bit backward's dQ slices with several key tiles per block (the later ones adding to the
     // block's slice), as on shapes with B·NH >= 256: the target block count lowered to B·NH gives one
-    // slice (one block per head takes all 4 key tiles), to 2·B·NH two (blocks of key tiles {0}, {1, 2}:
-    // the snake order's second round runs backwards), to 3·B·NH three over 7 key tiles (blocks {0, 5, 6},
-    // {1, 4}, {2, 3}: a third round, forwards again, that only block 0 reaches).
+    // slice (one block per head takes all 4 key tiles); to 2·B·NH over 5 key tiles two (2 and 3 tie on
+    // balance; blocks of key tiles {0, 3, 4}, {1, 2}: the snake order's second round runs backwards, a
+    // third, forwards again, only block 0 reaches); to 3·B·NH over 7 key tiles four (blocks {0},
+    // {1, 6}, {2, 5}, {3, 4}: 3 slices would give one block 3 tiles).
     const int saved_target = attention_dq_target_blocks();
     attention_dq_target_blocks() = 4;
     test_case<__nv_bfloat16>({2, 200, 2, 64, true, {200, 131}}, seed++);
     attention_dq_target_blocks() = 8;
-    test_case<__half>({2, 130, 2, 128, false, random_lengths(2, 130, 16), 0.1f}, seed++);
+    test_case<__half>({2, 300, 2, 128, false, random_lengths(2, 300, 16), 0.1f}, seed++);
     attention_dq_target_blocks() = 12;
     test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
     attention_dq_target_blocks() = saved_target;
@@ -754,6 +783,7 @@ int main(int argc, char** argv) {
     test_dropout_padding_invariance<__half>({1, 130, 2, 128, true, {97}, 0.1f}, 300, seed);
     attention_dq_target_blocks() = saved_target;
     test_backward_nonfinite_fp16();
+    test_dq_splits();
     test_block_shapes<float>();
     test_block_shapes<__nv_bfloat16>();
     test_block_shapes<__half>();

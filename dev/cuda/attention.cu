@@ -12,11 +12,17 @@
 //               tile products per tile pair. The simpler form of the production kernels.
 //   3           (bf16/fp16, forward, head sizes <= 64) the production forward with two 16-row tiles of
 //               queries per warp (blocks of 128 queries) instead of one: every K and V fragment read
-//               from shared memory then feeds two mma instead of one. Timed beside production (on an
-//               H100 it was 9% slower under a causal mask, 3 to 4% faster without one).
+//               from shared memory then feeds two mma instead of one, registers capped for 2 resident
+//               blocks per SM. Timed beside production (on an H100 it was 9% slower under a causal
+//               mask, 3 to 4% faster without one).
 //   4           (bf16/fp16, backward, no dropout) the production backward kernel with one block per
 //               key tile, adding its dQ rows by float atomics into one fp32 buffer (FlashAttention-2's
 //               way; dQ's last bits then depend on timing), and the reduce kernel over that buffer.
+//               On an H100 8 to 18% slower than production's slices.
+//   5           (bf16/fp16, no dropout) production's forward and backward kernels with other register
+//               caps: the forward for 2 resident blocks per SM (146 registers: 3 blocks; production
+//               caps it for 4, which an H100 ran 3 to 5% faster), the backward for 3 (168 registers,
+//               with spills; production's 2: 230; on an H100 the cap for 3 ran 2 to 7% slower).
 // The production backward is also timed with each number of dQ slices the shape allows (its blocks
 // per head; production picks attention_dq_splits).
 //   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
@@ -381,7 +387,7 @@ void attention_forward3(floatX* out, float* lse, const floatX* qkv, int B, int T
     with_head_size(HS, [&](auto hs) {
         constexpr int kHS = decltype(hs)::value;
         if constexpr (kHS <= 64) {
-            attention_forward_mma<floatX, kHS, 2>(out, lse, qkv, B, T, C, NH, causal, valid_len, d, dropout.p > 0.f,
+            attention_forward_mma<floatX, kHS, 2, 2>(out, lse, qkv, B, T, C, NH, causal, valid_len, d, dropout.p > 0.f,
                                                   stream);
         } else {  // two (16, 128) output accumulators do not fit the registers
             fprintf(stderr, "attention_forward3: head size %d: two row tiles per warp need HS <= 64\n", kHS);
@@ -414,12 +420,14 @@ void attention_backward2(floatX* dqkv, const floatX* dout, const floatX* qkv, co
 // Variant 4 (16-bit, no dropout): the production backward kernel with one block per key tile and its
 // dQ rows added by float atomics into one fp32 buffer (FlashAttention-2's way), then the reduce kernel
 // over that one slice (scale, round to floatX). More blocks and no slices to write back, but the order
-// of the adds, and so dQ's last bits, depends on timing. Scratch as attention_backward's.
-template <class floatX>
-void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
-                         cudaStream_t stream) {
-    int HS = attention_check_shape("attention_backward4", B, T, C, NH, {dqkv, dout, qkv, out});
+// of the adds, and so dQ's last bits, depends on timing. Variant 5's backward (kAtomics false): the
+// production backward, its dQ slices as production picks them, with registers capped for 3 resident
+// blocks per SM instead of 2 (kMinBlocks). Scratch as attention_backward's.
+template <class floatX, bool kAtomics, int kMinBlocks>
+void attention_backward_mma_variant(const char* who, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                    const floatX* out, const float* lse, void* scratch, int B, int T, int C, int NH,
+                                    bool causal, const int* valid_len, cudaStream_t stream) {
+    int HS = attention_check_shape(who, B, T, C, NH, {dqkv, dout, qkv, out});
     float* D = static_cast<float*>(scratch);
     float* dq = reinterpret_cast<float*>(static_cast<char*>(scratch) + attention_dq_part_offset(B, T, NH));
     with_head_size(HS, [&](auto hs) {
@@ -427,16 +435,49 @@ void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* qkv, co
         using Tile = AttnMmaTile<floatX, kHS>;
         cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, kHS>, dim3(CEIL_DIV(B * T * NH, 256)),
                                 dim3(256), 0, stream, D, dout, out, B, T, C, NH, valid_len));
-        cudaCheck(cudaMemsetAsync(dq, 0, (size_t)B * T * C * sizeof(float), stream));
-        auto kernel = attention_backward_mma_kernel<floatX, kHS, false, true>;
-        reserve_dynamic_smem(kernel, Tile::kBackwardSmem, "attention_backward4", "HS", kHS);
-        cudaCheck(launch_kernel(kernel, dim3(CEIL_DIV(T, Tile::kRows), NH, B), dim3(Tile::kThreads),
-                                Tile::kBackwardSmem, stream, dqkv, dq, dout, qkv, lse, D, T, C, NH, causal, valid_len,
-                                DropoutArgs{}));
+        const int splits = kAtomics ? CEIL_DIV(T, Tile::kRows) : attention_dq_splits(B, T, NH);
+        if (kAtomics) cudaCheck(cudaMemsetAsync(dq, 0, (size_t)B * T * C * sizeof(float), stream));
+        auto kernel = attention_backward_mma_kernel<floatX, kHS, false, kAtomics, kMinBlocks>;
+        reserve_dynamic_smem(kernel, Tile::kBackwardSmem, who, "HS", kHS);
+        cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv,
+                                dq, dout, qkv, lse, D, T, C, NH, causal, valid_len, DropoutArgs{}));
         const size_t n = (size_t)B * T * NH * (kHS / Packed128<floatX>::size);
         cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, kHS>, dim3((unsigned)CEIL_DIV(n, 256)),
-                                dim3(256), 0, stream, dqkv, dq, B, T, C, NH, 1, causal, valid_len));
+                                dim3(256), 0, stream, dqkv, dq, B, T, C, NH, kAtomics ? 1 : splits, causal,
+                                valid_len));
     });
+}
+
+template <class floatX>
+void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                         cudaStream_t stream) {
+    attention_backward_mma_variant<floatX, true, 2>("attention_backward4", dqkv, dout, qkv, out, lse, scratch, B, T,
+                                                     C, NH, causal, valid_len, stream);
+}
+
+// Variant 5 (16-bit, no dropout): production's kernels with other register caps (__launch_bounds__'s
+// resident blocks per SM): the forward for 2 (146 registers, so 3 blocks, where production's cap of 4
+// gives 128), the backward for 3 (168 registers and 140 bytes of spills on sm_90, where production's
+// 2 give 230). More warps hide more latency; fewer registers can mean spills (ptxas -v counts them).
+template <class floatX>
+void attention_forward5(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
+                        const int* valid_len, cudaStream_t stream) {
+    int HS = attention_check_shape("attention_forward5", B, T, C, NH, {out, qkv});
+    with_head_size(HS, [&](auto hs) {
+        constexpr int kHS = decltype(hs)::value;
+        attention_forward_mma<floatX, kHS, AttnMmaTile<floatX, kHS>::kFwdTiles, 2>(out, lse, qkv, B, T, C, NH, causal,
+                                                                                   valid_len, DropoutArgs{}, false,
+                                                                                   stream);
+    });
+}
+
+template <class floatX>
+void attention_backward5(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                         cudaStream_t stream) {
+    attention_backward_mma_variant<floatX, false, 3>("attention_backward5", dqkv, dout, qkv, out, lse, scratch, B, T,
+                                                      C, NH, causal, valid_len, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -523,6 +564,19 @@ void validate(const Shape& s, uint64_t seed) {
             check("variant 4 (flash, dQ by atomics)", "dqkv", dqkv_ref, th::widen(dqkv4.host()));
         }
     }
+    if (lowp && s.dropout == 0.f) {  // variant 5: forward and backward with other register caps
+        if constexpr (!std::is_same<floatX, float>::value) {
+            th::DeviceBuffer<floatX> out5(dout.size(), th::Fill::NaN), dqkv5(qkv.size(), th::Fill::NaN);
+            th::DeviceBuffer<float> lse5((size_t)B * NH * T, th::Fill::NaN);
+            attention_forward5(out5.ptr, lse5.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0);
+            check("variant 5 (flash, other register caps)", "out", out_ref, th::widen(out5.host()));
+            check("variant 5 (flash, other register caps)", "lse", lse_ref, th::widen(lse5.host()));
+            th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
+            attention_backward5(dqkv5.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
+                                vl, 0);
+            check("variant 5 (flash, other register caps)", "dqkv", dqkv_ref, th::widen(dqkv5.host()));
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -569,6 +623,32 @@ struct BenchTensors {
           lse((size_t)B * NH * T, th::Fill::NaN),
           scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN) {}
 };
+
+// The production backward with each number of dQ slices attention_dq_splits can pick for the shape
+// (through the block target; it picks the counts that share the key tiles most evenly): each slice is
+// an fp32 copy of dQ that its blocks read, add to and write back, and that the reduce kernel sums, so
+// fewer slices move fewer bytes through DRAM but give the GPU fewer blocks.
+template <class floatX>
+void time_dq_slices(BenchTensors<floatX>& bt, int B, int T, int NH, int HS, bool causal, int reps, double flops,
+                    double peak) {
+    const int C = NH * HS, saved_target = attention_dq_target_blocks();
+    int last = 0;
+    for (int want = 1; want <= CEIL_DIV(T, 64); want++) {
+        attention_dq_target_blocks() = want * B * NH;
+        const int slices = attention_dq_splits(B, T, NH);
+        if (slices <= last) continue;  // a count already timed
+        last = slices;
+        th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
+        auto bwd = [&] {
+            attention_backward(bt.dqkv.ptr, bt.dout.ptr, bt.qkv.ptr, bt.out.ptr, bt.lse.ptr, scratch.ptr, B, T, C, NH,
+                               causal, nullptr, 0);
+        };
+        char label[80];
+        snprintf(label, sizeof(label), "backward (llmc, flash), dQ in %d slice%s", slices, slices > 1 ? "s" : "");
+        flops_line(label, time_ms(bwd, reps), flops, peak);
+    }
+    attention_dq_target_blocks() = saved_target;
+}
 
 // FLOPs of the forward: Q K^T and P V, 2·T·T·HS each per head, halved under a causal mask. The
 // backward is counted as 2.5x the forward (5 products), FlashAttention's convention, which llmc's
@@ -619,23 +699,15 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
                                 nullptr, 0);
         };
         flops_line("backward variant 4 (flash, dQ by atomics)", time_ms(bwd4, reps), 2.5 * fwd_flops, peak);
-        // The backward with other numbers of dQ slices than attention_dq_splits picks: each slice is an
-        // fp32 copy of dQ that its blocks read, add to and write back, and that the reduce kernel sums,
-        // so fewer slices move fewer bytes through DRAM but give the GPU fewer blocks.
-        const int saved_target = attention_dq_target_blocks();
-        for (int slices : {1, 2, 3, 4, 6, 8, 12}) {
-            attention_dq_target_blocks() = slices * B * NH;
-            if (attention_dq_splits(B, T, NH) != slices) continue;  // more slices than key tiles
-            th::DeviceBuffer<char> scratch_s(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
-            auto bwd_s = [&] {
-                attention_backward(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch_s.ptr, B, T, C, NH, causal,
-                                   nullptr, 0);
-            };
-            char label[80];
-            snprintf(label, sizeof(label), "backward (llmc, flash), dQ in %d slice%s", slices, slices > 1 ? "s" : "");
-            flops_line(label, time_ms(bwd_s, reps), 2.5 * fwd_flops, peak);
-        }
-        attention_dq_target_blocks() = saved_target;
+        auto fwd5 = [&] { attention_forward5(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
+        auto bwd5 = [&] {
+            attention_backward5(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
+                                nullptr, 0);
+        };
+        flops_line("forward variant 5 (flash, registers for 2 blocks per SM)", time_ms(fwd5, reps), fwd_flops, peak);
+        flops_line("backward variant 5 (flash, registers for 3 blocks per SM)", time_ms(bwd5, reps), 2.5 * fwd_flops,
+                   peak);
+        time_dq_slices(bt, B, T, NH, HS, causal, reps, 2.5 * fwd_flops, peak);
     }
     // The cost of dropout on P (BERT's p = 0.1): 8 Philox calls per lane and tile in each kernel.
     const AttentionDropout drop{0.1f, 1, 0};
@@ -759,6 +831,12 @@ int main(int argc, char** argv) {
     benchmark<__half>(8, 1024, 12, 64, true, 20);
     benchmark<float>(8, 1024, 12, 64, true, 5);
     sweep<__nv_bfloat16>({512, 1024, 2048}, 16384, 2048, 10);
+    // The backward by dQ slices at the sweep's head size 64, T = 1024 shape as well (production: 2).
+    printf("bf16 B=16 T=1024 NH=32 HS=64 causal, the backward by dQ slices:\n");
+    BenchTensors<__nv_bfloat16> bt(16, 1024, 2048, 32);
+    attention_forward(bt.out.ptr, bt.lse.ptr, bt.qkv.ptr, 16, 1024, 2048, 32, true, nullptr, 0);  // out, lse
+    time_dq_slices(bt, 16, 1024, 32, 64, true, 10, 2.5 * 4.0 * 16 * 32 * 1024.0 * 1024 * 64 * 0.5,
+                   peak_tflops(prop.name, Precision::BF16, false));
 #endif
     return th::finish();
 }
