@@ -42,6 +42,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #define cublasCheck(call)                                                                          \
     do {                                                                                           \
@@ -132,6 +133,7 @@ using MatmulCacheKey = std::tuple<MatmulKey, int, int, int, MatmulLayoutKey>;
 struct MatmulPlan {
     bool ok = false;
     cublasLtMatmulAlgo_t algo{};
+    int offered = 0;  // algorithms the heuristic offered (at most MatmulContext::algo_rank + 1 asked for)
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
 
@@ -162,6 +164,9 @@ struct MatmulContext {
     void* workspace = nullptr;
     size_t workspace_size = 0;
     bool tf32 = false;  // fp32 storage with TF32 tensor-core compute (--precision tf32)
+    // Which of the heuristic's ranked algorithms a new plan takes: 0, its first choice, everywhere
+    // but dev/cuda/matmul.cu, which times the others (matmul_set_algo_rank).
+    int algo_rank = 0;
     long long calls = 0;  // cublasLtMatmul calls so far (each is at least one GPU kernel)
     std::map<MatmulCacheKey, MatmulPlan> plans;
 
@@ -195,6 +200,15 @@ inline void matmul_init(bool tf32 = false) {
 // Destroys every cached plan's descriptors and forgets the plans (the next call of each shape asks
 // the heuristic again).
 inline void matmul_forget_plans() { matmul_context().forget_plans(); }
+
+// Makes every GEMM from now on take the heuristic's algorithm of this rank (0: its first choice, as
+// production does; 1: its second, ...), and forgets the cached plans, which were made for another.
+// A GEMM for which the heuristic offers no algorithm of that rank is refused like an unsupported one
+// (cublaslt_matmul returns false; the matmul_* launchers then exit, naming the shape).
+inline void matmul_set_algo_rank(int rank) {
+    matmul_forget_plans();
+    matmul_context().algo_rank = rank;
+}
 
 inline void matmul_destroy() {
     MatmulContext& ctx = matmul_context();
@@ -261,13 +275,14 @@ bool cublaslt_run(const MatmulKey& key, const MatmulLayoutKey& layout, Make&& ma
             {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
         for (const auto& [attr, bytes] : aligns)
             cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
-        cublasLtMatmulHeuristicResult_t result;
+        std::vector<cublasLtMatmulHeuristicResult_t> results(ctx.algo_rank + 1);
         int found = 0;
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
-                                                           1, &result, &found);
+                                                           ctx.algo_rank + 1, results.data(), &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        plan.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-        if (plan.ok) plan.algo = result.algo;
+        plan.offered = st == CUBLAS_STATUS_SUCCESS ? found : 0;
+        plan.ok = plan.offered > ctx.algo_rank;
+        if (plan.ok) plan.algo = results[ctx.algo_rank].algo;
     }
     if (plan.ok) {
         cublasStatus_t st = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d,

@@ -123,7 +123,7 @@ jnum() { [[ "$1" =~ ^-?[0-9.]+([eE][-+]?[0-9]+)?$ ]] && printf '%s' "$1" || prin
 join() { local IFS=,; echo "$*"; }
 test_json=() san_json=() gpt_json=() agree_json=() bert_json=() sweep_json=() moe_json=() skipped_json=()
 tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metrics_json=null
-ours_fwd= ours_bwd= ours_gemm= fp8_accum= ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd5=
+ours_fwd= ours_bwd= ours_gemm= fp8_accum= gemm_heur= gemm_best= bgrad_fused= bgrad_kernels= ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd5=
 failures=$build_failures
 write_json() {  # "final" once every part has run or been skipped
     skipped_json=()
@@ -151,6 +151,10 @@ write_json() {  # "final" once every part has run or been skipped
         printf '  "attention_bf16_causal_fwd_regs_for_2_blocks_tflops":%s,\n' "$(jnum "${ours_fwd5:-}")"
         printf '  "attention_bf16_causal_bwd_regs_for_3_blocks_tflops":%s,\n' "$(jnum "${ours_bwd5:-}")"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
+        printf '  "gpt2_step_gemms_ms":{"heuristic":%s,"fastest_algorithm":%s},\n' "$(jnum "${gemm_heur:-}")" \
+            "$(jnum "${gemm_best:-}")"
+        printf '  "gpt2_step_bias_grad_with_dweight_ms":{"bgradb":%s,"reduction_kernels":%s},\n' \
+            "$(jnum "${bgrad_fused:-}")" "$(jnum "${bgrad_kernels:-}")"
         printf '  "attention_sweep":[%s]},\n' "$(join "${sweep_json[@]}")"
         printf ' "moe_gpt2_124m":{"batch":8,"seq":1024,"steps":20,"rows":[%s]},\n' "$(join "${moe_json[@]}")"
         printf ' "pytorch":%s,\n "failures":%s}\n' "$torch_json" "$failures"
@@ -331,16 +335,22 @@ if fits tests 100; then
 fi
 
 # --------------------------------------------------------------------------------------------------
-# Our GEMMs (dev/cuda/matmul.cu): the MLP up-projection, and how many bits the fp8 GEMM keeps while
-# it accumulates.
-if fits gemm 40; then
+# Our GEMMs (dev/cuda/matmul.cu): the MLP up-projection, how many bits the fp8 GEMM keeps while it
+# accumulates, and a GPT-2 124M step's bf16 GEMMs (B=16 T=1024) with the heuristic's algorithms
+# against the fastest cuBLASLt offers, and its bias gradients by BGRADB against the reduction kernels.
+if fits gemm 60; then
     timeout "$(cap 300)" build/gpu/dev_matmul > "$logs/dev_matmul.log" 2>&1 || failures=$((failures + 1))
     # "bf16 variant 3" is the production path: matmul_forward, cuBLASLt with the bias+GELU epilogue.
     ours_gemm=$(awk '$1 == "bf16" && $2 == "variant" && $3 == "3" { for (i = 1; i < NF; i++) if ($(i + 1) == "TFLOP/s") { print $i; exit } }' \
         "$logs/dev_matmul.log")
     # The fp8 GEMM's accumulation: sums of 1 and products 2^-j stay exact down to this j (fp32: all).
     fp8_accum=$(sed -n 's/^fp8 accumulation: sums exact down to products of 2^-\([0-9]*\) .*/\1/p' "$logs/dev_matmul.log")
-    echo "ours: bf16 GEMM ${ours_gemm:-?} TFLOP/s, fp8 GEMM sums exact to 2^-${fp8_accum:-?} beside 1"
+    read -r gemm_heur gemm_best < <(sed -n "s/^  step GEMMs: heuristic's choices \([0-9.]*\) ms, fastest algorithm of each \([0-9.]*\) ms.*/\1 \2/p" \
+        "$logs/dev_matmul.log")
+    read -r bgrad_fused bgrad_kernels < <(sed -n 's/^  bias gradients with their weight GEMMs, a step: BGRADB epilogue \([0-9.]*\) ms, plain GEMM + reduction kernels \([0-9.]*\) ms/\1 \2/p' \
+        "$logs/dev_matmul.log")
+    echo "ours: bf16 GEMM ${ours_gemm:-?} TFLOP/s, fp8 GEMM sums exact to 2^-${fp8_accum:-?} beside 1;" \
+         "a GPT-2 step's GEMMs ${gemm_heur:-?} ms (fastest algorithms: ${gemm_best:-?} ms)"
     write_json
 fi
 
@@ -490,6 +500,8 @@ for r in "${sweep_json[@]}"; do  # the causal shapes, which the FlashAttention-2
 done
 torch_gemm=$(pyget 'd["gemm_bf16"]["tflops"]')
 [[ -n $ours_gemm ]] && echo "| bf16 linear 8192x768 -> 3072 (ours: + bias + GELU epilogue) | ${ours_gemm} TFLOP/s | ${torch_gemm:+$torch_gemm TFLOP/s (plain GEMM)} |"
+[[ -n $gemm_heur ]] && echo "| GPT-2 124M bf16 step's GEMMs (B=16): heuristic's / fastest algorithms | ${gemm_heur} / ${gemm_best:-?} ms | |"
+[[ -n $bgrad_fused ]] && echo "| ... its bias gradients with their weight GEMMs: BGRADB / reduction kernels | ${bgrad_fused} / ${bgrad_kernels:-?} ms | |"
 echo
 [[ ${#skipped[@]} -gt 0 ]] && echo "skipped for --budget $budget: ${skipped[*]}"
 echo "gpu_check: $failures failure(s), $(elapsed) s; JSON: $json_out"

@@ -1,9 +1,11 @@
 // test/test_matmul.cu — the linear layers of llmc/matmul.cuh (cuBLASLt with bias/GELU epilogues,
 // input/weight/bias gradients, the bias gradient fused into the weight GEMM or by the reduction
-// kernels) against a double-precision reference, for fp32, bf16 and fp16; the plan cache.
+// kernels) against a double-precision reference, for fp32, bf16 and fp16; the plan cache; the
+// heuristic's other algorithm ranks.
 #include "../llmc/matmul.cuh"
 #include "harness.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -278,9 +280,70 @@ void check_plan_cache() {
                "cached == fresh plan: %d, differs from the first call's bias: %d", cached == fresh, cached != first);
 }
 
+// The heuristic's other algorithms (matmul_set_algo_rank; dev/cuda/matmul.cu times them): a bf16
+// GEMM with bias at every rank offered (up to 8) against the double reference, within the forward's
+// budget of check_linear; the first rank past those offered is refused with nothing written (the CPU
+// backend offers one); back at rank 0 the GEMM runs again.
+void check_algo_ranks() {
+    using bf16 = __nv_bfloat16;
+    const int N = 64, C = 128, OC = 96;
+    auto inp = th::random_tensor<bf16>((size_t)N * C, 91), w = th::random_tensor<bf16>((size_t)OC * C, 92),
+         b = th::random_tensor<bf16>(OC, 93);
+    std::vector<double> ref((size_t)N * OC);
+    double max_mag = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = to_float(b[o]), mag = std::fabs(s);
+            for (int c = 0; c < C; c++) {
+                double p = (double)to_float(inp[(size_t)n * C + c]) * to_float(w[(size_t)o * C + c]);
+                s += p;
+                mag += std::fabs(p);
+            }
+            ref[(size_t)n * OC + o] = s;
+            max_mag = std::max(max_mag, mag);
+        }
+    th::DeviceBuffer<bf16> d_inp(inp), d_w(w), d_b(b);
+    const double eps = dtype_eps<bf16>(), u = std::ldexp(1.0, -24);
+    const th::Tol tol{2 * ((C + 4) * u + 0.5 * eps) * max_mag, 0.5 * eps};
+    auto gemm = [&](bf16* out) {
+        return cublaslt_matmul(out, (const bf16*)d_w.ptr, (const bf16*)d_inp.ptr, OC, N, C, true, false, C, C, OC, 1.f,
+                               0.f, CUBLASLT_EPILOGUE_BIAS, (const bf16*)d_b.ptr, (bf16*)nullptr, 0, 0);
+    };
+    int offered = 0;
+    bool untouched = false;
+    for (int rank = 0; rank < 8; rank++) {
+        matmul_set_algo_rank(rank);
+        th::DeviceBuffer<bf16> out((size_t)N * OC, th::Fill::NaN);
+        if (!gemm(out.ptr)) {
+            std::vector<bf16> h = out.host();
+            untouched = std::all_of(h.begin(), h.end(), [](bf16 x) { return std::isnan(to_float(x)); });
+            break;
+        }
+        offered++;
+        cudaCheck(cudaDeviceSynchronize());
+        char name[120];
+        snprintf(name, sizeof(name), "cuBLASLt algorithm rank %d: bf16 GEMM + bias N=%d C=%d OC=%d", rank, N, C, OC);
+        th::check_close(name, ref.data(), out.host().data(), ref.size(), tol);
+    }
+#if defined(SIMT_CPU)
+    th::report(offered == 1 && untouched, "cuBLASLt algorithm ranks: the CPU backend offers one; rank 1 is refused, "
+               "nothing written", "offered %d, output untouched: %d", offered, untouched);
+#else
+    th::report(offered >= 1 && (offered == 8 || untouched), "cuBLASLt algorithm ranks: past those offered, refused "
+               "with nothing written", "offered %d, output untouched: %d", offered, untouched);
+#endif
+    matmul_set_algo_rank(0);
+    th::DeviceBuffer<bf16> out((size_t)N * OC, th::Fill::NaN);
+    const bool again = gemm(out.ptr);
+    cudaCheck(cudaDeviceSynchronize());
+    th::report(again, "cuBLASLt algorithm rank 0 again after a refused rank: the GEMM runs", "");
+    if (again) th::check_close("... and matches the reference", ref.data(), out.host().data(), ref.size(), tol);
+}
+
 int main() {
     matmul_init();
     check_plan_cache();
+    check_algo_ranks();
     check_backward_nonfinite_fp16();
     for (auto [N, C, OC] : {std::make_tuple(37, 72, 100), std::make_tuple(64, 64, 256), std::make_tuple(130, 48, 24)}) {
         for (bool bias : {false, true}) {

@@ -15,7 +15,10 @@
 //               each operand is read once, by a cast that also records its amax
 //   fp8 GEMM    the cuBLASLt fp8 GEMM alone (bias epilogue) on operands already cast: what the casts
 //               cost, and how close the GEMM comes to the FP8 peak
-// Then a probe of how many bits the fp8 GEMM keeps while it accumulates (fp8_accumulation_probe).
+// Then a probe of how many bits the fp8 GEMM keeps while it accumulates (fp8_accumulation_probe), and
+// the bf16 GEMMs of one GPT-2 training step timed with each algorithm cuBLASLt offers, beside the
+// heuristic's choice that production takes (step_gemms_by_algorithm), with the bias gradient's two
+// routes.
 //
 // Build and run: make build/cpu/dev_matmul && build/cpu/dev_matmul    (CPU backend)
 //                make build/gpu/dev_matmul && build/gpu/dev_matmul    (GPU, nvcc)
@@ -214,6 +217,171 @@ void validate_and_bench_fp8(int N, int C, int OC, int reps) {
     }
 }
 
+// The GEMMs of one GPT-2 training step in bf16, each as llmc/matmul.cuh issues it (same operands,
+// transposes, leading dimensions and epilogue), timed with each algorithm cuBLASLt's heuristic offers
+// (matmul_set_algo_rank 0 .. kRanks-1; production takes rank 0). Each rank's output is checked
+// against rank 0's: a different algorithm sums in another order (split-K, other tiles), so the two
+// may differ by the fp32 accumulation bound and one bf16 rounding each, no more. Prints, per GEMM, the
+// heuristic's choice and the fastest rank, then the step's sum of each (layers × the per-layer GEMMs
+// + the classifier's three): what choosing the algorithm by timing would save.
+// Then the two routes of a bias gradient (the 4 linear layers with a bias, per layer): the weight
+// GEMM with cuBLASLt's BGRADB epilogue + bias_accumulate_kernel (production, where cuBLASLt takes it)
+// against the plain weight GEMM + bias_backward's reduction kernels (both validated by
+// test/test_matmul.cu).
+constexpr int kRanks = 8;
+
+void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
+    using bf16 = __nv_bfloat16;
+    const int C4 = 4 * C, widest = std::max(V, C4);
+    // Random inputs (|x| <= 1, |w| <= 0.1, |dout| <= 0.01): one random (N, 4C) block each, repeated
+    // where a buffer is larger (the classifier's (N, V)), so the host makes no gigabytes of numbers.
+    const std::vector<bf16> block_x = th::random_tensor<bf16>((size_t)N * C4, 11),
+                            block_w = th::random_tensor<bf16>((size_t)C4 * C, 12, -0.1f, 0.1f),
+                            block_d = th::random_tensor<bf16>((size_t)N * C4, 13, -0.01f, 0.01f);
+    auto fill_tiled = [](th::DeviceBuffer<bf16>& buf, const std::vector<bf16>& block) {
+        for (size_t at = 0; at < buf.n; at += block.size())
+            cudaCheck(cudaMemcpy(buf.ptr + at, block.data(), std::min(block.size(), buf.n - at) * sizeof(bf16),
+                                 cudaMemcpyHostToDevice));
+    };
+    th::DeviceBuffer<bf16> x((size_t)N * C4), w((size_t)widest * C), dout((size_t)N * widest), pre((size_t)N * C4);
+    fill_tiled(x, block_x);
+    fill_tiled(w, block_w);
+    fill_tiled(dout, block_d);
+    fill_tiled(pre, block_x);
+    th::DeviceBuffer<bf16> bias(th::random_tensor<bf16>(C4, 14)), out((size_t)N * widest), dw((size_t)widest * C),
+        grad(C4), dbias(C4, th::Fill::Zero);
+    th::DeviceBuffer<char> scratch(matmul_backward_scratch_bytes(N, C4));
+    struct Gemm {
+        std::string name;
+        int calls;        // per step
+        double flops;     // per call
+        std::function<bool()> run;
+        const bf16* out;  // what the ranks are compared on
+        size_t out_n;
+        double k;         // the product's inner size, for the accumulation bound
+    };
+    auto fwd = [&](const char* name, int OC, int K, cublasLtEpilogue_t epi, bool with_bias, int calls) {
+        return Gemm{name, calls, 2.0 * N * K * OC, [=, &x, &w, &out, &bias, &pre] {
+                        return cublaslt_matmul(out.ptr, (const bf16*)w.ptr, (const bf16*)x.ptr, OC, N, K, true, false,
+                                               K, K, OC, 1.f, 0.f, epi, with_bias ? (const bf16*)bias.ptr : nullptr,
+                                               epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? pre.ptr : nullptr, OC, 0);
+                    },
+                    out.ptr, (size_t)N * OC, (double)K};
+    };
+    // dinp (N,K) = dout (N,OC) · W (OC,K), with dGELU of pre where the layer's input was a GELU.
+    auto dinp = [&](const char* name, int OC, int K, bool dgelu, int calls) {
+        return Gemm{name, calls, 2.0 * N * K * OC, [=, &w, &dout, &out, &pre] {
+                        return cublaslt_matmul(out.ptr, (const bf16*)w.ptr, (const bf16*)dout.ptr, K, N, OC, false,
+                                               false, K, OC, K, 1.f, 0.f,
+                                               dgelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT,
+                                               (const bf16*)nullptr, dgelu ? pre.ptr : nullptr, K, 0);
+                    },
+                    out.ptr, (size_t)N * K, (double)OC};
+    };
+    // dW (OC,K) += dout (N,OC)ᵀ · x (N,K), with BGRADB's bias sums where the layer has a bias.
+    auto dweight = [&](const char* name, int OC, int K, bool bgradb, int calls) {
+        return Gemm{name, calls, 2.0 * N * K * OC, [=, &x, &dout, &dw, &grad] {
+                        return cublaslt_matmul(dw.ptr, (const bf16*)x.ptr, (const bf16*)dout.ptr, K, OC, N, false, true,
+                                               K, OC, K, 1.f, 1.f,
+                                               bgradb ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT,
+                                               bgradb ? (const bf16*)grad.ptr : nullptr, (bf16*)nullptr, 0, 0);
+                    },
+                    dw.ptr, (size_t)OC * K, (double)N};
+    };
+    const Gemm gemms[] = {
+        fwd("qkv forward (bias)", 3 * C, C, CUBLASLT_EPILOGUE_BIAS, true, layers),
+        fwd("attention proj forward (bias)", C, C, CUBLASLT_EPILOGUE_BIAS, true, layers),
+        fwd("fc forward (bias, GELU aux)", C4, C, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, layers),
+        fwd("fc proj forward (bias)", C, C4, CUBLASLT_EPILOGUE_BIAS, true, layers),
+        fwd("classifier forward", V, C, CUBLASLT_EPILOGUE_DEFAULT, false, 1),
+        dinp("qkv dinp", 3 * C, C, false, layers),
+        dinp("attention proj dinp", C, C, false, layers),
+        dinp("fc dinp", C4, C, false, layers),
+        dinp("fc proj dinp (dGELU)", C, C4, true, layers),
+        dinp("classifier dinp", V, C, false, 1),
+        dweight("qkv dweight (BGRADB)", 3 * C, C, true, layers),
+        dweight("attention proj dweight (BGRADB)", C, C, true, layers),
+        dweight("fc dweight (BGRADB)", C4, C, true, layers),
+        dweight("fc proj dweight (BGRADB)", C, C4, true, layers),
+        dweight("classifier dweight", V, C, false, 1),
+    };
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    const float peak = peak_tflops(prop.name, Precision::BF16, false);
+    printf("GPT-2 step's bf16 GEMMs by cuBLASLt algorithm (N=%d C=%d V=%d, %d layers; up to %d ranks):\n", N, C, V,
+           layers, kRanks);
+    double step_first = 0, step_best = 0;
+    const size_t sample = 1 << 20;  // the outputs' first elements, compared across ranks
+    for (const Gemm& g : gemms) {
+        std::vector<bf16> first;
+        float first_ms = 0, best_ms = 0;
+        int best = -1, ranks = 0;
+        for (int r = 0; r < kRanks; r++) {
+            matmul_set_algo_rank(r);
+            cudaCheck(cudaMemset(dw.ptr, 0, dw.n * sizeof(bf16)));  // the weight GEMMs accumulate
+            if (!g.run()) break;  // no algorithm at this rank (or the one offered was refused)
+            cudaCheck(cudaDeviceSynchronize());
+            std::vector<bf16> h = th::to_host(g.out, std::min(g.out_n, sample));
+            if (r == 0) {
+                first = h;
+            } else {
+                // fp32 sums of k products of |x| <= 1, |w| <= 0.1 (or |dout| <= 0.01): each rank within
+                // (k+4)·2^-24·k·0.1 of the exact sum, then rounded to bf16 (half an ulp each).
+                char name[200];
+                snprintf(name, sizeof(name), "gemm %s: algorithm rank %d = rank 0", g.name.c_str(), r);
+                const double atol = 2 * (g.k + 4) * std::ldexp(1.0, -24) * g.k * 0.1;
+                th::check_close(name, first.data(), h.data(), h.size(), th::Tol{atol, dtype_eps<bf16>()});
+            }
+            const float ms = time_ms([&] { g.run(); }, reps);
+            if (r == 0) first_ms = ms;
+            if (best < 0 || ms < best_ms) best = r, best_ms = ms;
+            ranks++;
+        }
+        matmul_set_algo_rank(0);
+        if (ranks == 0) {
+            printf("  %s: cuBLASLt offers no algorithm\n", g.name.c_str());
+            continue;
+        }
+        char name[200];
+        snprintf(name, sizeof(name), "%s, heuristic's choice", g.name.c_str());
+        flops_line(name, first_ms, g.flops, peak);
+        snprintf(name, sizeof(name), "%s, fastest of %d (rank %d)", g.name.c_str(), ranks, best);
+        flops_line(name, best_ms, g.flops, peak);
+        step_first += g.calls * first_ms;
+        step_best += g.calls * best_ms;
+    }
+    printf("  step GEMMs: heuristic's choices %.3f ms, fastest algorithm of each %.3f ms (%.1f%% less)\n", step_first,
+           step_best, step_first > 0 ? 100 * (1 - step_best / step_first) : 0.0);
+
+    // The bias gradients' two routes, summed over a step's 4 biased layers × layers.
+    double bgradb_ms = 0, kernels_ms = 0;
+    const std::pair<int, int> biased[] = {{3 * C, C}, {C, C}, {C4, C}, {C, C4}};  // (OC, K) per layer
+    for (const auto& [OC, K] : biased) {
+        auto fused = [&, OC = OC, K = K] {
+            if (!cublaslt_matmul(dw.ptr, (const bf16*)x.ptr, (const bf16*)dout.ptr, K, OC, N, false, true, K, OC, K,
+                                 1.f, 1.f, CUBLASLT_EPILOGUE_BGRADB, (const bf16*)grad.ptr, (bf16*)nullptr, 0, 0))
+                return false;
+            cudaCheck(launch_kernel(bias_accumulate_kernel<bf16>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, 0, dbias.ptr,
+                                    (const bf16*)grad.ptr, OC));
+            return true;
+        };
+        auto unfused = [&, OC = OC, K = K] {
+            matmul_backward_weight(dw.ptr, (const bf16*)dout.ptr, (const bf16*)x.ptr, N, K, OC, 0);
+            bias_backward(dbias.ptr, reinterpret_cast<float*>(scratch.ptr), (const bf16*)dout.ptr, N, OC, 0);
+        };
+        if (!fused()) {
+            printf("  bias gradient OC=%d: cuBLASLt refuses BGRADB here (production takes the kernels)\n", OC);
+            return;
+        }
+        const float a = time_ms([&] { fused(); }, reps), b = time_ms(unfused, reps);
+        bgradb_ms += layers * a;
+        kernels_ms += layers * b;
+    }
+    printf("  bias gradients with their weight GEMMs, a step: BGRADB epilogue %.3f ms, plain GEMM + reduction kernels "
+           "%.3f ms\n",
+           bgradb_ms, kernels_ms);
+}
+
 // How many bits the fp8 GEMM keeps while it accumulates (test/fp8_accumulation.h): on a GPU one line
 // for make gpu-check; on the CPU backend, which accumulates fp8 GEMMs in fp32, a check that the probe
 // finds every sum exact.
@@ -248,6 +416,11 @@ int main() {
     validate_and_bench<__half>("fp16", N, C, OC, gpu ? 20 : 2, Precision::BF16);
     validate_and_bench_fp8(N, C, OC, gpu ? 20 : 2);
     fp8_accumulation_probe();
+    // GPT-2 124M's step at B=16, T=1024 on a GPU; 2 layers of a small one on the CPU backend.
+    if (gpu)
+        step_gemms_by_algorithm(16 * 1024, 768, 50304, 12, 10);
+    else
+        step_gemms_by_algorithm(128, 64, 320, 2, 1);
     matmul_destroy();
     return th::finish();
 }
