@@ -1045,10 +1045,9 @@ __global__ void __launch_bounds__(128, kMinBlocks)
 // attention_backward_dq_reduce_kernel then sums the slices in split order. The results depend on
 // splits (a function of B, T, NH) and on nothing else: not on timing. (kDqAtomics: dev/cuda/attention.cu's
 // variant 4, FlashAttention-2's way, for timing: every block adds its dQ rows to one fp32 buffer by
-// float atomics, in an order that depends on timing. kMinBlocks: the resident blocks per SM the
-// registers are capped for, production 2; variant 5 times 3.)
-template <class floatX, int HS, bool kDropout, bool kDqAtomics = false, int kMinBlocks = 2>
-__global__ void __launch_bounds__(128, kMinBlocks)
+// float atomics, in an order that depends on timing.)
+template <class floatX, int HS, bool kDropout, bool kDqAtomics = false>
+__global__ void __launch_bounds__(128, 2)
     attention_backward_mma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
                                   const float* lse, const float* D, int T, int C, int NH, bool causal,
                                   const int* valid_len, DropoutArgs drop) {

@@ -19,10 +19,10 @@
 //               key tile, adding its dQ rows by float atomics into one fp32 buffer (FlashAttention-2's
 //               way; dQ's last bits then depend on timing), and the reduce kernel over that buffer.
 //               On an H100 8 to 18% slower than production's slices.
-//   5           (bf16/fp16, no dropout) production's forward and backward kernels with other register
-//               caps: the forward for 2 resident blocks per SM (146 registers: 3 blocks; production
-//               caps it for 4, which an H100 ran 3 to 5% faster), the backward for 3 (168 registers,
-//               with spills; production's 2: 230; on an H100 the cap for 3 ran 2 to 7% slower).
+//   5           (bf16/fp16, forward, no dropout) production's forward with its registers capped for 2
+//               resident blocks per SM (146 registers: 3 blocks) instead of 4 (128): on an H100 3 to
+//               5% slower. (The backward capped for 3 blocks instead of 2, 168 registers instead of
+//               230, spills, which the nvcc checks refuse; on an H100 it ran 2 to 7% slower.)
 // The production backward is also timed with each number of dQ slices the shape allows (its blocks
 // per head; production picks attention_dq_splits).
 //   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
@@ -420,14 +420,12 @@ void attention_backward2(floatX* dqkv, const floatX* dout, const floatX* qkv, co
 // Variant 4 (16-bit, no dropout): the production backward kernel with one block per key tile and its
 // dQ rows added by float atomics into one fp32 buffer (FlashAttention-2's way), then the reduce kernel
 // over that one slice (scale, round to floatX). More blocks and no slices to write back, but the order
-// of the adds, and so dQ's last bits, depends on timing. Variant 5's backward (kAtomics false): the
-// production backward, its dQ slices as production picks them, with registers capped for 3 resident
-// blocks per SM instead of 2 (kMinBlocks). Scratch as attention_backward's.
-template <class floatX, bool kAtomics, int kMinBlocks>
-void attention_backward_mma_variant(const char* who, floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                    const floatX* out, const float* lse, void* scratch, int B, int T, int C, int NH,
-                                    bool causal, const int* valid_len, cudaStream_t stream) {
-    int HS = attention_check_shape(who, B, T, C, NH, {dqkv, dout, qkv, out});
+// of the adds, and so dQ's last bits, depends on timing. Scratch as attention_backward's.
+template <class floatX>
+void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                         cudaStream_t stream) {
+    int HS = attention_check_shape("attention_backward4", B, T, C, NH, {dqkv, dout, qkv, out});
     float* D = static_cast<float*>(scratch);
     float* dq = reinterpret_cast<float*>(static_cast<char*>(scratch) + attention_dq_part_offset(B, T, NH));
     with_head_size(HS, [&](auto hs) {
@@ -435,31 +433,20 @@ void attention_backward_mma_variant(const char* who, floatX* dqkv, const floatX*
         using Tile = AttnMmaTile<floatX, kHS>;
         cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, kHS>, dim3(CEIL_DIV(B * T * NH, 256)),
                                 dim3(256), 0, stream, D, dout, out, B, T, C, NH, valid_len));
-        const int splits = kAtomics ? CEIL_DIV(T, Tile::kRows) : attention_dq_splits(B, T, NH);
-        if (kAtomics) cudaCheck(cudaMemsetAsync(dq, 0, (size_t)B * T * C * sizeof(float), stream));
-        auto kernel = attention_backward_mma_kernel<floatX, kHS, false, kAtomics, kMinBlocks>;
-        reserve_dynamic_smem(kernel, Tile::kBackwardSmem, who, "HS", kHS);
-        cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv,
-                                dq, dout, qkv, lse, D, T, C, NH, causal, valid_len, DropoutArgs{}));
+        cudaCheck(cudaMemsetAsync(dq, 0, (size_t)B * T * C * sizeof(float), stream));
+        auto kernel = attention_backward_mma_kernel<floatX, kHS, false, true>;
+        reserve_dynamic_smem(kernel, Tile::kBackwardSmem, "attention_backward4", "HS", kHS);
+        cudaCheck(launch_kernel(kernel, dim3(CEIL_DIV(T, Tile::kRows), NH, B), dim3(Tile::kThreads),
+                                Tile::kBackwardSmem, stream, dqkv, dq, dout, qkv, lse, D, T, C, NH, causal, valid_len,
+                                DropoutArgs{}));
         const size_t n = (size_t)B * T * NH * (kHS / Packed128<floatX>::size);
         cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, kHS>, dim3((unsigned)CEIL_DIV(n, 256)),
-                                dim3(256), 0, stream, dqkv, dq, B, T, C, NH, kAtomics ? 1 : splits, causal,
-                                valid_len));
+                                dim3(256), 0, stream, dqkv, dq, B, T, C, NH, 1, causal, valid_len));
     });
 }
 
-template <class floatX>
-void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
-                         cudaStream_t stream) {
-    attention_backward_mma_variant<floatX, true, 2>("attention_backward4", dqkv, dout, qkv, out, lse, scratch, B, T,
-                                                     C, NH, causal, valid_len, stream);
-}
-
-// Variant 5 (16-bit, no dropout): production's kernels with other register caps (__launch_bounds__'s
-// resident blocks per SM): the forward for 2 (146 registers, so 3 blocks, where production's cap of 4
-// gives 128), the backward for 3 (168 registers and 140 bytes of spills on sm_90, where production's
-// 2 give 230). More warps hide more latency; fewer registers can mean spills (ptxas -v counts them).
+// Variant 5 (16-bit, no dropout): production's forward with its registers capped for 2 resident blocks
+// per SM (__launch_bounds__; 146 registers, so 3 blocks) instead of production's 4 (128 registers).
 template <class floatX>
 void attention_forward5(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
                         const int* valid_len, cudaStream_t stream) {
@@ -470,14 +457,6 @@ void attention_forward5(floatX* out, float* lse, const floatX* qkv, int B, int T
                                                                                    valid_len, DropoutArgs{}, false,
                                                                                    stream);
     });
-}
-
-template <class floatX>
-void attention_backward5(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
-                         cudaStream_t stream) {
-    attention_backward_mma_variant<floatX, false, 3>("attention_backward5", dqkv, dout, qkv, out, lse, scratch, B, T,
-                                                      C, NH, causal, valid_len, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -564,17 +543,13 @@ void validate(const Shape& s, uint64_t seed) {
             check("variant 4 (flash, dQ by atomics)", "dqkv", dqkv_ref, th::widen(dqkv4.host()));
         }
     }
-    if (lowp && s.dropout == 0.f) {  // variant 5: forward and backward with other register caps
+    if (lowp && s.dropout == 0.f) {  // variant 5: a forward only
         if constexpr (!std::is_same<floatX, float>::value) {
-            th::DeviceBuffer<floatX> out5(dout.size(), th::Fill::NaN), dqkv5(qkv.size(), th::Fill::NaN);
+            th::DeviceBuffer<floatX> out5(dout.size(), th::Fill::NaN);
             th::DeviceBuffer<float> lse5((size_t)B * NH * T, th::Fill::NaN);
             attention_forward5(out5.ptr, lse5.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0);
-            check("variant 5 (flash, other register caps)", "out", out_ref, th::widen(out5.host()));
-            check("variant 5 (flash, other register caps)", "lse", lse_ref, th::widen(lse5.host()));
-            th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
-            attention_backward5(dqkv5.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
-                                vl, 0);
-            check("variant 5 (flash, other register caps)", "dqkv", dqkv_ref, th::widen(dqkv5.host()));
+            check("variant 5 (flash, registers for 2 blocks per SM)", "out", out_ref, th::widen(out5.host()));
+            check("variant 5 (flash, registers for 2 blocks per SM)", "lse", lse_ref, th::widen(lse5.host()));
         }
     }
 }
@@ -700,13 +675,7 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
         };
         flops_line("backward variant 4 (flash, dQ by atomics)", time_ms(bwd4, reps), 2.5 * fwd_flops, peak);
         auto fwd5 = [&] { attention_forward5(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
-        auto bwd5 = [&] {
-            attention_backward5(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
-                                nullptr, 0);
-        };
         flops_line("forward variant 5 (flash, registers for 2 blocks per SM)", time_ms(fwd5, reps), fwd_flops, peak);
-        flops_line("backward variant 5 (flash, registers for 3 blocks per SM)", time_ms(bwd5, reps), 2.5 * fwd_flops,
-                   peak);
         time_dq_slices(bt, B, T, NH, HS, causal, reps, 2.5 * fwd_flops, peak);
     }
     // The cost of dropout on P (BERT's p = 0.1): 8 Philox calls per lane and tile in each kernel.
