@@ -76,10 +76,10 @@
 // sequence allows); the result is a function of the inputs and of (B, T, NH), bit for bit under any
 // scheduling. Cost: the scratch, splits · B·T·C fp32 (GPT-2 124M at B = 8, T = 1024: 8 slices,
 // 201 MB, reused by every layer; as splits · B·NH < 2048 + B·NH, always below (2048 + B·NH)·T·HS
-// floats: one fp32 copy of a (B,T,C) activation plus 2048·T·HS floats), and a read-modify-write of the query tile's dQ rows (kColsB × HS
-// fp32 per block) per tile pair where FlashAttention-2 issues atomics: fire-and-forget for the
-// atomics, a load the adds wait for here, so the rows are prefetched into L2 as the pair begins and
-// its products hide the trip to DRAM. The fp32 backward instead runs a separate dQ kernel over query
+// floats: one fp32 copy of a (B,T,C) activation plus 2048·T·HS floats), and a read-modify-write of
+// the query tile's dQ rows (kColsB × HS fp32 per block) per tile pair where FlashAttention-2 issues
+// atomics: fire-and-forget for the atomics, a load the adds wait for here, so the rows are prefetched
+// into L2 as the pair begins and its products hide the trip to DRAM. The fp32 backward instead runs a separate dQ kernel over query
 // tiles (7 products).
 #pragma once
 #include "cuda_common.h"
@@ -679,8 +679,8 @@ struct AttnMmaTile {
     static constexpr int kRows = 16 * kWarps;
     static constexpr int kFwdTiles = 1;
     // The forward's registers are capped for 4 resident blocks per SM (128 registers) at HS <= 64
-    // without dropout: on an H100 that ran it 3 to 5% faster than 2 (146 registers, 3 blocks). With dropout
-    // the cap spills on sm_90, and at HS = 128 shared memory allows 3 blocks: those keep 2.
+    // without dropout: on an H100 that ran it 3 to 5% faster than 2 (146 registers, 3 blocks). With
+    // dropout the cap spills on sm_90, and at HS = 128 shared memory allows 3 blocks: those keep 2.
     static constexpr int fwd_min_blocks(bool dropout) { return HS <= 64 && !dropout ? 4 : 2; }
     static constexpr int kCols = 64;
     static constexpr int kColsB = HS == 128 ? 32 : 64;

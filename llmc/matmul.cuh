@@ -133,7 +133,6 @@ using MatmulCacheKey = std::tuple<MatmulKey, int, int, int, MatmulLayoutKey>;
 struct MatmulPlan {
     bool ok = false;
     cublasLtMatmulAlgo_t algo{};
-    int offered = 0;  // algorithms the heuristic offered (at most MatmulContext::algo_rank + 1 asked for)
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
 
@@ -280,8 +279,7 @@ bool cublaslt_run(const MatmulKey& key, const MatmulLayoutKey& layout, Make&& ma
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
                                                            ctx.algo_rank + 1, results.data(), &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        plan.offered = st == CUBLAS_STATUS_SUCCESS ? found : 0;
-        plan.ok = plan.offered > ctx.algo_rank;
+        plan.ok = st == CUBLAS_STATUS_SUCCESS && found > ctx.algo_rank;
         if (plan.ok) plan.algo = results[ctx.algo_rank].algo;
     }
     if (plan.ok) {
@@ -463,6 +461,20 @@ void matmul_backward_weight(T* dweight, const T* dout, const T* inp, int N, int 
     }
 }
 
+// dweight (OC,C) += doutᵀ · inp and dbias (OC) += column sums of dout in one cuBLASLt call, the
+// BGRADB epilogue writing the OC sums to grad (OC values of T; cuBLASLt overwrites them), which a
+// small kernel adds to dbias. Returns false, computing nothing, where cuBLASLt refuses BGRADB.
+template <class T>
+bool matmul_backward_weight_bgradb(T* dweight, T* dbias, T* grad, const T* dout, const T* inp, int N, int C, int OC,
+                                   cudaStream_t stream) {
+    if (!cublaslt_matmul(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.f, 1.f, CUBLASLT_EPILOGUE_BGRADB,
+                         (const T*)grad, (T*)nullptr, 0, stream))
+        return false;
+    cudaCheck(launch_kernel(bias_accumulate_kernel<T>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
+                            (const T*)grad, OC));
+    return true;
+}
+
 // Gradients of out = inp · weightᵀ + bias:
 //   dinp (N,C) = dout · weight, overwritten; with pre_gelu (N,C) non-null, multiplied by
 //     gelu'(pre_gelu) (the layer's input was GELU(pre_gelu)): fused into cuBLASLt when possible;
@@ -478,14 +490,7 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout
         matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
         return;
     }
-    // The bias pointer of BGRADB is the epilogue's output: cuBLASLt writes the OC sums there.
-    T* grad = static_cast<T*>(scratch);
-    if (cublaslt_matmul(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.f, 1.f, CUBLASLT_EPILOGUE_BGRADB,
-                        (const T*)grad, (T*)nullptr, 0, stream)) {
-        cudaCheck(launch_kernel(bias_accumulate_kernel<T>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, stream, dbias,
-                                (const T*)grad, OC));
-        return;
-    }
+    if (matmul_backward_weight_bgradb(dweight, dbias, static_cast<T*>(scratch), dout, inp, N, C, OC, stream)) return;
     matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
     bias_backward(dbias, static_cast<float*>(scratch), dout, N, OC, stream);
 }

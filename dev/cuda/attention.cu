@@ -599,14 +599,25 @@ struct BenchTensors {
           scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN) {}
 };
 
+// FLOPs of the forward: Q K^T and P V, 2·T·T·HS each per head, halved under a causal mask. The
+// backward is counted as 2.5x the forward (5 products), FlashAttention's convention, which llmc's
+// bf16/fp16 backward does; its fp32 backward and variant 2 do 7 (a separate dQ kernel), and variant 1
+// is charged the same FLOPs.
+double attention_fwd_flops(int B, int T, int NH, int HS, bool causal) {
+    return 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
+}
+
 // The production backward with each number of dQ slices attention_dq_splits can pick for the shape
 // (through the block target; it picks the counts that share the key tiles most evenly): each slice is
 // an fp32 copy of dQ that its blocks read, add to and write back, and that the reduce kernel sums, so
 // fewer slices move fewer bytes through DRAM but give the GPU fewer blocks.
 template <class floatX>
-void time_dq_slices(BenchTensors<floatX>& bt, int B, int T, int NH, int HS, bool causal, int reps, double flops,
-                    double peak) {
+void time_dq_slices(BenchTensors<floatX>& bt, int B, int T, int NH, int HS, bool causal, int reps) {
     const int C = NH * HS, saved_target = attention_dq_target_blocks();
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    const double peak = peak_tflops(prop.name, Precision::BF16, false);
+    const double flops = 2.5 * attention_fwd_flops(B, T, NH, HS, causal);
     int last = 0;
     for (int want = 1; want <= CEIL_DIV(T, 64); want++) {
         attention_dq_target_blocks() = want * B * NH;
@@ -625,10 +636,6 @@ void time_dq_slices(BenchTensors<floatX>& bt, int B, int T, int NH, int HS, bool
     attention_dq_target_blocks() = saved_target;
 }
 
-// FLOPs of the forward: Q K^T and P V, 2·T·T·HS each per head, halved under a causal mask. The
-// backward is counted as 2.5x the forward (5 products), FlashAttention's convention, which llmc's
-// bf16/fp16 backward does; its fp32 backward and variant 2 do 7 (a separate dQ kernel), and variant 1
-// is charged the same FLOPs.
 template <class floatX>
 void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     const int C = NH * HS;
@@ -637,7 +644,7 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     const double peak = peak_tflops(prop.name, prec, false);
-    const double fwd_flops = 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
+    const double fwd_flops = attention_fwd_flops(B, T, NH, HS, causal);
     printf("%s B=%d T=%d NH=%d HS=%d %s:\n", th::dtype_name<floatX>(), B, T, NH, HS, causal ? "causal" : "full");
     print_block_shapes<floatX>(HS, B, T, NH);
     BenchTensors<floatX> bt(B, T, C, NH);
@@ -676,7 +683,7 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
         flops_line("backward variant 4 (flash, dQ by atomics)", time_ms(bwd4, reps), 2.5 * fwd_flops, peak);
         auto fwd5 = [&] { attention_forward5(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
         flops_line("forward variant 5 (flash, registers for 2 blocks per SM)", time_ms(fwd5, reps), fwd_flops, peak);
-        time_dq_slices(bt, B, T, NH, HS, causal, reps, 2.5 * fwd_flops, peak);
+        time_dq_slices(bt, B, T, NH, HS, causal, reps);
     }
     // The cost of dropout on P (BERT's p = 0.1): 8 Philox calls per lane and tile in each kernel.
     const AttentionDropout drop{0.1f, 1, 0};
@@ -704,7 +711,7 @@ constexpr SweepAnchor kFa2H100[] = {{64, 512, 141}, {64, 1024, 192}, {64, 2048, 
 template <class floatX>
 void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
     const int C = NH * HS;
-    const double fwd_flops = 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
+    const double fwd_flops = attention_fwd_flops(B, T, NH, HS, causal);
     BenchTensors<floatX> bt(B, T, C, NH);
     th::DeviceBuffer<floatX> &qkv = bt.qkv, &dout = bt.dout, &out = bt.out, &dqkv = bt.dqkv;
     th::DeviceBuffer<float>& lse = bt.lse;
@@ -804,8 +811,7 @@ int main(int argc, char** argv) {
     printf("bf16 B=16 T=1024 NH=32 HS=64 causal, the backward by dQ slices:\n");
     BenchTensors<__nv_bfloat16> bt(16, 1024, 2048, 32);
     attention_forward(bt.out.ptr, bt.lse.ptr, bt.qkv.ptr, 16, 1024, 2048, 32, true, nullptr, 0);  // out, lse
-    time_dq_slices(bt, 16, 1024, 32, 64, true, 10, 2.5 * 4.0 * 16 * 32 * 1024.0 * 1024 * 64 * 0.5,
-                   peak_tflops(prop.name, Precision::BF16, false));
+    time_dq_slices(bt, 16, 1024, 32, 64, true, 10);
 #endif
     return th::finish();
 }

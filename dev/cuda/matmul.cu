@@ -225,9 +225,9 @@ void validate_and_bench_fp8(int N, int C, int OC, int reps) {
 // heuristic's choice and the fastest rank, then the step's sum of each (layers × the per-layer GEMMs
 // + the classifier's three): what choosing the algorithm by timing would save.
 // Then the two routes of a bias gradient (the 4 linear layers with a bias, per layer): the weight
-// GEMM with cuBLASLt's BGRADB epilogue + bias_accumulate_kernel (production, where cuBLASLt takes it)
-// against the plain weight GEMM + bias_backward's reduction kernels (both validated by
-// test/test_matmul.cu).
+// GEMM with cuBLASLt's BGRADB epilogue + bias_accumulate_kernel (matmul_backward_weight_bgradb,
+// production where cuBLASLt takes it) against the plain weight GEMM + bias_backward's reduction
+// kernels (both validated by test/test_matmul.cu).
 constexpr int kRanks = 8;
 
 void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
@@ -358,12 +358,8 @@ void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
     const std::pair<int, int> biased[] = {{3 * C, C}, {C, C}, {C4, C}, {C, C4}};  // (OC, K) per layer
     for (const auto& [OC, K] : biased) {
         auto fused = [&, OC = OC, K = K] {
-            if (!cublaslt_matmul(dw.ptr, (const bf16*)x.ptr, (const bf16*)dout.ptr, K, OC, N, false, true, K, OC, K,
-                                 1.f, 1.f, CUBLASLT_EPILOGUE_BGRADB, (const bf16*)grad.ptr, (bf16*)nullptr, 0, 0))
-                return false;
-            cudaCheck(launch_kernel(bias_accumulate_kernel<bf16>, dim3(CEIL_DIV(OC, 256)), dim3(256), 0, 0, dbias.ptr,
-                                    (const bf16*)grad.ptr, OC));
-            return true;
+            return matmul_backward_weight_bgradb(dw.ptr, dbias.ptr, grad.ptr, (const bf16*)dout.ptr, (const bf16*)x.ptr,
+                                                 N, K, OC, 0);
         };
         auto unfused = [&, OC = OC, K = K] {
             matmul_backward_weight(dw.ptr, (const bf16*)dout.ptr, (const bf16*)x.ptr, N, K, OC, 0);
