@@ -269,6 +269,9 @@ struct GPT2 : ModelState<floatX> {
     // the matmul; recomputation needs the kernel (the backward pass recomputes exactly its bits).
     bool gelu_fusion = true;
     bool fused_gelu() const { return gelu_fusion && recompute == Recompute::None; }
+    // The projections' bias gradients from the LayerNorm backward below them (see backward()); set
+    // in allocate_activations(): false where its shared memory cannot hold the third sum (huge C).
+    bool ln_bias_sums = true;
     EncoderBackwardPlan encoder_plan;
     StagingSlots batch_slots;  // pinned copies of the micro-batches in flight (set_batch)
     // Mixture of Experts: one layer state per MoE block (sized for B*T tokens in
@@ -318,6 +321,7 @@ struct GPT2 : ModelState<floatX> {
         }
         carve_regions(acts_memory, regions);
         mem.activations = acts_bytes;
+        ln_bias_sums = layernorm_backward_fits_colsum(config.channels);
         moe.resize(config.moe_blocks());
         for (MoeLayer<floatX>& m : moe) moe_layer_init(&m, moe_config(config), B * T, moe_par);
         mem.activations += moe.size() * moe_layer_bytes<floatX>(moe_config(config), B * T, moe_par.ranks);
@@ -556,23 +560,34 @@ struct GPT2 : ModelState<floatX> {
 
     // Backward pass after forward(true, ...): accumulates every parameter's gradient into grads
     // (callers zero grads_memory at the start of a step; micro-batches add up).
+    // The two projections that add into the residual stream (attention's and the MLP's) have bias
+    // gradients that are column sums of the stream's gradient, which the LayerNorm backward just
+    // below them in the stream computes: with ln_bias_sums it sums them as it stores the gradient
+    // (layernorm_backward's dinp_colsum), so the projections' backward computes no bias gradient
+    // and the (B*T,C) gradient is not read again for it. The final LayerNorm's backward gives the
+    // last block's MLP projection bias, ln2's its attention projection bias, and ln1's the MLP
+    // projection bias of the block below.
     void backward() {
         const GPT2Config& c = config;
         int L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
         int BT = B * T;
         size_t btc = (size_t)BT * C;
         Activations<floatX>& a = acts;
+        // block l's MLP projection bias gradient, where a LayerNorm backward sums it (a dense block)
+        auto fcproj_bias_sums = [&](int l) {
+            return ln_bias_sums && !c.moe_block(l) ? mlp_grad(FCPROJB, l, C) : (floatX*)nullptr;
+        };
         this->grads_begin_backward();
         cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(floatX), stream));
         // LM head and final layernorm
         matmul_backward(a.dbtc, grads.t[WTE], (floatX*)nullptr, a.scratch, a.logits, a.lnf, params.t[WTE],
                         BT, C, Vp, stream);
+        this->grads_begin_layer(L - 1);  // the final layernorm writes into the last block's gradients
         layernorm_backward(a.dresidual, grads.t[LNFW], grads.t[LNFB], a.scratch, a.dbtc, a.residual3 + (L - 1) * btc,
-                           params.t[LNFW], a.lnf_mean, a.lnf_rstd, BT, C, stream);
+                           params.t[LNFW], a.lnf_mean, a.lnf_rstd, BT, C, stream, fcproj_bias_sums(L - 1));
         this->grads_final_before();  // data parallel: the final layernorm's gradients go out now
         for (int l = L - 1; l >= 0; l--) {
             LayerActs<floatX> x = layer_acts(l);
-            this->grads_begin_layer(l);
             if (recompute != Recompute::None) recompute_layer(l, x);
             // MLP block: dresidual is the gradient of the block's output
             if (c.moe_block(l)) {  // dbtc = the MoE layer's input gradient; its losses' weigh moe_dloss
@@ -580,26 +595,30 @@ struct GPT2 : ModelState<floatX> {
                                    moe_dloss, stream);
             } else {
                 // GELU's backward: fused into the matmul as dGELU when the forward fused it, else the kernel
-                linear_backward(LinFCProj, l, a.dbt4c, mlp_grad(FCPROJW, l, 4 * C * C), mlp_grad(FCPROJB, l, C),
-                                a.dresidual, x.fch_gelu, mlp_param(FCPROJW, l, 4 * C * C),
+                floatX* fcproj_bias = fcproj_bias_sums(l) ? (floatX*)nullptr : mlp_grad(FCPROJB, l, C);
+                linear_backward(LinFCProj, l, a.dbt4c, mlp_grad(FCPROJW, l, 4 * C * C), fcproj_bias, a.dresidual,
+                                x.fch_gelu, mlp_param(FCPROJW, l, 4 * C * C),
                                 fused_gelu() ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
                 if (!fused_gelu()) gelu_backward_inplace(a.dbt4c, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
                 linear_backward(LinFC, l, a.dbtc, mlp_grad(FCW, l, 4 * C * C), mlp_grad(FCB, l, 4 * C), a.dbt4c,
                                 x.ln2, mlp_param(FCW, l, 4 * C * C), BT, C, 4 * C);
             }
+            floatX* attproj_bias_sums = ln_bias_sums ? grads.layer(ATTPROJB, l, C) : nullptr;
             layernorm_backward(a.dresidual, grads.layer(LN2W, l, C), grads.layer(LN2B, l, C), a.scratch, a.dbtc,
-                               x.residual2, params.layer(LN2W, l, C), x.ln2_mean,
-                               x.ln2_rstd, BT, C, stream);
+                               x.residual2, params.layer(LN2W, l, C), x.ln2_mean, x.ln2_rstd, BT, C, stream,
+                               attproj_bias_sums);
             // attention block
-            linear_backward(LinAttProj, l, a.dbtc, grads.layer(ATTPROJW, l, C * C), grads.layer(ATTPROJB, l, C),
-                            a.dresidual, x.atty, params.layer(ATTPROJW, l, C * C), BT, C, C);
+            linear_backward(LinAttProj, l, a.dbtc, grads.layer(ATTPROJW, l, C * C),
+                            attproj_bias_sums ? (floatX*)nullptr : grads.layer(ATTPROJB, l, C), a.dresidual, x.atty,
+                            params.layer(ATTPROJW, l, C * C), BT, C, C);
             attention_backward(a.dbt4c, a.dbtc, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, true, (const int*)nullptr,
                                stream);
             linear_backward(LinQKV, l, a.dbtc, grads.layer(QKVW, l, 3 * C * C), grads.layer(QKVB, l, 3 * C), a.dbt4c,
                             x.ln1, params.layer(QKVW, l, 3 * C * C), BT, C, 3 * C);
+            if (l > 0) this->grads_begin_layer(l - 1);  // ln1's backward writes into block l-1's gradients
             layernorm_backward(a.dresidual, grads.layer(LN1W, l, C), grads.layer(LN1B, l, C), a.scratch, a.dbtc,
-                               x.residual, params.layer(LN1W, l, C), x.ln1_mean,
-                               x.ln1_rstd, BT, C, stream);
+                               x.residual, params.layer(LN1W, l, C), x.ln1_mean, x.ln1_rstd, BT, C, stream,
+                               l > 0 ? fcproj_bias_sums(l - 1) : (floatX*)nullptr);
             this->grads_final_layer(l);  // ... layer l's, while the layers below compute
         }
         // the embeddings, from the plan set_batch() uploaded

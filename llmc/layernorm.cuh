@@ -130,25 +130,31 @@ __device__ inline int ln_acc_channel(int pos) {
 // LayerNorm backward, one warp per row, over the rows [blockIdx.x * rows_per_block, + rows_per_block).
 // Accumulates into dinp: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), with
 // xhat = (x - mean) * rstd and dnorm = dout * weight, from the forward pass's mean and rstd.
-// The parameter gradients dweight = sum_rows dout*xhat, dbias = sum_rows dout are summed by each
-// warp in shared memory (each lane owns the elements it updates: no atomics), then over the
-// block's warps in warp order into this block's row of `partials`; layernorm_backward_reduce_kernel
-// adds the blocks' partials in block order. Fixed orders: the result is bit-reproducible.
+// Column sums over the rows, n_sums of them: dweight = sum_rows dout*xhat, dbias = sum_rows dout
+// and, when n_sums is 3, sum_rows of dinp as stored after the += (see layernorm_backward's
+// dinp_colsum). Each warp sums them in shared memory (each lane owns the elements it updates: no
+// atomics), then the block's warps are summed in warp order into this block's (n_sums,C) row of
+// `partials`; layernorm_backward_reduce_kernel adds the blocks' partials in block order. Fixed
+// orders: the result is bit-reproducible.
 // Pass 2 re-reads dout, inp and weight, which the same warp has just read (L1 hits): shared memory
 // is spent on the accumulators instead.
 template <class T, int P>
 __global__ void layernorm_backward_kernel(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
-                                          const float* mean, const float* rstd, int N, int C, int rows_per_block) {
+                                          const float* mean, const float* rstd, int N, int C, int rows_per_block,
+                                          int n_sums) {
     cg::thread_block block = cg::this_thread_block();
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
     int lane = warp.thread_rank(), w = warp.meta_group_rank(), n_warps = warp.meta_group_size();
     int padded_C = CEIL_DIV(C, 32 * P) * 32 * P;
-    float* dweight_acc = dynamic_shared<float>() + (size_t)w * 2 * padded_C;  // (padded_C), see ln_acc_channel
+    float* dweight_acc = dynamic_shared<float>() + (size_t)w * n_sums * padded_C;  // (padded_C), see ln_acc_channel
     float* dbias_acc = dweight_acc + padded_C;
+    float* dinp_acc = n_sums == 3 ? dbias_acc + padded_C : nullptr;
     for (int c = lane * P; c < C; c += 32 * P) {
         for (int k = 0; k < P; k++) {
-            dweight_acc[c - lane * P + k * 32 + lane] = 0.f;
-            dbias_acc[c - lane * P + k * 32 + lane] = 0.f;
+            int pos = c - lane * P + k * 32 + lane;
+            dweight_acc[pos] = 0.f;
+            dbias_acc[pos] = 0.f;
+            if (dinp_acc) dinp_acc[pos] = 0.f;
         }
     }
 
@@ -185,6 +191,8 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partials, const T* dou
             for (int k = 0; k < P; k++) {
                 float xhat = (x[k] - m) * s;
                 dx[k] += s * (dy[k] * wt[k] - mean_dnorm - xhat * mean_dnorm_xhat);
+                // the sum sees what is stored: dx rounded to T
+                if (dinp_acc) dinp_acc[c - lane * P + k * 32 + lane] += to_float(from_float<T>(dx[k]));
             }
             ln_store(dinp + offset + c, dx);
         }
@@ -192,33 +200,35 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partials, const T* dou
 
     block.sync();  // every warp's accumulators are complete
     const float* acc = dynamic_shared<float>();
-    float* block_partials = partials + (size_t)blockIdx.x * 2 * C;  // (2,C): dweight, then dbias
-    for (int pos = threadIdx.x; pos < 2 * padded_C; pos += blockDim.x) {  // in position order: no bank conflicts
+    float* block_partials = partials + (size_t)blockIdx.x * n_sums * C;  // (n_sums,C): dweight, dbias[, dinp]
+    for (int pos = threadIdx.x; pos < n_sums * padded_C; pos += blockDim.x) {  // in position order: no bank conflicts
         int which = pos / padded_C, c = ln_acc_channel<P>(pos % padded_C);
         if (c >= C) continue;
         float total = 0.f;
-        for (int v = 0; v < n_warps; v++) total += acc[(size_t)v * 2 * padded_C + pos];
+        for (int v = 0; v < n_warps; v++) total += acc[(size_t)v * n_sums * padded_C + pos];
         block_partials[which * C + c] = total;
     }
 }
 
-// dweight += sum over blocks of partials[g][0], dbias += sum of partials[g][1], summed in block
-// order: the deterministic second half of layernorm_backward's parameter-gradient reduction.
-// Block (32, 32): threadIdx.x picks one of 32 consecutive columns of the (2,C) partials (coalesced
-// loads), threadIdx.y strides over the blocks; the 32 column sums are combined in y order.
+// dweight += sum over blocks of partials[g][0], dbias += sum of partials[g][1] (and dinp_colsum +=
+// sum of partials[g][2] when n_sums is 3), summed in block order: the deterministic second half of
+// layernorm_backward's column sums. Block (32, 32): threadIdx.x picks one of 32 consecutive columns
+// of the (n_sums,C) partials (coalesced loads), threadIdx.y strides over the blocks; the 32 column
+// sums are combined in y order.
 template <class T>
-__global__ void layernorm_backward_reduce_kernel(T* dweight, T* dbias, const float* partials, int n_blocks, int C) {
+__global__ void layernorm_backward_reduce_kernel(T* dweight, T* dbias, T* dinp_colsum, const float* partials,
+                                                 int n_blocks, int C, int n_sums) {
     __shared__ float column_sums[32][32];
-    int e = blockIdx.x * 32 + threadIdx.x;  // column of (2,C)
+    int e = blockIdx.x * 32 + threadIdx.x;  // column of (n_sums,C)
     float sum = 0.f;
-    if (e < 2 * C)
-        for (int g = threadIdx.y; g < n_blocks; g += blockDim.y) sum += partials[(size_t)g * 2 * C + e];
+    if (e < n_sums * C)
+        for (int g = threadIdx.y; g < n_blocks; g += blockDim.y) sum += partials[(size_t)g * n_sums * C + e];
     column_sums[threadIdx.y][threadIdx.x] = sum;
     __syncthreads();
-    if (threadIdx.y == 0 && e < 2 * C) {
+    if (threadIdx.y == 0 && e < n_sums * C) {
         float total = 0.f;
         for (int y = 0; y < (int)blockDim.y; y++) total += column_sums[y][threadIdx.x];
-        T* target = e < C ? dweight + e : dbias + (e - C);
+        T* target = e < C ? dweight + e : e < 2 * C ? dbias + (e - C) : dinp_colsum + (e - 2 * C);
         *target = from_float<T>(to_float(*target) + total);
     }
 }
@@ -294,34 +304,48 @@ inline int layernorm_backward_rows_per_block(int N) {
     return CEIL_DIV(rows, kLayernormBackwardWarps) * kLayernormBackwardWarps;
 }
 
-// Bytes of scratch layernorm_backward needs: each block's partial dweight and dbias, (blocks,2,C) fp32.
+// Bytes of scratch layernorm_backward needs: each block's partial column sums, (blocks,3,C) fp32.
 inline size_t layernorm_backward_scratch_bytes(int N, int C) {
     if (N <= 0 || C <= 0) return 0;
     size_t blocks = CEIL_DIV(N, layernorm_backward_rows_per_block(N));
-    return blocks * 2 * (size_t)C * sizeof(float);
+    return blocks * 3 * (size_t)C * sizeof(float);
+}
+
+// Whether layernorm_backward at C channels can take dinp_colsum on this device: the third column
+// sum is a third accumulator per warp in shared memory (the first two must fit regardless).
+inline bool layernorm_backward_fits_colsum(int C) {
+    size_t padded_C = CEIL_DIV((size_t)C, 32 * 8) * 32 * 8;  // the widest pack, 8 elements of 16 bits
+    size_t smem = (size_t)kLayernormBackwardWarps * 3 * padded_C * sizeof(float);
+    return smem <= 48 * 1024 || smem <= (size_t)device_smem_optin();
 }
 
 // LayerNorm backward, accumulating: dinp += d(loss)/d(inp), dweight += ..., dbias += ... (the
 // residual stream's gradient and gradient accumulation over micro-batches rely on the +=).
+// dinp_colsum (C), when non-null: += the column sums of dinp as stored after the +=. dinp is then
+// the gradient of a residual stream, and these sums are the gradient of the bias of a linear layer
+// whose output was added into it (GPT-2's attention and MLP projections), computed from the values
+// already in registers instead of by re-reading the (N,C) gradient in that layer's backward.
 // mean and rstd are the forward pass's; scratch holds layernorm_backward_scratch_bytes(N, C).
 // Deterministic: the same inputs give the same bits.
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight,
-                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream,
+                        T* dinp_colsum = nullptr) {
     layernorm_check_shape("layernorm_backward", N, C);
     if (N == 0) return;
     constexpr int P = Packed128<T>::size;
     bool packed = rows_pack128<T>(C, {dinp, dout, inp, weight});
     auto kernel = packed ? layernorm_backward_kernel<T, P> : layernorm_backward_kernel<T, 1>;
     int padded_C = packed ? CEIL_DIV(C, 32 * P) * 32 * P : CEIL_DIV(C, 32) * 32;
-    size_t smem = (size_t)kLayernormBackwardWarps * 2 * padded_C * sizeof(float);
+    int n_sums = dinp_colsum ? 3 : 2;
+    size_t smem = (size_t)kLayernormBackwardWarps * n_sums * padded_C * sizeof(float);
     reserve_dynamic_smem(kernel, smem, "layernorm_backward", "C", C);
 
     int rows_per_block = layernorm_backward_rows_per_block(N);
     int n_blocks = CEIL_DIV(N, rows_per_block);
-    float* partials = static_cast<float*>(scratch);  // (n_blocks,2,C)
+    float* partials = static_cast<float*>(scratch);  // (n_blocks,n_sums,C)
     cudaCheck(launch_kernel(kernel, dim3(n_blocks), dim3(32 * kLayernormBackwardWarps), smem, stream, dinp, partials,
-                            dout, inp, weight, mean, rstd, N, C, rows_per_block));
-    cudaCheck(launch_kernel(layernorm_backward_reduce_kernel<T>, dim3(CEIL_DIV(2 * C, 32)), dim3(32, 32), 0, stream,
-                            dweight, dbias, (const float*)partials, n_blocks, C));
+                            dout, inp, weight, mean, rstd, N, C, rows_per_block, n_sums));
+    cudaCheck(launch_kernel(layernorm_backward_reduce_kernel<T>, dim3(CEIL_DIV(n_sums * C, 32)), dim3(32, 32), 0,
+                            stream, dweight, dbias, dinp_colsum, (const float*)partials, n_blocks, C, n_sums));
 }

@@ -416,7 +416,8 @@ struct ModelState {
         int slice = c.layer < 0 ? 0 : grad_layer_slots ? c.layer % grad_layer_slots : c.layer;
         return t + (size_t)slice * c.n;
     }
-    // Before layer l's backward (ZeRO-2): its gradient slice must be free and zero again.
+    // Before anything writes layer l's gradients (ZeRO-2): its gradient slice must be free and zero
+    // again. The backward pass calls it before the first write, which may come from the layer above.
     void grads_begin_layer(int l) {
         if (grad_layer_slots && l + grad_layer_slots < plan.num_layers)
             cudaCheck(cudaStreamWaitEvent(stream, slot_free[l % grad_layer_slots], 0));

@@ -2,7 +2,8 @@
 // mpirun with 2 and 3 ranks (scripts/run_tests.sh): for ZeRO-0, 1 and 2, a W-rank run (each rank
 // B rows of every global batch, 2 micro-steps per step) follows a single-process run of the same
 // model on the whole global batch, built in the same process: the reduced gradients, the losses and
-// the parameters after the steps agree within fp32 (bf16) rounding; ZeRO-1/2 keep 1/W of the
+// the parameters after the steps agree within fp32 (bf16) rounding (ZeRO-2 also with 5 layers, which
+// reuse its two layers' gradient slices); ZeRO-1/2 keep 1/W of the
 // optimizer state (ZeRO-2 also less gradient memory); and optimizer state saved by W-1 ranks is
 // re-sharded onto W ranks element for element.
 #define TESTING
@@ -69,10 +70,21 @@ static std::vector<std::pair<size_t, floatX>> held_gradients(const GPT2<floatX>&
 //     itself at rounding level (cancellation) can move differently in the two runs by up to ~lr;
 //     the check is then that no parameter differs by more than 1% of the K*lr the steps can move it.
 //   In bf16 the parameters are the fp32 master weights rounded: one ulp of |p| more.
+// layers > 0: a random model of that many layers instead of the 2-layer fixture (ZeRO-2 reuses its
+// two gradient slices from the third layer down; the backward pass writes a layer's gradients from
+// the layer above it too, see train_gpt2.cu's backward()).
 template <class floatX>
-static void check_stage(int zero, OptimizerKind kind, const char* tname, double grad_k, double loss_atol) {
+static void check_stage(int zero, OptimizerKind kind, const char* tname, double grad_k, double loss_atol,
+                        int layers = 0) {
     GPT2Config config;
-    std::vector<float> init = load_checkpoint(kModel, &config);
+    std::vector<float> init;
+    if (layers > 0) {
+        config.num_layers = layers, config.channels = 64, config.num_heads = 4, config.vocab_size = 500,
+        config.padded_vocab_size = pad_vocab(500), config.max_seq_len = 64;
+        init = random_init(config, 5);
+    } else {
+        init = load_checkpoint(kModel, &config);
+    }
     const int W = g_d.world, B = 2, T = 32, accum = 2, K = 3;
     const float lr = kind == OptimizerKind::SGD ? 1e-2f : 1e-3f;
     GPT2<floatX> ref, dp;
@@ -287,6 +299,8 @@ int main(int argc, char** argv) {
     // gradient noise around zero into differences up to lr, a bound that would test nothing).
     check_stage<__nv_bfloat16>(1, OptimizerKind::SGD, "bf16", 8, 0.05);
     check_stage<__nv_bfloat16>(2, OptimizerKind::SGD, "bf16", 8, 0.05);
+    check_stage<float>(2, OptimizerKind::SGD, "fp32, 5 layers", 64, 1e-5, 5);
+    check_stage<__nv_bfloat16>(2, OptimizerKind::SGD, "bf16, 5 layers", 8, 0.05, 5);
     check_memory();
     check_reshard<float>("fp32");
     check_reshard<__nv_bfloat16>("bf16");

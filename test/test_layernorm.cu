@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -303,23 +304,50 @@ void test_backward(int N, int C, size_t offset, uint64_t seed, bool orders = tru
     char name[200], shape[96];
     snprintf(shape, sizeof(shape), "%s N=%d C=%d%s", th::dtype_name<T>(), N, C, offset ? " misaligned" : "");
 
-    std::vector<T> dinp, dw, db;
-    auto run = [&] {
+    auto colsum0 = th::random_tensor<T>(C, seed + 6);
+    std::vector<T> dinp, dw, db, colsum;
+    // with_colsum: also dinp_colsum (onto colsum0), else without it (two column sums, not three)
+    auto run = [&](bool with_colsum) {
         th::DeviceView<T> d_dinp(dinp0, offset), d_dw(dw0, offset), d_db(db0, offset), d_dout(dout, offset),
-            d_inp(inp, offset), d_w(w, offset);
+            d_inp(inp, offset), d_w(w, offset), d_colsum(colsum0, offset);
         th::DeviceBuffer<float> d_mean(mean), d_rstd(rstd);
         void* scratch;
         size_t scratch_bytes = layernorm_backward_scratch_bytes(N, C);
         cudaCheck(cudaMalloc(&scratch, scratch_bytes));
         layernorm_backward(d_dinp.ptr, d_dw.ptr, d_db.ptr, scratch, (const T*)d_dout.ptr, (const T*)d_inp.ptr,
-                           (const T*)d_w.ptr, (const float*)d_mean.ptr, (const float*)d_rstd.ptr, N, C, 0);
+                           (const T*)d_w.ptr, (const float*)d_mean.ptr, (const float*)d_rstd.ptr, N, C, 0,
+                           with_colsum ? d_colsum.ptr : (T*)nullptr);
         cudaCheck(cudaFree(scratch));
-        dinp = d_dinp.host(), dw = d_dw.host(), db = d_db.host();
-        return as_floats<T>({&dinp, &dw, &db});
+        dinp = d_dinp.host(), dw = d_dw.host(), db = d_db.host(), colsum = d_colsum.host();
+        return as_floats<T>({&dinp, &dw, &db, &colsum});
     };
     snprintf(name, sizeof(name), "layernorm_backward %s: thread orders", shape);
-    if (orders) th::run_orders(name, run);
-    else run();
+    if (orders) th::run_orders(name, [&] { return run(true); });
+    else run(true);
+
+    // dinp_colsum: the column sums of dinp as stored, onto colsum0; the fp32 sums go through the same
+    // tree of additions as dbias's (param_sum_depth), then one rounding to T.
+    std::vector<double> colsum_ref = th::widen(colsum0), colsum_budget(C);
+    std::vector<double> colsum_abs(C, 0);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double v = to_float(dinp[(size_t)n * C + c]);
+            colsum_ref[c] += v, colsum_abs[c] += std::fabs(v);
+        }
+    for (int c = 0; c < C; c++)
+        colsum_budget[c] = param_sum_depth(N) * th::EPS_FP32 * colsum_abs[c] +
+                           (th::EPS_FP32 + final_rounding<T>()) * std::fabs(colsum_ref[c]);
+    snprintf(name, sizeof(name), "layernorm_backward %s: dinp_colsum (+=) vs double sums of the stored dinp", shape);
+    th::check_budget(name, colsum_ref, colsum, colsum_budget);
+    // The third sum changes nothing else: without it, dinp, dweight and dbias are the same bits.
+    std::vector<T> with_dinp = dinp, with_dw = dw, with_db = db;
+    run(false);
+    auto same_bits = [](const std::vector<T>& a, const std::vector<T>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+    };
+    bool same = same_bits(dinp, with_dinp) && same_bits(dw, with_dw) && same_bits(db, with_db);
+    snprintf(name, sizeof(name), "layernorm_backward %s: without dinp_colsum, the same dinp, dweight, dbias", shape);
+    th::report(same, name, "%s", same ? "" : "outputs differ");
 
     std::vector<double> mean_d(mean.begin(), mean.end()), rstd_d(rstd.begin(), rstd.end());
     auto ref = layernorm_backward_reference<T>(th::widen(dout), th::widen(inp), th::widen(w), mean_d, rstd_d, th::widen(dinp0),

@@ -302,6 +302,12 @@ void benchmark(int N, int C, int reps) {
                time_ms([&] { layernorm_backward(dinp.ptr, dw.ptr, db.ptr, (void*)scratch.ptr, a.ptr, b.ptr, w.ptr, mean.ptr,
                                                 rstd.ptr, N, C, 0); }, reps),
                4.0 * NC * S + 2 * params + stats);
+    // With the third column sum (a residual projection's bias gradient): the same bytes, more
+    // shared-memory work per element; what train_gpt2 gains is the projection's bias pass it replaces.
+    bench_line("layernorm_backward (llmc) + dinp column sums",
+               time_ms([&] { layernorm_backward(dinp.ptr, dw.ptr, db.ptr, (void*)scratch.ptr, a.ptr, b.ptr, w.ptr, mean.ptr,
+                                                rstd.ptr, N, C, 0, bias.ptr); }, reps),
+               4.0 * NC * S + 3 * params + stats);
 }
 
 int main() {
