@@ -224,10 +224,11 @@ void validate_and_bench_fp8(int N, int C, int OC, int reps) {
 // may differ by the fp32 accumulation bound and one bf16 rounding each, no more. Prints, per GEMM, the
 // heuristic's choice and the fastest rank, then the step's sum of each (layers × the per-layer GEMMs
 // + the classifier's three): what choosing the algorithm by timing would save.
-// Then the two routes of a bias gradient (the 4 linear layers with a bias, per layer): the weight
-// GEMM with cuBLASLt's BGRADB epilogue + bias_accumulate_kernel (matmul_backward_weight_bgradb,
-// production where cuBLASLt takes it) against the plain weight GEMM + bias_backward's reduction
-// kernels (both validated by test/test_matmul.cu).
+// The two projections' bias gradients come from the LayerNorm backward (train_gpt2.cu's backward()),
+// so their weight GEMMs are plain. Then the two routes of the other bias gradients (qkv's and fc's,
+// per layer): the weight GEMM with cuBLASLt's BGRADB epilogue + bias_accumulate_kernel
+// (matmul_backward_weight_bgradb, production where cuBLASLt takes it) against the plain weight GEMM
+// + bias_backward's reduction kernels (both validated by test/test_matmul.cu).
 constexpr int kRanks = 8;
 
 void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
@@ -300,9 +301,9 @@ void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
         dinp("fc proj dinp (dGELU)", C, C4, true, layers),
         dinp("classifier dinp", V, C, false, 1),
         dweight("qkv dweight (BGRADB)", 3 * C, C, true, layers),
-        dweight("attention proj dweight (BGRADB)", C, C, true, layers),
+        dweight("attention proj dweight", C, C, false, layers),
         dweight("fc dweight (BGRADB)", C4, C, true, layers),
-        dweight("fc proj dweight (BGRADB)", C, C4, true, layers),
+        dweight("fc proj dweight", C, C4, false, layers),
         dweight("classifier dweight", V, C, false, 1),
     };
     cudaDeviceProp prop;
@@ -353,9 +354,9 @@ void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
     printf("  step GEMMs: heuristic's choices %.3f ms, fastest algorithm of each %.3f ms (%.1f%% less)\n", step_first,
            step_best, step_first > 0 ? 100 * (1 - step_best / step_first) : 0.0);
 
-    // The bias gradients' two routes, summed over a step's 4 biased layers × layers.
+    // The bias gradients' two routes, summed over a step's 2 layers with one × layers.
     double bgradb_ms = 0, kernels_ms = 0;
-    const std::pair<int, int> biased[] = {{3 * C, C}, {C, C}, {C4, C}, {C, C4}};  // (OC, K) per layer
+    const std::pair<int, int> biased[] = {{3 * C, C}, {C4, C}};  // (OC, K) per layer
     for (const auto& [OC, K] : biased) {
         auto fused = [&, OC = OC, K = K] {
             return matmul_backward_weight_bgradb(dw.ptr, dbias.ptr, grad.ptr, (const bf16*)dout.ptr, (const bf16*)x.ptr,
