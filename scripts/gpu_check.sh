@@ -154,6 +154,8 @@ write_json() {  # "final" once every part has run or been skipped
             "$(jnum "${gemm_best:-}")"
         printf '  "gpt2_step_bias_grad_with_dweight_ms":{"bgradb":%s,"reduction_kernels":%s},\n' \
             "$(jnum "${bgrad_fused:-}")" "$(jnum "${bgrad_kernels:-}")"
+        printf '  "gpt2_step_fc_bias_grad_ms":{"bgradb_in_fc_dweight":%s,"dgelu_bgrad_in_fcproj_dinp":%s},\n' \
+            "$(jnum "${fcb_bgradb:-}")" "$(jnum "${fcb_dgelu:-}")"
         printf '  "attention_sweep":[%s]},\n' "$(join "${sweep_json[@]}")"
         printf ' "moe_gpt2_124m":{"batch":8,"seq":1024,"steps":20,"rows":[%s]},\n' "$(join "${moe_json[@]}")"
         printf ' "pytorch":%s,\n "failures":%s}\n' "$torch_json" "$failures"
@@ -335,7 +337,8 @@ fi
 # --------------------------------------------------------------------------------------------------
 # Our GEMMs (dev/cuda/matmul.cu): the MLP up-projection, how many bits the fp8 GEMM keeps while it
 # accumulates, and a GPT-2 124M step's bf16 GEMMs (B=16 T=1024) with the heuristic's algorithms
-# against the fastest cuBLASLt offers, and its bias gradients by BGRADB against the reduction kernels.
+# against the fastest cuBLASLt offers, its bias gradients by BGRADB against the reduction kernels, and
+# fc's by BGRADB in its weight GEMM against DGELU_BGRAD in fc proj's input-gradient GEMM.
 if fits gemm 60; then
     timeout "$(cap 300)" build/gpu/dev_matmul > "$logs/dev_matmul.log" 2>&1 || failures=$((failures + 1))
     # "bf16 variant 3" is the production path: matmul_forward, cuBLASLt with the bias+GELU epilogue.
@@ -346,6 +349,8 @@ if fits gemm 60; then
     read -r gemm_heur gemm_best < <(sed -n "s/^  step GEMMs: heuristic's choices \([0-9.]*\) ms, fastest algorithm of each \([0-9.]*\) ms.*/\1 \2/p" \
         "$logs/dev_matmul.log")
     read -r bgrad_fused bgrad_kernels < <(sed -n 's/^  bias gradients with their weight GEMMs, a step: BGRADB epilogue \([0-9.]*\) ms, plain GEMM + reduction kernels \([0-9.]*\) ms/\1 \2/p' \
+        "$logs/dev_matmul.log")
+    read -r fcb_bgradb fcb_dgelu < <(sed -n 's/^  fc bias gradient with fc proj dinp and fc dweight, a step: BGRADB in fc dweight \([0-9.]*\) ms, DGELU_BGRAD in fc proj dinp \([0-9.]*\) ms/\1 \2/p' \
         "$logs/dev_matmul.log")
     echo "ours: bf16 GEMM ${ours_gemm:-?} TFLOP/s, fp8 GEMM sums exact to 2^-${fp8_accum:-?} beside 1;" \
          "a GPT-2 step's GEMMs ${gemm_heur:-?} ms (fastest algorithms: ${gemm_best:-?} ms)"
@@ -500,6 +505,7 @@ torch_gemm=$(pyget 'd["gemm_bf16"]["tflops"]')
 [[ -n $ours_gemm ]] && echo "| bf16 linear 8192x768 -> 3072 (ours: + bias + GELU epilogue) | ${ours_gemm} TFLOP/s | ${torch_gemm:+$torch_gemm TFLOP/s (plain GEMM)} |"
 [[ -n $gemm_heur ]] && echo "| GPT-2 124M bf16 step's GEMMs (B=16): heuristic's / fastest algorithms | ${gemm_heur} / ${gemm_best:-?} ms | |"
 [[ -n $bgrad_fused ]] && echo "| ... its bias gradients with their weight GEMMs: BGRADB / reduction kernels | ${bgrad_fused} / ${bgrad_kernels:-?} ms | |"
+[[ -n $fcb_bgradb ]] && echo "| ... fc's bias gradient: BGRADB in fc dweight / DGELU_BGRAD in fc proj dinp | ${fcb_bgradb} / ${fcb_dgelu:-?} ms | |"
 echo
 [[ ${#skipped[@]} -gt 0 ]] && echo "skipped for --budget $budget: ${skipped[*]}"
 echo "gpu_check: $failures failure(s), $(elapsed) s; JSON: $json_out"

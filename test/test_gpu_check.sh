@@ -122,6 +122,7 @@ echo "bf16 variant 3 (matmul_forward)  0.1 ms  600.5 TFLOP/s"
 echo "fp8 accumulation: sums exact down to products of 2^-13 (beside 1)"
 echo "  step GEMMs: heuristic's choices 18.125 ms, fastest algorithm of each 16.5 ms (9.0% less)"
 echo "  bias gradients with their weight GEMMs, a step: BGRADB epilogue 3.25 ms, plain GEMM + reduction kernels 2.75 ms"
+echo "  fc bias gradient with fc proj dinp and fc dweight, a step: BGRADB in fc dweight 4.5 ms, DGELU_BGRAD in fc proj dinp 4.25 ms"
 X
     stub "$sb/scripts/bench_moe.sh" <<'X'
 #!/bin/sh
@@ -160,8 +161,8 @@ MAX_LINES=100 check "gpu_check --parts gpt2_bf16,gemm on the stub machine" 0 "gp
 check "... runs those two parts alone" 0 "gpt2_bf16 gemm 1 600.5 0 None []" \
     json_field 'd["parts"], len(d["gpt2_d12"]["runs"]), d["ours"]["gemm_bf16_tflops"], len(d["tests"]["each"]), d["ours"]["attention_bf16_causal_fwd_tflops"], d["sanitizer"]'
 check "... a GPT-2 step's GEMMs by algorithm, its bias gradients by route" 0 \
-    "{'heuristic': 18.125, 'fastest_algorithm': 16.5} {'bgradb': 3.25, 'reduction_kernels': 2.75}" \
-    json_field 'd["ours"]["gpt2_step_gemms_ms"], d["ours"]["gpt2_step_bias_grad_with_dweight_ms"]'
+    "{'heuristic': 18.125, 'fastest_algorithm': 16.5} {'bgradb': 3.25, 'reduction_kernels': 2.75} {'bgradb_in_fc_dweight': 4.5, 'dgelu_bgrad_in_fcproj_dinp': 4.25}" \
+    json_field 'd["ours"]["gpt2_step_gemms_ms"], d["ours"]["gpt2_step_bias_grad_with_dweight_ms"], d["ours"]["gpt2_step_fc_bias_grad_ms"]'
 check "... and builds only their programs" 0 "CUDA_ARCHS=90 build/gpu/train_gpt2 build/gpu/dev_matmul" \
     sed 's/.*GPU=1 //' "$sb/m/make_args"
 stub_machine "$sb/m"

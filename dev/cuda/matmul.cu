@@ -377,6 +377,56 @@ void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
     printf("  bias gradients with their weight GEMMs, a step: BGRADB epilogue %.3f ms, plain GEMM + reduction kernels "
            "%.3f ms\n",
            bgradb_ms, kernels_ms);
+
+    // fc's bias gradient is also the column sums of fc proj's input gradient (dGELU's output, which
+    // is fc's dout): cuBLASLt's DGELU_BGRAD epilogue forms them while that GEMM writes it, and fc's
+    // weight GEMM is then plain. Per layer, fc proj dinp (DGELU) + fc dweight (BGRADB), production,
+    // against fc proj dinp (DGELU_BGRAD) + fc dweight; each + bias_accumulate_kernel.
+    bf16* dgelu_out = out.ptr;  // (N, 4C): fc proj's dinp, fc's dout
+    bf16 *grad_a = grad.ptr, *grad_b = dbias.ptr;
+    auto accumulate = [&](bf16* g) {
+        cudaCheck(launch_kernel(bias_accumulate_kernel<bf16>, dim3(CEIL_DIV(C4, 256)), dim3(256), 0, 0, dw.ptr, g, C4));
+    };
+    auto via_bgradb = [&] {
+        bool ok = cublaslt_matmul(dgelu_out, (const bf16*)w.ptr, (const bf16*)dout.ptr, C4, N, C, false, false, C4, C,
+                                  C4, 1.f, 0.f, CUBLASLT_EPILOGUE_DGELU, (const bf16*)nullptr, pre.ptr, C4, 0) &&
+                  cublaslt_matmul(dw.ptr, (const bf16*)x.ptr, (const bf16*)dgelu_out, C, C4, N, false, true, C, C4, C,
+                                  1.f, 1.f, CUBLASLT_EPILOGUE_BGRADB, (const bf16*)grad_a, (bf16*)nullptr, 0, 0);
+        if (ok) accumulate(grad_a);
+        return ok;
+    };
+    auto via_dgelu_bgrad = [&] {
+        bool ok = cublaslt_matmul(dgelu_out, (const bf16*)w.ptr, (const bf16*)dout.ptr, C4, N, C, false, false, C4, C,
+                                  C4, 1.f, 0.f, CUBLASLT_EPILOGUE_DGELU_BGRAD, (const bf16*)grad_b, pre.ptr, C4, 0) &&
+                  cublaslt_matmul(dw.ptr, (const bf16*)x.ptr, (const bf16*)dgelu_out, C, C4, N, false, true, C, C4, C,
+                                  1.f, 1.f, CUBLASLT_EPILOGUE_DEFAULT, (const bf16*)nullptr, (bf16*)nullptr, 0, 0);
+        if (ok) accumulate(grad_b);
+        return ok;
+    };
+    if (!via_bgradb() || !via_dgelu_bgrad()) {
+        printf("  fc bias gradient: cuBLASLt refuses DGELU_BGRAD or BGRADB here\n");
+        return;
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    // The same sums, BGRADB's of the stored bf16 dGELU output, DGELU_BGRAD's (in cuBLASLt, and the
+    // CPU backend) of the values before that rounding: apart by half an ulp of each term (bf16 eps
+    // of the column's absolute sum covers it and the fp32 accumulation), and each sum's own rounding.
+    std::vector<bf16> h_out = th::to_host(dgelu_out, (size_t)N * C4), h_a = th::to_host(grad_a, C4),
+                      h_b = th::to_host(grad_b, C4);
+    std::vector<double> want(C4), budget(C4, 0.0);
+    for (size_t n = 0; n < (size_t)N; n++)
+        for (int c = 0; c < C4; c++) budget[c] += std::fabs((double)to_float(h_out[n * C4 + c]));
+    for (int c = 0; c < C4; c++) {
+        want[c] = to_float(h_a[c]);
+        budget[c] = dtype_eps<bf16>() * (budget[c] + 2 * std::fabs(want[c]));
+    }
+    char name[200];
+    snprintf(name, sizeof(name), "fc bias gradient: DGELU_BGRAD's sums = BGRADB's (N=%d, %d columns)", N, C4);
+    th::check_budget(name, want, h_b, budget);
+    const float a = time_ms([&] { via_bgradb(); }, reps), b = time_ms([&] { via_dgelu_bgrad(); }, reps);
+    printf("  fc bias gradient with fc proj dinp and fc dweight, a step: BGRADB in fc dweight %.3f ms, DGELU_BGRAD in "
+           "fc proj dinp %.3f ms\n",
+           layers * a, layers * b);
 }
 
 // How many bits the fp8 GEMM keeps while it accumulates (test/fp8_accumulation.h): on a GPU one line
