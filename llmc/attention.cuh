@@ -456,24 +456,29 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         }
 }
 
-// Backward, step 1: D = rowsum(dO ∘ O) per (b, h, t) in fp32, (B,NH,T); 0 for padded rows. One
-// thread per row of one head; it reads 2·B·T·C elements, small next to the attention kernels.
+// Backward, step 1: D = rowsum(dO ∘ O) per (b, h, t) in fp32, (B,NH,T); 0 for padded rows. It only
+// streams 2·B·T·C elements, so it is about coalescing: a head's row is kLanes = HS/V packs of 128
+// bits, and kLanes consecutive lanes take one pack each, so a warp's load covers 32 consecutive
+// packs (rows (b, t, h) with h fastest are consecutive in memory). Each lane sums its pack's V
+// products in order, then the row's lanes are added by a fixed butterfly of shuffles.
 template <class floatX, int HS>
 __global__ void attention_backward_preprocess_kernel(float* D, const floatX* dout, const floatX* out, int B, int T,
                                                      int C, int NH, const int* valid_len) {
-    constexpr int V = Packed128<floatX>::size;
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;  // (b, t, h), h fastest: neighbours read one row
-    if (idx >= B * T * NH) return;
-    int h = idx % NH, t = (idx / NH) % T, b = idx / (NH * T);
+    constexpr int V = Packed128<floatX>::size, kLanes = HS / V;
+    static_assert(HS % V == 0 && 32 % kLanes == 0, "a head's row is whole packs, and a warp holds whole rows");
+    size_t thread = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t idx = thread / kLanes;  // (b, t, h), h fastest
+    int part = (int)(thread % kLanes);
+    bool row = idx < (size_t)B * T * NH;  // no early return: every lane takes part in the shuffles
+    int h = (int)(idx % NH), t = (int)((idx / NH) % T), b = (int)(idx / ((size_t)NH * T));
     float d = 0.f;
-    if (t < attn_valid_length(valid_len, b, T)) {
-        size_t offset = ((size_t)b * T + t) * C + h * HS;
-        for (int c = 0; c < HS; c += V) {
-            Packed128<floatX> g = load128cs(dout + offset + c), y = load128cs(out + offset + c);
-            for (int e = 0; e < V; e++) d += to_float(g[e]) * to_float(y[e]);
-        }
+    if (row && t < attn_valid_length(valid_len, b, T)) {
+        size_t offset = ((size_t)b * T + t) * C + h * HS + part * V;
+        Packed128<floatX> g = load128cs(dout + offset), y = load128cs(out + offset);
+        for (int e = 0; e < V; e++) d += to_float(g[e]) * to_float(y[e]);
     }
-    D[((size_t)b * NH + h) * T + t] = d;
+    for (int s = kLanes / 2; s > 0; s /= 2) d += __shfl_xor_sync(0xffffffffu, d, s);
+    if (row && part == 0) D[((size_t)b * NH + h) * T + t] = d;
 }
 
 // Backward, step 2: dK and dV. Grid (ceil(T/kRows), NH, B), kThreads threads; block x owns key rows
@@ -1504,6 +1509,16 @@ inline size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     return attention_dq_part_offset(B, T, NH) + (size_t)attention_dq_splits(B, T, NH) * B * T * C * sizeof(float);
 }
 
+// D (B,NH,T) = rowsum(dO ∘ O), the backward's first step (attention_backward_preprocess_kernel).
+template <class floatX, int HS>
+void attention_backward_preprocess(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH,
+                                   const int* valid_len, cudaStream_t stream) {
+    const int block = 256;
+    const size_t lanes = (size_t)B * T * NH * (HS / Packed128<floatX>::size);  // kLanes per row
+    cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, HS>, dim3((unsigned)CEIL_DIV(lanes, block)),
+                            dim3(block), 0, stream, D, dout, out, B, T, C, NH, valid_len));
+}
+
 template <class floatX, int HS, int kWarps, class Math>
 void attention_backward_blocks(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
                                int B, int T, int C, int NH, bool causal, const int* valid_len, DropoutArgs drop,
@@ -1526,9 +1541,7 @@ template <class floatX, int HS>
 void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
                            float* D, int B, int T, int C, int NH, bool causal, const int* valid_len, DropoutArgs drop,
                            bool dropout, cudaStream_t stream) {
-    const int block = 256;
-    cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, HS>, dim3(CEIL_DIV(B * T * NH, block)),
-                            dim3(block), 0, stream, D, dout, out, B, T, C, NH, valid_len));
+    attention_backward_preprocess<floatX, HS>(D, dout, out, B, T, C, NH, valid_len, stream);
     if constexpr (!std::is_same<floatX, float>::value) {  // 16-bit types: the mma.sync kernels
         using Tile = AttnMmaTile<floatX, HS>;
         auto kernel = dropout ? attention_backward_mma_kernel<floatX, HS, true>
@@ -1538,6 +1551,7 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
         float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
         cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv,
                                 dq_part, dout, qkv, lse, D, T, C, NH, causal, valid_len, drop));
+        const int block = 256;
         const size_t n = (size_t)B * T * NH * (HS / Packed128<floatX>::size);
         cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, HS>, dim3((unsigned)CEIL_DIV(n, block)),
                                 dim3(block), 0, stream, dqkv, dq_part, B, T, C, NH, splits, causal, valid_len));

@@ -408,8 +408,7 @@ void attention_backward2(floatX* dqkv, const floatX* dout, const floatX* qkv, co
     with_head_size(HS, [&](auto hs) {
         constexpr int kHS = decltype(hs)::value;
         using Math = AttnWmmaMath<floatX, kHS>;
-        cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, kHS>, dim3(CEIL_DIV(B * T * NH, 256)),
-                                dim3(256), 0, stream, D, dout, out, B, T, C, NH, valid_len));
+        attention_backward_preprocess<floatX, kHS>(D, dout, out, B, T, C, NH, valid_len, stream);
         auto blocks = attn_launch_shape<floatX, kHS>("attention_backward2", true).warps == 4
                           ? attention_backward_blocks<floatX, kHS, 4, Math>
                           : attention_backward_blocks<floatX, kHS, attn_compact_warps<floatX, kHS>(), Math>;
@@ -431,8 +430,7 @@ void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* qkv, co
     with_head_size(HS, [&](auto hs) {
         constexpr int kHS = decltype(hs)::value;
         using Tile = AttnMmaTile<floatX, kHS>;
-        cudaCheck(launch_kernel(attention_backward_preprocess_kernel<floatX, kHS>, dim3(CEIL_DIV(B * T * NH, 256)),
-                                dim3(256), 0, stream, D, dout, out, B, T, C, NH, valid_len));
+        attention_backward_preprocess<floatX, kHS>(D, dout, out, B, T, C, NH, valid_len, stream);
         cudaCheck(cudaMemsetAsync(dq, 0, (size_t)B * T * C * sizeof(float), stream));
         auto kernel = attention_backward_mma_kernel<floatX, kHS, false, true>;
         reserve_dynamic_smem(kernel, Tile::kBackwardSmem, "attention_backward4", "HS", kHS);
