@@ -149,6 +149,9 @@ $(BUILD)/cpu/simt/%.o: llmc/simt/%.cpp
 $(BUILD)/asan/simt/%.o: llmc/simt/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXXFLAGS) -c $< -o $@
+# Named only by pattern rules, the backend's objects would be intermediate files, which make deletes
+# once the build is done (then `make test-asan` after `make test` compiled them again): keep them.
+.SECONDARY: $(CPU_SIMT_OBJS) $(ASAN_SIMT_OBJS)
 
 $(BUILD)/cpu/test_%: test_%.cu $(CPU_SIMT_OBJS)
 	@mkdir -p $(dir $@)
