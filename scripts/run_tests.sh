@@ -16,6 +16,7 @@
 #                      validations run a second time under SIMT_DEVICE=l4, the smallest device
 #                      profile (99 KiB of opt-in shared memory per block, 1536 threads per SM,
 #                      compute capability 8.9); NOT_ON_SMALL_DEVICE names the tests left out
+#   TEST_JOBS=n        tests run n at a time (default: one per core), printed in a fixed order
 # test_fp8 and test_cublaslt also run with SIMT_FP8_ACCUMULATION_BITS=13 (a narrow fp8 accumulator).
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -39,26 +40,62 @@ passed=0
 failed=0
 failed_names=()
 
-# Runs one test command, echoes its output and its wall time, adds its "N passed, N failed" line to the tally.
+# The tests run TEST_JOBS at a time (default: one per core; each test is one process, the CPU
+# backend running its blocks on one thread). `run NAME CMD...` starts CMD in the background; the
+# outputs are printed in the order the tests were started, each as soon as it and those before it
+# are done, with its wall time, and its "N passed, N failed" line is added to the tally. `collect`
+# waits for every test started so far (before the nvcc checks, which take every core themselves,
+# and before the kernel coverage, which reads what the tests recorded).
+jobs_dir=$(mktemp -d)
+TEST_JOBS="${TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+started=0
+reported=0
+
 run() {
     local name="$1"; shift
-    echo "== $name"
-    local out status start=$SECONDS
-    out=$("$@" 2>&1)
-    status=$?
-    echo "$out"
-    echo "   ($name: $((SECONDS - start)) s)"
-    local tally
-    tally=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
-    if [[ -n "$tally" ]]; then
-        passed=$((passed + $(echo "$tally" | awk '{print $1}')))
-        failed=$((failed + $(echo "$tally" | awk '{print $3}')))
-    fi
-    if [[ $status -ne 0 || -z "$tally" ]]; then
-        [[ -z "$tally" || $(echo "$tally" | awk '{print $3}') == 0 ]] && failed=$((failed + 1))
-        echo "FAIL $name exited with status $status"
-        failed_names+=("$name")
-    fi
+    while (( $(jobs -rp | wc -l) >= TEST_JOBS )); do
+        wait -n
+        report_done
+    done
+    local i=$started
+    started=$((started + 1))
+    printf '%s' "$name" > "$jobs_dir/$i.name"
+    (
+        start=$SECONDS
+        "$@" > "$jobs_dir/$i.out" 2>&1
+        status=$?
+        echo "$((SECONDS - start))" > "$jobs_dir/$i.secs"
+        echo "$status" > "$jobs_dir/$i.tmp" && mv "$jobs_dir/$i.tmp" "$jobs_dir/$i.status"
+    ) &
+}
+
+# Prints the finished tests that are next in start order and adds them to the tally.
+report_done() {
+    while (( reported < started )) && [[ -f "$jobs_dir/$reported.status" ]]; do
+        local i=$reported name out status tally
+        reported=$((reported + 1))
+        name=$(cat "$jobs_dir/$i.name")
+        out=$(cat "$jobs_dir/$i.out")
+        status=$(cat "$jobs_dir/$i.status")
+        echo "== $name"
+        echo "$out"
+        echo "   ($name: $(cat "$jobs_dir/$i.secs") s)"
+        tally=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
+        if [[ -n "$tally" ]]; then
+            passed=$((passed + $(echo "$tally" | awk '{print $1}')))
+            failed=$((failed + $(echo "$tally" | awk '{print $3}')))
+        fi
+        if [[ $status -ne 0 || -z "$tally" ]]; then
+            [[ -z "$tally" || $(echo "$tally" | awk '{print $3}') == 0 ]] && failed=$((failed + 1))
+            echo "FAIL $name exited with status $status"
+            failed_names+=("$name")
+        fi
+    done
+}
+
+collect() {
+    wait
+    report_done
 }
 
 # MPI_LSAN_OPTIONS (make test-asan sets it): LeakSanitizer's options for the processes mpirun starts.
@@ -136,6 +173,8 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
     done
 fi
 
+collect
+
 if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
     echo "== nvcc compile checks (sm_${CUDA_ARCHS// /, sm_})"
     # One nvcc per file for all the architectures (the host side is compiled once, ptxas runs per
@@ -173,11 +212,15 @@ if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
         python3 "$root/scripts/sass_check.py" --nvcc "$NVCC" --arch 80 --arch 90
 fi
 
+collect
+
 # Last, so that the suite ends with it: which kernels of the sources no test above launched.
 if [[ -n "$coverage_dir" ]]; then
     run "kernel coverage (scripts/kernel_coverage.py)" python3 "$root/scripts/kernel_coverage.py" "$coverage_dir"
+    collect
     rm -rf "$coverage_dir"
 fi
+rm -rf "$jobs_dir"
 
 echo
 [[ ${#failed_names[@]} -gt 0 ]] && echo "failing: ${failed_names[*]}"
