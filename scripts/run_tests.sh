@@ -113,8 +113,15 @@ if [[ -n "${BUILD_DIR:-}" && "${KERNEL_COVERAGE:-}" == 1 ]]; then
     export SIMT_COVERAGE_DIR="$coverage_dir"  # every process below records, mpirun's ranks included
 fi
 
+# test_simt first (the backend everything else runs on), then the slowest tests, so that the last
+# minutes of the suite do not run one long test alone on an otherwise idle machine; the rest in
+# TESTS's order. Only the order of the output changes with it.
+FIRST="simt train_gpt2_ranks attention train_bert train_bert_ranks gpt2 data_parallel checkpoint bert"
+ordered=$(for t in $FIRST; do [[ " $TESTS " == *" $t "* ]] && echo "$t"; done
+          for t in $TESTS; do [[ " $FIRST " == *" $t "* ]] || echo "$t"; done)
+
 if [[ -n "${BUILD_DIR:-}" ]]; then
-    for t in $TESTS; do
+    for t in $ordered; do
         case "$t" in
             simt) run "test_simt" "$BUILD_DIR/test_simt" "$ASAN_DIR/test_simt" ;;
             nccl)
@@ -133,7 +140,7 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
         run "dev/cuda/$d.cu" "$BUILD_DIR/dev_$d"
     done
     if [[ -n "${SMALL_DEVICE:-}" ]]; then
-        for t in $TESTS; do
+        for t in $ordered; do
             [[ "$NOT_ON_SMALL_DEVICE" == *[[:space:]]$t[[:space:]]* ]] && continue
             run "test_$t (SIMT_DEVICE=$SMALL_DEVICE)" env SIMT_DEVICE="$SMALL_DEVICE" "$BUILD_DIR/test_$t"
         done
