@@ -229,15 +229,15 @@ test-asan:
 	@MPI_LSAN_OPTIONS="$(MPI_LSAN_OPTIONS)" BUILD_DIR=$(BUILD)/asan ASAN_DIR=$(BUILD)/asan TESTS="$(TESTS)" NVCC= \
 	  CU_SOURCES= scripts/run_tests.sh
 
-# The kernel tests on a real GPU (needs nvidia-smi to find one); the multi-rank ones need MPI and
-# one GPU per rank.
+# The kernel tests on a real GPU (needs nvidia-smi to find one), one at a time (they share the GPU);
+# the multi-rank ones need MPI and one GPU per rank.
 GPU_COUNT := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 GPU_RANKS := $(and $(MULTI),$(filter-out 0 1,$(GPU_COUNT)))
 GPU_TESTS := $(filter-out simt $(if $(GPU_RANKS),,$(MPI_TESTS)),$(TESTS))
 test-gpu:
 	@$(if $(GPU_RANKS),,echo "SKIP multi-rank GPU tests ($(MPI_TESTS)): they need MPI and 2+ GPUs ($(GPU_COUNT) found$(if $(HAVE_MPI),,, no MPI)$(if $(HAVE_NCCL),,, no NCCL))")
 	@$(MAKE) --no-print-directory -j$(NPROC) $(GPU_TESTS:%=$(BUILD)/gpu/test_%)
-	@BUILD_DIR=$(BUILD)/gpu TESTS="$(GPU_TESTS)" NVCC= CU_SOURCES= scripts/run_tests.sh
+	@BUILD_DIR=$(BUILD)/gpu TESTS="$(GPU_TESTS)" TEST_JOBS=1 NVCC= CU_SOURCES= scripts/run_tests.sh
 
 gpu-check:
 	@scripts/gpu_check.sh $(GPU_CHECK_ARGS)
