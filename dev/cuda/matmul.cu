@@ -382,26 +382,23 @@ void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
     // is fc's dout): cuBLASLt's DGELU_BGRAD epilogue forms them while that GEMM writes it, and fc's
     // weight GEMM is then plain. Per layer, fc proj dinp (DGELU) + fc dweight (BGRADB), production,
     // against fc proj dinp (DGELU_BGRAD) + fc dweight; each + bias_accumulate_kernel.
+    // Both routes add their sums into dw, a sink of C4 values, as production adds them into dbias.
     bf16* dgelu_out = out.ptr;  // (N, 4C): fc proj's dinp, fc's dout
     bf16 *grad_a = grad.ptr, *grad_b = dbias.ptr;
-    auto accumulate = [&](bf16* g) {
-        cudaCheck(launch_kernel(bias_accumulate_kernel<bf16>, dim3(CEIL_DIV(C4, 256)), dim3(256), 0, 0, dw.ptr, g, C4));
-    };
-    auto via_bgradb = [&] {
-        bool ok = cublaslt_matmul(dgelu_out, (const bf16*)w.ptr, (const bf16*)dout.ptr, C4, N, C, false, false, C4, C,
-                                  C4, 1.f, 0.f, CUBLASLT_EPILOGUE_DGELU, (const bf16*)nullptr, pre.ptr, C4, 0) &&
-                  cublaslt_matmul(dw.ptr, (const bf16*)x.ptr, (const bf16*)dgelu_out, C, C4, N, false, true, C, C4, C,
-                                  1.f, 1.f, CUBLASLT_EPILOGUE_BGRADB, (const bf16*)grad_a, (bf16*)nullptr, 0, 0);
-        if (ok) accumulate(grad_a);
-        return ok;
+    auto via_bgradb = [&] {  // production: matmul_backward's launchers
+        matmul_backward_input(dgelu_out, (const bf16*)dout.ptr, (const bf16*)w.ptr, (const bf16*)pre.ptr, N, C4, C,
+                              GeluKind::Tanh, 0);
+        return matmul_backward_weight_bgradb(dw.ptr, dw.ptr, grad_a, (const bf16*)dgelu_out, (const bf16*)x.ptr, N, C,
+                                             C4, 0);
     };
     auto via_dgelu_bgrad = [&] {
-        bool ok = cublaslt_matmul(dgelu_out, (const bf16*)w.ptr, (const bf16*)dout.ptr, C4, N, C, false, false, C4, C,
-                                  C4, 1.f, 0.f, CUBLASLT_EPILOGUE_DGELU_BGRAD, (const bf16*)grad_b, pre.ptr, C4, 0) &&
-                  cublaslt_matmul(dw.ptr, (const bf16*)x.ptr, (const bf16*)dgelu_out, C, C4, N, false, true, C, C4, C,
-                                  1.f, 1.f, CUBLASLT_EPILOGUE_DEFAULT, (const bf16*)nullptr, (bf16*)nullptr, 0, 0);
-        if (ok) accumulate(grad_b);
-        return ok;
+        if (!cublaslt_matmul(dgelu_out, (const bf16*)w.ptr, (const bf16*)dout.ptr, C4, N, C, false, false, C4, C, C4,
+                             1.f, 0.f, CUBLASLT_EPILOGUE_DGELU_BGRAD, (const bf16*)grad_b, pre.ptr, C4, 0))
+            return false;
+        matmul_backward_weight(dw.ptr, (const bf16*)dgelu_out, (const bf16*)x.ptr, N, C, C4, 0);
+        cudaCheck(launch_kernel(bias_accumulate_kernel<bf16>, dim3(CEIL_DIV(C4, 256)), dim3(256), 0, 0, dw.ptr,
+                                (const bf16*)grad_b, C4));
+        return true;
     };
     if (!via_bgradb() || !via_dgelu_bgrad()) {
         printf("  fc bias gradient: cuBLASLt refuses DGELU_BGRAD or BGRADB here\n");
