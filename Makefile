@@ -83,7 +83,8 @@ DEBUG_INFO   ?= -g1
 CPU_CXXFLAGS := -std=c++17 -O2 $(DEBUG_INFO) -fno-strict-aliasing -ftls-model=initial-exec -Wall -Wextra \
                 -Wno-unused-parameter -Wno-attributes -Wno-unknown-pragmas -MMD -MP \
                 -Illmc/simt/include -Illmc/simt -I$(CUDA_HOME)/include $(BLAS_CFLAGS) $(MPI_CFLAGS)
-CPU_LDLIBS   := -rdynamic -lboost_context -lopenblas -lpthread $(MPI_LIBS)
+# OpenBLAS is not linked: the backend loads it itself, choosing its kernels first (llmc/simt/cublaslt.cpp).
+CPU_LDLIBS   := -rdynamic -lboost_context -ldl -lpthread $(MPI_LIBS)
 # AddressSanitizer + UBSan build of the same sources (make test-asan).
 ASAN_CXXFLAGS := $(filter-out -O2,$(CPU_CXXFLAGS)) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
                  -fno-sanitize-recover=undefined

@@ -7,7 +7,8 @@
 //   D_temp = Epilogue(Aux_temp),   amax_D = max |D_temp|,   D = scaleD * D_temp
 // (the scales and amax exist for fp8 only; GELU_AUX* store Aux_temp, the GELU's input, as aux).
 // Inputs are widened to fp32 (CUBLAS_COMPUTE_32F_FAST_TF32 first rounds A and B to TF32, so the CPU
-// loses the same precision the tensor cores lose), op(A) op(B) is one cblas_sgemm with fp32
+// loses the same precision the tensor cores lose), op(A) op(B) is one cblas_sgemm (OpenBLAS, loaded
+// at the first cublasLtCreate with the kernels the CPU's features allow: see load_openblas) with fp32
 // accumulation, and the result is rounded to D's type once, after the epilogue, as on the GPU.
 // "Device" pointers are host pointers on this backend. A call is checked when it is made and computed
 // when its stream runs it (at once, or later with SIMT_STREAMS=adversarial: llmc/simt/streams.cpp):
@@ -25,6 +26,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cblas.h>
+#include <dlfcn.h>
 #include "internal.h"
 
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 // The handle: the header declares struct cublasLtContext and leaves it to the library to define.
@@ -46,6 +49,63 @@ namespace {
 
 // Descriptors created so far (simt::cublaslt_descriptor_count).
 std::atomic<uint64_t> g_descriptors{0};
+
+// ----------------------------------------------------------------------------
+// OpenBLAS
+
+// OpenBLAS picks its kernels when it is loaded, from the CPU model it recognizes. A CPU newer than the
+// installed OpenBLAS (Debian 12's 0.3.21 on the Xeon of the project's VM, family 6 model 207) is
+// unknown to it and gets the generic SSE3 kernels ("Prescott"): the backend's GEMMs then run several
+// times slower, and the default ./train_gpt2 about 1.5x. So the backend loads OpenBLAS itself, and
+// first names the kernel family the CPU's own feature flags allow (OPENBLAS_CORETYPE: SkylakeX with
+// AVX-512, Haswell with AVX2 and FMA), whatever its model. Every x86 CPU with the same features then
+// runs the same kernels, which also makes the backend's fp32 rounding the same there. A user's
+// OPENBLAS_CORETYPE is kept.
+struct OpenBlas {
+    decltype(&cblas_sgemm) sgemm;
+    decltype(&openblas_set_num_threads) set_num_threads;
+    decltype(&openblas_get_corename) corename;
+};
+OpenBlas g_openblas;
+
+const char* openblas_core_for_cpu() {
+#if defined(__x86_64__)
+    // libgcc's checks include the operating system's support (XCR0) for the AVX and AVX-512 state
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512cd"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+    return nullptr;  // OpenBLAS's own choice
+}
+
+void load_openblas() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        // The variable is set only while OpenBLAS initializes (dlopen runs its constructor), so that
+        // the processes this one starts (an oracle's Python, mpirun) inherit the environment unchanged.
+        const char* core = getenv("OPENBLAS_CORETYPE") ? nullptr : openblas_core_for_cpu();
+        if (core) setenv("OPENBLAS_CORETYPE", core, 0);
+        void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+        if (core) unsetenv("OPENBLAS_CORETYPE");
+        if (lib) {
+            g_openblas.sgemm = reinterpret_cast<decltype(&cblas_sgemm)>(dlsym(lib, "cblas_sgemm"));
+            g_openblas.set_num_threads =
+                reinterpret_cast<decltype(&openblas_set_num_threads)>(dlsym(lib, "openblas_set_num_threads"));
+            g_openblas.corename = reinterpret_cast<decltype(&openblas_get_corename)>(dlsym(lib, "openblas_get_corename"));
+        }
+        if (!lib || !g_openblas.sgemm || !g_openblas.set_num_threads || !g_openblas.corename) {
+            fprintf(stderr, "simt: cannot load OpenBLAS (libopenblas.so.0): %s (apt-get install libopenblas-dev)\n",
+                    lib ? "it lacks cblas_sgemm, openblas_set_num_threads or openblas_get_corename" : dlerror());
+            exit(EXIT_FAILURE);
+        }
+        // OpenBLAS's own thread pool spins and yields between calls, which costs more than it gains
+        // for the project's GEMMs on a few cores (and competes with SIMT_THREADS workers): one thread,
+        // unless the user asked otherwise through OPENBLAS_NUM_THREADS.
+        if (!getenv("OPENBLAS_NUM_THREADS")) g_openblas.set_num_threads(1);
+    });
+}
 
 // ----------------------------------------------------------------------------
 // Element types
@@ -551,9 +611,9 @@ void multiply(cublasLtContext& ws, const Problem& p, const Operands& o, int64_t 
         if (is_fp8(p.a.type) && fp8_accumulation_bits() > 0)
             narrow_accumulate(ws.acc.data(), A, lda, p.ta, B, ldb, p.tb, m, n, k, fp8_accumulation_bits());
         else
-            cblas_sgemm(CblasColMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans,
-                        (int)m, (int)n, (int)k, 1.0f, A, (int)lda, B, (int)ldb, 0.0f, ws.acc.data(),
-                        (int)m);
+            g_openblas.sgemm(CblasColMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans,
+                             (int)m, (int)n, (int)k, 1.0f, A, (int)lda, B, (int)ldb, 0.0f, ws.acc.data(),
+                             (int)m);
     }
 
     // Epilogue inputs, widened to fp32. C is copied before D is written, so C may alias D; with
@@ -646,15 +706,17 @@ const StatusText* find_status(cublasStatus_t s) {
 
 uint64_t simt::cublaslt_descriptor_count() { return g_descriptors.load(); }
 
+const char* simt::openblas_core() {
+    load_openblas();
+    return g_openblas.corename();
+}
+
 // ----------------------------------------------------------------------------
 // Library and status
 
 // Creates the handle: a context holding reusable scratch (no device to bind here).
 cublasStatus_t CUBLASWINAPI cublasLtCreate(cublasLtHandle_t* lightHandle) {
-    // OpenBLAS's own thread pool spins and yields between calls, which costs more than it gains
-    // for the project's GEMMs on a few cores (and competes with SIMT_THREADS workers): one thread,
-    // unless the user asked otherwise through OPENBLAS_NUM_THREADS.
-    if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
+    load_openblas();
     if (!lightHandle) return CUBLAS_STATUS_INVALID_VALUE;
     *lightHandle = new cublasLtContext();
     return CUBLAS_STATUS_SUCCESS;

@@ -28,6 +28,7 @@
 // Every output buffer is compared whole, padding included: padding holds a sentinel (-448, exact
 // in every type) that a stray write would change by far more than the budget.
 #include <cuda_runtime.h>
+#include <strings.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -863,8 +864,40 @@ void test_fp8_saturation(cublasLtHandle_t lt) {
     for (void* p : {dA, dC, dD, (void*)dScale}) cudaCheck(cudaFree(p));
 }
 
+#if CPU_BACKEND
+// The backend computes with the OpenBLAS kernels the CPU's features allow, whatever CPU model the
+// installed OpenBLAS knows (llmc/simt/cublaslt.cpp): SkylakeX with AVX-512, Haswell with AVX2 + FMA,
+// or the one OPENBLAS_CORETYPE names; and it leaves OPENBLAS_CORETYPE as it found it, since the
+// processes it starts inherit the environment. Runs before the first cublasLtCreate.
+void test_openblas_kernels() {
+    const char* user = getenv("OPENBLAS_CORETYPE");
+    std::string before = user ? user : "(unset)";
+    std::string core = simt::openblas_core();
+    const char* after = getenv("OPENBLAS_CORETYPE");
+    std::string want = "(OpenBLAS's own choice)";
+#if defined(__x86_64__)
+    if (user)
+        want = user;
+    else if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512cd"))
+        want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        want = "Haswell";
+#endif
+    bool named = want[0] == '(' || strcasecmp(core.c_str(), want.c_str()) == 0;
+    th::report(named, "OpenBLAS kernels: those the CPU's features allow", "OpenBLAS uses %s, expected %s",
+               core.c_str(), want.c_str());
+    th::report((after ? std::string(after) : "(unset)") == before, "OpenBLAS loaded: OPENBLAS_CORETYPE unchanged",
+               "before %s, after %s", before.c_str(), after ? after : "(unset)");
+}
+#endif
+
 int main() {
     auto t0 = std::chrono::steady_clock::now();
+#if CPU_BACKEND
+    test_openblas_kernels();
+#endif
     cublasLtHandle_t lt;
     CHECK_LT(cublasLtCreate(&lt));
     test_api(lt);

@@ -146,6 +146,11 @@ uint64_t host_stream_op_count();
 // test_matmul checks that a repeated GEMM creates none.
 uint64_t cublaslt_descriptor_count();
 
+// The OpenBLAS kernel family the backend's cuBLASLt computes with, as OpenBLAS names it ("SkylakeX",
+// "Haswell", ...): the one the CPU's features allow unless OPENBLAS_CORETYPE names another
+// (llmc/simt/cublaslt.cpp, load_openblas).
+const char* openblas_core();
+
 // Size of the virtual device's global memory in bytes: cudaMalloc fails with
 // cudaErrorMemoryAllocation beyond it, as on a GPU. SIMT_DEVICE_MEMORY sets the default (bytes, or
 // with a K/M/G suffix: "80G" for an H100); unset, the memory of the SIMT_DEVICE profile's GPU, at
