@@ -161,6 +161,26 @@ $(BUILD)/asan/test_%: test_%.cu $(ASAN_SIMT_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXXFLAGS) -x c++ $< -x none $(ASAN_SIMT_OBJS) $(ASAN_LDLIBS) -o $@
 
+# The tests that include a trainer are built into one binary per trainer, test/<model>_suite.cu
+# (test/harness.h, TH_SUITE): the trainer's kernels, most of such a test's build time, are compiled
+# once. Each test is a link to its suite, which runs the test it is started as.
+SUITE_gpt2 := gpt2 checkpoint generate gpt2_moe hf_gpt2 data_parallel train_gpt2_ranks
+SUITE_bert := bert train_bert train_bert_ranks
+define suite_rules
+$(BUILD)/cpu/$(1)_suite: test/$(1)_suite.cu $(CPU_SIMT_OBJS)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(CPU_CXXFLAGS) -x c++ $$< -x none $$(CPU_SIMT_OBJS) $$(CPU_LDLIBS) -o $$@
+$(BUILD)/asan/$(1)_suite: test/$(1)_suite.cu $(ASAN_SIMT_OBJS)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(ASAN_CXXFLAGS) -x c++ $$< -x none $$(ASAN_SIMT_OBJS) $$(ASAN_LDLIBS) -o $$@
+$(foreach t,$(SUITE_$(1)),$(BUILD)/cpu/test_$(t)): $(BUILD)/cpu/$(1)_suite
+	ln -sf $(1)_suite $$@
+$(foreach t,$(SUITE_$(1)),$(BUILD)/asan/test_$(t)): $(BUILD)/asan/$(1)_suite
+	ln -sf $(1)_suite $$@
+endef
+$(eval $(call suite_rules,gpt2))
+$(eval $(call suite_rules,bert))
+
 # GPU builds of the tests (run by `make test` when a GPU is present).
 $(BUILD)/gpu/test_%: test_%.cu
 	@mkdir -p $(dir $@)

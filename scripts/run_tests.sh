@@ -186,14 +186,15 @@ if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
     echo "== nvcc compile checks (sm_${CUDA_ARCHS// /, sm_})"
     # One nvcc per file for all the architectures (the host side is compiled once, ptxas runs per
     # architecture), the files in parallel; results are printed in a fixed order. A test that
-    # includes a whole trainer compiles nothing the trainer's own check does not (the same kernels):
-    # it is left to `make test-gpu`, which builds it with nvcc on a GPU machine; the trainers themselves
-    # are checked here for every architecture.
+    # includes a whole trainer (test/gpt2_trainer.h, test/bert_trainer.h; and the suites of such
+    # tests) compiles nothing the trainer's own check does not (the same kernels): it is left to
+    # `make test-gpu`, which builds it with nvcc on a GPU machine; the trainers themselves are
+    # checked here for every architecture.
     results=$(mktemp -d)
     start=$SECONDS
     gencode=$(for a in $CUDA_ARCHS; do printf -- ' -gencode arch=compute_%s,code=sm_%s' "$a" "$a"; done)
     archs="sm_${CUDA_ARCHS// /+sm_}"
-    checked=$(for f in $CU_SOURCES; do grep -qE '#include "\.\./train_(gpt2|bert)\.cu"' "$f" || echo "$f"; done)
+    checked=$(for f in $CU_SOURCES; do grep -qE '#include "((gpt2|bert)_trainer\.h|test_[a-z0-9_]+\.cu)"' "$f" || echo "$f"; done)
     echo "$checked" |
         xargs -P "$(nproc)" -L 1 sh -c '
             out="'"$results"'/$(echo "$0" | tr / _)"

@@ -492,3 +492,53 @@ void expect_fault(const char* name, const char* expect, F launch) {
 }
 }  // namespace th
 #endif
+
+// ----------------------------------------------------------------------------
+// Suite binaries
+
+// A test that includes a trainer keeps its code, main included, in a namespace named after it, and
+// TH_MAIN(name) makes that main the program's. For the CPU backend such tests are also built into
+// one binary per trainer (TH_SUITE: test/gpt2_suite.cu, test/bert_suite.cu), which compiles the
+// trainer's kernels once for all of them instead of once per test, most of each test's build time;
+// the suite's main runs the test named by the file name it was started as (`make test` links each
+// test's name to its suite), so a suite's tests run, and start themselves again, as separate programs.
+#ifdef TH_SUITE
+#define TH_MAIN(name)
+#else
+#define TH_MAIN(name) \
+    int main(int argc, char** argv) { return name::main(argc, argv); }
+#endif
+
+namespace th {
+
+// The program this test runs as, to start it again: argv[0], made absolute. Not /proc/self/exe, which
+// names the file behind a link: a suite's test is a link whose name selects the test.
+inline std::string self_path(const char* argv0) {
+    char buf[4096];
+    if (!strchr(argv0, '/')) {  // found on PATH: a binary of its own
+        ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+        buf[n > 0 ? n : 0] = 0;
+        return buf;
+    }
+    if (argv0[0] == '/' || !getcwd(buf, sizeof(buf))) return argv0;
+    return std::string(buf) + "/" + argv0;
+}
+
+struct SuiteTest {
+    const char* name;
+    int (*main)(int argc, char** argv);
+};
+
+// Runs the test of `tests` whose name is argv[0]'s file name.
+inline int suite_main(int argc, char** argv, const std::vector<SuiteTest>& tests) {
+    const char* slash = strrchr(argv[0], '/');
+    const char* name = slash ? slash + 1 : argv[0];
+    for (const SuiteTest& t : tests)
+        if (strcmp(t.name, name) == 0) return t.main(argc, argv);
+    fprintf(stderr, "%s: a suite of tests; start it as one of them (a link named", name);
+    for (const SuiteTest& t : tests) fprintf(stderr, " %s", t.name);
+    fprintf(stderr, ")\n");
+    return 2;
+}
+
+}  // namespace th

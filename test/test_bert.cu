@@ -11,15 +11,14 @@
 // {mlm,cls}_{fp32,bf16} (exports of the fixture models after 3 AdamW steps) and DIR/ours_{mlm,cls}_
 // {fp32,bf16}.safetensors (the batch and our logits, computed in fp32 from exactly the weights each
 // export holds).
-#define TESTING
-#include "counted_malloc.h"  // the trainer's cudaMalloc calls, counted
-#include "../train_bert.cu"
-#undef cudaMalloc
+#include "bert_trainer.h"
 #include "harness.h"
 
 #include <sys/wait.h>
 
 #include <functional>
+
+namespace test_bert {
 
 static const std::string kFixtures = "test/fixtures/";
 static const std::string kMinilmDir = "dev/data/bert/minilm";
@@ -976,3 +975,6 @@ int main(int argc, char** argv) {
     matmul_destroy();
     return th::finish();
 }
+
+}  // namespace test_bert
+TH_MAIN(test_bert)

@@ -3,8 +3,7 @@
 // epochs, gradient accumulation), also after kill -9 at random moments; a checkpoint without its
 // DONE marker is never picked; keep-last-K; refusals; llm.c model files round trip byte for byte.
 // Also whole runs with the micro-step replayed from CUDA graphs against eager launches.
-#define TESTING
-#include "../train_gpt2.cu"
+#include "gpt2_trainer.h"
 #include "harness.h"
 #include "program_runs.h"
 
@@ -13,6 +12,8 @@
 #include <functional>
 #include <signal.h>
 #include <sys/wait.h>
+
+namespace test_checkpoint {
 
 static std::string g_tmp;
 
@@ -220,9 +221,7 @@ int main(int argc, char** argv) {
     std::string train = write_shard("train.bin", 600, 64, 1), val = write_shard("val.bin", 200, 64, 2);
     TrainOptions o = tiny_options("", train, val);
     {
-        char self[4096];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        self[n > 0 ? n : 0] = 0;
+        const std::string self = th::self_path(argv[0]);
         th::ChildOutput c = th::run_command(std::string(self) + " --train-gpt2 --help 2>&1");
         std::string diff = th::compare_option_listing(c.text, "test/fixtures/train_gpt2_options.txt");
         th::report(th::exited_ok(c) && diff.empty(),
@@ -495,3 +494,6 @@ int main(int argc, char** argv) {
     }
     return th::finish();
 }
+
+}  // namespace test_checkpoint
+TH_MAIN(test_checkpoint)

@@ -6,12 +6,13 @@
 // reuse its two layers' gradient slices); ZeRO-1/2 keep 1/W of the
 // optimizer state (ZeRO-2 also less gradient memory); and optimizer state saved by W-1 ranks is
 // re-sharded onto W ranks element for element.
-#define TESTING
-#include "../train_gpt2.cu"
+#include "gpt2_trainer.h"
 #include "harness.h"
 #include "harness_mpi.h"
 
 #include <chrono>
+
+namespace test_data_parallel {
 
 static Distributed g_d;
 static const char* kModel = "test/fixtures/gpt2_tiny_model.bin";
@@ -320,3 +321,6 @@ int main(int argc, char** argv) {
     printf("test_data_parallel: %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return th::finish();
 }
+
+}  // namespace test_data_parallel
+TH_MAIN(test_data_parallel)

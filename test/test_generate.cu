@@ -31,14 +31,15 @@
 // token comes out unless u lies closer than that to an edge: the test reports the smallest distance
 // of all draws and that shift for the largest logit difference check 1 observed, and requires equal
 // tokens (a failure with a margin below the shift would be an unlucky draw, not a bug).
-#define TESTING
-#include "../train_gpt2.cu"
+#include "gpt2_trainer.h"
 #include "harness.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
+
+namespace test_generate {
 
 static const char* kModel = "test/fixtures/gpt2_tiny_model.bin";
 
@@ -329,7 +330,7 @@ void check_generate(const char* what, const GPT2Config& config, const std::vecto
     full.free_all();
 }
 
-int main() {
+int main(int argc, char** argv) {
     matmul_init();
     GPT2Config config;
     std::vector<float> init = load_checkpoint(kModel, &config);
@@ -354,3 +355,6 @@ int main() {
     matmul_destroy();
     return th::finish();
 }
+
+}  // namespace test_generate
+TH_MAIN(test_generate)

@@ -2,14 +2,13 @@
 // oracle; test/oracle_gpt2.py wrote the fixtures): logits, loss, every parameter's gradient, the
 // losses of 10 AdamW steps, in fp32 and bf16; plus gradient accumulation, determinism and the
 // micro-step replayed from CUDA graphs against eager launches.
-#define TESTING
-#include "counted_malloc.h"  // the trainer's cudaMalloc calls, counted
-#include "../train_gpt2.cu"
-#undef cudaMalloc
+#include "gpt2_trainer.h"
 #include "harness.h"
 
 #include <fstream>
 #include <sstream>
+
+namespace test_gpt2 {
 
 static const char* kParamNames[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -537,7 +536,7 @@ void check_auto_batch() {
 }
 #endif
 
-int main() {
+int main(int argc, char** argv) {
     matmul_init();
     // fp32: the issue's bounds — logits within 1e-4, loss within 1e-5 of transformers. Gradients:
     // both sides sum the same products in different orders; k = 16 fp32 roundings of the tensor's
@@ -577,3 +576,6 @@ int main() {
     matmul_destroy();
     return th::finish();
 }
+
+}  // namespace test_gpt2
+TH_MAIN(test_gpt2)

@@ -1,12 +1,13 @@
 // test/test_gpt2_moe.cu — GPT-2 with Mixture-of-Experts blocks (--moe-experts): the dense model as an
 // oracle by construction, gradients against central differences, KV-cache decoding against the full
 // forward pass, training runs, checkpoint round trip and resume, and the refusals.
-#define TESTING
-#include "../train_gpt2.cu"
+#include "gpt2_trainer.h"
 #include "harness.h"
 #include "program_runs.h"
 
 #include <unistd.h>
+
+namespace test_gpt2_moe {
 
 static std::string g_tmp;   // this run's scratch directory
 static std::string g_self;  // this binary (the trainer runs are its --train-gpt2)
@@ -411,10 +412,7 @@ int main(int argc, char** argv) {
     char tmpl[] = "/tmp/test_gpt2_moe_XXXXXX";
     if (!mkdtemp(tmpl)) data_error("cannot create a temporary directory");
     g_tmp = tmpl;
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    self[n > 0 ? n : 0] = 0;
-    g_self = self;
+    g_self = th::self_path(argv[0]);
     static const pid_t owner = getpid();
     atexit([] {
         if (getpid() == owner && !getenv("KEEP_TMP")) th::run_command("rm -rf " + g_tmp);
@@ -439,3 +437,6 @@ int main(int argc, char** argv) {
     matmul_destroy();
     return th::finish();
 }
+
+}  // namespace test_gpt2_moe
+TH_MAIN(test_gpt2_moe)

@@ -9,13 +9,14 @@
 // DIR/fp32 and DIR/bf16 (exports of the fixture model) and DIR/ours_fp32.safetensors,
 // DIR/ours_bf16.safetensors ("tokens" and our "logits" for the fixture batch, computed in fp32 from
 // exactly the weights each export holds).
-#define TESTING
-#include "../train_gpt2.cu"
+#include "gpt2_trainer.h"
 #include "harness.h"
 
 #include <sys/wait.h>
 
 #include <functional>
+
+namespace test_hf_gpt2 {
 
 static const char* kModelDir = "test/fixtures/hf_gpt2_tiny";
 static const char* kBatchFile = "test/fixtures/hf_gpt2_tiny_logits.safetensors";
@@ -346,3 +347,6 @@ int main(int argc, char** argv) {
     matmul_destroy();
     return th::finish();
 }
+
+}  // namespace test_hf_gpt2
+TH_MAIN(test_hf_gpt2)

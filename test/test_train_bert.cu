@@ -18,13 +18,14 @@
 // transformers: DIR/cls (fp32) and DIR/mlm (bf16), exports of short fine-tuning / MLM runs, and
 // DIR/ours_{cls,mlm}.safetensors: a batch and our logits for it, computed in fp32 from the exported
 // weights.
-#define TESTING
-#include "../train_bert.cu"
+#include "bert_trainer.h"
 #include "bert_shards.h"
 #include "harness.h"
 #include "program_runs.h"
 
 #include <sys/wait.h>
+
+namespace test_train_bert {
 
 static std::string g_self, g_tmp;
 using th::slurp;
@@ -449,3 +450,6 @@ int main(int argc, char** argv) {
     if (!getenv("KEEP_TMP")) th::run_command("rm -rf " + g_tmp);
     return th::finish();
 }
+
+}  // namespace test_train_bert
+TH_MAIN(test_train_bert)

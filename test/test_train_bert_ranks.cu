@@ -11,10 +11,11 @@
 //   uninterrupted run's losses; another ranks x B is refused by name; a failing rank brings the job
 //   down with its rank in the message;
 //   --cuda-graphs 1 == 0 on 2 ranks with 2 micro-steps and dropout on, for ZeRO 0 and 1, bit for bit.
-#define TESTING
-#include "../train_bert.cu"
+#include "bert_trainer.h"
 #include "bert_shards.h"
 #include "trainer_ranks.h"
+
+namespace test_train_bert_ranks {
 
 using ranks::run, ranks::tmp, ranks::worst_diff, th::exited_ok, th::last_lines, th::step_losses;
 
@@ -105,3 +106,6 @@ static void checks() {
 }
 
 int main(int argc, char** argv) { return ranks::main(argc, argv, "--train-bert", train_bert_main, checks); }
+
+}  // namespace test_train_bert_ranks
+TH_MAIN(test_train_bert_ranks)

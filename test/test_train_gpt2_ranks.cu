@@ -14,9 +14,10 @@
 // sparse, on 2 and 3 ranks (dropless and with a capacity factor, --zero 0 and 1) follows one process
 // with the same global batch in micro-steps of the same tokens; stopped and resumed it is
 // bit-identical; what it cannot do is refused.
-#define TESTING
-#include "../train_gpt2.cu"
+#include "gpt2_trainer.h"
 #include "trainer_ranks.h"
+
+namespace test_train_gpt2_ranks {
 
 using ranks::run, ranks::tmp, th::exited_ok, th::last_lines, th::slurp, th::step_losses;
 
@@ -242,3 +243,6 @@ static void checks() {
 }
 
 int main(int argc, char** argv) { return ranks::main(argc, argv, "--train-gpt2", train_gpt2_main, checks); }
+
+}  // namespace test_train_gpt2_ranks
+TH_MAIN(test_train_gpt2_ranks)
