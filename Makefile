@@ -50,7 +50,8 @@ NCCL_INC   := $(firstword $(foreach d,$(if $(NCCL_HOME),$(NCCL_HOME)/include) $(
                 /usr/local/include,$(if $(wildcard $(d)/nccl.h),$(d))))
 HAVE_NCCL  := $(if $(NCCL_INC),1)
 MULTI      := $(and $(HAVE_MPI),$(HAVE_NCCL))
-HAVE_BOOST := $(shell test -f /usr/include/boost/context/detail/fcontext.hpp && echo 1)
+HAVE_BOOST := $(shell test -f /usr/include/boost/context/detail/fcontext.hpp && \
+                test -e /usr/lib/x86_64-linux-gnu/libboost_context.so && echo 1)
 # OpenBLAS's own headers: Debian's libopenblas-dev brings the pthread or the OpenMP build (whichever
 # apt picks, e.g. the one python3-torch already pulled in).
 BLAS_DIR   := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h \

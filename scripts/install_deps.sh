@@ -14,7 +14,7 @@
 # detection, test/test_install_deps.sh, plants them there).
 #
 # Each dependency is detected by what the build really uses (OpenBLAS's own cblas.h, Boost.Context's
-# fcontext header, mpicxx, the python modules), and each install prints one line. As root it installs
+# fcontext header and library, mpicxx, the python modules), and each install prints one line. As root it installs
 # directly, otherwise through sudo when sudo works without a password; when it cannot, it stops with
 # one line naming the command to run. Nothing here is needed on a GPU build.
 set -u
@@ -59,10 +59,13 @@ need_root_for() {
 
 # Debian packages, by the file or command each one provides.
 apt_needed=()
+# Boost.Context: the header the backend includes and the library it links (-lboost_context). Boost's
+# headers alone may come with another package (libboost1.74-dev), the library's link only with this one.
+[[ -f $root_dir/usr/include/boost/context/detail/fcontext.hpp &&
+   -e $root_dir/usr/lib/x86_64-linux-gnu/libboost_context.so ]] || apt_needed+=(libboost-context-dev)
 # OpenBLAS's own header, not any cblas.h: netlib's reference BLAS (libblas-dev) has a cblas.h too,
-# without the openblas_* functions the CPU backend calls.
-[[ -f $root_dir/usr/include/boost/context/detail/fcontext.hpp ]] || apt_needed+=(libboost-context-dev)
-# Either of its builds (pthread or OpenMP: apt picks one for libopenblas-dev) will do.
+# without the openblas_* functions the CPU backend calls. Either of its builds (pthread or OpenMP:
+# apt picks one for libopenblas-dev) will do.
 [[ -f $root_dir/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ||
    -f $root_dir/usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]] || apt_needed+=(libopenblas-dev)
 have_command mpicxx && have_command mpirun || apt_needed+=(libopenmpi-dev openmpi-bin)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test/test_install_deps.sh — scripts/install_deps.sh's detection and refusals, on file trees planted
 # under DEPS_ROOT: the reference BLAS's cblas.h alone is not OpenBLAS; a tree with OpenBLAS's own
-# header, Boost.Context and Open MPI's commands lacks nothing; without root or sudo a missing
-# dependency stops the script with one line naming the command to run.
+# header, Boost.Context's header and library and Open MPI's commands lacks nothing; Boost's headers
+# without the library lack Boost.Context; without root or sudo a missing dependency stops the script
+# with one line naming the command to run.
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
 script="$root/scripts/install_deps.sh"
@@ -22,13 +23,22 @@ report $ok "a reference cblas.h alone is not OpenBLAS" "exit $rc: $out"
 
 # Everything the build uses.
 full="$tmp/full"
-mkdir -p "$full/usr/include/x86_64-linux-gnu/openblas-pthread" "$full/usr/include/boost/context/detail" "$full/usr/bin"
-touch "$full/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h" "$full/usr/include/boost/context/detail/fcontext.hpp"
+mkdir -p "$full/usr/include/x86_64-linux-gnu/openblas-pthread" "$full/usr/include/boost/context/detail" "$full/usr/bin" \
+    "$full/usr/lib/x86_64-linux-gnu"
+touch "$full/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h" "$full/usr/include/boost/context/detail/fcontext.hpp" \
+    "$full/usr/lib/x86_64-linux-gnu/libboost_context.so"
 printf '#!/bin/sh\n' > "$full/usr/bin/mpicxx"; cp "$full/usr/bin/mpicxx" "$full/usr/bin/mpirun"
 chmod +x "$full/usr/bin/mpicxx" "$full/usr/bin/mpirun"
 out=$(DEPS_ROOT="$full" "$script" --check build 2>&1); rc=$?
 ok=0; [[ $rc -eq 0 && $out == *"nothing missing"* ]] && ok=1
 report $ok "OpenBLAS's header, Boost.Context and Open MPI: nothing missing" "exit $rc: $out"
+
+# Boost's headers without libboost_context.so (libboost1.74-dev alone): Boost.Context is missing.
+rm "$full/usr/lib/x86_64-linux-gnu/libboost_context.so"
+out=$(DEPS_ROOT="$full" "$script" --check build 2>&1); rc=$?
+ok=0; [[ $rc -eq 1 && $out == *libboost-context-dev* && $out != *libopenblas* && $out != *openmpi* ]] && ok=1
+report $ok "Boost.Context's header without its library: Boost.Context missing" "exit $rc: $out"
+touch "$full/usr/lib/x86_64-linux-gnu/libboost_context.so"
 
 # Only mpirun missing: Open MPI is.
 rm "$full/usr/bin/mpirun"
