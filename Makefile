@@ -167,20 +167,18 @@ $(BUILD)/asan/test_%: test_%.cu $(ASAN_SIMT_OBJS)
 # once. Each test is a link to its suite, which runs the test it is started as.
 SUITE_gpt2 := gpt2 checkpoint generate gpt2_moe hf_gpt2 data_parallel train_gpt2_ranks
 SUITE_bert := bert train_bert train_bert_ranks
-define suite_rules
-$(BUILD)/cpu/$(1)_suite: test/$(1)_suite.cu $(CPU_SIMT_OBJS)
-	@mkdir -p $$(dir $$@)
-	$$(CXX) $$(CPU_CXXFLAGS) -x c++ $$< -x none $$(CPU_SIMT_OBJS) $$(CPU_LDLIBS) -o $$@
-$(BUILD)/asan/$(1)_suite: test/$(1)_suite.cu $(ASAN_SIMT_OBJS)
-	@mkdir -p $$(dir $$@)
-	$$(CXX) $$(ASAN_CXXFLAGS) -x c++ $$< -x none $$(ASAN_SIMT_OBJS) $$(ASAN_LDLIBS) -o $$@
-$(foreach t,$(SUITE_$(1)),$(BUILD)/cpu/test_$(t)): $(BUILD)/cpu/$(1)_suite
-	ln -sf $(1)_suite $$@
-$(foreach t,$(SUITE_$(1)),$(BUILD)/asan/test_$(t)): $(BUILD)/asan/$(1)_suite
-	ln -sf $(1)_suite $$@
-endef
-$(eval $(call suite_rules,gpt2))
-$(eval $(call suite_rules,bert))
+$(BUILD)/cpu/%_suite: test/%_suite.cu $(CPU_SIMT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPU_CXXFLAGS) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
+$(BUILD)/asan/%_suite: test/%_suite.cu $(ASAN_SIMT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_CXXFLAGS) -x c++ $< -x none $(ASAN_SIMT_OBJS) $(ASAN_LDLIBS) -o $@
+$(SUITE_gpt2:%=$(BUILD)/cpu/test_%): $(BUILD)/cpu/gpt2_suite
+$(SUITE_gpt2:%=$(BUILD)/asan/test_%): $(BUILD)/asan/gpt2_suite
+$(SUITE_bert:%=$(BUILD)/cpu/test_%): $(BUILD)/cpu/bert_suite
+$(SUITE_bert:%=$(BUILD)/asan/test_%): $(BUILD)/asan/bert_suite
+$(foreach m,gpt2 bert,$(foreach b,cpu asan,$(SUITE_$(m):%=$(BUILD)/$(b)/test_%))):
+	ln -sf $(notdir $<) $@
 
 # GPU builds of the tests (run by `make test` when a GPU is present).
 $(BUILD)/gpu/test_%: test_%.cu

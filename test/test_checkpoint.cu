@@ -222,14 +222,14 @@ int main(int argc, char** argv) {
     TrainOptions o = tiny_options("", train, val);
     {
         const std::string self = th::self_path(argv[0]);
-        th::ChildOutput c = th::run_command(std::string(self) + " --train-gpt2 --help 2>&1");
+        th::ChildOutput c = th::run_command(self + " --train-gpt2 --help 2>&1");
         std::string diff = th::compare_option_listing(c.text, "test/fixtures/train_gpt2_options.txt");
         th::report(th::exited_ok(c) && diff.empty(),
                    "train_gpt2 --help lists the options, values and defaults of test/fixtures/train_gpt2_options.txt",
                    "%s", diff.c_str());
         // --profile-step 3 brackets the run's third step, the first that only replays CUDA graphs: the
         // kernels counted between cudaProfilerStart and cudaProfilerStop are those of that step alone.
-        std::string run = std::string(self) + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+        std::string run = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
                           "--vocab-size 64 -t 16 -b 2 -x 3 -v 0 -g 0 -i " + train + " -j '' --profile-step 3 2>&1";
         c = th::run_command(run);
         std::string step3 = "launches per step with CUDA graphs (the run's step 3): ";
