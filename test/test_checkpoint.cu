@@ -17,25 +17,6 @@ namespace test_checkpoint {
 
 static std::string g_tmp;
 
-// A token shard of n pseudo-random tokens below V (llm.c format).
-std::string write_shard(const char* name, size_t n, int V, uint64_t seed) {
-    std::vector<int32_t> h(256, 0);
-    h[0] = SHARD_MAGIC;
-    h[1] = SHARD_VERSION;
-    h[2] = (int32_t)n;
-    std::vector<uint16_t> tok(n);
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 7;
-    for (auto& t : tok) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        t = (uint16_t)(x % V);
-    }
-    std::string path = g_tmp + "/" + name;
-    FILE* f = fopen(path.c_str(), "wb");
-    fwrite(h.data(), 4, 256, f);
-    fwrite(tok.data(), 2, n, f);
-    fclose(f);
-    return path;
-}
 
 GPT2Config tiny_config() {
     GPT2Config c;
@@ -218,7 +199,8 @@ int main(int argc, char** argv) {
         if (getpid() == owner && !getenv("KEEP_TMP")) th::run_command("rm -rf " + g_tmp);
     });
     matmul_init(false);
-    std::string train = write_shard("train.bin", 600, 64, 1), val = write_shard("val.bin", 200, 64, 2);
+    std::string train = th::write_token_shard(g_tmp + "/train.bin", 600, 64, 1),
+                val = th::write_token_shard(g_tmp + "/val.bin", 200, 64, 2);
     TrainOptions o = tiny_options("", train, val);
     {
         const std::string self = th::self_path(argv[0]);

@@ -385,27 +385,6 @@ void test_refusals() {
                "refused: resuming a 4-expert checkpoint with --moe-experts 2");
 }
 
-// A token shard of n tokens in [0, V) (llm.c's format) with something to learn: each token is mostly
-// a fixed function of the one before (1 in 8 is random).
-std::string write_shard(const char* name, size_t n, int V, uint64_t seed) {
-    std::vector<int32_t> h(256, 0);
-    h[0] = SHARD_MAGIC;
-    h[1] = SHARD_VERSION;
-    h[2] = (int32_t)n;
-    std::vector<uint16_t> tok(n);
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 7;
-    uint16_t prev = 0;
-    for (auto& t : tok) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        t = prev = (uint16_t)(x % 8 == 0 ? (x >> 8) % V : (prev * 5 + 3) % V);
-    }
-    std::string path = g_tmp + "/" + name;
-    FILE* f = fopen(path.c_str(), "wb");
-    fwrite(h.data(), 4, 256, f);
-    fwrite(tok.data(), 2, n, f);
-    fclose(f);
-    return path;
-}
 
 int main(int argc, char** argv) {
     if (argc >= 2 && strcmp(argv[1], "--train-gpt2") == 0) return train_gpt2_main(argc - 1, argv + 1);
@@ -418,8 +397,8 @@ int main(int argc, char** argv) {
         if (getpid() == owner && !getenv("KEEP_TMP")) th::run_command("rm -rf " + g_tmp);
     });
     matmul_init(false);
-    write_shard("train.bin", 2000, 64, 1);
-    write_shard("val.bin", 400, 64, 2);
+    th::write_token_shard(g_tmp + "/train.bin", 2000, 64, 1);
+    th::write_token_shard(g_tmp + "/val.bin", 400, 64, 2);
 
     test_identical_experts();
     test_gradients_fd("gradients = central differences (GELU experts every 2nd block, aux and z on)",
