@@ -1,9 +1,10 @@
 // test/test_bert_data.cu — BERT's data path: dev/data/bert_data.cpp (text -> shards) on small temp
 // TSV / JSONL / aclImdb / MLM inputs, its token ids against llmc/wordpiece.h's encoding (itself
-// checked against transformers' BertTokenizer by test_wordpiece) and its refusals of bad input; the
-// shard format's checks; and llmc/bert_dataloader.h: rank split, padding to a multiple of 8, length
-// bucketing, dynamic masking statistics and reproducibility, eval passes, seek/resume, and the
-// bundled default task (dev/data/bert/genre_*), which the tool must rebuild byte for byte.
+// checked against transformers' BertTokenizer by test_wordpiece) and its refusals of bad input (which
+// leave an earlier run's shards byte-identical); the shard format's checks; and
+// llmc/bert_dataloader.h: rank split, padding to a multiple of 8, length bucketing, dynamic masking
+// statistics and reproducibility, eval passes, seek/resume, and the bundled default task
+// (dev/data/bert/genre_*), which the tool must rebuild byte for byte.
 #define BERT_DATA_NO_MAIN
 #include "../dev/data/bert_data.cpp"
 #include "harness.h"
@@ -356,6 +357,106 @@ void test_tool_errors() {
         _exit(bd::main_entry(2, (char**)argv));
     });
     th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0, "bert_data --help exits 0");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tool: a refused run writes nothing (an earlier run's shards stay as they were)
+
+// Every file in a folder (not below it) and its bytes.
+std::map<std::string, std::string> folder_files(const std::string& folder) {
+    std::map<std::string, std::string> files;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+        if (!it->is_regular_file()) continue;
+        std::vector<uint8_t> bytes;
+        std::string err;
+        read_whole_file(it->path().string(), &bytes, &err);
+        files[it->path().filename().string()] = std::string(bytes.begin(), bytes.end());
+    }
+    return files;
+}
+
+// Runs o twice: first as it is (a good run), then with `spoil` applied, which must be refused with
+// `reason` and leave the folder of o.out byte-identical to what the first run left (no new shard
+// beside an old one, no .tmp file).
+void expect_untouched(const char* name, bd::Options o, const std::function<void(bd::Options*)>& spoil,
+                      const std::string& reason) {
+    std::string error;
+    bool first_ok = run_tool(o, &error);
+    std::string folder = std::filesystem::path(o.out).parent_path().string();
+    std::map<std::string, std::string> before = folder_files(folder);
+    spoil(&o);
+    std::string why;
+    bool refused = !run_tool(o, &why) && why.find(reason) != std::string::npos;
+    std::map<std::string, std::string> after = folder_files(folder);
+    std::string names;
+    for (const auto& kv : after) names += " " + kv.first;
+    th::report(first_ok && before.size() >= 2 && refused && after == before, name, "%zu files before, %zu after:%s | %s %s",
+               before.size(), after.size(), names.c_str(), error.c_str(), why.c_str());
+}
+
+void test_no_half_written() {
+    // classify --val: a val label the training file lacks (the check used to come after _train.bin
+    // was written). The second run has other training data, so a rewritten _train.bin would differ.
+    write_text(dir + "/keep/train.tsv", "pos\tgood\nneg\tbad\npos\tgreat\n");
+    write_text(dir + "/keep/train2.tsv", "pos\tgood\nneg\tbad\nneg\tdreadful\n");
+    write_text(dir + "/keep/val.tsv", "neg\tawful\npos\tfine\n");
+    write_text(dir + "/keep/bad_val.tsv", "pos\tfine\nneg\tbad\nmaybe\tunknown label\n");
+    bd::Options o = classify_options(dir + "/keep/train.tsv", "keep/tsv/P");
+    o.val_input = dir + "/keep/val.tsv";
+    expect_untouched("bert_data: an unknown val label leaves the earlier _train.bin and _val.bin byte-identical", o,
+                     [&](bd::Options* p) {
+                         p->inputs = {dir + "/keep/train2.tsv"};
+                         p->val_input = dir + "/keep/bad_val.tsv";
+                     },
+                     "bad_val.tsv:3: unknown label 'maybe'");
+
+    // aclImdb folder whose train/ gains a review and test/ a label train/ lacks.
+    for (const char* f : {"train/pos/0.txt", "train/neg/0.txt", "test/pos/0.txt", "test/neg/0.txt"})
+        write_text(dir + "/keep/imdb/" + f, std::string("review ") + f);
+    o = classify_options(dir + "/keep/imdb", "keep/imdb_out/P");
+    expect_untouched("bert_data: an aclImdb test/ label train/ lacks leaves the earlier shards byte-identical", o,
+                     [&](bd::Options*) {
+                         write_text(dir + "/keep/imdb/train/pos/1.txt", "another review");
+                         write_text(dir + "/keep/imdb/test/meh/0.txt", "so-so");
+                     },
+                     "test/meh/0.txt: unknown label 'meh'");
+
+    // mlm: the second run's val shards are complete (--shard-tokens 40) before it is refused for
+    // having no training sequences; they must not replace the first run's.
+    std::string text;
+    for (int i = 0; i < 30; i++) text += "line number " + std::to_string(i) + " of a small corpus for the test\n";
+    write_text(dir + "/keep/corpus.txt", text);
+    o = classify_options(dir + "/keep/corpus.txt", "keep/mlm/P", 16);
+    o.mode = bd::Mode::MLM;
+    o.val_fraction = 0.5;
+    o.shard_tokens = 40;
+    expect_untouched("bert_data mlm: a refused run (val shards written, then no training) leaves the earlier shards "
+                     "byte-identical",
+                     o, [](bd::Options* p) { p->val_fraction = 1; }, "--val-fraction 1 leaves no training sequences");
+
+    // One line of text: the first line always starts in val's bytes, so there is no training split.
+    // Refused as classify refuses one, through the command line: exit 1, one line, no file or folder.
+    write_text(dir + "/keep/one.txt", "one line only\n");
+    std::string one = dir + "/keep/one.txt", out = dir + "/keep/one_out/o";
+    th::ChildOutput child = th::run_in_child([&] {
+        const char* argv[] = {"bert_data", "mlm", "--vocab", VOCAB, "--out", out.c_str(), one.c_str()};
+        if (!freopen("/dev/null", "w", stdout)) _exit(9);
+        _exit(bd::main_entry(7, (char**)argv));
+    });
+    while (!child.text.empty() && child.text.back() == '\n') child.text.pop_back();
+    th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 1 &&
+                   child.text.rfind("error: --val-fraction 0.1 leaves no training sequences", 0) == 0 &&
+                   child.text.find('\n') == std::string::npos && !std::filesystem::exists(dir + "/keep/one_out"),
+               "bert_data mlm: one line of text refused (no training sequences), nothing written",
+               "exit=%d stderr: %s", WIFEXITED(child.status) ? WEXITSTATUS(child.status) : -1, child.text.c_str());
+
+    // A good run leaves no .tmp file behind.
+    size_t tmp = 0;
+    for (const char* sub : {"tsv", "imdb_out", "mlm"})
+        for (const auto& kv : folder_files(dir + "/keep/" + sub)) tmp += kv.first.find(".tmp") != std::string::npos;
+    th::report(tmp == 0 && folder_files(dir + "/keep/mlm").size() > 2,
+               "bert_data: shards are renamed into place, no .tmp file is left", "%zu .tmp files", tmp);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -773,6 +874,7 @@ int main() {
     test_classify_tool(wp);
     test_mlm_tool(wp);
     test_tool_errors();
+    test_no_half_written();
     test_format();
     test_loader();
     test_default_task();

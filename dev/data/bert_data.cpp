@@ -13,7 +13,9 @@
 // documents sharing a sequence; a line longer than a sequence is cut into pieces (not in the middle
 // of a word where a ## piece allows). The lines that start in the first --val-fraction of the input
 // bytes go to val. Output PREFIX_val_000000.bin ..., PREFIX_train_000000.bin ..., each at most
-// --shard-tokens tokens (a shard is built in memory: 2 bytes per token).
+// --shard-tokens tokens (a shard is built in memory: 2 bytes per token). A run whose lines all go to
+// val (one line of text, or --val-fraction 1) is refused, as classify refuses one with no training
+// examples.
 //
 // classify: labeled sequences [CLS] text [SEP], truncated to --max-len as BertTokenizer's
 // encode(text, max_length=L, truncation=True). INPUT is
@@ -26,7 +28,10 @@
 // 0, 1, ... in sorted byte order, or in the order of --labels). The names are stored in the shards.
 // Val is --val FILE, a folder's test/, or else every round(1/F)-th example (--val-fraction F, spread
 // evenly over the input, so a file sorted by label still gives a balanced val). Output
-// PREFIX_train.bin and PREFIX_val.bin.
+// PREFIX_train.bin and PREFIX_val.bin. Every label is checked before anything is written.
+//
+// Both modes write each shard as PATH.tmp and rename them all into place only once the whole run has
+// succeeded: an error leaves an earlier run's shards as they were, never half of them replaced.
 #include "../../llmc/bert_dataloader.h"
 #include "../../llmc/json.h"
 #include "../../llmc/wordpiece.h"
@@ -172,14 +177,64 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
     return true;
 }
 
+// The shards a run writes, each first as PATH.tmp beside its final PATH: commit() renames them all
+// into place once the whole run has succeeded; a run that fails before that removes its .tmp files
+// (the destructor), so an error never leaves a new train shard beside an old val shard.
+class PendingShards {
+  public:
+    PendingShards(const Options& o, Stats* stats) : o_(o), stats_(stats) {}
+    ~PendingShards() {
+        std::error_code ec;
+        for (const Pending& p : pending_) std::filesystem::remove(p.path + ".tmp", ec);
+    }
+
+    // Writes a shard as path.tmp; the output folder is created with the first one (a run refused
+    // before it writes anything creates nothing).
+    bool write(const std::string& path, const BertShard& shard, std::string* error) {
+        if (!folder_made_ && !make_parent(o_.out, error)) return false;
+        folder_made_ = true;
+        pending_.push_back(Pending{path, shard.lengths.size(), shard.tokens.size()});
+        return write_bert_shard(path + ".tmp", shard, error);
+    }
+
+    // Renames every shard written into place, in the order written.
+    bool commit(std::string* error) {
+        for (size_t i = 0; i < pending_.size(); i++) {
+            const Pending& p = pending_[i];
+            std::error_code ec;
+            std::filesystem::rename(p.path + ".tmp", p.path, ec);
+            if (ec) {
+                fail(error, "cannot rename " + p.path + ".tmp to " + p.path + ": " + ec.message());
+                pending_.erase(pending_.begin(), pending_.begin() + i);  // the destructor removes the rest
+                return false;
+            }
+            if (!o_.quiet)
+                printf("bert_data: wrote %s (%zu sequences, %zu tokens)\n", p.path.c_str(), p.sequences, p.tokens);
+            stats_->shards.push_back(p.path);
+        }
+        pending_.clear();
+        return true;
+    }
+
+  private:
+    struct Pending {
+        std::string path;
+        size_t sequences, tokens;
+    };
+    const Options& o_;
+    Stats* stats_;
+    std::vector<Pending> pending_;
+    bool folder_made_ = false;
+};
+
 // A shard being built in memory for one split: sequences (with [CLS]/[SEP]) and their labels.
 // Numbered shards (MLM) start a new file when the next sequence would pass max_tokens; a single
 // shard (classification) must hold everything.
 class ShardWriter {
   public:
-    ShardWriter(const WordPiece& wp, const Options& o, BertShardKind kind, const std::string& split, Stats* stats,
-                SplitStats* split_stats)
-        : o_(o), split_(split), numbered_(kind == BertShardKind::MLM), stats_(stats), split_stats_(split_stats) {
+    ShardWriter(const WordPiece& wp, const Options& o, BertShardKind kind, const std::string& split,
+                PendingShards* pending, SplitStats* split_stats)
+        : o_(o), split_(split), numbered_(kind == BertShardKind::MLM), pending_(pending), split_stats_(split_stats) {
         shard_.kind = kind;
         shard_.max_len = o.max_len;
         shard_.vocab_size = wp.vocab_size();
@@ -207,16 +262,11 @@ class ShardWriter {
         return true;
     }
 
-    // Writes the shard being built, if it has any sequence.
+    // Writes the shard being built, if it has any sequence (as a pending .tmp file).
     bool close(std::string* error, const std::vector<std::string>& label_names = {}) {
         if (shard_.lengths.empty()) return true;
         shard_.label_names = label_names;
-        std::string path = next_path();
-        if (!write_bert_shard(path, shard_, error)) return false;
-        if (!o_.quiet)
-            printf("bert_data: wrote %s (%zu sequences, %zu tokens)\n", path.c_str(), shard_.lengths.size(),
-                   shard_.tokens.size());
-        stats_->shards.push_back(path);
+        if (!pending_->write(next_path(), shard_, error)) return false;
         index_++;
         shard_.tokens.clear();
         shard_.lengths.clear();
@@ -236,7 +286,7 @@ class ShardWriter {
     const Options& o_;
     std::string split_;
     bool numbered_;
-    Stats* stats_;
+    PendingShards* pending_;
     SplitStats* split_stats_;
     BertShard shard_;
     int index_ = 0;
@@ -318,17 +368,24 @@ struct Progress {
     }
 };
 
+// --val-fraction's value as given ("0.1", not to_string's "0.100000"), for messages.
+inline std::string fraction_text(double f) {
+    char s[32];
+    snprintf(s, sizeof(s), "%g", f);
+    return s;
+}
+
 inline bool run_mlm(const Options& o, const WordPiece& wp, Stats* stats, std::string* error) {
     std::vector<std::string> files;
     size_t total = 0;
     if (!collect_text_files(o.inputs, &files, &total, error)) return false;
     if (files.empty()) return fail(error, "no input files (folders contribute their *.txt files)");
     if (total == 0) return fail(error, "the inputs hold no text");
-    if (!make_parent(o.out, error)) return false;
     std::vector<bool> continuation(wp.vocab_size());
     for (int id = 0; id < wp.vocab_size(); id++) continuation[id] = wp.token(id).compare(0, 2, "##") == 0;
-    ShardWriter val_out(wp, o, BertShardKind::MLM, "val", stats, &stats->val),
-        train_out(wp, o, BertShardKind::MLM, "train", stats, &stats->train);
+    PendingShards pending(o, stats);
+    ShardWriter val_out(wp, o, BertShardKind::MLM, "val", &pending, &stats->val),
+        train_out(wp, o, BertShardKind::MLM, "train", &pending, &stats->train);
     Packer val(wp, continuation, o.max_len, &val_out), train(wp, continuation, o.max_len, &train_out);
     const size_t val_bytes = (size_t)(o.val_fraction * (double)total + 0.5);
     Progress progress;
@@ -366,9 +423,17 @@ inline bool run_mlm(const Options& o, const WordPiece& wp, Stats* stats, std::st
         train.end_document();
         stats->files++;
     }
-    if (!val.flush(error) || !train.flush(error) || !val_out.close(error) || !train_out.close(error)) return false;
+    if (!val.flush(error) || !train.flush(error)) return false;
     if (stats->val.sequences + stats->train.sequences == 0)
         return fail(error, "the inputs hold no text (only blank lines or characters WordPiece drops)");
+    // As classify: a run with no training data is a mistake (one line of input, --val-fraction 1),
+    // not something to hand to the trainer as a lone val shard.
+    if (stats->train.sequences == 0)
+        return fail(error, "--val-fraction " + fraction_text(o.val_fraction) +
+                               " leaves no training sequences: every line of text starts in the first " +
+                               std::to_string(val_bytes) + " of the " + std::to_string(total) +
+                               " input bytes, which go to val (give more text or a smaller --val-fraction)");
+    if (!val_out.close(error) || !train_out.close(error) || !pending.commit(error)) return false;
     if (!o.quiet) data_tool::warn_leftovers("bert_data", {val_out.next_path(), train_out.next_path()});
     return true;
 }
@@ -379,6 +444,7 @@ struct Example {
     std::vector<int> ids;  // [CLS] ... [SEP], truncated
     bool truncated;
     std::string where;  // FILE:LINE or FILE, for messages
+    int label_id = -1;  // set once every split is read
 };
 
 inline std::string trim(std::string_view s) {
@@ -562,7 +628,7 @@ inline bool run_classify(const Options& o, const WordPiece& wp, Stats* stats, st
             (to_val ? val : rest).push_back(std::move(train[i]));
         }
         train.swap(rest);
-        if (train.empty()) return fail(error, "--val-fraction " + std::to_string(o.val_fraction) + " leaves no training examples");
+        if (train.empty()) return fail(error, "--val-fraction " + fraction_text(o.val_fraction) + " leaves no training examples");
     }
 
     // Label ids: --labels, else integers as themselves, else names in sorted order (from the
@@ -610,26 +676,32 @@ inline bool run_classify(const Options& o, const WordPiece& wp, Stats* stats, st
         }
         return true;
     };
-    if (!make_parent(o.out, error)) return false;
+    // Every split's labels before any shard is written: an unknown label in val must not cost a good
+    // _train.bin from an earlier run (and PendingShards keeps a failed write from replacing one).
+    for (std::vector<Example>* split : {&train, &val})
+        for (Example& e : *split)
+            if (!label_id(e, &e.label_id)) return false;
     stats->label_names = names;
     stats->train.per_label.assign(names.size(), 0);
     stats->val.per_label.assign(names.size(), 0);
+    PendingShards pending(o, stats);
+    std::string stale_val;  // an earlier run's val shard when this run has none
     for (int s = 0; s < 2; s++) {
         std::vector<Example>& split = s == 0 ? train : val;
         SplitStats& ss = s == 0 ? stats->train : stats->val;
-        ShardWriter out(wp, o, BertShardKind::Classify, s == 0 ? "train" : "val", stats, &ss);
+        ShardWriter out(wp, o, BertShardKind::Classify, s == 0 ? "train" : "val", &pending, &ss);
         for (const Example& e : split) {
-            int label;
-            if (!label_id(e, &label)) return false;
-            if (!out.add(e.ids, label, error)) return false;
-            ss.per_label[label]++;
+            if (!out.add(e.ids, e.label_id, error)) return false;
+            ss.per_label[e.label_id]++;
             ss.truncated += e.truncated;
         }
         if (!out.close(error, names)) return false;
-        if (s == 1 && split.empty() && !o.quiet && fs::exists(out.next_path()))
-            printf("bert_data: warning: %s is left from an earlier run (this one has no val split): delete it\n",
-                   out.next_path().c_str());
+        if (s == 1 && split.empty() && fs::exists(out.next_path())) stale_val = out.next_path();
     }
+    if (!pending.commit(error)) return false;
+    if (!stale_val.empty() && !o.quiet)
+        printf("bert_data: warning: %s is left from an earlier run (this one has no val split): delete it\n",
+               stale_val.c_str());
     stats->documents = train.size() + val.size();
     return true;
 }
