@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "checkpoint.h"
 #include "cli.h"
 #include "distributed.h"
 #include "model_state.cuh"
@@ -200,7 +201,33 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
     int exponent;
     if (std::frexp(o->loss_scale, &exponent) != 0.5)
         cli.fail("option --loss-scale: %g is not a power of two (so that unscaling is exact)", o->loss_scale);
+    const OptimizerConfig& opt = o->opt;
+    if (opt.kind == OptimizerKind::AdamW || opt.kind == OptimizerKind::AdamW8bit) {
+        // beta = 1 leaves a moment at 0 and its bias correction 1 - beta^t at 0: 0/0 in every update;
+        // eps = 0 divides 0 by 0 for every parameter whose gradient is 0.
+        if (opt.beta1 >= 1 || opt.beta2 >= 1)
+            cli.fail("option --%s: %g, but AdamW's betas must be below 1", opt.beta1 >= 1 ? "beta1" : "beta2",
+                     opt.beta1 >= 1 ? opt.beta1 : opt.beta2);
+        if (opt.eps <= 0) cli.fail("option --adam-eps: must be above 0 (AdamW divides by sqrt(v) + eps, and v can be 0)");
+    }
     if (o->resume && o->output_dir.empty()) cli.fail("option --resume: needs --output-dir (where the checkpoints are)");
+    // A fresh run would truncate the log of the run whose checkpoints the directory holds and mix its
+    // own checkpoints with that run's, which --resume would then take for one run.
+    if (!o->resume && !o->output_dir.empty()) {
+        std::vector<int> done = complete_checkpoints(o->output_dir);
+        if (!done.empty())
+            cli.fail("option --output-dir: %s holds the checkpoints of an earlier run (the newest at step %d); "
+                     "continue it with --resume, or give another directory", o->output_dir.c_str(), done.back());
+    }
+    // The export comes after training: a directory it cannot write must fail now, not then.
+    if (!o->export_hf.empty() && dist.rank == 0) {
+        std::string err, probe = o->export_hf + "/.write_test";
+        if (!make_dirs(o->export_hf, &err)) cli.fail("option --export-hf: %s", err.c_str());
+        FILE* f = fopen(probe.c_str(), "wb");
+        if (!f) cli.fail("option --export-hf: cannot write into %s: %s", o->export_hf.c_str(), strerror(errno));
+        fclose(f);
+        unlink(probe.c_str());
+    }
     if ((cli.given("checkpoint-every") || cli.given("keep-checkpoints")) && o->output_dir.empty())
         cli.fail("option --%s: needs --output-dir (where to write them)",
                  cli.given("checkpoint-every") ? "checkpoint-every" : "keep-checkpoints");

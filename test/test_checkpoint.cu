@@ -228,6 +228,40 @@ int main(int argc, char** argv) {
                    ok ? "" : th::last_lines(c.text).c_str());
     }
 
+    // What would lose a run is refused before it starts: a fresh run into a directory holding another
+    // run's checkpoints (its log would be truncated, its checkpoints mixed with the new ones), an
+    // --export-hf directory that cannot be written (the export comes after training), and AdamW
+    // settings that make every update 0/0.
+    {
+        const std::string self = th::self_path(argv[0]);
+        const std::string tiny = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                 "--vocab-size 64 -t 16 -b 2 -x 2 -v 0 -g 0 -i " + train + " -j '' ";
+        const std::string dir = g_tmp + "/earlier_run";
+        th::ChildOutput first = th::run_command(tiny + "-o " + dir + " 2>&1");
+        const std::string log = slurp(dir + "/log.jsonl");
+        th::ChildOutput again = th::run_command(tiny + "-o " + dir + " 2>&1");
+        bool ok = th::exited_ok(first) && !th::exited_ok(again) && slurp(dir + "/log.jsonl") == log &&
+                  again.text.find("holds the checkpoints of an earlier run (the newest at step 2); continue it "
+                                  "with --resume") != std::string::npos;
+        th::report(ok, "train_gpt2 -o DIR without --resume, DIR holding a run's checkpoints: refused, its log kept",
+                   "%s", th::last_lines(again.text).c_str());
+        FILE* f = fopen((g_tmp + "/a_file").c_str(), "wb");
+        if (f) fclose(f);
+        th::ChildOutput exp = th::run_command(tiny + "--export-hf " + g_tmp + "/a_file/hf 2>&1");
+        ok = !th::exited_ok(exp) && exp.text.find("option --export-hf: cannot create directory") != std::string::npos &&
+             th::step_losses(exp.text).empty();
+        th::report(ok, "train_gpt2 --export-hf into a path it cannot create: refused before training", "%s",
+                   th::last_lines(exp.text).c_str());
+        const char* adam[][2] = {{"--beta1 1", "option --beta1: 1, but AdamW's betas must be below 1"},
+                                 {"--beta2 1", "option --beta2: 1, but AdamW's betas must be below 1"},
+                                 {"--adam-eps 0", "option --adam-eps: must be above 0"}};
+        for (const auto& a : adam) {
+            th::ChildOutput r = th::run_command(tiny + a[0] + " 2>&1");
+            th::report(!th::exited_ok(r) && r.text.find(a[1]) != std::string::npos,
+                       ("train_gpt2 " + std::string(a[0]) + ": refused").c_str(), "%s", th::last_lines(r.text).c_str());
+        }
+    }
+
     // Stop and resume, in each precision and with what moves the data position.
     test_resume<float>("resume fp32 (stop at a checkpoint)", "at", o, 4);
     test_resume<float>("resume fp32 (stop between checkpoints)", "resume", o, 3);
