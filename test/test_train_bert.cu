@@ -244,7 +244,8 @@ void test_seeds(const std::string& args) {
 // for byte; each run says which it did. MLM: each batch has its own number of masked rows (its loss
 // weight, read from device memory by the replays).
 void test_cuda_graphs(const char* task, const std::string& args) {
-    std::string on = g_tmp + "/graphs_on", off = g_tmp + "/graphs_off";
+    // Directories of the task's own: a fresh run refuses one that holds another run's checkpoints.
+    std::string on = g_tmp + "/graphs_on_" + task, off = g_tmp + "/graphs_off_" + task;
     th::ChildOutput a = run(args + " -o " + on + " --cuda-graphs 1"), b = run(args + " -o " + off + " --cuda-graphs 0");
     std::string why;
     for (std::string f : {checkpoint_file("", "model", 5), state_file("", 5, 0)}) {
