@@ -1275,9 +1275,12 @@ int train_bert_main(int argc, char** argv) {
         if (val->vocab_size() != train.vocab_size())
             data_error("%s: tokenized with a vocabulary of %d tokens, the training shards with %d", o.val_pattern.c_str(),
                        val->vocab_size(), train.vocab_size());
-        if (!mlm && val->num_labels() != train.num_labels())
-            data_error("%s: %d labels, the training shards have %d", o.val_pattern.c_str(), val->num_labels(),
-                       train.num_labels());
+        // A label is a number in the shards and its name in the header: the same numbers must mean the
+        // same labels, or accuracy and F1 count hits as misses.
+        if (!mlm && val->label_names() != train.label_names())
+            data_error("%s: labels %s, the training shards' are %s (the same names in the same order are needed: "
+                       "build both with build/bert_data --labels)", o.val_pattern.c_str(),
+                       bert_label_list(val->label_names()).c_str(), bert_label_list(train.label_names()).c_str());
     }
     // Classification: the model's labels must cover the shards'.
     std::vector<std::string> label_names;
@@ -1295,6 +1298,19 @@ int train_bert_main(int argc, char** argv) {
                        fixed ? "the checkpoint's classifier" : "--num-labels");
         if (random) config.num_labels = want;
         else if (!fixed) bert_set_num_labels(&config, &init, want, o.seed);
+        // A trained classifier's output k means the checkpoint's label k: when its config.json names
+        // them, the shards' must be the same list (as --export-hf would write it: LABEL_k past theirs),
+        // or training and the export would give each output another label's meaning.
+        if (fixed && bert_labels_named(parts.label_names)) {
+            std::vector<std::string> ours = label_names;
+            for (int k = n; k < config.num_labels; k++) ours.push_back(bert_generic_label(k));
+            if (ours != parts.label_names)
+                data_error("%s: the checkpoint's classifier has labels %s (id2label), the shards %s have %s: each "
+                           "output would change meaning (the same names in the same order are needed: build the "
+                           "shards with build/bert_data --labels)", parts.config_path.c_str(),
+                           bert_label_list(parts.label_names).c_str(), o.train_pattern.c_str(),
+                           bert_label_list(ours).c_str());
+        }
     }
     if (random) init = bert_random_init(config, o.seed);
     if (default_task)

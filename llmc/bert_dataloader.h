@@ -488,6 +488,7 @@ class BertDataLoader {
     BertShardKind kind() const { return info_.kind; }
     int num_labels() const { return info_.num_labels(); }
     const std::string& label_name(int k) const { return info_.label_names.at(k); }
+    const std::vector<std::string>& label_names() const { return info_.label_names; }
     int vocab_size() const { return info_.vocab_size; }  // the shards' vocabulary
     int pad_id() const { return info_.pad_id; }
     int mask_id() const { return info_.mask_id; }

@@ -94,14 +94,37 @@ inline std::string bert_hf_file_name(const BertHFTensor& t, const std::string& p
     return part == PART_MLM || part == PART_CLASSIFIER ? t.name : prefix + t.name;
 }
 
-// Which parts a checkpoint held.
+// Which parts a checkpoint held, and what its config.json says its labels are.
 struct BertParts {
     bool has[NUM_BERT_PARTS] = {};
+    // config.json's id2label in label order, when it has one entry per label (num_labels); else empty.
+    std::vector<std::string> label_names;
+    std::string config_path;  // the config.json read
 };
 
+// The name transformers gives label k when nobody named it (and bert_config_json writes): LABEL_k.
+inline std::string bert_generic_label(int k) { return "LABEL_" + std::to_string(k); }
+
+// Whether labels are named: not only transformers' generic LABEL_0, LABEL_1, ..., which say nothing
+// about what each output means.
+inline bool bert_labels_named(const std::vector<std::string>& names) {
+    for (size_t k = 0; k < names.size(); k++)
+        if (names[k] != bert_generic_label((int)k)) return true;
+    return false;
+}
+
+// Labels as one list for messages: "neg, pos".
+inline std::string bert_label_list(const std::vector<std::string>& names) {
+    std::string s;
+    for (size_t k = 0; k < names.size(); k++) s += (k ? ", " : "") + names[k];
+    return s;
+}
+
 // Reads transformers' config.json (BertConfig) into *c, refusing by name what this model cannot
-// represent; keys it leaves out take BertConfig's defaults, as transformers does.
-inline void read_hf_bert_config(const std::string& path, BertConfig* c) {
+// represent; keys it leaves out take BertConfig's defaults, as transformers does. label_names (if
+// given): id2label's names in label order, when it has num_labels entries (else none).
+inline void read_hf_bert_config(const std::string& path, BertConfig* c,
+                                std::vector<std::string>* label_names = nullptr) {
     std::vector<uint8_t> bytes;
     {
         FILE* f = fopen(path.c_str(), "rb");
@@ -159,6 +182,22 @@ inline void read_hf_bert_config(const std::string& path, BertConfig* c) {
     const json::Value* labels = root.get("id2label");
     if (labels && labels->type != json::Value::Object) data_error("%s: \"id2label\" must be an object", f);
     c->num_labels = root.get("num_labels") ? integer("num_labels", 2) : labels ? (int)labels->fields.size() : 2;
+    // Its keys are the labels' indices (transformers reads them with int()), its values their names.
+    std::vector<std::string> names(labels ? labels->fields.size() : 0);
+    std::vector<bool> seen(names.size(), false);
+    for (size_t i = 0; labels && i < labels->fields.size(); i++) {
+        const std::string& key = labels->fields[i].first;
+        char* end = nullptr;
+        long k = strtol(key.c_str(), &end, 10);
+        if (key.empty() || *end || k < 0 || k >= (long)names.size() || seen[k])
+            data_error("%s: \"id2label\" key \"%s\" is not one of the label indices 0..%zu (each once)", f,
+                       key.c_str(), names.size() - 1);
+        if (labels->fields[i].second.type != json::Value::String)
+            data_error("%s: \"id2label\" value of label %ld must be a string (its name)", f, k);
+        names[k] = labels->fields[i].second.str;
+        seen[k] = true;
+    }
+    if (label_names) *label_names = (int)names.size() == c->num_labels ? names : std::vector<std::string>();
     // "gelu" is the exact erf form; the tanh approximations and other activations are other functions.
     std::string act = string("hidden_act", "gelu");
     if (act != "gelu")
@@ -295,7 +334,8 @@ inline std::vector<float> load_hf_bert(const std::string& path, BertConfig* c, B
     if (stat(config_path.c_str(), &info) != 0)
         data_error("%s: no config.json beside it (%s): it is needed for the number of attention heads and the "
                    "activation, which the tensors do not tell", file.c_str(), config_path.c_str());
-    read_hf_bert_config(config_path, c);
+    std::vector<std::string> label_names;
+    read_hf_bert_config(config_path, c, &label_names);
     SafeTensors st;
     std::string err;
     if (!st.load(file, &err)) data_error("%s", err.c_str());
@@ -321,6 +361,8 @@ inline std::vector<float> load_hf_bert(const std::string& path, BertConfig* c, B
     bool absent[NUM_BERT_PARTS];
     for (int k = 0; k < NUM_BERT_PARTS; k++) absent[k] = !found.has[k];
     bert_init_parts(*c, seed, absent, &p);
+    found.label_names = label_names;
+    found.config_path = config_path;
     if (parts) *parts = found;
     return p;
 }
@@ -351,8 +393,7 @@ inline std::string bert_config_json(const BertConfig& c, const char* arch, bool 
     std::string id2label, label2id;
     for (int k = 0; k < c.num_labels; k++) {
         std::string sep = k ? ", " : "";
-        std::string name = (size_t)k < label_names.size() ? json::quote(label_names[k])
-                                                           : "\"LABEL_" + std::to_string(k) + "\"";
+        std::string name = json::quote((size_t)k < label_names.size() ? label_names[k] : bert_generic_label(k));
         id2label += sep + "\"" + std::to_string(k) + "\": " + name;
         label2id += sep + name + ": " + std::to_string(k);
     }

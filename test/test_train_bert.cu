@@ -165,6 +165,47 @@ bool write_slice(const std::string& src, const std::string& dst, int per_label, 
     return write_bert_shard(dst, part, err);
 }
 
+// A copy of classification shard src at dst whose labels are named `names` (the same numbers).
+void write_renamed(const std::string& src, const std::string& dst, const std::vector<std::string>& names) {
+    BertShard s;
+    std::string err;
+    if (!read_bert_shard(src, &s, &err)) data_error("%s", err.c_str());
+    s.label_names = names;
+    if (!write_bert_shard(dst, s, &err)) data_error("%s", err.c_str());
+}
+
+// The label names must agree wherever a label number crosses from one file to another: validation
+// shards with the training shards (else accuracy and F1 count against other labels), and a
+// fine-tuned checkpoint's id2label with the shards (else training and --export-hf give each output
+// another label's meaning), unless the checkpoint's are transformers' generic LABEL_k.
+void test_label_names(const std::string& cls3) {
+    std::string reordered = g_tmp + "/cls3_bac.bin", other = g_tmp + "/cls3_xyz.bin";
+    write_renamed(cls3, reordered, {"classb", "classa", "classc"});
+    write_renamed(cls3, other, {"x", "y", "z"});
+    std::string base = " --eval-first 0 -b 4 -t 32 --max-steps 1 --config tiny -i " + cls3;
+    expect_error("refused: validation shards with the labels in another order", base + " -j " + reordered,
+                 "labels classb, classa, classc, the training shards' are classa, classb, classc");
+    expect_error("refused: validation shards with other label names", base + " -j " + other,
+                 "labels x, y, z, the training shards' are classa, classb, classc");
+    // A checkpoint fine-tuned on cls3 (id2label classa, classb, classc), exported.
+    std::string hf = g_tmp + "/labels_hf";
+    th::ChildOutput c = run(base + " -j '' --export-hf " + hf);
+    th::report(exited(c, 0) && slurp(hf + "/config.json").find("\"0\": \"classa\"") != std::string::npos,
+               "a fine-tuned checkpoint exported with its label names", "exit %d", WEXITSTATUS(c.status));
+    std::string from = " --eval-first 0 -b 4 -t 32 --max-steps 1 -j '' --init " + hf + " -i ";
+    expect_error("refused: a fine-tuned checkpoint on shards with its labels in another order", from + reordered,
+                 "the checkpoint's classifier has labels classa, classb, classc (id2label), the shards");
+    expect_error("refused: a fine-tuned checkpoint on shards with other label names", from + other,
+                 "have x, y, z: each output would change meaning");
+    c = run(from + cls3);
+    th::report(exited(c, 0), "accepted: a fine-tuned checkpoint on shards with its label names", "exit %d",
+               WEXITSTATUS(c.status));
+    // test/fixtures/bert_tiny_cls's id2label is LABEL_0, LABEL_1, LABEL_2: no names to keep.
+    c = run(" --eval-first 0 -b 4 -t 32 --max-steps 1 -j '' --init " + kFixtures + "bert_tiny_cls -i " + other);
+    th::report(exited(c, 0), "accepted: a checkpoint with transformers' generic LABEL_k names on named shards",
+               "exit %d", WEXITSTATUS(c.status));
+}
+
 // The tiny random BERT on the bundled task's real sentences: trained on a 64-sentence slice of its
 // train split (a random BERT needs ~100 steps of the whole split before its loss moves; on a slice it
 // fits the sentences in a few epochs), evaluated on a 256-sentence slice of its val split: the loss
@@ -433,6 +474,7 @@ int main(int argc, char** argv) {
     test_help();
     test_refusals(cls3, cls4, v200, mlm);
     test_default_task();
+    test_label_names(cls3);
     std::string fixture = "--init " + kFixtures + "bert_tiny_cls -i " + cls3 + " -j " + cls3_val + " -b 4 -t 32";
     // fp32: one epoch (24 steps) with --lr and --max-steps left at auto (the resumed run must take the
     // first part's values, though it no longer starts from a pretrained checkpoint); bf16: gradient
