@@ -761,9 +761,12 @@ void bert_set_num_labels(BertConfig* c, std::vector<float>* p, int num_labels, u
 // ----------------------------------------------------------------------------
 // Training: a run's checkpoints, evaluation, the loop
 
-// The run's precision as saved in training states (Precision's codes), by name.
+// The run's precision as saved in training states: Precision's codes, and 4 for tf32 (fp32 storage
+// with TF32 matmuls, whose losses differ from fp32's: resuming must not switch between them). The
+// codes are train_gpt2's (precision_code), where 3 is fp8, which BERT does not build.
+inline int bert_precision_code(const BertTrainOptions& o) { return o.tf32 ? 4 : (int)o.precision; }
 inline const char* bert_precision_code_name(int code) {
-    return code >= 0 && code <= 2 ? precision_name((Precision)code) : "unknown";
+    return code == 4 ? "tf32" : code == 3 ? "fp8" : code >= 0 && code <= 2 ? precision_name((Precision)code) : "unknown";
 }
 
 // What an evaluation pass measured: mean loss over the predicted rows, accuracy, and for two classes
@@ -925,7 +928,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     const bool scaling = std::is_same<floatX, __half>::value;
     LossScaler scaler(scaling, o.loss_scale, o.loss_scale_window);
     TrainState now;  // this run's settings, as a checkpoint saves them
-    now.precision = (int)o.precision;
+    now.precision = bert_precision_code(o);
     now.shuffle = true;
     now.B = o.B;
     now.T = o.max_len;
@@ -952,8 +955,12 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         std::string err;
         if (!make_dirs(o.output_dir, &err)) data_error("option --output-dir: %s", err.c_str());
         if (!log.open(o.output_dir + "/log.jsonl", resume ? start_step : -1, &err)) data_error("%s", err.c_str());
-        // config.json, with the run's learning rate and step count for a resumed run (llmc_run)
-        if (!write_bert_run_config(o.output_dir, c, head, label_names, o.dropout, o.lr, o.max_steps, &err))
+        // config.json, with what a resumed run takes from it or must keep (llmc_run)
+        char lr[32];
+        snprintf(lr, sizeof(lr), "%.9g", o.lr);
+        BertRunSettings run{lr, std::to_string(o.max_steps), std::to_string(o.epochs),
+                            head == BertHead::MLM ? "mlm" : "classify", o.init_path, o.label};
+        if (!write_bert_run_config(o.output_dir, c, head, label_names, o.dropout, run, &err))
             data_error("%s", err.c_str());
     }
 
@@ -1143,6 +1150,43 @@ static const char* kBertDefaultTrain = "dev/data/bert/genre_train.bin";
 static const char* kBertDefaultVal = "dev/data/bert/genre_val.bin";
 static const char* kBertMinilmDir = "dev/data/bert/minilm";
 
+// path made absolute (symbolic links resolved), so that a resumed run started elsewhere compares it;
+// path itself if it does not resolve.
+inline std::string bert_absolute_path(const std::string& path) {
+    char* real = realpath(path.c_str(), nullptr);
+    std::string abs = real ? real : path;
+    free(real);
+    return abs;
+}
+
+// A resumed run takes its model from the checkpoint and must keep its task: refuses --task other than
+// the run's, and --config or --init other than what the run started from (the same value is
+// accepted: the command line that started the run can resume it). saved: the run's config.json
+// (config_path) settings; config: the checkpoint's model.
+inline void check_bert_resume(const Cli& cli, const BertTrainOptions& o, const BertRunSettings& saved,
+                              const BertConfig& config, const std::string& config_path) {
+    const char* task = o.head == BertHead::MLM ? "mlm" : "classify";
+    if (!saved.task.empty() && saved.task != task)
+        data_error("%s: the run was trained with --task %s, this run has --task %s (resuming must not change it)",
+                   config_path.c_str(), saved.task.c_str(), task);
+    if (cli.given("config")) {
+        std::string name = cli.str("config");
+        BertConfig want;
+        if (!bert_config_preset(name, &want))
+            cli.fail("option --config: '%s' is not one of tiny, mini, small, base, large", name.c_str());
+        if (want.num_layers != config.num_layers || want.channels != config.channels ||
+            want.num_heads != config.num_heads || want.intermediate != config.intermediate)
+            cli.fail("option --config: %s is %d layers, %d channels, but resuming takes the model from the checkpoint "
+                     "(%d layers, %d channels): leave out --config", name.c_str(), want.num_layers, want.channels,
+                     config.num_layers, config.channels);
+    }
+    std::string spec = cli.str("init");
+    if (cli.given("init") && spec != "auto" && bert_absolute_path(spec) != saved.init)
+        cli.fail("option --init: %s, but resuming takes the model from the checkpoint (the run started from %s): "
+                 "leave out --init", spec.c_str(), !saved.init.empty() ? saved.init.c_str() : !saved.epochs.empty()
+                 ? "a random init" : "a model its config.json does not record");
+}
+
 int train_bert_main(int argc, char** argv) {
     // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
     Distributed dist = distributed_init(&argc, &argv);
@@ -1170,13 +1214,19 @@ int train_bert_main(int argc, char** argv) {
     bool minilm = stat((std::string(kBertMinilmDir) + "/model.safetensors").c_str(), &info) == 0;
     std::string spec = cli.str("init");
     bool random = false;
+    BertRunSettings saved;  // what the resumed run recorded (config.json's llmc_run)
     if (from.found()) {
         printf("init: resuming %s from %s (step %d)\n", o.output_dir.c_str(), from.model_path.c_str(), from.step);
         init = load_hf_bert(from.model_path, &config, &parts, o.seed);
         model_name = "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels);
-        // --lr and --max-steps left at auto take the values the run started with (config.json's llmc_run).
-        for (const auto& [key, value] : read_bert_run_settings(o.output_dir))
-            cli.resolve_auto(key == "lr" ? "lr" : "max-steps", value);
+        saved = read_bert_run_settings(o.output_dir);
+        check_bert_resume(cli, o, saved, config, parts.config_path);
+        o.init_path = saved.init;
+        // --lr and --max-steps left at auto, and --epochs and --label not given, take the values the run
+        // started with: the step count, warmup and schedule stay the run's.
+        if (!saved.lr.empty()) cli.resolve_auto("lr", saved.lr);
+        if (!saved.max_steps.empty()) cli.resolve_auto("max-steps", saved.max_steps);
+        if (!saved.epochs.empty() && !cli.given("epochs")) o.epochs = atoi(saved.epochs.c_str());
     } else if (!config_name.empty() || (spec == "auto" && (o.bench || !minilm))) {
         if (config_name.empty()) config_name = o.bench && !cpu ? "base" : "tiny";
         if (!bert_config_preset(config_name, &config))
@@ -1200,6 +1250,7 @@ int train_bert_main(int argc, char** argv) {
         }
         init = load_hf_bert(spec, &config, &parts, o.seed);
         model_name = spec == kBertMinilmDir ? "all-MiniLM-L6-v2" : spec;
+        o.init_path = bert_absolute_path(spec);
     }
     if (o.max_len > config.max_seq_len)
         cli.fail("option --max-len: %d is longer than the model's %d positions", o.max_len, config.max_seq_len);
@@ -1321,7 +1372,9 @@ int train_bert_main(int argc, char** argv) {
     if (val) printf(" | val %s: %zu sequences", o.val_pattern.c_str(), val->num_sequences());
     printf("%s\n", train.truncates() ? (" | sequences longer than --max-len " + std::to_string(o.max_len) + " are cut").c_str()
                                      : "");
-    if (!cli.given("label")) o.label = model_name + " " + task + " " + cli.str("precision");
+    // The log's label: the run's own when resuming (its model name, e.g. bert-tiny, is not in the checkpoint).
+    if (!cli.given("label"))
+        o.label = !saved.label.empty() ? saved.label : model_name + " " + task + " " + cli.str("precision");
 
     const TrainState* resume = from.state_or_null();
     int status;

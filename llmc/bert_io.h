@@ -471,33 +471,55 @@ inline bool write_bert_model_file(const std::string& path, const BertConfig& c, 
     return w.write(path, err);
 }
 
-// Writes the run's config.json into dir, when the run starts: transformers' config of the run's
-// architecture (BertForMaskedLM or BertForSequenceClassification), and llmc_run — the learning rate
-// and step count the run was given, whose "auto" defaults depend on where the run started, which a
-// resumed run no longer sees. False with *err if it cannot write.
+// What a run records in its config.json (llmc_run) for a resumed run, as strings ("" where the file
+// has none): the learning rate, step count and epochs the run was given, whose defaults depend on
+// where the run started, which a resumed run no longer sees; and what a resumed run must keep: the
+// task ("classify" or "mlm"), the checkpoint the run started from (init: its absolute path, "" for a
+// random init) and the log label. (A file written before epochs, task, init and label were recorded
+// has lr and max_steps only.)
+struct BertRunSettings {
+    std::string lr, max_steps, epochs, task, init, label;
+};
+
+// Writes the run's config.json into dir, when the run starts (and again when it resumes): transformers'
+// config of the run's architecture (BertForMaskedLM or BertForSequenceClassification) and llmc_run,
+// the run's settings. False with *err if it cannot write.
 inline bool write_bert_run_config(const std::string& dir, const BertConfig& c, BertHead head,
-                                  const std::vector<std::string>& label_names, float dropout, float lr, int max_steps,
-                                  std::string* err) {
-    char run[160];
-    snprintf(run, sizeof(run), "  \"llmc_run\": {\"lr\": \"%.9g\", \"max_steps\": \"%d\"},\n", lr, max_steps);
+                                  const std::vector<std::string>& label_names, float dropout,
+                                  const BertRunSettings& r, std::string* err) {
+    std::string run = "  \"llmc_run\": {\"lr\": " + json::quote(r.lr) + ", \"max_steps\": " + json::quote(r.max_steps) +
+                      ", \"epochs\": " + json::quote(r.epochs) + ", \"task\": " + json::quote(r.task) +
+                      ", \"init\": " + json::quote(r.init) + ", \"label\": " + json::quote(r.label) + "},\n";
     std::string json = bert_config_json(c, head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification",
                                         false, label_names, dropout, run);
     return write_file_atomic(dir + "/config.json", {{json.data(), json.size()}}, err);
 }
 
-// The llmc_run settings in the run's config.json in dir, as (key, value) strings: "lr" and
-// "max_steps", those present; none if the file cannot be read or parsed.
-inline std::vector<std::pair<std::string, std::string>> read_bert_run_settings(const std::string& dir) {
-    std::vector<std::pair<std::string, std::string>> settings;
+// The llmc_run settings of the run's config.json in dir, those present; all "" if the file cannot be
+// read or parsed. A file without llmc_run's task (written before it was recorded) gives the task of
+// its architecture.
+inline BertRunSettings read_bert_run_settings(const std::string& dir) {
+    BertRunSettings r;
     std::vector<uint8_t> bytes;
     json::Value root;
     std::string err;
-    if (read_whole_file(dir + "/config.json", &bytes, &err) &&
-        json::parse((const char*)bytes.data(), bytes.size(), &root, &err))
-        if (const json::Value* run = root.get("llmc_run"))
-            for (const char* key : {"lr", "max_steps"}) {
-                const json::Value* v = run->get(key);
-                if (v && v->type == json::Value::String) settings.emplace_back(key, v->str);
-            }
-    return settings;
+    if (!read_whole_file(dir + "/config.json", &bytes, &err) ||
+        !json::parse((const char*)bytes.data(), bytes.size(), &root, &err))
+        return r;
+    if (const json::Value* run = root.get("llmc_run")) {
+        std::pair<const char*, std::string*> keys[] = {{"lr", &r.lr},     {"max_steps", &r.max_steps},
+                                                       {"epochs", &r.epochs}, {"task", &r.task},
+                                                       {"init", &r.init}, {"label", &r.label}};
+        for (auto& [key, field] : keys) {
+            const json::Value* v = run->get(key);
+            if (v && v->type == json::Value::String) *field = v->str;
+        }
+    }
+    const json::Value* arch = root.get("architectures");
+    if (r.task.empty() && arch && arch->type == json::Value::Array && arch->items.size() == 1 &&
+        arch->items[0].type == json::Value::String)
+        r.task = arch->items[0].str == "BertForMaskedLM"                 ? "mlm"
+                 : arch->items[0].str == "BertForSequenceClassification" ? "classify"
+                                                                          : "";
+    return r;
 }

@@ -19,6 +19,9 @@ struct BertTrainOptions : RunOptions {
     double mask_rate = 0.15;
     bool bench = false;                  // --bench: time the steps only (no evaluation), print a summary line
     bool cuda_graphs = true;             // replay the micro-step from a CUDA graph (BERT::train_micro_step)
+    // Not an option: the checkpoint the run started from (absolute path; "" for a random init), which
+    // the trainer resolves from --init and records in the run's config.json for a resumed run.
+    std::string init_path;
     BertTrainOptions() {
         B = 32;
         lr = 2e-5f;

@@ -4,8 +4,10 @@
 // bundled default task) and the tiny BERT fixtures of test/fixtures:
 //   --help lists the options with their defaults; every bad input (a missing or corrupt shard, a label
 //   beyond the model's num_labels, a shard of another vocabulary, a corrupt safetensors header, bad
-//   option values, shards of the other task) stops with one line naming the problem and a non-zero
-//   exit; a short classification run on the bundled task's sentences lowers the loss and reports
+//   option values, shards of the other task, validation shards or a fine-tuned checkpoint whose label
+//   names differ from the training shards') stops with one line naming the problem and a non-zero
+//   exit; resuming refuses what would silently change the run (another task, model, tf32 for fp32,
+//   shards with other label names) and keeps the run's epochs and log label; a short classification run on the bundled task's sentences lowers the loss and reports
 //   accuracy, the majority-class rate and F1; a run stopped with --stop-after and resumed is
 //   bit-identical to an uninterrupted one (fp32 and bf16, dropout on: the same losses, the same final
 //   model and optimizer state, byte for byte); two runs with the same seed are identical and different
@@ -267,6 +269,50 @@ void test_resume(const char* name, const std::string& args, int steps, int stop)
     th::report(count == "0 ", label.c_str(), "%s", count.c_str());
 }
 
+// The line of out that starts with `prefix` ("" if none).
+std::string line_of(const std::string& out, const std::string& prefix) {
+    size_t at = out.rfind(prefix, 0) == 0 ? 0 : out.find("\n" + prefix);
+    if (at == std::string::npos) return "";
+    at += at ? 1 : 0;
+    return out.substr(at, out.find('\n', at) - at);
+}
+
+// Resuming takes the model, the task and the schedule from the run: a run of 3 epochs stopped after 2
+// steps, resumed with -y alone, keeps its 18 steps (and warmup) and its log label; another task, a
+// --config or --init other than the run's, tf32 for fp32 and shards with other label names are refused
+// (before anything is written), the run's own --config accepted.
+void test_resume_refusals(const std::string& cls3, const std::string& mlm) {
+    std::string dir = g_tmp + "/resume_checks", args = "-i " + cls3 + " -j '' -b 16 -t 32 --eval-first 0 -o " + dir;
+    th::ChildOutput first = run("--config tiny --epochs 3 -n 1 --stop-after 2 " + args);
+    std::string batch = line_of(first.text, "batch: ");
+    th::report(exited(first, 0) && batch.find("18 steps (6 per epoch)") != std::string::npos,
+               "resume checks: a run of 3 epochs (18 steps) stopped after step 2", "%s", batch.c_str());
+    std::string renamed = g_tmp + "/cls3_renamed.bin";
+    write_renamed(cls3, renamed, {"classc", "classb", "classa"});
+    expect_error("refused on resume: another --task", "--task mlm -y -i " + mlm + " -j '' -b 16 -t 32 -o " + dir,
+                 "the run was trained with --task classify, this run has --task mlm (resuming must not change it)");
+    expect_error("refused on resume: another --config", "--config mini -y " + args,
+                 "option --config: mini is 4 layers, 256 channels, but resuming takes the model from the checkpoint");
+    expect_error("refused on resume: --init (the run started from a random init)",
+                 "--init " + kFixtures + "bert_tiny_cls -y " + args,
+                 "resuming takes the model from the checkpoint (the run started from a random init)");
+    expect_error("refused on resume: --precision tf32 for an fp32 run", "--precision tf32 -y " + args,
+                 "the checkpoint was trained with --precision fp32, this run has tf32");
+    expect_error("refused on resume: shards with other label names",
+                 "-y -i " + renamed + " -j '' -b 16 -t 32 --eval-first 0 -o " + dir,
+                 "the checkpoint's classifier has labels classa, classb, classc (id2label)");
+    th::ChildOutput second = run("--config tiny -y --stop-after 1 " + args);
+    std::string log = slurp(dir + "/log.jsonl");
+    size_t at = log.find("{\"event\":\"resume\"");
+    bool label = at != std::string::npos && log.find("\"label\":\"bert-tiny classify fp32\"", at) != std::string::npos;
+    th::report(exited(second, 0) && line_of(second.text, "batch: ") == batch &&
+                   second.text.find("stopped after step 3 of 18") != std::string::npos,
+               "resumed with -y and the run's own --config: the same 18 steps and warmup (--epochs 3 kept)", "%s",
+               line_of(second.text, "batch: ").c_str());
+    th::report(label, "the resumed run keeps its log label (bert-tiny classify fp32)", "%s",
+               at == std::string::npos ? "no resume line" : log.substr(at, log.find('\n', at) - at).c_str());
+}
+
 // Same seed: the same losses; another seed: other losses (dropout on).
 void test_seeds(const std::string& args) {
     std::vector<double> a = step_losses(run(args + " --seed 5").text), b = step_losses(run(args + " --seed 5").text),
@@ -481,6 +527,7 @@ int main(int argc, char** argv) {
     // accumulation, 5 steps.
     test_resume("fp32", fixture + " --epochs 1", 24, 4);
     test_resume("bf16", fixture + " -l 1e-3 --precision bf16 -d 8 --max-steps 5", 5, 2);
+    test_resume_refusals(cls3, mlm);
     test_cuda_graphs("classify", fixture + " -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0");
     test_cuda_graphs("mlm", "--task mlm --init " + kFixtures + "bert_tiny_mlm -i " + mlm + " -j " + mlm_val +
                                 " -b 4 -t 48 -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0 --mask-rate 0.3");
