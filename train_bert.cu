@@ -1019,8 +1019,12 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         } else {
             snprintf(what, sizeof(what), "MLM accuracy %.2f%% (%lld masked tokens)", 100 * e.accuracy(), e.rows);
         }
-        printf("eval step %d (epoch %.2f) | val loss %.6f | %s | %.1f s\n", step, (double)step / steps_per_epoch,
-               e.loss(), what, secs);
+        if (e.rows == 0)  // MLM: not one masked token in the split (short sequences, a low --mask-rate)
+            printf("eval step %d (epoch %.2f) | no masked tokens to evaluate (val loss and accuracy undefined) | %.1f s\n",
+                   step, (double)step / steps_per_epoch, secs);
+        else
+            printf("eval step %d (epoch %.2f) | val loss %.6f | %s | %.1f s\n", step, (double)step / steps_per_epoch,
+                   e.loss(), what, secs);
         fflush(stdout);
         JsonFields fields;
         fields.number("loss", e.loss()).number("accuracy", e.accuracy()).integer("rows", e.rows);
@@ -1098,7 +1102,14 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             counted++;
         }
         loss = counted ? loss / counted : NAN;
-        f.loss = all_reduce_mean_scalar(dist, loss);
+        // The mean over the ranks that had a loss: an MLM rank without masked tokens has none (when
+        // every rank has one, the sum over the ranks divided by their number, as before).
+        double ranks_counted = all_reduce_sum_scalar(dist, counted ? 1.0 : 0.0);
+        f.loss = all_reduce_sum_scalar(dist, counted ? loss : 0.0) / ranks_counted;
+        if (rows == 0) {  // no rank had a masked token: no loss (NaN, null in the log) and a zero gradient
+            f.loss = NAN;
+            f.note = " (no masked tokens in this step: no loss, zero gradient)";
+        }
         f.norm = model.last_grad_norm();
         f.units = (double)total;
         f.flops = flops;
@@ -1364,9 +1375,10 @@ int train_bert_main(int argc, char** argv) {
         }
     }
     if (random) init = bert_random_init(config, o.seed);
-    if (default_task)
+    if (default_task)  // the shards it uses: -j may name others, or none
         printf("task: the bundled default — is a line from a Shakespeare comedy or from a tragedy? (%s, %s: "
-               "dev/data/prepare_bert_default.py)\n", kBertDefaultTrain, kBertDefaultVal);
+               "dev/data/prepare_bert_default.py)\n", o.train_pattern.c_str(),
+               o.val_pattern.empty() ? "no validation" : o.val_pattern.c_str());
     printf("data: %s: %zu sequences%s", o.train_pattern.c_str(), train.num_sequences(), mlm ? "" : ", labels ");
     for (size_t k = 0; k < label_names.size(); k++) printf("%s%s", k ? ", " : "", label_names[k].c_str());
     if (val) printf(" | val %s: %zu sequences", o.val_pattern.c_str(), val->num_sequences());

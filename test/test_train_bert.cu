@@ -12,8 +12,8 @@
 //   bit-identical to an uninterrupted one (fp32 and bf16, dropout on: the same losses, the same final
 //   model and optimizer state, byte for byte); two runs with the same seed are identical and different
 //   seeds differ (dropout on); CUDA graphs on and off are bit-identical (fp16, accumulation, dropout
-//   on; classification and MLM); MLM pretraining runs and reports MLM accuracy; --export-hf writes what
-//   our own loader reads back. And in this process, on the model: with dropout on, backward()'s
+//   on; classification and MLM); MLM pretraining runs and reports MLM accuracy, and says so where a
+//   step or the val split has no masked token; --export-hf writes what our own loader reads back. And in this process, on the model: with dropout on, backward()'s
 //   gradient is the gradient of the loss under the masks forward() drew (both heads).
 //
 // `test_train_bert --export DIR` instead writes what test/hf_train_bert_export.py hands to
@@ -313,6 +313,34 @@ void test_resume_refusals(const std::string& cls3, const std::string& mlm) {
                at == std::string::npos ? "no resume line" : log.substr(at, log.find('\n', at) - at).c_str());
 }
 
+// The bundled task with -j '': the task line names the shards used, and no validation.
+void test_default_task_without_val() {
+    th::ChildOutput c = run("--config tiny -j '' -b 4 -t 32 --max-steps 1");
+    std::string task = line_of(c.text, "task: ");
+    th::report(exited(c, 0) && task.find("(dev/data/bert/genre_train.bin, no validation:") != std::string::npos &&
+                   task.find("genre_val") == std::string::npos,
+               "bundled task with -j '': the task line says no validation", "%s", task.c_str());
+}
+
+// MLM on sequences with one maskable token at --mask-rate 0.001: steps and the val split without a
+// masked token say so instead of printing a NaN loss as if diverged; log.jsonl holds null losses.
+void test_no_masked_tokens() {
+    std::string mlm3 = th::write_bert_test_shard(g_tmp, "mlm3.bin", BertShardKind::MLM, 64, 3, 500, 0, 7);
+    std::string dir = g_tmp + "/no_masked";
+    th::ChildOutput c = run("--task mlm --config tiny -i " + mlm3 + " -j " + mlm3 + " -b 2 --max-steps 3 " +
+                            "--mask-rate 0.001 -o " + dir);
+    std::string log = slurp(dir + "/log.jsonl");
+    bool said = c.text.find("loss nan (no masked tokens in this step: no loss, zero gradient) | norm 0.0000") !=
+                    std::string::npos &&
+                c.text.find("loss nan |") == std::string::npos;
+    bool eval = c.text.find("eval step 3 (epoch 0.09) | no masked tokens to evaluate") != std::string::npos;
+    bool json = log.find("\"loss\":null") != std::string::npos && log.find("nan") == std::string::npos;
+    th::report(exited(c, 0) && said && eval && json,
+               "MLM without masked tokens: the step and eval lines say so, log.jsonl has null losses",
+               "exit %d, step line %s, eval line %s, log %s", WEXITSTATUS(c.status), said ? "ok" : "missing",
+               eval ? "ok" : "missing", json ? "ok" : "not null");
+}
+
 // Same seed: the same losses; another seed: other losses (dropout on).
 void test_seeds(const std::string& args) {
     std::vector<double> a = step_losses(run(args + " --seed 5").text), b = step_losses(run(args + " --seed 5").text),
@@ -520,6 +548,7 @@ int main(int argc, char** argv) {
     test_help();
     test_refusals(cls3, cls4, v200, mlm);
     test_default_task();
+    test_default_task_without_val();
     test_label_names(cls3);
     std::string fixture = "--init " + kFixtures + "bert_tiny_cls -i " + cls3 + " -j " + cls3_val + " -b 4 -t 32";
     // fp32: one epoch (24 steps) with --lr and --max-steps left at auto (the resumed run must take the
@@ -533,6 +562,7 @@ int main(int argc, char** argv) {
                                 " -b 4 -t 48 -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0 --mask-rate 0.3");
     test_seeds("--config tiny -i " + cls3 + " -b 4 -t 32 --max-steps 4 --eval-first 0 -l 1e-3");
     test_mlm(mlm, mlm_val);
+    test_no_masked_tokens();
     test_dropout_gradients(BertHead::Classify);
     test_dropout_gradients(BertHead::MLM);
     test_export(cls3);
