@@ -1056,6 +1056,9 @@ void check_resumable(const TrainState& s, const TrainOptions& o, const GPT2<floa
 // tokens per step into micro-steps; below 8, the largest power of two that fits. Exits if none does.
 template <class floatX>
 int auto_batch_size(GPT2<floatX>& model, int T, long long total_tokens) {
+    if (total_tokens % T != 0)
+        data_error("option --total-batch-size: %lld tokens per step is not a multiple of T=%d, so no micro-batch "
+                   "of whole sequences divides it (--batch-size auto)", total_tokens, T);
     size_t free_b, total_b;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     size_t budget = (size_t)(0.9 * free_b);
@@ -1356,6 +1359,7 @@ int train_gpt2_main(int argc, char** argv) {
     // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
     Distributed dist = distributed_init(&argc, &argv);
     if (dist.rank > 0 && !freopen("/dev/null", "w", stdout)) distributed_fatal("cannot silence stdout");  // rank 0 prints
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as printed, also into a file or a pipe (a job's log)
     Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards (GPU, or the CPU backend when built with CPU=1). "
                           "Data parallel on N GPUs: mpirun -np N ./train_gpt2 ... (scripts/run_multi_gpu.sh).");
     TrainOptions o;
@@ -1375,6 +1379,9 @@ int train_gpt2_main(int argc, char** argv) {
     bool tiny = spec == "tiny";
     std::string from_file;  // the checkpoint the model comes from ("" for a random init)
     bool llmc_file = true;
+    if (spec.size() >= 2 && spec[0] == 'd' && spec.find_first_not_of("0123456789", 1) == std::string::npos &&
+        !config_from_depth(spec, &config))
+        cli.fail("option --init: %s is not a depth from d1 to d128", spec.c_str());
     if (from.found()) {
         init = load_checkpoint(from.model_path, &config);
         from_file = from.model_path;
@@ -1390,8 +1397,16 @@ int train_gpt2_main(int argc, char** argv) {
         config.max_seq_len = tiny && !cli.given("max-seq-len") ? 128 : (int)cli.integer("max-seq-len", 1, 1 << 20);
         config.vocab_size = (int)cli.integer("vocab-size", 1, 1 << 24);
         config.padded_vocab_size = pad_vocab(config.vocab_size);
-        if (config.channels % config.num_heads != 0)
-            cli.fail("option --heads: %d does not divide channels %d", config.num_heads, config.channels);
+        if (config.channels % config.num_heads != 0) {
+            if (cli.given("heads"))
+                cli.fail("option --heads: %d does not divide channels %d", config.num_heads, config.channels);
+            cli.fail("option --channels: %d is not a multiple of the %d heads of %s (give --heads)", config.channels,
+                     config.num_heads, spec.c_str());
+        }
+        int hs = config.channels / config.num_heads;
+        if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
+            cli.fail("option --%s: head size C/NH = %d/%d = %d; the attention kernels take 16, 32, 64 or 128",
+                     cli.given("heads") ? "heads" : "channels", config.channels, config.num_heads, hs);
         resolve_moe_options(cli, o, &config, "", false);
         init = random_init(config, o.seed);
     } else {
@@ -1401,6 +1416,21 @@ int train_gpt2_main(int argc, char** argv) {
         init = hf ? load_hf_gpt2(spec, &config) : load_checkpoint(spec, &config);
         from_file = spec;
         llmc_file = !hf;
+    }
+    if (!from_file.empty()) {
+        // The shape options make a random init; a model from a file has its shape. Given anyway (one
+        // command line for a job restarted with -y), they must describe that shape.
+        const struct { const char* name; int value; } shape[] = {
+            {"layers", config.num_layers}, {"channels", config.channels}, {"heads", config.num_heads},
+            {"max-seq-len", config.max_seq_len}, {"vocab-size", config.vocab_size}};
+        for (const auto& k : shape)
+            if (cli.given(k.name) && cli.integer(k.name, 1, 1 << 24) != k.value)
+                cli.fail("option --%s: %lld, but the model from %s has %d (the shape options set a random init's)",
+                         k.name, cli.integer(k.name, 1, 1 << 24), from_file.c_str(), k.value);
+        int hs = config.num_heads > 0 ? config.channels / config.num_heads : 0;
+        if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
+            data_error("%s: head size C/NH = %d/%d = %d; the attention kernels take 16, 32, 64 or 128",
+                       from_file.c_str(), config.channels, config.num_heads, hs);
     }
     if (!from_file.empty()) resolve_moe_options(cli, o, &config, from_file, llmc_file);
     resolve_expert_parallel(cli, o, config, dist.world);

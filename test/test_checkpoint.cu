@@ -252,13 +252,22 @@ int main(int argc, char** argv) {
              th::step_losses(exp.text).empty();
         th::report(ok, "train_gpt2 --export-hf into a path it cannot create: refused before training", "%s",
                    th::last_lines(exp.text).c_str());
-        const char* adam[][2] = {{"--beta1 1", "option --beta1: 1, but AdamW's betas must be below 1"},
-                                 {"--beta2 1", "option --beta2: 1, but AdamW's betas must be below 1"},
-                                 {"--adam-eps 0", "option --adam-eps: must be above 0"}};
-        for (const auto& a : adam) {
-            th::ChildOutput r = th::run_command(tiny + a[0] + " 2>&1");
-            th::report(!th::exited_ok(r) && r.text.find(a[1]) != std::string::npos,
-                       ("train_gpt2 " + std::string(a[0]) + ": refused").c_str(), "%s", th::last_lines(r.text).c_str());
+        // Also refused by name before anything is allocated: a head size the attention kernels do not
+        // have, a shape option that contradicts the model file's shape, a depth out of range, tokens
+        // per step that no micro-batch of whole sequences divides.
+        const std::string model = dir + "/model_00000002.bin";
+        const std::string refused[][2] = {
+            {"--beta1 1", "option --beta1: 1, but AdamW's betas must be below 1"},
+            {"--beta2 1", "option --beta2: 1, but AdamW's betas must be below 1"},
+            {"--adam-eps 0", "option --adam-eps: must be above 0"},
+            {"--heads 32", "option --heads: head size C/NH = 32/32 = 1; the attention kernels take 16, 32, 64 or 128"},
+            {"-e " + model + " --channels 64", "option --channels: 64, but the model from " + model + " has 32"},
+            {"-e d129", "option --init: d129 is not a depth from d1 to d128"},
+            {"-b auto -d 40", "option --total-batch-size: 40 tokens per step is not a multiple of T=16"}};
+        for (const auto& r : refused) {
+            th::ChildOutput c = th::run_command(tiny + r[0] + " 2>&1");
+            th::report(!th::exited_ok(c) && c.text.find(r[1]) != std::string::npos && th::step_losses(c.text).empty(),
+                       ("train_gpt2 " + r[0] + ": refused").c_str(), "%s", th::last_lines(c.text).c_str());
         }
     }
 
