@@ -55,16 +55,30 @@ FuncAttributes& func_attrs() {
     return *f;
 }
 
-size_t physical_memory() {
-    return (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+// The host memory a new allocation can still get: /proc/meminfo's MemAvailable (what the kernel
+// can give without swapping, other processes' use left out; SIMT_MEMINFO names another file, for
+// tests), at most physical memory.
+size_t available_memory() {
+    size_t bytes = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    const char* meminfo = getenv("SIMT_MEMINFO");
+    if (FILE* f = fopen(meminfo && *meminfo ? meminfo : "/proc/meminfo", "r")) {
+        char line[256];
+        unsigned long long kib;
+        while (fgets(line, sizeof(line), f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) bytes = std::min(bytes, (size_t)kib * 1024);
+        fclose(f);
+    }
+    return bytes;
 }
 
 // The virtual device's memory: SIMT_DEVICE_MEMORY ("24G", "512M", bytes), else the profile's, capped
-// by physical memory (the device's memory is host memory: more would end in the host running out).
+// by the host memory available when the process first asks (the device's memory is host memory:
+// more, e.g. all of the RAM for --batch-size auto to fill, would end in the host running out). Read
+// once, so that the free memory the device reports changes only with its own allocations.
 size_t& device_memory_setting() {
     static size_t bytes = [] {
         const char* e = getenv("SIMT_DEVICE_MEMORY");
-        if (!e || !*e) return std::min(device_profile().memory, physical_memory());
+        if (!e || !*e) return std::min(device_profile().memory, available_memory());
         char* end = nullptr;
         double v = strtod(e, &end);
         double unit = 1;

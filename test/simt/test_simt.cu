@@ -10,6 +10,9 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -649,10 +652,18 @@ int print_device() {
 }
 
 // SIMT_DEVICE chooses the GPU whose limits the virtual device reports; the name (which names any profile
-// but the default) matches no GPU of the MFU table; the memory is the GPU's, at most the host's; an
+// but the default) matches no GPU of the MFU table; the memory is the GPU's, at most the host memory
+// available (MemAvailable of a planted meminfo: 1 TiB, so physical memory caps it, then 16 GiB); an
 // unknown value stops with the accepted ones.
 void test_device_profiles(const char* self) {
     size_t host_gib = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) >> 30;
+    char meminfo[] = "/tmp/test_simt_meminfo_XXXXXX";
+    int fd = mkstemp(meminfo);
+    auto plant = [&](unsigned long long kib) {
+        std::string text = "MemTotal: 999 kB\nMemFree: 999 kB\nMemAvailable: " + std::to_string(kib) + " kB\n";
+        if (fd < 0 || pwrite(fd, text.data(), text.size(), 0) != (ssize_t)text.size() || ftruncate(fd, text.size()) != 0)
+            th::report(false, "planted meminfo written", "%s", meminfo);
+    };
     struct Expect {
         const char* key;     // SIMT_DEVICE ("": unset)
         const char* limits;  // as print_device writes them
@@ -670,18 +681,26 @@ void test_device_profiles(const char* self) {
         {"l4", "cc=8.9 sms=8 threads_per_sm=1536 blocks_per_sm=24 smem_block=49152 optin=101376/101376 "
                "smem_sm=102400", 24},
     };
-    for (const Expect& e : profiles) {
-        const std::string key = *e.key ? e.key : "h100";
-        th::ChildOutput child = th::run_command(std::string("SIMT_DEVICE_MEMORY= SIMT_DEVICE=") + e.key + " " + self +
-                                                " --print-device 2>&1");
-        std::string suffix = key == "h100" ? "" : ", SIMT_DEVICE=" + key;
-        std::string want = std::string(e.limits) + " memory_gib=" + std::to_string(std::min(e.memory_gib, host_gib)) +
-                           " peak=0 name=SIMT CPU backend (virtual device" + suffix + ")";
-        std::string got = child.text.substr(0, child.text.find('\n'));
-        std::string name = std::string("device profile SIMT_DEVICE=") + (*e.key ? e.key : "(unset)");
-        th::report(child.status == 0 && got == want, name.c_str(), "%s%s%s", got.c_str(), got == want ? "" : " | want ",
-                   got == want ? "" : want.c_str());
+    for (size_t available_gib : {(size_t)1024, (size_t)16}) {
+        plant(available_gib << 20);
+        for (const Expect& e : profiles) {
+            const std::string key = *e.key ? e.key : "h100";
+            th::ChildOutput child = th::run_command(std::string("SIMT_MEMINFO=") + meminfo +
+                                                    " SIMT_DEVICE_MEMORY= SIMT_DEVICE=" + e.key + " " + self +
+                                                    " --print-device 2>&1");
+            std::string suffix = key == "h100" ? "" : ", SIMT_DEVICE=" + key;
+            size_t gib = std::min({e.memory_gib, host_gib, available_gib});
+            std::string want = std::string(e.limits) + " memory_gib=" + std::to_string(gib) +
+                               " peak=0 name=SIMT CPU backend (virtual device" + suffix + ")";
+            std::string got = child.text.substr(0, child.text.find('\n'));
+            std::string name = std::string("device profile SIMT_DEVICE=") + (*e.key ? e.key : "(unset)") +
+                               ", host memory available: " + std::to_string(available_gib) + " GiB";
+            th::report(child.status == 0 && got == want, name.c_str(), "%s%s%s", got.c_str(),
+                       got == want ? "" : " | want ", got == want ? "" : want.c_str());
+        }
     }
+    if (fd >= 0) close(fd);
+    unlink(meminfo);
     th::ChildOutput bad = th::run_command(std::string("SIMT_DEVICE=v100 ") + self + " --print-device 2>&1");
     std::string line = bad.text.substr(0, bad.text.find('\n'));
     th::report(bad.status != 0 && line.find("accepted: h100, a100, rtx3090, l4") != std::string::npos &&
