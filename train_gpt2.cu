@@ -997,9 +997,13 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
 
 // The run's precision as saved in training states: Precision's codes, and 3 for fp8 (bf16 storage
 // with fp8 GEMMs), with its name.
-inline int precision_code(const TrainOptions& o) { return o.fp8 ? 3 : (int)o.precision; }
+// The training state's precision: the storage type's (0-2), fp8 (3), or fp32 with TF32 matmuls (4),
+// whose products round differently: a resumed run keeps its precision, TF32 included.
+inline int precision_code(const TrainOptions& o) {
+    return o.fp8 ? 3 : o.precision == Precision::FP32 && o.tf32 ? 4 : (int)o.precision;
+}
 inline const char* precision_code_name(int code) {
-    return code == 3 ? "fp8" : code >= 0 && code <= 2 ? precision_name((Precision)code) : "unknown";
+    return code == 3 ? "fp8" : code == 4 ? "tf32" : code >= 0 && code <= 2 ? precision_name((Precision)code) : "unknown";
 }
 
 // A step's MoE figures from its micro-steps' (accum, Lm, 2 + E) values (GPT2::fetch_moe_stats): the
@@ -1322,6 +1326,13 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
             extra.number("aux_loss", m.aux).number("z_loss", m.z).raw("expert_load", m.load_json);
         }
         reporter.report(f, extra);
+        // A loss that is not finite: the model diverged, or its weights or data hold non-finite values.
+        // The update has carried it into the weights, so every later step would train on NaN and every
+        // checkpoint save it: stop before one does. (fp16's overflows are in the gradients, which the
+        // loss scaler skips; its loss stays finite.)
+        if (!std::isfinite(f.loss))
+            data_error("step %d: the loss is %g: training diverged (lower --lr?) or the model or data hold "
+                       "non-finite values; stopped, nothing saved from this step on", f.done, f.loss);
         int done = f.done;
         bool last = done == end_step;
         if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) save(done);

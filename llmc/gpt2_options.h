@@ -149,6 +149,13 @@ inline void resolve_gpt2_options(Cli& cli, TrainOptions* o, const Distributed& d
         if (!tok.can_encode())
             cli.fail("option --prompt: %s cannot encode text (not a byte-level BPE)", o->tokenizer_path.c_str());
         o->prompt_tokens = tok.encode(o->prompt);
+    } else if (o->gen_tokens > 0 && cli.given("tokenizer")) {
+        // Samples come after training: a tokenizer named on the command line that cannot be read
+        // stops the run now. (The default is the bundled file, missing only when the program runs
+        // from another directory: then the run trains, and says at the end that it skipped them.)
+        Tokenizer tok;
+        std::string err;
+        if (!tok.load(o->tokenizer_path, &err)) cli.fail("option --tokenizer: %s", err.c_str());
     }
     std::string why;
     if (o->fp8 && !fp8_supported(0, &why)) cli.fail("option --precision: %s", why.c_str());

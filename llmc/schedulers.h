@@ -30,31 +30,33 @@ inline const char* lr_schedule_name(LRSchedule s) {
 struct LRScheduler {
     LRSchedule kind = LRSchedule::Cosine;
     float max_lr = 3e-4f;
-    int warmup = 0;             // steps of linear warmup from ~0 to max_lr
-    int total = 1;              // total steps of the run
-    float final_fraction = 0.f; // the lr at the last step, as a fraction of max_lr
-    float decay_fraction = 0.2f;// WSD: the share of the run spent decaying at the end
+    int warmup = 0;              // steps of linear warmup from max_lr/warmup to max_lr
+    int total = 1;               // total steps of the run
+    float final_fraction = 0.f;  // the lr the decay heads for, as a fraction of max_lr
+    float stable_fraction = 0.8f;// WSD: the decay starts at this share of the run
 
-    // Learning rate of step (0-based): linear warmup for every schedule, then the schedule's shape
-    // from max_lr down to final_fraction * max_lr at the last step.
+    // Learning rate of step (0-based), as llm.c's schedulers compute it: linear warmup for every
+    // schedule ((step + 1)/warmup of max_lr), then the schedule's shape at the decay ratio
+    // (step - warmup)/(total - warmup), which goes from 0 at the first step after warmup towards 1 at
+    // step `total`, one past the last: the last step still has an lr above the final one (a one-step
+    // run trains at max_lr), as in llm.c and in transformers' schedules with warmup.
     float lr(int step) const {
         float min_lr = max_lr * final_fraction;
-        if (step < warmup) return max_lr * (step + 1) / warmup;
-        if (kind == LRSchedule::Constant) return max_lr;
-        int span = total - warmup;
-        float progress = span <= 1 ? 1.f : (float)(step - warmup) / (float)(span - 1);
-        if (progress > 1.f) progress = 1.f;
+        if (step < warmup) return max_lr * (float)(step + 1) / (float)warmup;
+        float ratio = (float)(step - warmup) / (float)(total - warmup);
+        if (ratio > 1.f) ratio = 1.f;
         switch (kind) {
             case LRSchedule::Cosine:
-                return min_lr + 0.5f * (max_lr - min_lr) * (1.f + std::cos((float)M_PI * progress));
+                return min_lr + 0.5f * (1.f + std::cos((float)M_PI * ratio)) * (max_lr - min_lr);
             case LRSchedule::Linear:
-                return max_lr + (min_lr - max_lr) * progress;
+                return max_lr - ratio * (max_lr - min_lr);
             case LRSchedule::WSD: {
-                int decay_steps = (int)std::lround(decay_fraction * total);
-                int decay_start = total - decay_steps;
-                if (step < decay_start || decay_steps <= 0) return max_lr;
-                float d = decay_steps <= 1 ? 1.f : (float)(step - decay_start) / (float)(decay_steps - 1);
-                return max_lr + (min_lr - max_lr) * (d > 1.f ? 1.f : d);
+                // warmup, max_lr until the decay point, then the "1 - sqrt" cooldown of Hägele et al.
+                // (2024) to min_lr at step `total`
+                int decay_point = (int)(stable_fraction * (float)total);
+                if (step < decay_point) return max_lr;
+                float d = (float)(step - decay_point) / (float)(total - decay_point);
+                return min_lr + (1.f - std::sqrt(d > 1.f ? 1.f : d)) * (max_lr - min_lr);
             }
             default: return max_lr;
         }

@@ -263,7 +263,28 @@ int main(int argc, char** argv) {
             {"--heads 32", "option --heads: head size C/NH = 32/32 = 1; the attention kernels take 16, 32, 64 or 128"},
             {"-e " + model + " --channels 64", "option --channels: 64, but the model from " + model + " has 32"},
             {"-e d129", "option --init: d129 is not a depth from d1 to d128"},
-            {"-b auto -d 40", "option --total-batch-size: 40 tokens per step is not a multiple of T=16"}};
+            {"-b auto -d 40", "option --total-batch-size: 40 tokens per step is not a multiple of T=16"},
+            {"-g 4 --tokenizer " + g_tmp + "/no_tokenizer.bin", "option --tokenizer: cannot open " + g_tmp +
+                                                                 "/no_tokenizer.bin"}};
+        // A model whose first weight (token 0's embedding, tied to the classifier) is NaN: every
+        // logits row and so the loss is NaN at step 1. The run stops there, before any checkpoint.
+        {
+            std::string bytes = slurp(model), nan_model = g_tmp + "/nan_model.bin";
+            const float nan = NAN;
+            bool planted = bytes.size() > 1028;
+            if (planted) memcpy(&bytes[1024], &nan, 4);  // after llm.c's 256-int header
+            FILE* f = fopen(nan_model.c_str(), "wb");
+            if (f) {
+                planted = fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && planted;
+                fclose(f);
+            }
+            th::ChildOutput c = th::run_command(tiny + "-e " + nan_model + " -n 1 -o " + g_tmp + "/nan_run 2>&1");
+            bool ok = planted && !th::exited_ok(c) &&
+                      c.text.find("step 1: the loss is nan: training diverged") != std::string::npos &&
+                      complete_checkpoints(g_tmp + "/nan_run").empty();
+            th::report(ok, "train_gpt2: a loss that is not finite stops the run, before any checkpoint", "%s",
+                       th::last_lines(c.text).c_str());
+        }
         for (const auto& r : refused) {
             th::ChildOutput c = th::run_command(tiny + r[0] + " 2>&1");
             th::report(!th::exited_ok(c) && c.text.find(r[1]) != std::string::npos && th::step_losses(c.text).empty(),
@@ -422,6 +443,9 @@ int main(int argc, char** argv) {
         TrainOptions s = k;
         s.seed = 7;
         expect_refusal("resume refuses another seed", s, "--seed 42, this run has 7");
+        TrainOptions tf32 = k;
+        tf32.tf32 = true;
+        expect_refusal("resume refuses TF32 matmuls on an fp32 run", tf32, "--precision fp32, this run has tf32");
         TrainOptions opt = k;
         opt.opt.kind = OptimizerKind::SGD;
         expect_refusal("resume refuses another optimizer", opt, "--optimizer adamw, this run has sgd");
