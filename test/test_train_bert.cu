@@ -342,6 +342,31 @@ void test_no_masked_tokens() {
 }
 
 // Same seed: the same losses; another seed: other losses (dropout on).
+// A model whose weights are all NaN (bert_tiny_cls with its tensors' bytes overwritten): the loss of
+// step 1 is NaN, and the run stops there with an error, before it writes a checkpoint.
+void test_nan_loss_stops(const std::string& cls3) {
+    std::string dir = g_tmp + "/nan_model", out = g_tmp + "/nan_run";
+    th::run_command("mkdir -p " + dir + " && cp " + kFixtures + "bert_tiny_cls/config.json " + dir);
+    std::string bytes = slurp(kFixtures + "bert_tiny_cls/model.safetensors");
+    uint64_t header = 0;
+    bool planted = bytes.size() > 8;
+    if (planted) memcpy(&header, bytes.data(), 8);
+    planted = planted && 8 + header + 4 <= bytes.size();
+    const float nan = NAN;
+    for (size_t at = 8 + header; planted && at + 4 <= bytes.size(); at += 4) memcpy(&bytes[at], &nan, 4);
+    FILE* f = fopen((dir + "/model.safetensors").c_str(), "wb");
+    if (f) {
+        planted = fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && planted;
+        fclose(f);
+    }
+    th::ChildOutput c = run("--init " + dir + " -i " + cls3 + " -j '' -b 4 -t 32 --max-steps 3 --eval-first 0 -n 1 -o " +
+                            out);
+    bool ok = planted && !th::exited_ok(c) && c.text.find("step 1: the loss is nan: training diverged") != std::string::npos &&
+              complete_checkpoints(out).empty();
+    th::report(ok, "a loss that is not finite stops the run, before any checkpoint", "%s",
+               th::last_lines(c.text).c_str());
+}
+
 void test_seeds(const std::string& args) {
     std::vector<double> a = step_losses(run(args + " --seed 5").text), b = step_losses(run(args + " --seed 5").text),
                         c = step_losses(run(args + " --seed 6").text);
@@ -563,6 +588,7 @@ int main(int argc, char** argv) {
     test_seeds("--config tiny -i " + cls3 + " -b 4 -t 32 --max-steps 4 --eval-first 0 -l 1e-3");
     test_mlm(mlm, mlm_val);
     test_no_masked_tokens();
+    test_nan_loss_stops(cls3);
     test_dropout_gradients(BertHead::Classify);
     test_dropout_gradients(BertHead::MLM);
     test_export(cls3);
