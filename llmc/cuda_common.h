@@ -17,15 +17,22 @@
 
 
 // Evaluates a CUDA runtime call once; on failure prints the error, the statement, file and line,
-// and exits (a failed allocation or launch leaves nothing worth continuing with).
-#define cudaCheck(call)                                                                       \
-    do {                                                                                      \
-        cudaError_t err_ = (call);                                                            \
-        if (err_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s[CUDA ERROR] %s (%s)\n  in: %s\n  at %s:%d\n", fatal_error_prefix, \
-                    cudaGetErrorString(err_), cudaGetErrorName(err_), #call, __FILE__, __LINE__); \
-            fatal_exit();                                                                     \
-        }                                                                                     \
+// and exits (a failed allocation or launch leaves nothing worth continuing with). An allocation that
+// failed also says how much device memory is free, and what makes a run need less.
+[[noreturn]] inline void cuda_check_failed(cudaError_t err, const char* call, const char* file, int line) {
+    fprintf(stderr, "%s[CUDA ERROR] %s (%s)\n  in: %s\n  at %s:%d\n", fatal_error_prefix, cudaGetErrorString(err),
+            cudaGetErrorName(err), call, file, line);
+    size_t free_b = 0, total_b = 0;
+    if (err == cudaErrorMemoryAllocation && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+        fprintf(stderr, "  the device has %.1f MiB free of %.1f MiB: a smaller model or micro-batch, --recompute, "
+                "--optimizer adamw8bit, or --zero over several GPUs needs less\n", free_b / 1048576.0,
+                total_b / 1048576.0);
+    fatal_exit();
+}
+#define cudaCheck(call)                                                       \
+    do {                                                                      \
+        cudaError_t err_ = (call);                                            \
+        if (err_ != cudaSuccess) cuda_check_failed(err_, #call, __FILE__, __LINE__); \
     } while (0)
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx, the form both

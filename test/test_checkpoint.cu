@@ -285,6 +285,15 @@ int main(int argc, char** argv) {
             th::report(ok, "train_gpt2: a loss that is not finite stops the run, before any checkpoint", "%s",
                        th::last_lines(c.text).c_str());
         }
+        // Device memory too small for the model's state (the CPU backend's virtual device, sized by
+        // SIMT_DEVICE_MEMORY): the failed allocation's error also gives the free memory and what helps.
+        if (kernel_launch_count() >= 0) {
+            th::ChildOutput c = th::run_command("SIMT_DEVICE_MEMORY=1M " + tiny + " 2>&1");
+            bool ok = !th::exited_ok(c) && c.text.find("[CUDA ERROR] out of memory") != std::string::npos &&
+                      c.text.find("MiB free of 1.0 MiB: a smaller model or micro-batch") != std::string::npos;
+            th::report(ok, "train_gpt2 on a device too small for it: out of memory, with the free memory and what helps",
+                       "%s", th::last_lines(c.text).c_str());
+        }
         for (const auto& r : refused) {
             th::ChildOutput c = th::run_command(tiny + r[0] + " 2>&1");
             th::report(!th::exited_ok(c) && c.text.find(r[1]) != std::string::npos && th::step_losses(c.text).empty(),
