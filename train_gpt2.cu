@@ -1429,6 +1429,7 @@ int train_gpt2_main(int argc, char** argv) {
         llmc_file = !hf;
     }
     if (!from_file.empty()) {
+        resolve_moe_options(cli, o, &config, from_file, llmc_file);
         // The shape options make a random init; a model from a file has its shape. Given anyway (one
         // command line for a job restarted with -y), they must describe that shape.
         const struct { const char* name; int value; } shape[] = {
@@ -1443,7 +1444,6 @@ int train_gpt2_main(int argc, char** argv) {
             data_error("%s: head size C/NH = %d/%d = %d; the attention kernels take 16, 32, 64 or 128",
                        from_file.c_str(), config.channels, config.num_heads, hs);
     }
-    if (!from_file.empty()) resolve_moe_options(cli, o, &config, from_file, llmc_file);
     resolve_expert_parallel(cli, o, config, dist.world);
     if (o.T > config.max_seq_len)
         cli.fail("option --seq-len: %d is longer than the model's %d positions", o.T, config.max_seq_len);
