@@ -68,6 +68,19 @@ bool run_tool(const bd::Options& o, std::string* error) {
     return bd::run(o, &s, error);
 }
 
+// The tool as a user runs it, `bert_data ARGS...` through its main in a child process, stdout
+// discarded: exit status and stderr (its trailing newlines removed).
+th::ChildOutput run_command_line(const std::vector<std::string>& args) {
+    th::ChildOutput child = th::run_in_child([&] {
+        std::vector<char*> argv = {(char*)"bert_data"};
+        for (const std::string& a : args) argv.push_back((char*)a.c_str());
+        if (!freopen("/dev/null", "w", stdout)) _exit(9);
+        _exit(bd::main_entry((int)argv.size(), argv.data()));
+    });
+    while (!child.text.empty() && child.text.back() == '\n') child.text.pop_back();
+    return child;
+}
+
 void expect_error(const char* name, const bd::Options& o, const std::string& reason) {
     std::string error;
     bool ok = run_tool(o, &error);
@@ -341,21 +354,12 @@ void test_tool_errors() {
     th::report(refused, "bert_data: bad command lines refused", "%s | %s | %s | %s | %s", e1.c_str(), e2.c_str(), e3.c_str(),
                e4.c_str(), e5.c_str());
     std::string empty_text = dir + "/err/empty_text.tsv", out = dir + "/err/out";
-    th::ChildOutput child = th::run_in_child([&] {
-        const char* argv[] = {"bert_data", "classify", "--vocab", VOCAB, "--out", out.c_str(), empty_text.c_str()};
-        if (!freopen("/dev/null", "w", stdout)) _exit(9);
-        _exit(bd::main_entry(7, (char**)argv));
-    });
-    while (!child.text.empty() && child.text.back() == '\n') child.text.pop_back();
+    th::ChildOutput child = run_command_line({"classify", "--vocab", VOCAB, "--out", out, empty_text});
     th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 1 && child.text.rfind("error: ", 0) == 0 &&
                    child.text.find('\n') == std::string::npos,
                "bert_data: an error exits with status 1 and one line", "exit=%d stderr: %s",
                WIFEXITED(child.status) ? WEXITSTATUS(child.status) : -1, child.text.c_str());
-    child = th::run_in_child([&] {
-        const char* argv[] = {"bert_data", "--help"};
-        if (!freopen("/dev/null", "w", stdout)) _exit(9);
-        _exit(bd::main_entry(2, (char**)argv));
-    });
+    child = run_command_line({"--help"});
     th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0, "bert_data --help exits 0");
 }
 
@@ -439,12 +443,7 @@ void test_no_half_written() {
     // Refused as classify refuses one, through the command line: exit 1, one line, no file or folder.
     write_text(dir + "/keep/one.txt", "one line only\n");
     std::string one = dir + "/keep/one.txt", out = dir + "/keep/one_out/o";
-    th::ChildOutput child = th::run_in_child([&] {
-        const char* argv[] = {"bert_data", "mlm", "--vocab", VOCAB, "--out", out.c_str(), one.c_str()};
-        if (!freopen("/dev/null", "w", stdout)) _exit(9);
-        _exit(bd::main_entry(7, (char**)argv));
-    });
-    while (!child.text.empty() && child.text.back() == '\n') child.text.pop_back();
+    th::ChildOutput child = run_command_line({"mlm", "--vocab", VOCAB, "--out", out, one});
     th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 1 &&
                    child.text.rfind("error: --val-fraction 0.1 leaves no training sequences", 0) == 0 &&
                    child.text.find('\n') == std::string::npos && !std::filesystem::exists(dir + "/keep/one_out"),
