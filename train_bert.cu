@@ -1117,12 +1117,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         extra.integer("rows", rows);
         if (dist.world > 1) extra.number("rank0_loss", loss);
         reporter.report(f, extra);
-        // A loss that is not finite (a step with masked tokens, or classification): the model diverged,
-        // or its weights or data hold non-finite values, and the update has carried it into the
-        // weights: stop before a checkpoint saves them (as train_gpt2 does).
-        if (rows > 0 && !std::isfinite(f.loss))
-            data_error("step %d: the loss is %g: training diverged (lower --lr?) or the model or data hold "
-                       "non-finite values; stopped, nothing saved from this step on", f.done, f.loss);
+        if (rows > 0) stop_on_nonfinite_loss(f.done, f.loss);  // an MLM step without masked tokens has no loss
         int done = f.done;
         bool last = done == end_step;
         if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) {
@@ -1207,8 +1202,7 @@ inline void check_bert_resume(const Cli& cli, const BertTrainOptions& o, const B
 int train_bert_main(int argc, char** argv) {
     // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
     Distributed dist = distributed_init(&argc, &argv);
-    if (dist.rank > 0 && !freopen("/dev/null", "w", stdout)) distributed_fatal("cannot silence stdout");  // rank 0 prints
-    setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as printed, also into a file or a pipe (a job's log)
+    route_run_output(dist);
     Cli cli("train_bert", "Fine-tunes BERT for sequence classification, or pretrains it with masked-language "
             "modeling, on BERT shards (GPU, or the CPU backend when built with CPU=1). With no arguments: the "
             "bundled default task, from the real all-MiniLM-L6-v2 if dev/data/bert/fetch_minilm.sh fetched it.");

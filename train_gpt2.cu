@@ -1326,13 +1326,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
             extra.number("aux_loss", m.aux).number("z_loss", m.z).raw("expert_load", m.load_json);
         }
         reporter.report(f, extra);
-        // A loss that is not finite: the model diverged, or its weights or data hold non-finite values.
-        // The update has carried it into the weights, so every later step would train on NaN and every
-        // checkpoint save it: stop before one does. (fp16's overflows are in the gradients, which the
-        // loss scaler skips; its loss stays finite.)
-        if (!std::isfinite(f.loss))
-            data_error("step %d: the loss is %g: training diverged (lower --lr?) or the model or data hold "
-                       "non-finite values; stopped, nothing saved from this step on", f.done, f.loss);
+        stop_on_nonfinite_loss(f.done, f.loss);
         int done = f.done;
         bool last = done == end_step;
         if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) save(done);
@@ -1369,8 +1363,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
 int train_gpt2_main(int argc, char** argv) {
     // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
     Distributed dist = distributed_init(&argc, &argv);
-    if (dist.rank > 0 && !freopen("/dev/null", "w", stdout)) distributed_fatal("cannot silence stdout");  // rank 0 prints
-    setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as printed, also into a file or a pipe (a job's log)
+    route_run_output(dist);
     Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards (GPU, or the CPU backend when built with CPU=1). "
                           "Data parallel on N GPUs: mpirun -np N ./train_gpt2 ... (scripts/run_multi_gpu.sh).");
     TrainOptions o;
@@ -1415,7 +1408,7 @@ int train_gpt2_main(int argc, char** argv) {
                      config.num_heads, spec.c_str());
         }
         int hs = config.channels / config.num_heads;
-        if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
+        if (!attention_head_size_supported(hs))
             cli.fail("option --%s: head size C/NH = %d/%d = %d; the attention kernels take 16, 32, 64 or 128",
                      cli.given("heads") ? "heads" : "channels", config.channels, config.num_heads, hs);
         resolve_moe_options(cli, o, &config, "", false);
@@ -1440,7 +1433,7 @@ int train_gpt2_main(int argc, char** argv) {
                 cli.fail("option --%s: %lld, but the model from %s has %d (the shape options set a random init's)",
                          k.name, cli.integer(k.name, 1, 1 << 24), from_file.c_str(), k.value);
         int hs = config.num_heads > 0 ? config.channels / config.num_heads : 0;
-        if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
+        if (!attention_head_size_supported(hs))
             data_error("%s: head size C/NH = %d/%d = %d; the attention kernels take 16, 32, 64 or 128",
                        from_file.c_str(), config.channels, config.num_heads, hs);
     }

@@ -1356,6 +1356,9 @@ struct AttentionDropout {
     const uint64_t* pass_offset = nullptr;
 };
 
+// The head sizes the kernels are built for (a template parameter each).
+inline bool attention_head_size_supported(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
+
 // Checks the shapes and alignments every attention launcher needs and returns the head size; on a
 // violation prints which constraint failed and exits.
 inline int attention_check_shape(const char* who, int B, int T, int C, int NH,
@@ -1364,7 +1367,7 @@ inline int attention_check_shape(const char* who, int B, int T, int C, int NH,
     if (B < 1 || T < 1 || C < 1 || NH < 1) problem = "B, T, C and NH must be >= 1";
     else if (C % NH != 0) problem = "C must be a multiple of NH";
     else if (B > 65535 || NH > 65535) problem = "B and NH must be <= 65535 (grid y/z limits)";
-    else if (C / NH != 16 && C / NH != 32 && C / NH != 64 && C / NH != 128)
+    else if (!attention_head_size_supported(C / NH))
         problem = "head size HS = C/NH must be 16, 32, 64 or 128";
     if (!problem && !aligned16(buffers)) problem = "qkv, out, dout and dqkv must be 16-byte aligned (128-bit loads)";
     if (problem) {

@@ -120,6 +120,23 @@ inline void print_data_parallel(const Distributed& dist, int zero) {
 // Resuming
 
 // How a trainer names the settings check_resumable compares (in its messages).
+// Where a run's output goes: rank 0 prints (the other ranks' stdout is discarded), a line at a time,
+// also into a file or a pipe (a job's log), so that a redirected run shows its banner at once.
+inline void route_run_output(const Distributed& dist) {
+    if (dist.rank > 0 && !freopen("/dev/null", "w", stdout)) distributed_fatal("cannot silence stdout");
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+}
+
+// A step whose loss is not finite: the model diverged, or its weights or data hold non-finite values,
+// and the update has carried it into the weights, so every later step would train on NaN and every
+// checkpoint save it: the run stops before one does. (fp16's overflows are in the gradients, which
+// the loss scaler skips: its loss stays finite.)
+inline void stop_on_nonfinite_loss(int step, double loss) {
+    if (!std::isfinite(loss))
+        data_error("step %d: the loss is %g: training diverged (lower --lr?) or the model or data hold "
+                   "non-finite values; stopped, nothing saved from this step on", step, loss);
+}
+
 struct ResumeNames {
     const char* seq_len_option;   // "--seq-len" (GPT-2) or "--max-len" (BERT)
     const char* per_step;         // "tokens per step", "sequences per step"
