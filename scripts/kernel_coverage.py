@@ -89,12 +89,25 @@ def recorded(coverage_dir):
 
 
 def main():
+    usage = __doc__.split("\n\n")[1]
+    if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
     if len(sys.argv) not in (2, 3):
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     coverage_dir = sys.argv[1]
     root = sys.argv[2] if len(sys.argv) == 3 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # A mistyped directory must not read as "no kernel launched" (every kernel a FAIL), nor a source
+    # root without kernels as "0 passed, 0 failed": both are errors of the command, not results.
+    if not os.path.isdir(coverage_dir):
+        print(f"kernel_coverage.py: error: no such directory: {coverage_dir} ({usage})", file=sys.stderr)
+        return 2
     kernels = definitions(root)
+    if not kernels:
+        print(f"kernel_coverage.py: error: no __global__ kernel defined under {root} (is it the repository?)",
+              file=sys.stderr)
+        return 2
     launched, unnamed = recorded(coverage_dir)
     by_anyone = set().union(*launched.values()) if launched else set()
     executed, failed = 0, 0
