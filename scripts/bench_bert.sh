@@ -8,10 +8,16 @@
 # downloaded), STEPS steps, the mean time of all but the first (warm-up).
 #
 #   scripts/bench_bert.sh [STEPS] [extra train_bert options...]
+#
+# A mode the trainer refuses shows its error in place of the figures, and the exit status is then 1.
 set -u
-cd "$(dirname "$0")/.."
+# --help prints the comment above; STEPS is checked here, before a build and eight refused runs.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 steps=${1:-6}
+[[ $steps =~ ^[1-9][0-9]*$ && $steps -ge 2 ]] ||
+    { echo "bench_bert.sh: STEPS must be an integer of at least 2 (the first is warm-up), not '$steps' (--help)" >&2; exit 2; }
 shift || true
+cd "$(dirname "$0")/.."
 make --no-print-directory train_bert >/dev/null || exit 1
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -40,11 +46,13 @@ echo "train_bert --bench, $steps steps per mode; $where"
 echo
 echo "| mode | samples/s | ms/step | memory |"
 echo "|---|---|---|---|"
+status=0
 for m in "${modes[@]}"; do
     name=${m%%|*}
     read -r -a opts <<< "${m#*|}"
     if ! ./train_bert "${base[@]}" "${opts[@]}" "$@" > "$tmp/stdout" 2> "$tmp/stderr"; then
         echo "| $name | n/a: $(head -1 "$tmp/stderr") | | |"
+        status=1
         continue
     fi
     # The summary line: "bench | classify T=256 | fp32 | 12.34 samples/s | 648.2 ms/step | 123.4 MiB"
@@ -52,3 +60,4 @@ for m in "${modes[@]}"; do
         sub(/ samples\/s/, "", $4); sub(/ ms\/step/, "", $5)
         printf "| %s | %s | %s | %s |\n", name, $4, $5, $6 }' "$tmp/stdout"
 done
+exit $status

@@ -4,9 +4,12 @@
 # Token content does not matter for speed, so it trains on a shard of random tokens it writes itself.
 #   scripts/bench_gpt2.sh [steps] [extra train_gpt2 options...]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# --help prints the comment above; STEPS is checked here, before a build, not by the trainer after it.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 steps=${1:-10}
+[[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "bench_gpt2.sh: STEPS must be a positive integer, not '$steps' (--help)" >&2; exit 2; }
 shift || true
+cd "$(dirname "$0")/.."
 make --no-print-directory train_gpt2 >/dev/null
 shard=$(mktemp /tmp/bench_gpt2_XXXXXX.bin)
 trap 'rm -f "$shard"' EXIT

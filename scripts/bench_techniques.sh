@@ -7,19 +7,25 @@
 #
 # On a GPU it trains GPT-2 124M (d12, T=1024, B=8); on the CPU backend the trainer's tiny default
 # model, and the table says the figures are CPU figures (they show memory and stability, not GPU
-# speed). A technique the binary refuses shows its error instead of a row.
+# speed). A technique the binary refuses shows its error instead of a row, and the exit status is
+# then 1. The speed-up is against the fp32 row ("n/a" if that row failed).
 set -u
-cd "$(dirname "$0")/.."
+# --help prints the comment above; STEPS is checked here, before a build and eleven refused runs.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 steps=${1:-10}
+[[ $steps =~ ^[1-9][0-9]*$ && $steps -ge 2 ]] ||
+    { echo "bench_techniques.sh: STEPS must be an integer of at least 2 (the first is warm-up), not '$steps' (--help)" >&2; exit 2; }
 shift || true
-[[ -x ./train_gpt2 ]] || make train_gpt2 >/dev/null || exit 1
+cd "$(dirname "$0")/.."
+# Built like the other bench scripts: a stale ./train_gpt2 would time the code before the last edit.
+make --no-print-directory train_gpt2 >/dev/null || exit 1
 
-if ./train_gpt2 --help | grep -q "CPU backend" && ! command -v nvidia-smi >/dev/null 2>&1; then
-    where="CPU backend (figures are CPU figures: compare memory and loss, not speed)"
-    base=(-x "$steps" -v 0 -g 0)
-else
+if nvidia-smi -L >/dev/null 2>&1; then
     where="GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
     base=(-e d12 -b 8 -t 1024 -x "$steps" -v 0 -g 0)
+else
+    where="CPU backend (figures are CPU figures: compare memory and loss, not speed)"
+    base=(-x "$steps" -v 0 -g 0)
 fi
 
 # name | options
@@ -41,7 +47,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "train_gpt2 techniques, $steps steps each, on $where"
 printf "%-26s %12s %8s %6s %12s %11s %7s\n" "method" "tokens/s" "speedup" "B" "memory MiB" "final loss" "stable"
-fp32_tps=""
+fp32_tps="" status=0
 for t in "${techniques[@]}"; do
     name=${t%%|*}
     read -r -a opts <<< "${t#*|}"
@@ -49,6 +55,7 @@ for t in "${techniques[@]}"; do
     rm -rf "$out"
     if ! ./train_gpt2 "${base[@]}" "${opts[@]}" "$@" -o "$out" > "$tmp/stdout" 2> "$tmp/stderr"; then
         printf "%-26s %s\n" "$name" "n/a: $(head -1 "$tmp/stderr")"
+        status=1
         continue
     fi
     # Mean tokens/s over the steps after the first (warm-up), the last loss, and whether every loss
@@ -68,7 +75,8 @@ for t in "${techniques[@]}"; do
         END { printf "%.0f %s %s %s\n", m ? sum / m : tps, loss, (!bad && loss + 0 < first + 0) ? "yes" : "no", B }
     ' "$out/log.jsonl")"
     mem=$(sed -n 's/^device memory in use after the first step: \([0-9.]*\) MiB.*/\1/p' "$tmp/stdout")
-    [[ -z "$fp32_tps" ]] && fp32_tps=$tps
-    speedup=$(awk -v a="$tps" -v b="$fp32_tps" 'BEGIN { printf "%.2fx", (b > 0 ? a / b : 0) }')
+    [[ $name == fp32 ]] && fp32_tps=$tps
+    speedup=$(awk -v a="$tps" -v b="$fp32_tps" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "n/a" }')
     printf "%-26s %12s %8s %6s %12s %11.4f %7s\n" "$name" "$tps" "$speedup" "$B" "$mem" "$loss" "$stable"
 done
+exit $status
