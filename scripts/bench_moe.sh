@@ -9,9 +9,13 @@
 # TRAIN_GPT2=PATH runs that trainer binary (make gpu-check passes its GPU build) instead of building
 # ./train_gpt2 with make; BENCH_JSON=FILE also writes each row to FILE as one JSON object per line.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# --help prints the comment above; STEPS is checked here, before a build.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 steps=${1:-40}
+[[ $steps =~ ^[1-9][0-9]*$ && $steps -ge 2 ]] ||
+    { echo "bench_moe.sh: STEPS must be an integer of at least 2 (the first is warm-up), not '$steps' (--help)" >&2; exit 2; }
 shift || true
+cd "$(dirname "$0")/.."
 trainer=${TRAIN_GPT2:-}
 if [[ -z $trainer ]]; then
     make --no-print-directory train_gpt2 >/dev/null
@@ -43,6 +47,6 @@ row() {
             "${total:-null}" "${active:-${total:-null}}" "${tps:-null}" "${val:-null}" >> "$BENCH_JSON"
 }
 [[ -z ${BENCH_JSON:-} ]] || : > "$BENCH_JSON"
-row "dense"
+row "dense" "$@"
 row "MoE 8 experts top-1, every 2nd" --moe-experts 8 --moe-top-k 1 "$@"
 row "MoE 8 experts top-2, every 2nd" --moe-experts 8 --moe-top-k 2 "$@"
