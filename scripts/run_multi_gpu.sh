@@ -22,12 +22,19 @@
 #   MPIRUN_ARGS  extra mpirun options, e.g. NUMA binding on a multi-socket machine whose GPUs 0-3
 #                hang off socket 0 and 4-7 off socket 1: "--map-by ppr:4:socket --bind-to socket".
 set -euo pipefail
+# --help alone prints the comment above (./train_gpt2 --help lists the trainer's options).
+[[ $# -eq 1 && ( $1 == -h || $1 == --help ) ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 cd "$(dirname "$0")/.."
 
 trainer=${TRAINER:-./train_gpt2}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 ngpu=${NGPU:-$gpus}
-if [[ -z "$ngpu" || "$ngpu" -lt 1 ]]; then
+# Checked as text first: bash arithmetic would read NGPU=abc as an unset variable.
+if [[ -n ${NGPU:-} && ! $NGPU =~ ^[1-9][0-9]*$ ]]; then
+    echo "run_multi_gpu.sh: NGPU must be a positive integer (processes to start), not '$NGPU'" >&2
+    exit 1
+fi
+if [[ "$ngpu" -lt 1 ]]; then
     echo "run_multi_gpu.sh: no GPU found (nvidia-smi); set NGPU=<processes> to run them on the CPU backend" >&2
     exit 1
 fi
@@ -39,7 +46,12 @@ if ! command -v mpirun >/dev/null 2>&1; then
     echo "run_multi_gpu.sh: mpirun not found (apt-get install openmpi-bin libopenmpi-dev, then rebuild)" >&2
     exit 1
 fi
-[[ -x "$trainer" ]] || make --no-print-directory "${trainer#./}"
+if [[ ! -x "$trainer" ]]; then
+    case $trainer in
+        ./train_gpt2 | ./train_bert) make --no-print-directory "${trainer#./}" ;;
+        *) echo "run_multi_gpu.sh: TRAINER=$trainer is not an executable file" >&2; exit 1 ;;
+    esac
+fi
 
 # --bind-to none: Open MPI binds each rank to a single core when it starts two or fewer, which
 # starves the dataloader's prefetch thread (and, on the CPU backend, the simulated GPU's workers).
