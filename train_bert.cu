@@ -1043,6 +1043,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     };
 
     int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
+    check_profile_step(o.profile_step, end_step - start_step);
     StepReporter reporter(model.stream, steps, end_step, peak_tflops(prop.name, o.precision, o.tf32),
                           {"seq/s", "%.1f", "sequences_per_s", "%.2f"}, &log);
     // (accum, max rows) pinned: each micro-step's per-row losses, summed after the step's end

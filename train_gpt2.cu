@@ -1130,6 +1130,14 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     std::unique_ptr<DataLoader> val_loader;
     if (!o.val_pattern.empty())
         val_loader.reset(new DataLoader(o.val_pattern, o.B, o.T, dist.rank, dist.world, false, 0, c.vocab_size));
+    // An evaluation reads at most all the validation data: more batches would read the same ones
+    // again and weight them twice in the mean.
+    int val_steps = o.val_steps;
+    if (val_loader && (size_t)val_steps > val_loader->batches_per_epoch()) {
+        val_steps = (int)val_loader->batches_per_epoch();
+        printf("validation: %d batch%s per evaluation, all that %s holds for B=%d T=%d (--val-steps %d asked for "
+               "more)\n", val_steps, val_steps > 1 ? "es" : "", o.val_pattern.c_str(), o.B, o.T, o.val_steps);
+    }
     int steps = o.max_steps > 0 ? o.max_steps : (int)std::max<size_t>(1, train_loader.batches_per_epoch() / accum);
     LRScheduler sched = o.scheduler(steps);
 
@@ -1263,19 +1271,20 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     auto evaluate = [&](int step) {
         val_loader->reset();
         double sum = 0;
-        for (int k = 0; k < o.val_steps; k++) {
+        for (int k = 0; k < val_steps; k++) {
             model.set_batch(val_loader->inputs(), val_loader->targets(), false);
             model.forward(false, 0.f);
             sum += model.mean_loss();
             val_loader->next_batch();
         }
-        double val = all_reduce_mean_scalar(dist, sum / o.val_steps);  // every rank read its own windows
+        double val = all_reduce_mean_scalar(dist, sum / val_steps);  // every rank read its own windows
         printf("step %d | val loss %.6f\n", step, val);
         fflush(stdout);
         log.write("val", step, JsonFields().number("loss", val));
     };
     bool validate = val_loader && o.val_every > 0;
     int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
+    check_profile_step(o.profile_step, end_step - start_step);
     StepReporter reporter(model.stream, steps, end_step, peak_tflops(prop.name, o.precision, o.tf32),
                           {"tok/s", "%.0f", "tokens_per_s", "%.1f"}, &log);
     // The run's first step is eager (it allocates, plans the GEMMs, primes fp8), the second captures

@@ -94,6 +94,14 @@ inline void check_bert_options(const Cli& cli, BertTrainOptions* o, const Distri
         cli.fail("option --precision: fp8 is not built for BERT (only GPT-2's blocks have fp8 GEMMs); use bf16 or "
                  "fp16");
     if (o->head == BertHead::MLM && o->mask_rate == 0) cli.fail("option --mask-rate: 0 leaves nothing to predict");
+    // Options one task (or mode) alone reads would change nothing in another: refused, not ignored.
+    if (o->head == BertHead::Classify && cli.given("mask-rate"))
+        cli.fail("option --mask-rate: applies to --task mlm only");
+    if (o->head == BertHead::MLM && cli.given("num-labels"))
+        cli.fail("option --num-labels: applies to --task classify only");
+    if (o->bench)
+        for (const char* name : {"eval-every", "eval-first"})
+            if (cli.given(name)) cli.fail("option --%s: --bench does not evaluate", name);
     if (cli.given("init") && cli.given("config"))
         cli.fail("option --config: excludes --init (a random init or a checkpoint, not both)");
 }

@@ -81,8 +81,8 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
             1);
     cli.add("val-every", "v", "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: "
             "20 on a GPU, 25 on the CPU backend)", &o->val_every, 0, 1 << 30);
-    cli.add("val-steps", "m", "INT", "auto", "validation batches per evaluation (auto: 20 on a GPU, 10 on the CPU "
-            "backend)", &o->val_steps, 1, 1 << 30);
+    cli.add("val-steps", "m", "INT", "auto", "validation batches per evaluation, at most all the validation data "
+            "holds (auto: 20 on a GPU, 10 on the CPU backend)", &o->val_steps, 1, 1 << 30);
     cli.add("tf32", "f", "0", "with fp32: TF32 tensor-core matmuls (llm.c's -f; same as --precision tf32)",
             &o->tf32_flag);
     cli.add("gelu-fusion", "ge", "1", "GELU as cuBLASLt's matmul epilogue (1) or a separate kernel (0; always 0 with "
@@ -140,6 +140,10 @@ inline void resolve_gpt2_options(Cli& cli, TrainOptions* o, const Distributed& d
     // arithmetic (slower there) and where fp32 is the exact reference.
     cli.resolve_auto("precision", !cpu && prop.major >= 8 ? "bf16" : "fp32");
     check_run_options(cli, o, dist);
+    if (o->max_steps == 0) cli.fail("option --max-steps: 0 steps (-1: one epoch of the training data)");
+    if (o->gen_tokens == 0)  // the sampling options would change nothing
+        for (const char* name : {"prompt", "temperature", "top-k", "sample-every", "tokenizer"})
+            if (cli.given(name)) cli.fail("option --%s: no samples are drawn (--gen-tokens 0)", name);
     if (o->B == 0 && o->total_batch <= 0)
         cli.fail("option --batch-size: auto needs --total-batch-size (the tokens per step to keep)");
     if (!o->prompt.empty()) {  // encoded now, so a bad tokenizer stops the run before training, not after
@@ -181,7 +185,6 @@ inline void resolve_moe_options(const Cli& cli, const TrainOptions& o, GPT2Confi
             cli.fail("option --moe-experts: %s is a %s without experts; a Mixture-of-Experts model starts from a "
                      "random init (--init dN) or from a checkpoint of this trainer with experts", from_file.c_str(),
                      llmc_file ? "llm.c checkpoint" : "Hugging Face GPT-2");
-        return;
     } else {
         const struct { const char* name; int given, file; } shape[] = {
             {"moe-experts", o.moe_experts, c->moe_experts}, {"moe-top-k", o.moe_top_k, c->moe_top_k},
@@ -191,10 +194,16 @@ inline void resolve_moe_options(const Cli& cli, const TrainOptions& o, GPT2Confi
                 cli.fail("option --%s: %s has %d (the model's shape comes from its checkpoint)", s.name,
                          from_file.c_str(), s.file);
     }
+    if (c->moe_experts == 0) {  // a dense model: the other --moe-* options would change nothing
+        for (const char* name : {"moe-top-k", "moe-every", "moe-capacity", "moe-aux-loss", "moe-z-loss", "moe-expert"})
+            if (cli.given(name))
+                cli.fail("option --%s: the model has no experts (%s)", name,
+                         from_file.empty() ? "give --moe-experts E" : ("none in " + from_file).c_str());
+        return;
+    }
     if (from_file.empty() || cli.given("moe-capacity")) c->moe_capacity = o.moe_capacity;
     if (from_file.empty() || cli.given("moe-aux-loss")) c->moe_aux = o.moe_aux;
     if (from_file.empty() || cli.given("moe-z-loss")) c->moe_z = o.moe_z;
-    if (c->moe_experts == 0) return;
     if (c->moe_top_k > c->moe_experts)
         cli.fail("option --moe-top-k: %d is more than the %d experts", c->moe_top_k, c->moe_experts);
     if (c->moe_every > c->num_layers)

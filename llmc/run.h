@@ -316,6 +316,14 @@ struct StepFigures {
     std::string note;      // the trainer's own figures, printed after the loss (e.g. " | aux 0.01 | z 0.002")
 };
 
+// --profile-step N brackets this process's Nth step: one past the steps it runs would bracket
+// nothing, and the profiler would record an empty session.
+inline void check_profile_step(int nth, int steps_this_run) {
+    if (nth > steps_this_run)
+        data_error("option --profile-step: %d is past the %d step%s this run takes", nth, steps_this_run,
+                   steps_this_run == 1 ? "" : "s");
+}
+
 // The end of every optimizer step, one way for both trainers: the step is timed by two CUDA events
 // on the model's stream (begin() before its first work, end() after the update, which waits for it),
 // then report() prints the step line, writes the log line (with the trainer's own fields), keeps the

@@ -194,6 +194,27 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
     AdafactorConfig& af = o->opt.adafactor;
     af.use_first_moment = af.beta1 > 0;
     af.relative_step = !cli.given("lr");
+    // Options that one optimizer or precision alone reads: given for another, they would change
+    // nothing without a word, so the command line is refused instead.
+    const OptimizerKind kind = o->opt.kind;
+    const bool adamw = kind == OptimizerKind::AdamW || kind == OptimizerKind::AdamW8bit;
+    const std::string optimizer = std::string("this run's optimizer is ") + optimizer_name(kind);
+    const std::string precision = std::string("this run's precision is ") +
+                                  (o->tf32 ? "tf32" : o->fp8 ? "fp8" : precision_name(o->precision));
+    const struct { const char* option; bool applies; const char* only; const std::string& run; } only_for[] = {
+        {"momentum", kind == OptimizerKind::SGD, "--optimizer sgd", optimizer},
+        {"nesterov", kind == OptimizerKind::SGD, "--optimizer sgd", optimizer},
+        {"beta1", adamw, "--optimizer adamw and adamw8bit", optimizer},
+        {"beta2", adamw, "--optimizer adamw and adamw8bit", optimizer},
+        {"adam-eps", adamw, "--optimizer adamw and adamw8bit", optimizer},
+        {"adafactor-beta1", kind == OptimizerKind::Adafactor, "--optimizer adafactor", optimizer},
+        {"adafactor-clip", kind == OptimizerKind::Adafactor, "--optimizer adafactor", optimizer},
+        {"adafactor-decay-rate", kind == OptimizerKind::Adafactor, "--optimizer adafactor", optimizer},
+        {"loss-scale", o->precision == Precision::FP16, "--precision fp16", precision},
+        {"loss-scale-window", o->precision == Precision::FP16, "--precision fp16", precision}};
+    for (const auto& x : only_for)
+        if (cli.given(x.option) && !x.applies)
+            cli.fail("option --%s: applies to %s only (%s)", x.option, x.only, x.run.c_str());
     if (o->opt.nesterov && o->opt.momentum <= 0) cli.fail("option --nesterov: needs --momentum > 0");
     if (o->zero > 0 && o->opt.kind == OptimizerKind::Adafactor && dist.world > 1)
         cli.fail("option --zero: %d shards the optimizer state element by element, and Adafactor's factored "
@@ -231,4 +252,6 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
     if ((cli.given("checkpoint-every") || cli.given("keep-checkpoints")) && o->output_dir.empty())
         cli.fail("option --%s: needs --output-dir (where to write them)",
                  cli.given("checkpoint-every") ? "checkpoint-every" : "keep-checkpoints");
+    if (o->stop_after > 0 && o->output_dir.empty())
+        cli.fail("option --stop-after: needs --output-dir (the checkpoint that --resume continues from goes there)");
 }

@@ -41,6 +41,17 @@ inline std::vector<double> step_losses(const std::string& out) {
     return losses;
 }
 
+// The validation lines of train_gpt2's output ("step N | val loss X"), as printed.
+inline std::vector<std::string> val_loss_lines(const std::string& out) {
+    std::vector<std::string> lines;
+    for (size_t at = out.find("| val loss "); at != std::string::npos; at = out.find("| val loss ", at + 1)) {
+        size_t bol = out.rfind('\n', at), eol = out.find('\n', at);
+        bol = bol == std::string::npos ? 0 : bol + 1;
+        lines.push_back(out.substr(bol, eol == std::string::npos ? std::string::npos : eol - bol));
+    }
+    return lines;
+}
+
 // A file's bytes as a string ("<missing PATH>" when it cannot be read).
 inline std::string slurp(const std::string& path) {
     std::vector<uint8_t> b;

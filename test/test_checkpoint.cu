@@ -265,7 +265,23 @@ int main(int argc, char** argv) {
             {"-e d129", "option --init: d129 is not a depth from d1 to d128"},
             {"-b auto -d 40", "option --total-batch-size: 40 tokens per step is not a multiple of T=16"},
             {"-g 4 --tokenizer " + g_tmp + "/no_tokenizer.bin", "option --tokenizer: cannot open " + g_tmp +
-                                                                 "/no_tokenizer.bin"}};
+                                                                 "/no_tokenizer.bin"},
+            // Options that would change nothing in this run: refused, not silently ignored.
+            {"--momentum 0.5", "option --momentum: applies to --optimizer sgd only (this run's optimizer is adamw)"},
+            {"--optimizer sgd --beta2 0.9", "option --beta2: applies to --optimizer adamw and adamw8bit only"},
+            {"--adafactor-clip 2", "option --adafactor-clip: applies to --optimizer adafactor only"},
+            {"--loss-scale 1024", "option --loss-scale: applies to --precision fp16 only (this run's precision is "
+                                  "fp32)"},
+            {"--precision tf32 --loss-scale-window 10", "option --loss-scale-window: applies to --precision fp16 only "
+                                                        "(this run's precision is tf32)"},
+            {"--prompt hello", "option --prompt: no samples are drawn (--gen-tokens 0)"},
+            {"--sample-every 1", "option --sample-every: no samples are drawn (--gen-tokens 0)"},
+            {"--moe-top-k 1", "option --moe-top-k: the model has no experts (give --moe-experts E)"},
+            {"-e " + model + " --moe-capacity 2", "option --moe-capacity: the model has no experts (none in " + model +
+                                                  ")"},
+            {"--stop-after 1", "option --stop-after: needs --output-dir"},
+            {"-x 0", "option --max-steps: 0 steps (-1: one epoch of the training data)"},
+            {"--profile-step 3", "option --profile-step: 3 is past the 2 steps this run takes"}};
         // A model whose first weight (token 0's embedding, tied to the classifier) is NaN: every
         // logits row and so the loss is NaN at step 1. The run stops there, before any checkpoint.
         {
@@ -299,6 +315,17 @@ int main(int argc, char** argv) {
             th::report(!th::exited_ok(c) && c.text.find(r[1]) != std::string::npos && th::step_losses(c.text).empty(),
                        ("train_gpt2 " + r[0] + ": refused").c_str(), "%s", th::last_lines(c.text).c_str());
         }
+        // -m above what the validation data holds (200 tokens: 6 batches of B=2 x T=16) reads those 6
+        // once each, as -m 6 does, instead of reading some twice.
+        th::ChildOutput all = th::run_command(tiny + "-j " + val + " -v 2 -m 6 2>&1");
+        th::ChildOutput more = th::run_command(tiny + "-j " + val + " -v 2 -m 50 2>&1");
+        std::vector<std::string> want = th::val_loss_lines(all.text), got = th::val_loss_lines(more.text);
+        ok = th::exited_ok(all) && th::exited_ok(more) && want.size() == 2 && got == want &&
+                  more.text.find("validation: 6 batches per evaluation, all that " + val + " holds for B=2 T=16 "
+                                 "(--val-steps 50 asked for more)") != std::string::npos &&
+                  all.text.find("validation:") == std::string::npos;
+        th::report(ok, "train_gpt2 -m above the validation data's batches: each evaluation reads them all once",
+                   "%s\n%s", th::last_lines(all.text).c_str(), th::last_lines(more.text).c_str());
     }
 
     // Stop and resume, in each precision and with what moves the data position.

@@ -146,6 +146,19 @@ void test_refusals(const std::string& cls3, const std::string& cls4, const std::
     expect_error("refused: --resume without --output-dir", "--resume", "option --resume: needs --output-dir");
     expect_error("refused: --total-batch-size not a multiple of B",
                  base + "--config tiny -i " + cls3 + " -d 6", "--total-batch-size 6 is not a multiple");
+    // Options that would change nothing in the run asked for: refused, not silently ignored.
+    expect_error("refused: --mask-rate with --task classify", base + "--config tiny -i " + cls3 + " --mask-rate 0.2",
+                 "option --mask-rate: applies to --task mlm only");
+    expect_error("refused: --num-labels with --task mlm", base + "--task mlm --config tiny -i " + mlm +
+                 " --num-labels 3", "option --num-labels: applies to --task classify only");
+    expect_error("refused: --eval-every with --bench", "--bench --config tiny --eval-every 2",
+                 "option --eval-every: --bench does not evaluate");
+    expect_error("refused: --loss-scale outside fp16", base + "--config tiny -i " + cls3 + " --loss-scale 1024",
+                 "option --loss-scale: applies to --precision fp16 only (this run's precision is fp32)");
+    expect_error("refused: --nesterov with AdamW", base + "--config tiny -i " + cls3 + " --nesterov",
+                 "option --nesterov: applies to --optimizer sgd only (this run's optimizer is adamw)");
+    expect_error("refused: --profile-step past the run's steps", base + "--config tiny -i " + cls3 +
+                 " --profile-step 2", "option --profile-step: 2 is past the 1 step this run takes");
 }
 
 // A balanced slice of a classification shard: its first per_label sequences of each label, written to
