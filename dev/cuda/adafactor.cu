@@ -391,7 +391,11 @@ static void benchmark(Variant k, const Shapes& shapes, const AdafactorConfig& cf
     bench_line(name, ms, bytes_per * s.N);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "Adafactor (factored second moments, update clipping, relative step sizes) over all parameters:\n"
+        "variant 1 (four launches per tensor) and production (llmc/adafactor.cuh, four for the whole\n"
+        "table), timed on GPT-2's parameter table.\n" DEV_VALIDATES);
     // Validation at a small GPT-2-like shape with odd sizes (V, maxT, C not multiples of 8; wte is
     // 1003 x 36: several tile rows and blocks), with transformers' defaults (relative step, scaled by
     // RMS(param), no beta1) and with a fixed lr, beta1, weight decay and a clip threshold that clips.

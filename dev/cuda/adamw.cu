@@ -188,7 +188,10 @@ static void benchmark(Variant k, const Table& table, int reps) {
     bench_line(name, ms, bytes_per * s.N);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "AdamW over all parameters: variant 1 (one launch per tensor) and production (llmc/adamw.cuh, one\n"
+        "launch), bit for bit against torch's operations, timed on GPT-2 124M's parameter table.\n" DEV_VALIDATES);
     // Validation at a small GPT-2-like shape with odd sizes (V, maxT, C not multiples of 8).
     Table small = gpt2_table(1003, 67, 2, 36);
     for (Variant k : {Variant::PerTensor, Variant::Production}) {

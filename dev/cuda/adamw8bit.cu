@@ -293,7 +293,10 @@ static void benchmark(Variant k, const std::vector<ParamTensor>& table, int reps
     bench_line(name, ms, bytes);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "8-bit AdamW (block-wise quantized moments): variant 1 (dequantize, AdamW, quantize) and production\n"
+        "(llmc/adamw8bit.cuh, fused), bit for bit, timed on GPT-2 124M's parameter table beside 32-bit AdamW.\n" DEV_VALIDATES);
     // Validation at a small GPT-2-like shape with odd sizes: quantized tensors (wte 36108, matrices)
     // with partial last blocks, fp32-state ones (wpe 2412, layernorms, biases, attproj 2592).
     std::vector<ParamTensor> small = gpt2_table(1003, 67, 2, 36).tensors;

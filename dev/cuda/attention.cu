@@ -767,10 +767,15 @@ int main(int argc, char** argv) {
 #endif
         return 0;
     }
-    if (argc > 1) {
-        fprintf(stderr, "usage: %s [--profile]\n", argv[0]);
-        return 2;
-    }
+    dev_command_line(argc, argv,
+        "Multi-head attention forward and backward: variant 1 (naive, scores in DRAM), 2 (flash on WMMA),\n"
+        "3 to 5 (production with one change each) and production (llmc/attention.cuh, FlashAttention-2 on\n"
+        "mma.sync), timed in TFLOP/s; then production swept over FlashAttention-2's benchmark shapes.\n"
+        DEV_VALIDATES
+        "\n--profile: instead, only one bf16 forward and backward of production at GPT-2 124M's shape (a\n"
+        "small one on the CPU backend) between cudaProfilerStart and cudaProfilerStop, for\n"
+        "ncu --profile-from-start off.\n",
+        "[--help | --profile]");
     // Validation: T not a multiple of the 64-row tile, every head size, causal and padded.
     const std::vector<Shape> shapes = {
         {2, 100, 64, 4, true, {}},         // HS = 16

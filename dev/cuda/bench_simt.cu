@@ -7,6 +7,7 @@
 //                               the ratio is what llmc/simt/README.md records)
 //                make build/cpu/bench_simt && build/cpu/bench_simt    (this file alone)
 #include "../../llmc/cuda_common.h"
+#include "common.h"
 
 #include <mma.h>
 
@@ -106,7 +107,11 @@ void row(const char* name, double kernel_ms, double plain_ms) {
     printf("%-44s %10.3f ms %10.3f ms %8.1fx\n", name, kernel_ms, plain_ms, kernel_ms / plain_ms);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "What the CPU backend costs: each kernel's time beside the same work as a plain C++ loop, and the\n"
+        "per-launch overhead, one row each. No validation. The sizes are fixed in main(); SIMT_THREADS sets\n"
+        "the backend's workers (llmc/simt/README.md records the ratios with one).\n");
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s\n", prop.name);

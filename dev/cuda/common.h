@@ -1,10 +1,35 @@
-// dev/cuda/common.h — what the dev/cuda benchmarks share: the device's peak bandwidth, timing of a
-// kernel launcher, and one printed line per timed variant.
+// dev/cuda/common.h — what the dev/cuda benchmarks share: their command line, the device's peak
+// bandwidth, timing of a kernel launcher, and one printed line per timed variant.
 #pragma once
 #include "../../llmc/cuda_common.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
+
+// What every validating dev program does, for its --help.
+#define DEV_VALIDATES                                                                                        \
+    "Validates every variant against a CPU reference, one PASS/FAIL line per checked output, then times\n"   \
+    "them, and ends with \"N passed, N failed\"; the exit status is 1 if a check failed.\n"                   \
+    "The shapes are fixed in main(): training shapes on a GPU, a small slice of them on the CPU backend,\n"   \
+    "where the times measure the simulator, not a GPU. To time another shape, edit main().\n"
+
+// The command line of a dev program: --help prints its usage and `about` (what it does) and exits 0;
+// anything else is refused with exit status 2. The programs take no sizes or flags, and one given
+// anyway must not be ignored: its figures would be read as those of the shape asked for. A program
+// with options of its own (attention.cu's --profile) handles them first and names them in `usage`.
+inline void dev_command_line(int argc, char** argv, const char* about, const char* usage = "[--help]") {
+    if (argc == 1) return;
+    if (argc > 2 || (strcmp(argv[1], "--help") != 0 && strcmp(argv[1], "-h") != 0)) {
+        fprintf(stderr, "%s: unexpected argument%s '", argv[0], argc > 2 ? "s" : "");
+        for (int i = 1; i < argc; i++) fprintf(stderr, i > 1 ? " %s" : "%s", argv[i]);
+        fprintf(stderr, "' (usage: %s %s)\n", argv[0], usage);
+        exit(2);
+    }
+    printf("usage: %s %s\n\n%s", argv[0], usage, about);
+    exit(0);
+}
 
 // Width of the variant-name column, so that every benchmark's figures line up.
 constexpr int kBenchNameWidth = 54;

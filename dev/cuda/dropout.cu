@@ -156,7 +156,10 @@ void benchmark(size_t n, int reps) {
                                                                  reps), 2 * n * S);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "Hidden-state dropout (forward, fused with the residual add, backward): variant 1 (a stored\n"
+        "mask) and production (llmc/dropout.cuh, the mask regenerated), exact, timed in GB/s.\n" DEV_VALIDATES);
     // Validation: a size that is not a multiple of the pack (4 fp32 / 8 bf16, fp16) or the block.
     for (float p : {0.1f, 0.5f}) {
         validate<float>(100003, p);

@@ -341,7 +341,10 @@ void benchmark() {
     }
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "The embeddings (token + position, and BERT's token type), forward and backward: variants 1\n"
+        "and production (llmc/encoder.cuh), timed in GB/s.\n" DEV_VALIDATES);
     // Shapes: GPT-2 scaled down; C not a multiple of 8 or 32 (element access in bf16 and fp16);
     // B > 32 (every wpe row spans two segments); a skewed vocabulary with token types (large groups).
     for (int dtype = 0; dtype < 3; dtype++) {

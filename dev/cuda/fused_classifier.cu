@@ -219,7 +219,10 @@ void benchmark() {
     cudaCheck(cudaEventDestroy(stop));
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "Softmax cross-entropy fused with its backward: variants 1 (three sweeps) and 2 (two) and\n"
+        "production (llmc/fused_classifier.cuh, one DRAM read per row), timed in GB/s.\n" DEV_VALIDATES);
     // GPT-2-like scaled down (V = 500 padded to 512), a size with element access (Vp % 8 != 0 in
     // bf16 and fp16, % 4 != 0 in fp32), and the GPT-2 vocabulary at a few rows.
     validate<float>(7, 500, 512);

@@ -139,7 +139,10 @@ void benchmark(int N, int M, int C, int reps) {
                time_ms([&] { scatter_rows(dinp.ptr, (const T*)out.ptr, d_slot.ptr, N, C, 0); }, reps), scatter_bytes);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "Row gather and its backward (a scatter): variant 1 (scalar) and production (llmc/gather.cuh),\n"
+        "bit for bit, timed in GB/s.\n" DEV_VALIDATES);
     // Validation: BERT-like shapes scaled down (B*T = 4*64 rows, ~15% gathered), C = 768 (the
     // packed path), C = 100 (packed for fp32, scalar for bf16: not a multiple of 8) and C = 99
     // (scalar for both); and a gather of a few rows only, as many as the [CLS] rows of 4 sequences.

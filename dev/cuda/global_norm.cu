@@ -113,7 +113,10 @@ static void benchmark(Variant k, size_t N, int reps) {
     bench_line(name, ms, (double)N * sizeof(T));
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "The squared global gradient norm: variant 1 (float atomics) and production\n"
+        "(llmc/global_norm.cuh, deterministic), timed on a GPT-2 124M-sized gradient buffer.\n" DEV_VALIDATES);
     for (Variant k : {Variant::Atomic, Variant::Production}) {
         for (size_t N : {(size_t)1, (size_t)1000, (size_t)123457}) {
             validate<float>(k, N);

@@ -142,7 +142,10 @@ void benchmark(int C, int NH, int pos, int maxT, int reps) {
                time_ms([&] { attention_decode(out.ptr, (const T*)cache.ptr, pos, C, NH, maxT, 0); }, reps), bytes);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "Attention of one new token against a KV cache (decoding): variant 1 (thread per output) and\n"
+        "production (llmc/kv_cache.cuh), timed in GB/s.\n" DEV_VALIDATES);
     // Validation: GPT-2's head size 64 with a window scaled down (C=256, 4 heads); HS=24 (packed for
     // fp32 and bf16, 3 chunks of 8 in bf16: not a power of two); HS=20 (not a multiple of 8: bf16
     // takes the scalar path); pos = 0 (a single key).

@@ -310,7 +310,10 @@ void benchmark(int N, int C, int reps) {
                4.0 * NC * S + 3 * params + stats);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "LayerNorm forward and backward, the residual add, and the two fused: variants 1 and production\n"
+        "(llmc/layernorm.cuh), timed in GB/s.\n" DEV_VALIDATES);
     // Validation: GPT-2 124M's C at a few rows, and a C that is neither a multiple of 32 nor of 8.
     validate<float>(64, 768, 1e-5f);
     validate<__nv_bfloat16>(64, 768, 1e-5f);

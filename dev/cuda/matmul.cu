@@ -52,6 +52,11 @@ __global__ void add_bias_kernel(T* x, const T* bias, int N, int OC) {
     if (i < (size_t)N * OC) x[i] = from_float<T>(to_float(x[i]) + to_float(bias[i % OC]));
 }
 
+// What each variant number of run_variant is, for the printed lines (3 is the production path, which
+// make gpu-check reads as "bf16 variant 3").
+const char* const kVariantNames[] = {"", "(thread per output)", "(GEMM, then bias and GELU kernels)",
+                                     "(production, cuBLASLt epilogue)"};
+
 template <class T>
 void run_variant(int variant, T* out, T* pre, const T* inp, const T* w, const T* b, int N, int C, int OC) {
     if (variant == 1) {
@@ -102,7 +107,8 @@ void validate_and_bench(const char* tname, int N, int C, int OC, int reps, Preci
         cudaCheck(cudaDeviceSynchronize());
         std::vector<T> h = th::to_host(out.ptr, (size_t)rows * OC);
         char name[128];
-        snprintf(name, sizeof(name), "matmul %s variant %d (N=%d C=%d OC=%d)", tname, variant, N, C, OC);
+        snprintf(name, sizeof(name), "matmul %s variant %d %s (N=%d C=%d OC=%d)", tname, variant, kVariantNames[variant],
+                 N, C, OC);
         // fp32 dot products of C terms (<= (C+4)*2^-24*sum|ab|), GELU (|gelu'| <= 1.13), output
         // rounded to T (half an ulp) plus one more ulp where an unfused path rounds pre-GELU to T.
         // Variant 2 also rounds the GEMM result to T *before* adding the bias: an error of half an
@@ -110,7 +116,7 @@ void validate_and_bench(const char* tname, int N, int C, int OC, int reps, Preci
         double atol = 2.3 * (C + 4) * std::ldexp(1.0, -24) * max_mag;
         if (variant == 2) atol += 1.13 * 0.5 * dtype_eps<T>() * max_mag;
         th::check_close(name, ref.data(), h.data(), h.size(), th::Tol{atol, 2 * dtype_eps<T>()});
-        snprintf(name, sizeof(name), "%s variant %d", tname, variant);
+        snprintf(name, sizeof(name), "%s variant %d %s", tname, variant, kVariantNames[variant]);
         flops_line(name, time_ms([&] { run(variant); }, reps), 2.0 * N * C * OC, peak);
     }
 }
@@ -446,7 +452,12 @@ void fp8_accumulation_probe() {
                all ? " (all the probe reaches)" : "");
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "The linear layer's forward pass (GELU(inp · Wᵀ + bias)): variant 1 (a thread per output), 2\n"
+        "(cuBLASLt, then bias and GELU kernels) and production (llmc/matmul.cuh, cuBLASLt's epilogue), the\n"
+        "fp8 variants, a probe of the fp8 GEMM's accumulation, and a GPT-2 step's bf16 GEMMs by cuBLASLt\n"
+        "algorithm; timed in TFLOP/s.\n" DEV_VALIDATES);
     matmul_init();
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));

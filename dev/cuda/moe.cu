@@ -1,12 +1,17 @@
 // dev/cuda/moe.cu — the Mixture-of-Experts kernel layer (router top-k, dispatch plan, permute,
-// combine, their backwards): a CPU reference of the dispatch plan, a simpler plan variant, the
-// production kernels of llmc/moe.cuh (included, never copied), validation of both plans against the
-// reference, and a benchmark of every stage. test/test_moe.cu checks the numerics of each kernel.
+// combine, their backwards): the dispatch plan's variants against a CPU reference, then every stage
+// timed. test/test_moe.cu checks the numerics of each kernel.
 //
-// GPU:          nvcc -std=c++17 -O3 dev/cuda/moe.cu -o moe && ./moe
-// CPU backend:  make build/cpu/dev_moe && build/cpu/dev_moe
-// Validation runs everywhere and sets the exit code; the benchmark prints time and effective
-// bandwidth against the device's peak (on the CPU backend the figures say nothing about a GPU).
+// Variants (of the dispatch plan; the other stages are timed as production has them):
+//   1           the whole counting sort in one thread: count, prefix sum, place
+//   production  llmc/moe.cuh: the ranking spread over E blocks of 256 threads (a ballot per warp per
+//               chunk), the placement over one thread per assignment. Faster: N*K dependent steps on
+//               one thread become a few parallel passes.
+//
+// Build and run: make build/cpu/dev_moe && build/cpu/dev_moe    (CPU backend)
+//                make build/gpu/dev_moe && build/gpu/dev_moe    (GPU, nvcc)
+// Prints a PASS/FAIL line per checked output and variant (the exit code says whether all passed),
+// then times each stage (dev/cuda/README.md).
 #include "../../llmc/moe.cuh"
 #include "../../test/harness.h"
 #include "common.h"
@@ -149,7 +154,11 @@ void benchmark(int N, int C, int E, int K, int reps) {
                N * E * (S + 4.0) + 4.0 * N + 12.0 * NK);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "The Mixture-of-Experts kernels (router top-k, dispatch plan, permute, combine, their backwards):\n"
+        "the dispatch plan's variant 1 (one thread) and production (llmc/moe.cuh) against a CPU reference,\n"
+        "then every stage timed in GB/s.\n" DEV_VALIDATES);
     // Validation: token counts off the block size, K = 1 and 2, dropless and with a capacity factor
     // that drops part of the hot expert's tokens.
     validate(1000, 8, 2, 0.f);

@@ -210,7 +210,11 @@ static void benchmark(Variant k, const Table& table, const SGDConfig& cfg, int r
     bench_line(name, ms, bytes_per * s.N);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "SGD (momentum, dampening, Nesterov, L2 weight decay) over all parameters: variant 1 (one launch\n"
+        "per tensor) and production (llmc/sgd.cuh, one launch), bit for bit against torch's operations,\n"
+        "timed on GPT-2 124M's parameter table.\n" DEV_VALIDATES);
     // Validation at a small GPT-2-like shape with odd sizes (V, maxT, C not multiples of 8), with
     // plain SGD, heavy-ball momentum with dampening, and Nesterov, all with weight decay.
     Table small = gpt2_table(1003, 67, 2, 36);

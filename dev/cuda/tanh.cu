@@ -117,7 +117,10 @@ void benchmark(size_t N, int reps) {
                time_ms([&] { tanh_backward_inplace(grad.ptr, (const T*)x.ptr, N, 0); }, reps), 3.0 * N * S);
 }
 
-int main() {
+int main(int argc, char** argv) {
+    dev_command_line(argc, argv,
+        "tanh forward and in-place backward: variant 1 (scalar) and production (llmc/tanh.cuh, 128-bit\n"
+        "accesses), timed in GB/s.\n" DEV_VALIDATES);
     // Validation: a size that is not a multiple of the pack (4 fp32 / 8 bf16, fp16) or the block.
     validate<float>(100003);
     validate<__nv_bfloat16>(100003);
