@@ -1,20 +1,26 @@
 """dev/torch_bench.py — the same work in PyTorch on the same GPU, for scripts/gpu_check.sh to print
 beside ours: a GPT-2 124M training step (Hugging Face's GPT2LMHeadModel with SDPA attention, bf16
-autocast, torch.compile, fused AdamW), SDPA forward+backward through the flash and cuDNN backends at
-our attention benchmark's shape, and a bf16 GEMM at our matmul benchmark's shape. A benchmark, not an
-oracle: nothing here checks correctness.
+autocast, torch.compile, fused AdamW), a BERT-base sequence-classification fine-tuning step the same
+way (BertForSequenceClassification, dropout on, full-length sequences, as `train_bert --bench`), SDPA
+forward+backward through the flash and cuDNN backends at our attention benchmark's shape, and a bf16
+GEMM at our matmul benchmark's shape. A benchmark, not an oracle: nothing here checks correctness.
 
-    python3 dev/torch_bench.py [--batch B] [--seq T] [--steps N]
+    python3 dev/torch_bench.py [--batch B] [--seq T] [--bert-batch B] [--bert-seq T] [--steps N]
 
-Prints one line per figure and, last, one line `TORCH_JSON {...}` with all of them.
+Prints one line per figure and, last, one line `TORCH_JSON {...}` with all of them. Exits 3 when
+python has no torch or torch sees no CUDA GPU (gpu_check then says PyTorch was not compared).
 """
 import argparse
 import json
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print(f"torch_bench: {sys.executable} has no torch", file=sys.stderr)
+    sys.exit(3)
 
 
 def cuda_time_ms(fn, reps, warmup=3):
@@ -34,35 +40,58 @@ def cuda_time_ms(fn, reps, warmup=3):
     return times[len(times) // 2]
 
 
+def timed_training(model, weight_decay, lr, inputs, steps):
+    """ms per training step of a transformers model on fixed inputs (a dict of its forward's
+    arguments, labels included): bf16 autocast, torch.compile, gradient clipping at 1, fused AdamW;
+    and the seconds the first step took (compilation) and the peak memory."""
+    model = model.cuda()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
+    compiled = torch.compile(model)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = compiled(**inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.time()
+    step()  # compiles
+    torch.cuda.synchronize()
+    compile_s = time.time() - t0
+    ms = cuda_time_ms(step, steps, warmup=2)
+    return ms, compile_s, torch.cuda.max_memory_allocated() / 2**20
+
+
 def gpt2_step(batch, seq, steps):
     """tokens/s of GPT-2 124M training steps (vocabulary padded to 50304, as ours)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(vocab_size=50304, n_positions=1024, n_embd=768, n_layer=12, n_head=12,
                         attn_implementation="sdpa")
-    model = GPT2LMHeadModel(config).cuda()
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
-    compiled = torch.compile(model)
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randint(0, 50257, (batch, seq), device="cuda", generator=gen)
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = compiled(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    t0 = time.time()
-    step()  # compiles
-    torch.cuda.synchronize()
-    compile_s = time.time() - t0
-    ms = cuda_time_ms(step, steps, warmup=2)
-    peak_mib = torch.cuda.max_memory_allocated() / 2**20
+    ms, compile_s, peak_mib = timed_training(GPT2LMHeadModel(config), 0.1, 3e-4, {"input_ids": x, "labels": x}, steps)
     return {"tokens_per_s": batch * seq / (ms / 1e3), "ms_per_step": ms, "compile_s": compile_s,
             "peak_mib": peak_mib, "batch": batch, "seq": seq}
+
+
+def bert_step(batch, seq, steps):
+    """samples/s of BERT-base sequence-classification fine-tuning steps (2 labels, dropout 0.1, every
+    sequence seq tokens long with no padding: what `train_bert --bench --config base` times)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(num_labels=2, attn_implementation="sdpa")  # bert-base: 12 layers, 768, 12 heads
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randint(1000, config.vocab_size, (batch, seq), device="cuda", generator=gen)
+    labels = torch.randint(0, 2, (batch,), device="cuda", generator=gen)
+    inputs = {"input_ids": x, "attention_mask": torch.ones_like(x), "labels": labels}
+    ms, compile_s, peak_mib = timed_training(BertForSequenceClassification(config), 0.01, 2e-5, inputs, steps)
+    return {"samples_per_s": batch / (ms / 1e3), "ms_per_step": ms, "compile_s": compile_s, "peak_mib": peak_mib,
+            "batch": batch, "seq": seq}
 
 
 def sdpa(B=8, T=1024, NH=12, HS=64):
@@ -99,23 +128,32 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--bert-batch", type=int, default=32)
+    ap.add_argument("--bert-seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
+    for name in ("batch", "seq", "bert_batch", "bert_seq", "steps"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if not torch.cuda.is_available():
         print("torch_bench: torch sees no CUDA GPU", file=sys.stderr)
-        return 1
+        return 3
     out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
     out["gemm_bf16"] = gemm()
     print(f"torch bf16 GEMM {out['gemm_bf16']['shape']}: {out['gemm_bf16']['tflops']:.1f} TFLOP/s", flush=True)
     out["sdpa_bf16_causal"] = sdpa()
     for name, r in out["sdpa_bf16_causal"].items():
         print(f"torch SDPA {name}: {r}", flush=True)
-    try:
-        out["gpt2_124m_step"] = gpt2_step(args.batch, args.seq, args.steps)
-        print(f"torch GPT-2 124M step: {out['gpt2_124m_step']}", flush=True)
-    except Exception as e:  # transformers missing or too old: the other figures still stand
-        out["gpt2_124m_step"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-        print(f"torch GPT-2 124M step: {out['gpt2_124m_step']['error']}", flush=True)
+    runs = (("gpt2_124m_step", "GPT-2 124M step", lambda: gpt2_step(args.batch, args.seq, args.steps)),
+            ("bert_base_classify_step", "BERT-base classification step",
+             lambda: bert_step(args.bert_batch, args.bert_seq, args.steps)))
+    for key, name, run in runs:
+        try:
+            out[key] = run()
+        except Exception as e:  # transformers missing or too old, out of memory: the other figures still stand
+            out[key] = {"error": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"}
+        print(f"torch {name}: {out[key]}", flush=True)
+        torch.cuda.empty_cache()
     print("TORCH_JSON " + json.dumps(out), flush=True)
     return 0
 

@@ -49,7 +49,7 @@ stub() { cat > "$1"; chmod +x "$1"; }  # writes standard input to an executable 
 stub_machine() {  # the sandbox's root
     local sb=$1
     rm -rf "$sb"
-    mkdir -p "$sb/scripts" "$sb/test" "$sb/build/gpu" "$sb/bin"
+    mkdir -p "$sb/scripts" "$sb/test" "$sb/dev" "$sb/build/gpu" "$sb/bin"
     cp "$root"/scripts/{gpu_check.sh,attention_sweep.awk,kernel_profile.py} "$sb/scripts/"
     for t in attention layernorm nccl; do touch "$sb/test/test_$t.cu"; done
     stub "$sb/bin/nvidia-smi" <<'X'
@@ -124,6 +124,17 @@ echo "  step GEMMs: heuristic's choices 18.125 ms, fastest algorithm of each 16.
 echo "  bias gradients with their weight GEMMs, a step: BGRADB epilogue 3.25 ms, plain GEMM + reduction kernels 2.75 ms"
 echo "  fc bias gradient with fc proj dinp and fc dweight, a step: BGRADB in fc dweight 4.5 ms, DGELU_BGRAD in fc proj dinp 4.25 ms"
 X
+    # dev/torch_bench.py: its figures as the real one prints them, or its exit 3 without torch
+    stub "$sb/dev/torch_bench.py" <<'X'
+import os, sys
+if os.environ.get("STUB_NO_TORCH"):
+    print("torch_bench: /usr/bin/python3 has no torch", file=sys.stderr)
+    sys.exit(3)
+print("torch bf16 GEMM [8192, 768, 3072]: 465.9 TFLOP/s")
+print('TORCH_JSON {"torch": "2.11", "gemm_bf16": {"tflops": 465.9}, "sdpa_bf16_causal": {"flash": {"fwd_tflops": 139.2, '
+      '"bwd_tflops": 104.5}, "cudnn": {"error": "not built"}}, "gpt2_124m_step": {"tokens_per_s": 331432.0}, '
+      '"bert_base_classify_step": {"samples_per_s": 700.54}}')
+X
     stub "$sb/scripts/bench_moe.sh" <<'X'
 #!/bin/sh
 echo '{"model":"dense","tokens_per_s":200000,"val_loss":6.5}' > "$BENCH_JSON"
@@ -152,8 +163,9 @@ check "... the attention kernels' ncu sections, per launch" 0 \
     json_field '[(l["kernel"], l["metrics"]) for l in d["profile_attention_bf16_ncu_sections"]]'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --budget 110 on the stub machine skips the parts that would overrun it" 0 \
-    "skipped for --budget 110: profile sanitizer moe" env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh" --budget 110
-check "... and names them in its JSON" 0 "True ['profile', 'sanitizer', 'moe'] None" \
+    "skipped for --budget 110: pytorch profile sanitizer moe" env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh" \
+    --budget 110
+check "... and names them in its JSON" 0 "True ['pytorch', 'profile', 'sanitizer', 'moe'] None" \
     json_field 'd["finished"], d["skipped"], d["profile_gpt2_d12_bf16_step"]'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --parts gpt2_bf16,gemm on the stub machine" 0 "gpu_check: 0 failure(s)" \
@@ -170,6 +182,16 @@ MAX_LINES=100 check "gpu_check cut short (killed while BERT runs)" 124 "GPT-2 d1
     env PATH="$sb/m/bin:$PATH" STUB_BERT_HANGS=1 timeout 4 "$sb/m/scripts/gpu_check.sh"
 check "... leaves the JSON of the parts before: not finished, 6 GPT-2 runs, the tests, the GEMM" 0 \
     "False 6 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
+stub_machine "$sb/m"
+MAX_LINES=100 check "gpu_check --parts gpt2_bf16,bert,pytorch: PyTorch's figures beside ours in the table" 0 \
+    "| BERT-base bf16 classify, B=32 T=256 | 512.25 samples/s | 700.5 samples/s (compile, bf16 autocast) |" \
+    env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh" --parts gpt2_bf16,bert,pytorch
+check "... and in its JSON" 0 "331432.0 700.54 not built" json_field \
+    'd["pytorch"]["gpt2_124m_step"]["tokens_per_s"], d["pytorch"]["bert_base_classify_step"]["samples_per_s"], d["pytorch"]["sdpa_bf16_causal"]["cudnn"]["error"]'
+stub_machine "$sb/m"
+MAX_LINES=100 check "gpu_check where python3 has no torch: PyTorch not compared, no failure" 0 \
+    "PyTorch: not compared (/usr/bin/python3 has no torch)" \
+    env PATH="$sb/m/bin:$PATH" STUB_NO_TORCH=1 "$sb/m/scripts/gpu_check.sh" --parts gpt2_bf16,pytorch
 check "kernel_profile.py on a file without ncu's CSV" 1 "no ncu CSV header" python3 "$root/scripts/kernel_profile.py" /dev/null
 printf '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n"0","k","gpu__time_duration.sum","usecond","n/a"\n' \
     > "$sb/bad.csv"
