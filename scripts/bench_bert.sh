@@ -17,7 +17,7 @@ steps=${1:-6}
 [[ $steps =~ ^[1-9][0-9]*$ && $steps -ge 2 ]] ||
     { echo "bench_bert.sh: STEPS must be an integer of at least 2 (the first is warm-up), not '$steps' (--help)" >&2; exit 2; }
 shift || true
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 make --no-print-directory train_bert >/dev/null || exit 1
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then

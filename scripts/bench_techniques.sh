@@ -16,7 +16,7 @@ steps=${1:-10}
 [[ $steps =~ ^[1-9][0-9]*$ && $steps -ge 2 ]] ||
     { echo "bench_techniques.sh: STEPS must be an integer of at least 2 (the first is warm-up), not '$steps' (--help)" >&2; exit 2; }
 shift || true
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 # Built like the other bench scripts: a stale ./train_gpt2 would time the code before the last edit.
 make --no-print-directory train_gpt2 >/dev/null || exit 1
 
