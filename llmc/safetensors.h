@@ -1,5 +1,6 @@
 // llmc/safetensors.h — Hugging Face safetensors files: a strict reader (F32, F16 and BF16 tensors
-// read as fp32) and a writer of fp32 values as F32 or BF16. Host C++17, standard library only.
+// read as fp32, one file or the shards of a sharded checkpoint) and a writer of fp32 values as F32 or
+// BF16. Host C++17, standard library only.
 //
 // Format (github.com/huggingface/safetensors): 8 bytes N, little-endian u64; N bytes of UTF-8 JSON
 // {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
@@ -14,10 +15,20 @@
 // Reading refuses, with one line naming the problem: a header length beyond the file or above
 // 100 MB, invalid JSON or UTF-8 (llmc/json.h), a missing or mistyped field, an unknown dtype, a
 // negative or non-integer number, shape x dtype size != end - begin, offsets beyond the data,
-// overlapping or non-contiguous tensors, duplicate names. Dtypes other than F32/F16/BF16 (I64, U8,
-// F8_E4M3, ...) are valid in a file, and parse, but to_float() refuses them by name.
+// overlapping or non-contiguous tensors, duplicate names; and it names a PyTorch pickle
+// (pytorch_model.bin) for what it is. Dtypes other than F32/F16/BF16 (I64, U8, F8_E4M3, ...) are
+// valid in a file, and parse, but to_float() refuses them by name.
+//
+// Sharded checkpoints: above max_shard_size, transformers' save_pretrained writes the tensors into
+// model-00001-of-0000N.safetensors ... with model.safetensors.index.json beside them,
+// {"metadata": {...}, "weight_map": {"tensor name": "shard file name", ...}}. load() of the index reads
+// every shard it names, and refuses a shard missing a tensor the map puts there, a tensor the map
+// does not list, and a tensor in two shards. hf_weights_file() finds the weights of a save_pretrained
+// directory.
 #pragma once
 #include "json.h"
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -61,6 +72,9 @@ class SafeTensors {
         tensors_.clear();
         metadata_.clear();
         if (n < 8) return fail(err, "file is " + std::to_string(n) + " bytes, too short for the 8-byte header length");
+        if (is_pickle(data, n))
+            return fail(err, std::string("a PyTorch pickle (as pytorch_model.bin), not a safetensors file: ") +
+                                 kPickleAdvice);
         uint64_t header_len = 0;
         memcpy(&header_len, data, 8);
         if (header_len > MAX_HEADER_BYTES)
@@ -117,24 +131,30 @@ class SafeTensors {
     }
 
     // Reads the file at path (the whole of it, kept in memory) and parses it; errors start with path.
+    // A path ending in .index.json is a sharded checkpoint's index: every shard it names is read, and
+    // tensors() holds them all (shard after shard).
     bool load(const std::string& path, std::string* err) {
         tensors_.clear();
         metadata_.clear();
-        FILE* f = fopen(path.c_str(), "rb");
-        if (!f) return fail(err, path + ": cannot open: " + strerror(errno));
-        bool ok = fseek(f, 0, SEEK_END) == 0;
-        long size = ok ? ftell(f) : -1;
-        ok = size >= 0 && fseek(f, 0, SEEK_SET) == 0;
-        if (ok) {
-            bytes_.resize((size_t)size);
-            ok = fread(bytes_.data(), 1, bytes_.size(), f) == bytes_.size();
-        }
-        fclose(f);
-        if (!ok) return fail(err, path + ": read failed");
-        std::string why;
-        if (!parse(bytes_.data(), bytes_.size(), &why)) return fail(err, path + ": " + why);
-        return true;
+        files_.clear();
+        const std::string index = ".index.json";
+        if (path.size() >= index.size() && path.compare(path.size() - index.size(), index.size(), index) == 0)
+            return load_index(path, err);
+        return add_file(path, err);
     }
+
+    // Whether data[0, n) starts as torch.save's files do (pytorch_model.bin): a zip archive, or before
+    // torch 1.6 a pickle of protocol 2 whose first value is torch's magic number (80 02 8a 0a: as a
+    // safetensors header length, 177 MB, beyond the format's limit).
+    static bool is_pickle(const uint8_t* data, size_t n) {
+        return n >= 4 && (memcmp(data, "PK\x03\x04", 4) == 0 || memcmp(data, "\x80\x02\x8a\x0a", 4) == 0);
+    }
+
+    // What to do with a pickle instead: the advice of every message about one.
+    static constexpr const char* kPickleAdvice =
+        "this project reads safetensors only (unpickling can run code): save the model with "
+        "save_pretrained(DIR, safe_serialization=True), or convert the file with python3 "
+        "scripts/bert_to_safetensors.py FILE (any state dict of tensors)";
 
     // The tensor called name, or nullptr.
     const SafeTensor* find(const std::string& name) const {
@@ -212,6 +232,78 @@ class SafeTensors {
     static bool fail(std::string* err, const std::string& why) {
         if (err) *err = why;
         return false;
+    }
+
+    // Reads and parses the file at path, adding its tensors and metadata to this object's.
+    bool add_file(const std::string& path, std::string* err) {
+        FILE* f = fopen(path.c_str(), "rb");
+        if (!f) return fail(err, path + ": cannot open: " + strerror(errno));
+        std::vector<uint8_t> bytes;
+        bool ok = fseek(f, 0, SEEK_END) == 0;
+        long size = ok ? ftell(f) : -1;
+        ok = size >= 0 && fseek(f, 0, SEEK_SET) == 0;
+        if (ok) {
+            bytes.resize((size_t)size);
+            ok = fread(bytes.data(), 1, bytes.size(), f) == bytes.size();
+        }
+        fclose(f);
+        if (!ok) return fail(err, path + ": read failed");
+        files_.push_back(std::move(bytes));  // the buffer itself does not move: the views stay valid
+        SafeTensors part;
+        std::string why;
+        if (!part.parse(files_.back().data(), files_.back().size(), &why)) return fail(err, path + ": " + why);
+        tensors_.insert(tensors_.end(), part.tensors_.begin(), part.tensors_.end());
+        metadata_.insert(part.metadata_.begin(), part.metadata_.end());
+        return true;
+    }
+
+    // Reads a sharded checkpoint: the index at path and every shard its weight_map names (plain file
+    // names, beside the index), checking that the shards hold exactly the tensors the map puts there.
+    bool load_index(const std::string& path, std::string* err) {
+        FILE* f = fopen(path.c_str(), "rb");
+        if (!f) return fail(err, path + ": cannot open: " + strerror(errno));
+        std::string text;
+        char buf[4096];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, got);
+        fclose(f);
+        json::Value root;
+        std::string why;
+        if (!json::parse(text.data(), text.size(), &root, &why)) return fail(err, path + ": " + why);
+        const json::Value* map = root.get("weight_map");
+        if (!map || map->type != json::Value::Object || map->fields.empty())
+            return fail(err, path + ": no \"weight_map\" object naming the shards (not a sharded checkpoint's index)");
+        size_t slash = path.rfind('/');
+        std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+        std::vector<std::string> shards;  // in the order the map first names them
+        for (const auto& entry : map->fields) {
+            const json::Value& shard = entry.second;
+            if (shard.type != json::Value::String || shard.str.empty() || shard.str.find('/') != std::string::npos)
+                return fail(err, path + ": weight_map's shard of \"" + entry.first +
+                                     "\" is not a file name (the shards lie beside the index)");
+            if (std::find(shards.begin(), shards.end(), shard.str) == shards.end()) shards.push_back(shard.str);
+        }
+        std::map<std::string, std::string> shard_of;  // every tensor read, and its shard
+        for (const std::string& shard : shards) {
+            size_t before = tensors_.size();
+            if (!add_file(dir + "/" + shard, err)) return false;
+            for (size_t i = before; i < tensors_.size(); i++) {
+                const std::string& name = tensors_[i].name;
+                if (shard_of.count(name))
+                    return fail(err, path + ": tensor \"" + name + "\" is in two shards, " + shard_of[name] + " and " + shard);
+                shard_of[name] = shard;
+            }
+        }
+        for (const auto& entry : map->fields) {
+            auto it = shard_of.find(entry.first);
+            if (it == shard_of.end() || it->second != entry.second.str)
+                return fail(err, path + ": weight_map puts tensor \"" + entry.first + "\" in " + entry.second.str +
+                                     ", which does not hold it");
+        }
+        for (const auto& kv : shard_of)
+            if (!map->get(kv.first))
+                return fail(err, dir + "/" + kv.second + ": tensor \"" + kv.first + "\" is not in the weight_map of " + path);
+        return true;
     }
 
     static std::string hole(size_t from, size_t to) {
@@ -293,8 +385,32 @@ class SafeTensors {
   private:
     std::vector<SafeTensor> tensors_;
     std::map<std::string, std::string> metadata_;
-    std::vector<uint8_t> bytes_;  // the file, when load() read it
+    std::vector<std::vector<uint8_t>> files_;  // the files load() read, which the tensors view
 };
+
+// The weights file of the transformers checkpoint at path: path itself unless it is a directory;
+// in a directory save_pretrained wrote, model.safetensors, or model.safetensors.index.json for a
+// sharded save. False with one line in *err for a directory holding neither: one with only
+// pytorch_model.bin (safe_serialization=False) is told what to do instead.
+inline bool hf_weights_file(const std::string& path, std::string* file, std::string* err) {
+    struct stat info;
+    if (stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+        *file = path;  // a file (or nothing: load() says it cannot open it)
+        return true;
+    }
+    for (const char* name : {"model.safetensors", "model.safetensors.index.json"}) {
+        *file = path + "/" + name;
+        if (stat(file->c_str(), &info) == 0) return true;
+    }
+    for (const char* name : {"pytorch_model.bin", "pytorch_model.bin.index.json"})
+        if (stat((path + "/" + name).c_str(), &info) == 0) {
+            *err = path + ": holds " + name + ", a PyTorch pickle, and no model.safetensors: " +
+                   SafeTensors::kPickleAdvice;
+            return false;
+        }
+    *err = path + ": holds no model.safetensors (nor model.safetensors.index.json, a sharded checkpoint's index)";
+    return false;
+}
 
 // Collects named fp32 tensors and writes them as one safetensors file, each as F32 or BF16
 // (rounded to nearest even, as torch's .to(torch.bfloat16) rounds), with metadata {"format": "pt"}

@@ -1,7 +1,9 @@
 // test/test_safetensors.cu — the safetensors reader/writer (llmc/safetensors.h) and the JSON reader
 // under it (llmc/json.h): round trips (F32 exact, BF16 rounded to nearest even, checked against an
 // independent rounding and CUDA's), F16 widening of all 65536 values against CUDA's, files written by
-// the reference implementation, and every malformed file refused with the reason named.
+// the reference implementation, every malformed file refused with the reason named, sharded
+// checkpoints (an index and its shards) and save_pretrained directories (hf_weights_file), PyTorch
+// pickles named as such.
 #include "../llmc/cuda_common.h"
 #include "../llmc/safetensors.h"
 #include "harness.h"
@@ -237,10 +239,101 @@ void test_reference_files() {
     rmdir(dir.c_str());
 }
 
+// Writes text to path.
+void write_text(const std::string& path, const std::string& text) {
+    FILE* f = fopen(path.c_str(), "wb");
+    fwrite(text.data(), 1, text.size(), f);
+    fclose(f);
+}
+
+// Sharded checkpoints: model.safetensors.index.json's weight_map and the shards it names, as
+// save_pretrained writes them above max_shard_size; and which file of a directory is the weights.
+void test_sharded() {
+    char tmpl[] = "/tmp/llmc_safetensors_shards_XXXXXX";
+    std::string dir = mkdtemp(tmpl), err;
+    // Three tensors over two shards, and the index that maps them.
+    float a[3] = {1, 2, 3}, b[2] = {4, 5}, c[1] = {6};
+    SafeTensorsWriter s1, s2;
+    s1.add("a", a, {3});
+    s1.add("b", b, {2}, true);
+    s2.add("c", c, {1});
+    bool ok = s1.write(dir + "/model-00001-of-00002.safetensors", &err) &&
+              s2.write(dir + "/model-00002-of-00002.safetensors", &err);
+    const std::string map = R"({"metadata": {"total_size": 20}, "weight_map": {"a": "model-00001-of-00002.safetensors", )"
+                            R"("b": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"}})";
+    write_text(dir + "/model.safetensors.index.json", map);
+    SafeTensors st;
+    std::vector<float> va, vb, vc;
+    ok = ok && st.load(dir + "/model.safetensors.index.json", &err) && st.tensors().size() == 3 && st.find("a") &&
+         st.find("b") && st.find("c") && SafeTensors::to_float(*st.find("a"), &va, &err) &&
+         SafeTensors::to_float(*st.find("b"), &vb, &err) && SafeTensors::to_float(*st.find("c"), &vc, &err) &&
+         va == std::vector<float>(a, a + 3) && vb == std::vector<float>(b, b + 2) && vc[0] == 6.f;
+    th::report(ok, "safetensors: a sharded checkpoint's index loads every shard's tensors", "%s", err.c_str());
+    std::string file;
+    ok = hf_weights_file(dir, &file, &err) && file == dir + "/model.safetensors.index.json";
+    th::report(ok, "safetensors: a sharded save_pretrained directory's weights are its index", "%s", file.c_str());
+
+    // The index must describe the shards exactly.
+    auto refused = [&](const char* name, const std::string& index, const std::string& reason) {
+        write_text(dir + "/bad.index.json", index);
+        SafeTensors bad;
+        std::string why;
+        bool loaded = bad.load(dir + "/bad.index.json", &why);
+        th::report(!loaded && why.find(reason) != std::string::npos && why.find(dir) != std::string::npos, name, "%s",
+                   loaded ? "(loaded!)" : why.c_str());
+    };
+    const std::string one = "\"model-00001-of-00002.safetensors\"", two = "\"model-00002-of-00002.safetensors\"";
+    refused("safetensors sharded refuses: a shard that is not there",
+            R"({"weight_map": {"a": "nowhere.safetensors"}})", "nowhere.safetensors: cannot open");
+    refused("safetensors sharded refuses: a tensor the map puts in a shard without it",
+            "{\"weight_map\": {\"a\": " + one + ", \"b\": " + one + ", \"c\": " + one + ", \"d\": " + two + "}}",
+            "weight_map puts tensor \"c\" in model-00001-of-00002.safetensors, which does not hold it");
+    refused("safetensors sharded refuses: a shard's tensor the map leaves out",
+            "{\"weight_map\": {\"a\": " + one + ", \"c\": " + two + "}}",
+            "tensor \"b\" is not in the weight_map of");
+    refused("safetensors sharded refuses: no weight_map", R"({"metadata": {}})", "no \"weight_map\" object");
+    refused("safetensors sharded refuses: a shard outside the index's directory",
+            R"({"weight_map": {"a": "../model-00001-of-00002.safetensors"}})", "is not a file name");
+    SafeTensorsWriter s3;  // "c" again, in a third shard
+    s3.add("c", c, {1});  // (the map cannot name "c" twice: it names the shard under another key)
+    s3.write(dir + "/extra.safetensors", &err);
+    refused("safetensors sharded refuses: a tensor in two shards",
+            "{\"weight_map\": {\"a\": " + one + ", \"b\": " + one + ", \"c\": " + two + ", \"c \": \"extra.safetensors\"}}",
+            "tensor \"c\" is in two shards, model-00002-of-00002.safetensors and extra.safetensors");
+
+    // A directory: model.safetensors first; only pickles, or nothing, refused with the reason.
+    std::string sub = dir + "/single";
+    mkdir(sub.c_str(), 0755);
+    s2.write(sub + "/model.safetensors", &err);
+    write_text(sub + "/model.safetensors.index.json", map);
+    ok = hf_weights_file(sub, &file, &err) && file == sub + "/model.safetensors";
+    th::report(ok, "safetensors: a directory's model.safetensors is its weights", "%s", file.c_str());
+    std::string pickles = dir + "/pickles";
+    mkdir(pickles.c_str(), 0755);
+    write_text(pickles + "/pytorch_model.bin", std::string("PK\x03\x04", 4) + "rest of a zip");
+    ok = !hf_weights_file(pickles, &file, &err) && err.find("holds pytorch_model.bin") != std::string::npos &&
+         err.find("safe_serialization=True") != std::string::npos;
+    th::report(ok, "safetensors: a directory of pytorch_model.bin is refused, saying how to save safetensors", "%s",
+               err.c_str());
+    std::string empty = dir + "/empty";
+    mkdir(empty.c_str(), 0755);
+    ok = !hf_weights_file(empty, &file, &err) && err.find("holds no model.safetensors") != std::string::npos;
+    th::report(ok, "safetensors: a directory without weights is refused", "%s", err.c_str());
+    ok = !st.load(pickles + "/pytorch_model.bin", &err) && err.find("a PyTorch pickle") != std::string::npos &&
+         err.find("pytorch_model.bin") != std::string::npos;
+    th::report(ok, "safetensors: load() of a pytorch_model.bin (zip) names it a PyTorch pickle", "%s", err.c_str());
+    th::run_command("rm -rf " + dir);
+}
+
 void test_malformed() {
     const std::string t1 = R"("t":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})";
     expect_refused("safetensors refuses: an empty file", {}, "too short for the 8-byte header length");
     expect_refused("safetensors refuses: 5 bytes", {1, 2, 3, 4, 5}, "too short");
+    // torch.save's zip, and its legacy pickle (protocol 2, then its magic number as a LONG1)
+    expect_refused("safetensors refuses: a PyTorch pickle (zip)", {'P', 'K', 3, 4, 20, 0, 0, 0, 8, 0},
+                   "a PyTorch pickle (as pytorch_model.bin), not a safetensors file");
+    expect_refused("safetensors refuses: a PyTorch pickle (legacy)", {0x80, 2, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9},
+                   "a PyTorch pickle");
     expect_refused("safetensors refuses: header length beyond the file", make_file("{" + t1 + "}", 24, 1000),
                    "header length 1000 is beyond the file");
     expect_refused("safetensors refuses: a header length near 2^64", make_file("{}", 0, UINT64_MAX - 1),
@@ -325,5 +418,6 @@ int main() {
     test_round_trip();
     test_reference_files();
     test_malformed();
+    test_sharded();
     return th::finish();
 }
