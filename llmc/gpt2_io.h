@@ -3,7 +3,8 @@
 // llm.c model files (version 3: fp32, version 5: bf16) are what this project's checkpoints hold
 // (llmc/checkpoint.h names them model_%08d.bin) and what llm.c reads and writes: parse_gpt2_checkpoint
 // (which test/fuzz/fuzz_checkpoint.cpp fuzzes), load_checkpoint, write_gpt2_checkpoint. A transformers
-// GPT-2 (model.safetensors + config.json) comes in with load_hf_gpt2 and goes out with export_hf_gpt2.
+// GPT-2 (model.safetensors or its shards, + config.json) comes in with load_hf_gpt2 and goes out with
+// export_hf_gpt2.
 // Every reader gives the parameters as fp32 values in llm.c's layout (llmc/gpt2_config.h) and refuses
 // a file it cannot represent with one line naming the problem.
 #pragma once
@@ -51,12 +52,39 @@ inline float bits_float(int32_t b) {
     return f;
 }
 
+// What a file given as a model checkpoint is instead, from its first bytes ("" if unknown): the other
+// files of llm.c and of this trainer, and the files people bring from transformers.
+inline std::string not_a_checkpoint(const uint8_t* data, size_t size) {
+    int32_t magic = 0;
+    if (size >= 4) memcpy(&magic, data, 4);
+    if (magic == GPT2_CHECKPOINT_MAGIC) return "";  // (its later bytes could look like anything)
+    if (SafeTensors::is_pickle(data, size))
+        return std::string("a PyTorch pickle (as pytorch_model.bin): ") + SafeTensors::kPickleAdvice;
+    if (size >= 1 && data[0] == '{')
+        return "a JSON file (config.json, model.safetensors.index.json?): for a Hugging Face checkpoint give its "
+               "directory";
+    if (size >= 9 && data[8] == '{')  // safetensors: an 8-byte header length, then the JSON header
+        return "a safetensors file: give it a .safetensors name, or give its directory, to read it as a Hugging Face "
+               "checkpoint";
+    if (magic == 20240328) return "a llm.c tokenizer file (magic 20240328)";  // llmc/tokenizer.h
+    if (magic == SHARD_MAGIC) return "a llm.c token shard (magic 20240520): training data, not a model";
+    if (magic == TRAIN_STATE_MAGIC) return "this trainer's training state file (state_*.bin): the model is model_*.bin";
+    if (magic == 20240527) return "a llm.c optimizer state file (magic 20240527): the model is model_*.bin";
+    if (magic == 20240327) return "a llm.c debug state file (magic 20240327: a batch and its expected outputs)";
+    return "";
+}
+
 // Parses a llm.c model checkpoint held in memory (magic 20240326; version 3 = fp32, 5 = bf16, and
 // 103/105 with experts, above): a 256 x int32 header [magic, version, maxT, V, L, NH, C, Vp] then
 // the tensors in order. Fills *c and the parameters as fp32 values; false with a reason naming the problem.
 inline bool parse_gpt2_checkpoint(const uint8_t* data, size_t size, GPT2Config* c, std::vector<float>* params,
                                   std::string* err) {
     int32_t h[256];
+    std::string other = not_a_checkpoint(data, size);
+    if (!other.empty()) {
+        *err = "not a llm.c model checkpoint: " + other;
+        return false;
+    }
     if (size < sizeof(h)) {
         *err = "too short for a model checkpoint header (" + std::to_string(size) + " bytes, need 1024)";
         return false;
@@ -169,7 +197,9 @@ inline bool write_gpt2_checkpoint(const std::string& path, const GPT2Config& c, 
 // linear layers are Conv1D modules whose weight is stored (in, out), the transpose of our (out, in).
 // The LM head is tied to wte (save_pretrained leaves lm_head.weight out). Our GPT-2 is exactly that
 // architecture with tanh GELU, layernorm epsilon 1e-5, attention scaled by 1/sqrt(head size), an MLP
-// of 4C and a tied head: a config.json asking for anything else is refused by name.
+// of 4C and a tied head: a config.json asking for anything else is refused by name. Its other keys
+// change nothing here: reorder_and_upcast_attn computes the same attention in fp32 (what ours does),
+// and the dropout probabilities are training settings of a trainer that has no dropout.
 
 // One layer's tensors: which of our parameters, its transformers name after "h.{l}.", and whether it
 // is a Conv1D weight (stored transposed).
@@ -237,11 +267,20 @@ inline void read_hf_gpt2_config(const std::string& path, GPT2Config* c) {
     if (type && (type->type != json::Value::String || type->str != "gpt2"))
         data_error("%s: model_type is %s, not \"gpt2\"", path.c_str(),
                    type->type == json::Value::String ? json::quote(type->str).c_str() : json::type_name(type->type));
+    // GPT2Config's attribute_map makes hidden_size, max_position_embeddings, num_attention_heads and
+    // num_hidden_layers other names of n_embd, n_positions, n_head and n_layer: either spelling sets them.
+    auto dimension = [&](const char* key, const char* alias, int dflt) {
+        int value = integer(key, 0), other = integer(alias, 0);
+        if (value && other && value != other)
+            data_error("%s: \"%s\" %d and \"%s\" %d disagree (transformers reads both as %s)", path.c_str(), key, value,
+                       alias, other, key);
+        return value ? value : other ? other : dflt;
+    };
     c->vocab_size = integer("vocab_size", 50257);
-    c->max_seq_len = integer("n_positions", 1024);
-    c->channels = integer("n_embd", 768);
-    c->num_layers = integer("n_layer", 12);
-    c->num_heads = integer("n_head", 12);
+    c->max_seq_len = dimension("n_positions", "max_position_embeddings", 1024);
+    c->channels = dimension("n_embd", "hidden_size", 768);
+    c->num_layers = dimension("n_layer", "num_hidden_layers", 12);
+    c->num_heads = dimension("n_head", "num_attention_heads", 12);
     c->padded_vocab_size = pad_vocab(c->vocab_size);
     if (c->channels % c->num_heads != 0)
         data_error("%s: n_embd %d is not a multiple of n_head %d", path.c_str(), c->channels, c->num_heads);
@@ -271,20 +310,26 @@ inline void read_hf_gpt2_config(const std::string& path, GPT2Config* c) {
         data_error("%s: tie_word_embeddings false cannot be represented (this GPT-2's LM head is wte)", path.c_str());
 }
 
-// Reads a transformers GPT-2 checkpoint: path is a .safetensors file or a directory holding
-// model.safetensors, with transformers' config.json beside it (it alone has the number of heads).
-// Returns the fp32 parameters in our layout (wte padded to Vp rows with zeros) and fills *c; exits
-// with one line naming the problem if the checkpoint is not a GPT-2 this model can represent.
+// Reads a transformers GPT-2 checkpoint: path is a directory save_pretrained wrote (model.safetensors,
+// or a sharded model.safetensors.index.json and its shards), or one of those files, with transformers'
+// config.json beside it (it alone has the number of heads). F32, F16 and BF16 tensors are read
+// (widened exactly). Returns the fp32 parameters in our layout (wte padded to Vp rows with zeros) and
+// fills *c; exits with one line naming the problem if the checkpoint is not a GPT-2 this model can
+// represent. config.json is read first, so that another architecture is named as such.
 inline std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
-    struct stat info;
-    bool is_dir = stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-    std::string file = is_dir ? path + "/model.safetensors" : path;
+    std::string file, err;
+    if (!hf_weights_file(path, &file, &err)) data_error("%s", err.c_str());
     size_t slash = file.rfind('/');
     std::string config_path = (slash == std::string::npos ? std::string(".") : file.substr(0, slash)) + "/config.json";
-    SafeTensors st;
-    std::string err;
-    if (!st.load(file, &err)) data_error("%s", err.c_str());
     const char* f = file.c_str();
+    struct stat info;
+    if (stat(f, &info) != 0) data_error("%s: cannot open: %s", f, strerror(errno));
+    if (stat(config_path.c_str(), &info) != 0)
+        data_error("%s: no config.json beside it (%s): it is needed for the number of attention heads, which the "
+                   "tensors do not tell", f, config_path.c_str());
+    read_hf_gpt2_config(config_path, c);
+    SafeTensors st;
+    if (!st.load(file, &err)) data_error("%s", err.c_str());
     std::string prefix = st.find("transformer.wte.weight") ? "transformer." : "";
     const SafeTensor* wte = st.find(prefix + "wte.weight");
     const SafeTensor* wpe = st.find(prefix + "wpe.weight");
@@ -302,10 +347,6 @@ inline std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
         if (i > h_prefix.size()) layers = std::max(layers, l + 1);
     }
 
-    if (stat(config_path.c_str(), &info) != 0)
-        data_error("%s: no config.json beside it (%s): it is needed for the number of attention heads, which the "
-                   "tensors do not tell", f, config_path.c_str());
-    read_hf_gpt2_config(config_path, c);
     // The tensors must be the model config.json describes.
     struct { const char* what; size_t file; int config; } dims[] = {
         {"vocab_size (wte rows)", wte->shape[0], c->vocab_size}, {"n_embd (wte columns)", wte->shape[1], c->channels},

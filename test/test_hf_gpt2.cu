@@ -2,13 +2,15 @@
 // load_hf_gpt2 / export_hf_gpt2), against transformers itself: the fixture test/fixtures/hf_gpt2_tiny
 // is what GPT2LMHeadModel.save_pretrained wrote and hf_gpt2_tiny_logits.safetensors its logits for
 // one batch (test/oracle_hf_gpt2.py). Checks: the imported model's logits in fp32 and bf16, the name
-// and file variants transformers and the hub use, an export/import round trip, and every refusal
-// (one clear line and a non-zero exit).
+// and file variants transformers and the hub use (sharded too), an export/import round trip, and every
+// refusal (one clear line and a non-zero exit), files that are not what the loader expects included.
 //
 // `test_hf_gpt2 --export DIR` instead writes what test/hf_gpt2_roundtrip.py hands to transformers:
 // DIR/fp32 and DIR/bf16 (exports of the fixture model) and DIR/ours_fp32.safetensors,
 // DIR/ours_bf16.safetensors ("tokens" and our "logits" for the fixture batch, computed in fp32 from
-// exactly the weights each export holds).
+// exactly the weights each export holds). `test_hf_gpt2 --import DIR OUT` imports the checkpoint
+// transformers saved in DIR (hf_gpt2_roundtrip.py's fp16 and bf16 sharded saves) and writes our
+// fp32 logits for the fixture batch to OUT.
 #include "gpt2_trainer.h"
 #include "harness.h"
 
@@ -128,6 +130,31 @@ void write_variant(const std::string& dir, const Edit& edit, bool bf16 = false, 
     if (!w.write(dir + "/model.safetensors", &err)) data_error("%s", err.c_str());
 }
 
+// Writes dir as save_pretrained writes a sharded checkpoint: the fixture's tensors dealt over three
+// shards (model-0000k-of-00003.safetensors) and model.safetensors.index.json mapping each to its shard.
+void write_sharded(const std::string& dir) {
+    SafeTensors st;
+    std::string err;
+    if (!st.load(std::string(kModelDir) + "/model.safetensors", &err)) data_error("%s", err.c_str());
+    SafeTensorsWriter shards[3];
+    std::string map;
+    for (size_t i = 0; i < st.tensors().size(); i++) {
+        const SafeTensor& t = st.tensors()[i];
+        std::vector<float> values;
+        if (!SafeTensors::to_float(t, &values, &err)) data_error("%s", err.c_str());
+        shards[i % 3].add(t.name, values.data(), t.shape);
+        map += std::string(i ? ", " : "") + json::quote(t.name) + ": \"model-0000" + std::to_string(i % 3 + 1) +
+               "-of-00003.safetensors\"";
+    }
+    mkdir(dir.c_str(), 0755);
+    for (int k = 0; k < 3; k++)
+        if (!shards[k].write(dir + "/model-0000" + std::to_string(k + 1) + "-of-00003.safetensors", &err))
+            data_error("%s", err.c_str());
+    std::string index = "{\"metadata\": {}, \"weight_map\": {" + map + "}}";
+    if (!write_file_atomic(dir + "/model.safetensors.index.json", {{index.data(), index.size()}}, &err))
+        data_error("%s", err.c_str());
+}
+
 std::string read_text(const std::string& path) {
     std::string s;
     FILE* f = fopen(path.c_str(), "rb");
@@ -199,7 +226,24 @@ int export_for_python(const std::string& dir) {
     return 0;
 }
 
+// --import DIR OUT: our fp32 logits for the fixture batch from the checkpoint in DIR.
+int import_for_python(const std::string& dir, const std::string& out) {
+    GPT2Config c;
+    std::vector<float> params = load_hf_gpt2(dir, &c);
+    Batch b = load_batch();
+    write_logits(out, b, our_logits<float>(c, params, b), c.vocab_size);
+    printf("imported %s (L=%d C=%d NH=%d V=%d) and wrote our logits to %s\n", dir.c_str(), c.num_layers, c.channels,
+           c.num_heads, c.vocab_size, out.c_str());
+    return 0;
+}
+
 int main(int argc, char** argv) {
+    if (argc == 4 && std::string(argv[1]) == "--import") {
+        matmul_init();
+        int rc = import_for_python(argv[2], argv[3]);
+        matmul_destroy();
+        return rc;
+    }
     if (argc == 3 && std::string(argv[1]) == "--export") {
         matmul_init();
         int rc = export_for_python(argv[2]);
@@ -207,7 +251,7 @@ int main(int argc, char** argv) {
         return rc;
     }
     if (argc != 1) {
-        fprintf(stderr, "usage: %s [--export DIR]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--export DIR | --import DIR OUT]\n", argv[0]);
         return 2;
     }
     char tmpl[] = "/tmp/llmc_hf_gpt2_XXXXXX";
@@ -277,6 +321,53 @@ int main(int argc, char** argv) {
         GPT2Config c;
         load_hf_gpt2(tmp + "/nowhere", &c);
     });
+    // Other architectures are named by their config.json, before their tensors are looked at.
+    write_variant(tmp + "/llama", nullptr);
+    write_config(tmp + "/llama", "\"model_type\": \"gpt2\"", "\"model_type\": \"llama\"");
+    expect_refused("hf_gpt2 refuses: another architecture (config.json's model_type)", tmp,
+                   "config.json: model_type is \"llama\", not \"gpt2\"", [&] {
+                       GPT2Config c;
+                       load_hf_gpt2(tmp + "/llama", &c);
+                   });
+    // transformers reads num_attention_heads as n_head: two different values are ambiguous.
+    write_variant(tmp + "/heads2", nullptr);
+    write_config(tmp + "/heads2", "\"n_head\": 4", "\"n_head\": 4, \"num_attention_heads\": 2");
+    expect_refused("hf_gpt2 refuses: n_head and num_attention_heads that disagree", tmp,
+                   "\"n_head\" 4 and \"num_attention_heads\" 2 disagree", [&] {
+                       GPT2Config c;
+                       load_hf_gpt2(tmp + "/heads2", &c);
+                   });
+    // save_pretrained(safe_serialization=False) writes pytorch_model.bin, a pickle (a zip archive).
+    mkdir((tmp + "/pickle").c_str(), 0755);
+    write_config(tmp + "/pickle");
+    {
+        FILE* f = fopen((tmp + "/pickle/pytorch_model.bin").c_str(), "wb");
+        fputs("PK\x03\x04 and the rest of a zip archive", f);
+        fclose(f);
+    }
+    expect_refused("hf_gpt2 refuses: a directory with pytorch_model.bin only, saying what to do", tmp,
+                   "/pickle: holds pytorch_model.bin, a PyTorch pickle, and no model.safetensors: this project "
+                   "reads safetensors only (unpickling can run code): save the model with save_pretrained(DIR, "
+                   "safe_serialization=True)", [&] {
+                       GPT2Config c;
+                       load_hf_gpt2(tmp + "/pickle", &c);
+                   });
+    // The same files given to -e as llm.c checkpoints (not a directory, not *.safetensors) are named.
+    struct { const char* name; std::string path; const char* expect; } not_llmc[] = {
+        {"llm.c loader: a pytorch_model.bin is named a PyTorch pickle", tmp + "/pickle/pytorch_model.bin",
+         "pytorch_model.bin: not a llm.c model checkpoint: a PyTorch pickle"},
+        {"llm.c loader: a config.json or index is named a JSON file", tmp + "/pickle/config.json",
+         "config.json: not a llm.c model checkpoint: a JSON file"},
+        {"llm.c loader: a tokenizer file is named", "dev/data/shakespeare/gpt2_tokenizer.bin",
+         "not a llm.c model checkpoint: a llm.c tokenizer file"},
+        {"llm.c loader: a token shard is named", "dev/data/shakespeare/shakespeare_val.bin",
+         "not a llm.c model checkpoint: a llm.c token shard"},
+    };
+    for (const auto& k : not_llmc)
+        expect_refused(k.name, tmp, k.expect, [&] {
+            GPT2Config c;
+            load_checkpoint(k.path, &c);
+        });
     {
         FILE* f = fopen((tmp + "/plainfile").c_str(), "wb");
         fclose(f);
@@ -334,6 +425,21 @@ int main(int argc, char** argv) {
     write_variant(tmp + "/bf16", nullptr, true);
     write_config(tmp + "/bf16");
     same_params("hf_gpt2: a BF16 file loads the bf16-rounded parameters", tmp + "/bf16", bf16_rounded(params));
+    write_sharded(tmp + "/sharded");
+    write_config(tmp + "/sharded");
+    same_params("hf_gpt2: a sharded checkpoint (index + 3 shards) loads the same parameters", tmp + "/sharded", params);
+    same_params("hf_gpt2: its model.safetensors.index.json path loads the same parameters",
+                tmp + "/sharded/model.safetensors.index.json", params);
+    // GPT2Config's attribute_map: num_attention_heads is n_head (ignored, the 12 heads of the default
+    // would have been taken: silently, for a model whose channels they divide).
+    write_variant(tmp + "/alias", nullptr);
+    write_config(tmp + "/alias", "\"n_head\": 4", "\"num_attention_heads\": 4");
+    {
+        GPT2Config ca;
+        std::vector<float> p = load_hf_gpt2(tmp + "/alias", &ca);
+        th::report(ca.num_heads == 4 && p == params, "hf_gpt2: config.json's num_attention_heads is read as n_head",
+                   "NH=%d", ca.num_heads);
+    }
 
     // Export and import again: fp32 exactly; bf16 as nearest-even rounding.
     export_hf_gpt2(tmp + "/export/fp32", c, params, false);
