@@ -1,6 +1,6 @@
 // llmc/bert_io.h — BERT's checkpoint formats: transformers' safetensors and config.json, in and out.
 //
-// Reading a transformers BERT checkpoint (model.safetensors and config.json: BertModel,
+// Reading a transformers BERT checkpoint (model.safetensors or its shards, and config.json: BertModel,
 // BertForMaskedLM, BertForSequenceClassification or BertForPreTraining) into the fp32 parameter
 // layout of llmc/bert_config.h, refusing by name what this model cannot represent; writing the
 // parameters back as a checkpoint that from_pretrained loads with nothing missing and nothing
@@ -122,9 +122,11 @@ inline std::string bert_label_list(const std::vector<std::string>& names) {
 
 // Reads transformers' config.json (BertConfig) into *c, refusing by name what this model cannot
 // represent; keys it leaves out take BertConfig's defaults, as transformers does. label_names (if
-// given): id2label's names in label order, when it has num_labels entries (else none).
+// given): id2label's names in label order, when it has num_labels entries (else none). architecture
+// (if given): the class "architectures" names, when it names one (else "").
 inline void read_hf_bert_config(const std::string& path, BertConfig* c,
-                                std::vector<std::string>* label_names = nullptr) {
+                                std::vector<std::string>* label_names = nullptr,
+                                std::string* architecture = nullptr) {
     std::vector<uint8_t> bytes;
     {
         FILE* f = fopen(path.c_str(), "rb");
@@ -164,6 +166,11 @@ inline void read_hf_bert_config(const std::string& path, BertConfig* c,
         if (v->type != json::Value::Bool) data_error("%s: \"%s\" must be true or false", f, key);
         return v->boolean;
     };
+    if (architecture) {
+        const json::Value* a = root.get("architectures");
+        bool one = a && a->type == json::Value::Array && a->items.size() == 1 && a->items[0].type == json::Value::String;
+        *architecture = one ? a->items[0].str : "";
+    }
     std::string type = string("model_type", "bert");
     if (type != "bert")
         data_error("%s: model_type is \"%s\", not \"bert\" (its architecture differs from BERT's)", f, type.c_str());
@@ -318,26 +325,29 @@ inline BertParts read_bert_tensors(const SafeTensors& st, const std::string& fil
     return parts;
 }
 
-// Reads a transformers BERT checkpoint: path is a .safetensors file or a directory holding
-// model.safetensors, with transformers' config.json beside it. Returns the fp32 parameters in our
-// layout and fills *c (and *parts, if given, with which parts the file had). Parts the checkpoint
-// lacks — the MLM head of a BertModel, the pooler and classifier of a BertForMaskedLM — are
-// initialized as transformers initializes them (seeded), as from_pretrained does for a task model.
-// Exits with one line naming the problem if the checkpoint is not a BERT this model can represent.
+// Reads a transformers BERT checkpoint: path is a directory save_pretrained wrote (model.safetensors,
+// or a sharded model.safetensors.index.json and its shards), or one of those files, with
+// transformers' config.json beside it. F32, F16 and BF16 tensors are read (widened exactly). Returns
+// the fp32 parameters in our layout and fills *c (and *parts, if given, with which parts the file
+// had). Parts the checkpoint lacks — the MLM head of a BertModel, the pooler and classifier of a
+// BertForMaskedLM — are initialized as transformers initializes them (seeded), as from_pretrained
+// does for a task model. Exits with one line naming the problem if the checkpoint is not a BERT this
+// model can represent.
 inline std::vector<float> load_hf_bert(const std::string& path, BertConfig* c, BertParts* parts = nullptr,
                                        uint64_t seed = 42) {
+    std::string file, err;
+    if (!hf_weights_file(path, &file, &err)) data_error("%s", err.c_str());
     struct stat info;
-    bool is_dir = stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-    std::string file = is_dir ? path + "/model.safetensors" : path;
+    if (stat(file.c_str(), &info) != 0) data_error("%s: cannot open: %s", file.c_str(), strerror(errno));
     size_t slash = file.rfind('/');
     std::string config_path = (slash == std::string::npos ? std::string(".") : file.substr(0, slash)) + "/config.json";
     if (stat(config_path.c_str(), &info) != 0)
         data_error("%s: no config.json beside it (%s): it is needed for the number of attention heads and the "
                    "activation, which the tensors do not tell", file.c_str(), config_path.c_str());
     std::vector<std::string> label_names;
-    read_hf_bert_config(config_path, c, &label_names);
+    std::string architecture;
+    read_hf_bert_config(config_path, c, &label_names, &architecture);
     SafeTensors st;
-    std::string err;
     if (!st.load(file, &err)) data_error("%s", err.c_str());
     // The layer count the tensors have must be config.json's (the list checks every other size).
     int layers = 0;
@@ -350,6 +360,14 @@ inline std::vector<float> load_hf_bert(const std::string& path, BertConfig* c, B
     if (layers != c->num_layers)
         data_error("%s: has %d encoder layers, %s says num_hidden_layers %d", file.c_str(), layers, config_path.c_str(),
                    c->num_layers);
+    // transformers calls other heads "classifier" too (BertForTokenClassification's scores every token,
+    // BertForMultipleChoice's each choice): on the pooled [CLS], as ours is used, one would mean
+    // something else. (train_bert's own checkpoints hold every part whatever their architecture.)
+    if (st.find("classifier.weight") &&
+        (architecture == "BertForTokenClassification" || architecture == "BertForMultipleChoice"))
+        data_error("%s: classifier.weight is the head of a %s (%s), not of a BertForSequenceClassification: it cannot "
+                   "be used as the sequence classifier (remove classifier.* to start from the encoder alone)",
+                   file.c_str(), architecture.c_str(), config_path.c_str());
     // A classifier's rows must be config.json's labels: said here, more clearly than a shape mismatch.
     if (const SafeTensor* cls = st.find("classifier.weight"))
         if (cls->shape.size() == 2 && cls->shape[0] != (size_t)c->num_labels)

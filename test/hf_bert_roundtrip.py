@@ -11,12 +11,18 @@ export with from_pretrained and checks:
     ours within the fp32 budget test_bert uses: both sides compute in fp32 (transformers upcasts the bf16
     weights on load, and our bf16-export logits come from our fp32 forward on the same bf16-rounded
     weights), so the bf16 check is as tight as the fp32 one.
+And the other way: transformers saves the fixture models sharded (max_shard_size 100KB: an index and
+several shards), the classification model in fp16 and the MLM model in bf16; the binary imports each
+(`BIN --import cls|mlm DIR OUT`: our fp32 logits for the fixture batch), and transformers' logits from
+the same save, loaded in fp32, must be ours within the same fp32 budget (both compute in fp32 from the
+same 16-bit weights, widened exactly).
 Prints "PASS name" / "FAIL name ..." per check and "N passed, N failed"; exits non-zero on a failure.
 
   /usr/bin/python3 test/hf_bert_roundtrip.py build/cpu/test_bert
 (needs Debian's python3-torch and transformers<4.46 for /usr/bin/python3; run from the repository root)
 """
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -66,15 +72,41 @@ def check_export(head, precision, directory):
                f"first difference: {differ[0]}" if differ else "")
 
     ours = load_file(os.path.join(directory, f"ours_{variant}.safetensors"))
+    check_logits(f"hf_bert export {variant}: transformers' logits vs ours (fp32 forward)",
+                 batch_logits(model, ours, head), ours["logits"], K)
+
+
+def batch_logits(model, ours, head):
+    """transformers' logits for the batch in ours (MLM: at the masked positions, in (b, t) order)."""
     ids = ours["input_ids"].long()
     types = ours["token_type_ids"].long()
     valid = ours["valid_len"].long()
     mask = (torch.arange(ids.shape[1])[None, :] < valid[:, None]).long()
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits.float()
-    if head == "mlm":
-        logits = logits[ours["mlm_labels"].long() != -100]  # the masked positions, (b, t) order
-    check_logits(f"hf_bert export {variant}: transformers' logits vs ours (fp32 forward)", logits, ours["logits"], K)
+    return logits[ours["mlm_labels"].long() != -100] if head == "mlm" else logits
+
+
+def check_import(binary, directory, head, dtype):
+    """transformers saves the fixture model of head in dtype, sharded; our import must give its logits."""
+    name = f"{head}_{str(dtype).replace('torch.', '')}"
+    path = os.path.join(directory, f"saved_{name}")
+    cls = CLASSES[head]
+    fixture = cls.from_pretrained(os.path.join(FIXTURES, f"bert_tiny_{head}"))
+    fixture.to(dtype).save_pretrained(path, max_shard_size="100KB")
+    shards = [f for f in os.listdir(path) if f.endswith(".safetensors")]
+    out = os.path.join(directory, f"ours_saved_{name}.safetensors")
+    run = subprocess.run([binary, "--import", head, path, out], capture_output=True, text=True)
+    sharded = os.path.exists(os.path.join(path, "model.safetensors.index.json")) and len(shards) > 1
+    report(run.returncode == 0 and sharded,
+           f"hf_bert import {name}: the binary imports transformers' sharded save ({len(shards)} shards)",
+           (run.stdout + run.stderr).strip().replace("\n", " | "))
+    if run.returncode != 0:
+        return
+    model = cls.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    ours = load_file(out)
+    check_logits(f"hf_bert import {name}: transformers' logits vs ours (fp32 forward)",
+                 batch_logits(model, ours, head), ours["logits"], K)
 
 
 def main():
@@ -87,6 +119,8 @@ def main():
             for head in ("mlm", "cls"):
                 for precision in ("fp32", "bf16"):
                     check_export(head, precision, directory)
+        check_import(binary, directory, "cls", torch.float16)
+        check_import(binary, directory, "mlm", torch.bfloat16)
     finish()
 
 

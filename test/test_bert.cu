@@ -10,7 +10,9 @@
 // `test_bert --export DIR` instead writes what test/hf_bert_roundtrip.py hands to transformers: DIR/
 // {mlm,cls}_{fp32,bf16} (exports of the fixture models after 3 AdamW steps) and DIR/ours_{mlm,cls}_
 // {fp32,bf16}.safetensors (the batch and our logits, computed in fp32 from exactly the weights each
-// export holds).
+// export holds). `test_bert --import mlm|cls DIR OUT` imports the checkpoint transformers saved in DIR
+// (hf_bert_roundtrip.py's fp16 and bf16 sharded saves) and writes the batch and our fp32 logits of
+// that head to OUT.
 #include "bert_trainer.h"
 #include "harness.h"
 
@@ -665,6 +667,30 @@ void check_checkpoint_variants() {
     std::vector<float> pre = load_hf_bert(dir, &c, &p);
     th::report(same_parts(c, pre, mlm, {PART_ENCODER, PART_MLM}),
                "hf checkpoints: BertForPreTraining names (tied decoder stored, next-sentence head and buffers skipped)");
+    // A sharded save: the classification model's tensors dealt over two shards, and the index.
+    dir = temp_dir() + "/sharded";
+    {
+        std::string err, map;
+        make_dirs(dir, &err);
+        SafeTensors st;
+        if (!st.load(kFixtures + "bert_tiny_cls/model.safetensors", &err)) data_error("%s", err.c_str());
+        SafeTensorsWriter shard[2];
+        for (size_t i = 0; i < st.tensors().size(); i++) {
+            const SafeTensor& t = st.tensors()[i];
+            std::vector<float> v = float_tensor(st, "bert_tiny_cls", t.name.c_str());
+            shard[i % 2].add(t.name, v.data(), t.shape);
+            map += std::string(i ? ", " : "") + json::quote(t.name) + ": \"model-0000" + std::to_string(i % 2 + 1) +
+                   "-of-00002.safetensors\"";
+        }
+        for (int k = 0; k < 2; k++)
+            if (!shard[k].write(dir + "/model-0000" + std::to_string(k + 1) + "-of-00002.safetensors", &err))
+                data_error("%s", err.c_str());
+        write_text(dir + "/model.safetensors.index.json", "{\"metadata\": {}, \"weight_map\": {" + map + "}}");
+        write_text(dir + "/config.json", read_text(kFixtures + "bert_tiny_cls/config.json"));
+    }
+    std::vector<float> sharded = load_hf_bert(dir, &c, &p);
+    th::report(p.has[PART_CLASSIFIER] && same_parts(c, sharded, cls, {PART_ENCODER, PART_POOLER, PART_CLASSIFIER}),
+               "hf checkpoints: a sharded save (index + 2 shards) loads the same encoder, pooler and classifier");
     // Absent parts are initialized as transformers does: LayerNorm 1/0, biases 0, matrices ~N(0, 0.02).
     size_t poolw = param_offset(c_mlm, POOLW), poolb = param_offset(c_mlm, POOLB);
     double sum = 0, sq = 0;
@@ -739,6 +765,26 @@ void check_checkpoint_refusals() {
     expect_refusal("hf refuses: classifier rows that are not config.json's labels",
                    "classifier.weight has 3 rows (labels), TMP/labels/config.json has 2 (id2label)",
                    load(write_variant("labels", "bert_tiny_cls", keep, {}, ",\n    \"2\": \"LABEL_2\"", "")));
+    expect_refusal("hf refuses: BertForTokenClassification's classifier (per token) as the sequence classifier",
+                   "classifier.weight is the head of a BertForTokenClassification",
+                   load(write_variant("token", "bert_tiny_cls", keep, {}, "\"BertForSequenceClassification\"",
+                                      "\"BertForTokenClassification\"")));
+    expect_refusal("hf refuses: a directory with pytorch_model.bin only, saying what to do",
+                   "/pickle: holds pytorch_model.bin, a PyTorch pickle, and no model.safetensors: this project reads "
+                   "safetensors only (unpickling can run code): save the model with save_pretrained(DIR, "
+                   "safe_serialization=True)", [] {
+                       BertConfig c2;
+                       std::string dir = temp_dir() + "/pickle", err;
+                       make_dirs(dir, &err);
+                       write_text(dir + "/config.json", read_text(kFixtures + "bert_tiny_cls/config.json"));
+                       write_text(dir + "/pytorch_model.bin", "PK\x03\x04 and the rest of a zip archive");
+                       load_hf_bert(dir, &c2);
+                   });
+    expect_refusal("hf refuses: a path that does not exist, said as such (not as a missing config.json)",
+                   "TMP/nowhere: cannot open: No such file or directory", [] {
+                       BertConfig c2;
+                       load_hf_bert(temp_dir() + "/nowhere", &c2);
+                   });
     expect_refusal("hf refuses: no config.json", "no config.json beside it", [] {
         BertConfig c2;
         std::string dir = temp_dir() + "/noconfig", err;
@@ -857,6 +903,29 @@ void check_minilm(double k) {
 // ----------------------------------------------------------------------------
 // --export DIR: what test/hf_bert_roundtrip.py hands to transformers
 
+// Writes the batch and our head's logits for it, computed in fp32 from params, to path.
+void write_our_logits(const std::string& path, const BertConfig& c, const std::vector<float>& params, const Batch& b,
+                      BertHead head) {
+    BERT<float> e;
+    e.build(c, params);
+    e.allocate_activations(b.B, b.T);
+    e.set_batch(b.ids.data(), b.types.data(), b.valid.data(), labels_of(b, head), head, false);
+    e.forward(false, 0.f);
+    std::vector<float> logits = head_logits(e);
+    size_t R = e.head_rows, width = logits.size() / R;
+    e.free_all();
+    // ids as F32 (exact below 2^24): the writer stores floats
+    auto as_float = [](const std::vector<int>& v) { return std::vector<float>(v.begin(), v.end()); };
+    SafeTensorsWriter out;
+    out.add("input_ids", as_float(b.ids).data(), {(size_t)b.B, (size_t)b.T});
+    out.add("token_type_ids", as_float(b.types).data(), {(size_t)b.B, (size_t)b.T});
+    out.add("valid_len", as_float(b.valid).data(), {(size_t)b.B});
+    out.add("mlm_labels", as_float(b.mlm_labels).data(), {(size_t)b.B, (size_t)b.T});
+    out.add("logits", logits.data(), {R, width});
+    std::string err;
+    if (!out.write(path, &err)) data_error("%s", err.c_str());
+}
+
 int export_mode(const std::string& dir) {
     matmul_init();
     Batch b = load_batch();
@@ -882,24 +951,7 @@ int export_mode(const std::string& dir) {
             std::vector<float> w = trained;
             if (bf16)
                 for (float& x : w) x = to_float(from_float<__nv_bfloat16>(x));
-            BERT<float> e;
-            e.build(f.config, w);
-            e.allocate_activations(b.B, b.T);
-            e.set_batch(b.ids.data(), b.types.data(), b.valid.data(), labels_of(b, head), head, false);
-            e.forward(false, 0.f);
-            std::vector<float> logits = head_logits(e);
-            size_t R = e.head_rows, width = logits.size() / R;
-            e.free_all();
-            // ids as F32 (exact below 2^24): the writer stores floats
-            auto as_float = [](const std::vector<int>& v) { return std::vector<float>(v.begin(), v.end()); };
-            SafeTensorsWriter out;
-            out.add("input_ids", as_float(b.ids).data(), {(size_t)b.B, (size_t)b.T});
-            out.add("token_type_ids", as_float(b.types).data(), {(size_t)b.B, (size_t)b.T});
-            out.add("valid_len", as_float(b.valid).data(), {(size_t)b.B});
-            out.add("mlm_labels", as_float(b.mlm_labels).data(), {(size_t)b.B, (size_t)b.T});
-            out.add("logits", logits.data(), {R, width});
-            std::string err;
-            if (!out.write(dir + "/ours_" + variant + ".safetensors", &err)) data_error("%s", err.c_str());
+            write_our_logits(dir + "/ours_" + variant + ".safetensors", f.config, w, b, head);
         }
     }
     matmul_destroy();
@@ -907,8 +959,26 @@ int export_mode(const std::string& dir) {
     return 0;
 }
 
+// --import mlm|cls DIR OUT: the batch and our logits of that head from the checkpoint in DIR.
+int import_mode(const std::string& head_name, const std::string& dir, const std::string& out) {
+    if (head_name != "mlm" && head_name != "cls") data_error("--import: the head is mlm or cls, not %s", head_name.c_str());
+    BertHead head = head_name == "mlm" ? BertHead::MLM : BertHead::Classify;
+    matmul_init();
+    BertConfig c;
+    BertParts parts;
+    std::vector<float> params = load_hf_bert(dir, &c, &parts);
+    if (!parts.has[head == BertHead::MLM ? PART_MLM : PART_CLASSIFIER])
+        data_error("--import %s: %s has no such head", head_name.c_str(), dir.c_str());
+    write_our_logits(out, c, params, load_batch(), head);
+    matmul_destroy();
+    printf("imported %s (L=%d C=%d NH=%d V=%d) and wrote our %s logits to %s\n", dir.c_str(), c.num_layers, c.channels,
+           c.num_heads, c.vocab_size, head_name.c_str(), out.c_str());
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc == 3 && std::string(argv[1]) == "--export") return export_mode(argv[2]);
+    if (argc == 5 && std::string(argv[1]) == "--import") return import_mode(argv[2], argv[3], argv[4]);
     matmul_init();
     // fp32. Both sides compute the same network in fp32 with different summation orders and
     // formulations (transformers' softmax with an additive -3.4e38 mask, its GELU and LayerNorm), so each
