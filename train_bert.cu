@@ -253,7 +253,7 @@ struct BERT : ModelState<floatX> {
         bert_param_sizes(c, sizes);
         this->build_state(bert_param_specs(c), host_params);
         params.point_into(params_memory, sizes);
-        grads.point_into(grads_memory, this->grad_sizes.data(), this->grad_layer_slots);
+        if (this->training) grads.point_into(grads_memory, this->grad_sizes.data(), this->grad_layer_slots);
     }
 
     // Sizes and allocates the activations for micro-batches of B sequences of T tokens, once.
@@ -884,6 +884,10 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     BERT<floatX> model;
     model.dist = &dist;
     model.zero = o.zero;
+    // --max-steps 0: no training, so no gradients or optimizer state; the model as loaded is
+    // evaluated and exported.
+    const bool training = o.max_steps != 0;
+    model.training = training;
     model.opt = o.opt;
     model.dropout = o.dropout;
     model.recompute = o.recompute;
@@ -921,7 +925,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     if (steps_per_epoch < 1)
         data_error("%s: %zu batches per epoch, fewer than the %d micro-steps of one optimizer step",
                    o.train_pattern.c_str(), train.batches_per_epoch(), accum);
-    int steps = o.max_steps > 0 ? o.max_steps : o.epochs * steps_per_epoch;
+    int steps = !training ? 0 : o.max_steps > 0 ? o.max_steps : o.epochs * steps_per_epoch;
     LRScheduler sched = o.scheduler(steps);
 
     int start_step = 0;
@@ -974,18 +978,26 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
              head == BertHead::MLM ? (", MLM rows <= " + std::to_string(model.max_masked)).c_str() : "",
              recompute_name(o.recompute));
     print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o.precision, o.opt,
-                         {acts_note, "optimizer table, norm scratch, embedding-backward plan"});
-    char warm[32];
-    snprintf(warm, sizeof(warm), "%d", sched.warmup);
-    printf("batch: B=%d (length-bucketed, padded to a multiple of 8, at most %d), %d micro-step%s -> %lld sequences "
-           "per step; %d steps (%d per epoch); lr %s max %.2e warmup %s; dropout %g; %s, weight decay %g\n",
-           o.B, o.max_len, accum, accum > 1 ? "s" : "", total, steps, steps_per_epoch, lr_schedule_name(sched.kind),
-           sched.max_lr, warm, o.dropout, optimizer_name(o.opt.kind), o.opt.weight_decay);
-    if (graphs)
-        printf("CUDA graphs: micro-steps replayed from graphs after the first step, one per batch width%s (the "
-               "batch upload and the optimizer step eager)\n", head == BertHead::MLM ? " and 64 masked rows" : "");
-    else
-        printf("CUDA graphs: off (%s)\n", no_graphs);
+                         {acts_note, training ? "optimizer table, norm scratch, embedding-backward plan"
+                                              : "parameter table, embedding-backward plan", training});
+    if (training) {
+        char warm[32];
+        snprintf(warm, sizeof(warm), "%d", sched.warmup);
+        printf("batch: B=%d (length-bucketed, padded to a multiple of 8, at most %d), %d micro-step%s -> %lld "
+               "sequences per step; %d steps (%d per epoch); lr %s max %.2e warmup %s; dropout %g; %s, weight decay "
+               "%g\n", o.B, o.max_len, accum, accum > 1 ? "s" : "", total, steps, steps_per_epoch,
+               lr_schedule_name(sched.kind), sched.max_lr, warm, o.dropout, optimizer_name(o.opt.kind),
+               o.opt.weight_decay);
+        if (graphs)
+            printf("CUDA graphs: micro-steps replayed from graphs after the first step, one per batch width%s (the "
+                   "batch upload and the optimizer step eager)\n", head == BertHead::MLM ? " and 64 masked rows" : "");
+        else
+            printf("CUDA graphs: off (%s)\n", no_graphs);
+    } else {
+        printf("no training (--max-steps 0): the model as loaded%s%s\n",
+               val ? (", evaluated on " + o.val_pattern).c_str() : "",
+               !o.export_hf.empty() ? (", exported to " + o.export_hf).c_str() : "");
+    }
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
@@ -1276,7 +1288,16 @@ int train_bert_main(int argc, char** argv) {
     cli.resolve_auto("max-steps", o.bench ? "6" : cpu_short ? "100" : "-1");
     cli.resolve_auto("lr", pretrained ? (cpu_short ? "1e-4" : "2e-5") : random && config.channels >= 768 ? "1e-4"
                                                                                                         : "1e-3");
-    if (o.max_steps == 0) cli.fail("option --max-steps: 0 steps (-1: --epochs)");
+    if (o.max_steps == 0) {
+        if (o.bench) cli.fail("option --max-steps: --bench needs at least 2 steps (the first is warm-up)");
+        bool val_data = cli.str("val-data") == "auto" ? default_task : cli.str("val-data") != "";
+        check_no_training_options(cli, o, val_data, "validation shards (-j) or --export-hf");
+        if (cli.given("eval-every")) cli.fail("option --eval-every: --max-steps 0 has no steps to evaluate between");
+        // Evaluation alone needs no training shards: the validation shards stand in for them (the
+        // checks of the task, vocabulary and labels).
+        if (!cli.given("train-data") && cli.given("val-data") && cli.str("val-data") != "")
+            cli.resolve_auto("train-data", cli.str("val-data"));
+    }
     if (o.bench && o.max_steps < 2) cli.fail("option --max-steps: --bench needs at least 2 steps (the first is warm-up)");
     if (cpu_short && !cli.given("max-steps") && !cli.given("lr"))
         printf("CPU backend: the default run is cut to %d steps at lr %s (on a GPU: --epochs 2 at 2e-5, seed 000's "

@@ -292,9 +292,11 @@ struct GPT2 : ModelState<floatX> {
         this->build_state(param_specs(c, moe_par.ranks),
                           moe_par.ranks > 1 ? expert_slice(host_params, c, moe_par.ranks, moe_par.rank) : host_params);
         params.point_into(params_memory, sizes);
-        size_t grad_sizes[NUM_MODEL_TENSORS] = {};  // the MoE tensors' stay 0 without experts
-        std::copy(this->grad_sizes.begin(), this->grad_sizes.end(), grad_sizes);
-        grads.point_into(grads_memory, grad_sizes, this->grad_layer_slots);
+        if (this->training) {
+            size_t grad_sizes[NUM_MODEL_TENSORS] = {};  // the MoE tensors' stay 0 without experts
+            std::copy(this->grad_sizes.begin(), this->grad_sizes.end(), grad_sizes);
+            grads.point_into(grads_memory, grad_sizes, this->grad_layer_slots);
+        }
         if (fp8) {
             size_t one = fp8_linear_bytes(kFp8History), n = (size_t)c.num_layers * NUM_LINEAR;
             cudaCheck(cudaMalloc(&fp8_memory, n * one));
@@ -1094,6 +1096,10 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
                        resume->ranks, resume->ranks);
         model.moe_par = MoeParallel{dist.world, dist.rank, distributed_new_comm(dist)};
     }
+    // --max-steps 0: no training, so no gradients or optimizer state; the model as loaded is
+    // evaluated, sampled and exported.
+    const bool training = o.max_steps != 0;
+    model.training = training;
     model.fp8 = o.fp8;
     model.opt = o.opt;
     model.recompute = o.recompute;
@@ -1125,9 +1131,12 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     int accum = (int)(total / global_micro);
     model.reserve_batch_slots(accum);
 
-    DataLoader train_loader(o.train_pattern, o.B, o.T, dist.rank, dist.world, o.shuffle, o.seed, c.vocab_size);
-    train_loader.plan_embedding_backward();  // on its prefetch thread, off this one
-    std::unique_ptr<DataLoader> val_loader;
+    std::unique_ptr<DataLoader> train_loader, val_loader;
+    if (training) {
+        train_loader.reset(new DataLoader(o.train_pattern, o.B, o.T, dist.rank, dist.world, o.shuffle, o.seed,
+                                          c.vocab_size));
+        train_loader->plan_embedding_backward();  // on its prefetch thread, off this one
+    }
     if (!o.val_pattern.empty())
         val_loader.reset(new DataLoader(o.val_pattern, o.B, o.T, dist.rank, dist.world, false, 0, c.vocab_size));
     // An evaluation reads at most all the validation data: more batches would read the same ones
@@ -1138,7 +1147,8 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         printf("validation: %d batch%s per evaluation, all that %s holds for B=%d T=%d (--val-steps %d asked for "
                "more)\n", val_steps, val_steps > 1 ? "es" : "", o.val_pattern.c_str(), o.B, o.T, o.val_steps);
     }
-    int steps = o.max_steps > 0 ? o.max_steps : (int)std::max<size_t>(1, train_loader.batches_per_epoch() / accum);
+    int steps = !training ? 0 : o.max_steps > 0 ? o.max_steps
+                                                : (int)std::max<size_t>(1, train_loader->batches_per_epoch() / accum);
     LRScheduler sched = o.scheduler(steps);
 
     // Where the run starts: step 0, or the checkpoint's step with its optimizer state, data
@@ -1153,7 +1163,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         scaler.restore(*resume);
         check_resumable(*resume, o, model, total, resume_path);
         restore_optimizer_state(model, *resume, o.output_dir, resume_path);
-        train_loader.seek(resume->data_position);
+        train_loader->seek(resume->data_position);
         start_step = (int)resume->step;
         rng = resume->rng;
         if (start_step > steps)
@@ -1195,16 +1205,26 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     char activations_note[64];
     snprintf(activations_note, sizeof(activations_note), "B=%d T=%d, recompute %s", o.B, o.T, recompute_name(o.recompute));
     print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o.precision, o.opt,
-                         {activations_note, o.fp8 ? "optimizer table, norm scratch, embedding-backward plan, fp8 "
-                                                    "scaling + scratch"
-                                                  : "optimizer table, norm scratch, embedding-backward plan"});
-    printf("batch: B=%d T=%d, %d micro-step%s -> %lld tokens per step; %d steps; lr %s max %.2e warmup %d\n", o.B,
-           o.T, accum, accum > 1 ? "s" : "", total, steps, lr_schedule_name(sched.kind), sched.max_lr, sched.warmup);
-    if (graphs)
-        printf("CUDA graphs: micro-steps replayed from graphs after the first step (the batch upload and the "
-               "optimizer step eager)\n");
-    else
-        printf("CUDA graphs: off (%s)\n", no_graphs ? no_graphs : "--cuda-graphs 0");
+                         {activations_note, !training ? "parameter table, embedding-backward plan"
+                                            : o.fp8 ? "optimizer table, norm scratch, embedding-backward plan, fp8 "
+                                                      "scaling + scratch"
+                                                    : "optimizer table, norm scratch, embedding-backward plan",
+                          training});
+    if (training) {
+        printf("batch: B=%d T=%d, %d micro-step%s -> %lld tokens per step; %d steps; lr %s max %.2e warmup %d\n",
+               o.B, o.T, accum, accum > 1 ? "s" : "", total, steps, lr_schedule_name(sched.kind), sched.max_lr,
+               sched.warmup);
+        if (graphs)
+            printf("CUDA graphs: micro-steps replayed from graphs after the first step (the batch upload and the "
+                   "optimizer step eager)\n");
+        else
+            printf("CUDA graphs: off (%s)\n", no_graphs ? no_graphs : "--cuda-graphs 0");
+    } else {
+        std::string what = val_loader && o.val_every > 0 ? ", its validation loss on " + o.val_pattern : "";
+        if (o.gen_tokens > 0) what += ", a sample";
+        if (!o.export_hf.empty()) what += ", the export to " + o.export_hf;
+        printf("no training (--max-steps 0): the model as loaded%s\n", what.c_str());
+    }
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
@@ -1239,7 +1259,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         st.step = done;
         st.tokens_per_step = total;
         st.seed = o.seed;
-        st.data_position = train_loader.position();
+        st.data_position = train_loader->position();
         st.rng = rng;
         scaler.save(&st);
         model.optimizer_state_host(&st);  // sets world/rank: the shard's, or 1/0 when every rank holds all
@@ -1297,11 +1317,11 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         model.zero_grads();
         for (int micro = 0; micro < accum; micro++) {
             model.sync_grads = micro == accum - 1;  // gradients are communicated on the last micro-step only
-            model.set_batch(train_loader.inputs(), train_loader.targets(), true, train_loader.encoder_plan());
+            model.set_batch(train_loader->inputs(), train_loader->targets(), true, train_loader->encoder_plan());
             model.train_micro_step(scaler.scale / (float)(tokens_per_micro * accum), graphs && step > start_step);
             model.fetch_losses(step_losses + (size_t)micro * tokens_per_micro);
             if (step_moe) model.fetch_moe_stats(step_moe + (size_t)micro * model.moe_stats_size());
-            if (!o.overfit_batch) train_loader.next_batch();  // set_batch took its own copy
+            if (!o.overfit_batch) train_loader->next_batch();  // set_batch took its own copy
         }
         StepFigures f;
         f.done = step + 1;

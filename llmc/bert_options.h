@@ -56,8 +56,9 @@ inline void add_bert_options(Cli& cli, BertTrainOptions* o) {
                 "default run; random init: 1e-4 for base/large, 1e-3 for the smaller configs)";
     t.warmup = "0.1";
     t.max_steps = "auto";
-    t.max_steps_help = "optimizer steps instead of --epochs, -1: --epochs (auto: -1; 100 for the CPU backend's "
-                       "default run from a pretrained model; 6 with --bench)";
+    t.max_steps_help = "optimizer steps instead of --epochs, -1: --epochs; 0: no training, the model as loaded is "
+                       "evaluated and exported (auto: -1; 100 for the CPU backend's default run from a pretrained "
+                       "model; 6 with --bench)";
     t.precision = "fp32";
     t.precision_help = "fp32 | tf32 | bf16 | fp16 (with dynamic loss scaling)";
     t.beta2 = "0.999";

@@ -62,8 +62,8 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     t.lr_help = "peak learning rate (auto: 3e-4 on a GPU, 1e-3 for the CPU backend's tiny model)";
     t.warmup = "0";
     t.max_steps = "auto";
-    t.max_steps_help = "optimizer steps; -1: one epoch of the training data (auto: -1 on a GPU, 150 on the CPU "
-                       "backend)";
+    t.max_steps_help = "optimizer steps; -1: one epoch of the training data; 0: no training, the model as loaded is "
+                       "evaluated, sampled and exported (auto: -1 on a GPU, 150 on the CPU backend)";
     t.precision = "auto";
     t.precision_help = "auto: bf16 on a GPU of compute capability 8.0+, else fp32 | fp32 | tf32 | bf16 | fp16 (with "
                        "dynamic loss scaling) | fp8 (bf16 with the blocks' matmuls in fp8, delayed scaling; compute "
@@ -140,7 +140,11 @@ inline void resolve_gpt2_options(Cli& cli, TrainOptions* o, const Distributed& d
     // arithmetic (slower there) and where fp32 is the exact reference.
     cli.resolve_auto("precision", !cpu && prop.major >= 8 ? "bf16" : "fp32");
     check_run_options(cli, o, dist);
-    if (o->max_steps == 0) cli.fail("option --max-steps: 0 steps (-1: one epoch of the training data)");
+    if (o->max_steps == 0) {
+        check_no_training_options(cli, *o, o->gen_tokens > 0 || (!o->val_pattern.empty() && o->val_every > 0),
+                                  "a validation loss (-j), a sample (-g) or --export-hf");
+        if (cli.given("sample-every")) cli.fail("option --sample-every: --max-steps 0 has no steps to sample between");
+    }
     if (o->gen_tokens == 0)  // the sampling options would change nothing
         for (const char* name : {"prompt", "temperature", "top-k", "sample-every", "tokenizer"})
             if (cli.given(name)) cli.fail("option --%s: no samples are drawn (--gen-tokens 0)", name);
@@ -163,6 +167,9 @@ inline void resolve_gpt2_options(Cli& cli, TrainOptions* o, const Distributed& d
     }
     std::string why;
     if (o->fp8 && !fp8_supported(0, &why)) cli.fail("option --precision: %s", why.c_str());
+    if (o->fp8 && o->max_steps == 0)
+        cli.fail("option --precision: fp8's delayed scaling takes its scales from earlier steps, which a run of 0 "
+                 "steps does not have (evaluate in bf16)");
     if (o->tf32_flag) {
         if (o->precision != Precision::FP32) cli.fail("option --tf32: applies to --precision fp32 only");
         o->tf32 = true;
@@ -231,5 +238,5 @@ inline void resolve_expert_parallel(const Cli& cli, const TrainOptions& o, const
                  "for rank-local experts); use --zero 0 or 1");
     if (o.gen_tokens > 0)
         cli.fail("option --expert-parallel: sampling needs every expert on one rank; give --gen-tokens 0 and sample "
-                 "from a checkpoint in a single process (--init FILE)");
+                 "from a checkpoint in a single process (--init FILE -x 0)");
 }

@@ -199,6 +199,8 @@ struct ModelState {
     floatX* grads_memory = nullptr;   // (N) gradients; ZeRO-2: the compact buffer (grad_sizes)
     float* master = nullptr;          // fp32 master weights of what this rank updates (N, or S), low precision only
     OptimizerConfig opt;              // set before build_state()
+    bool training = true;             // set before build_state(); false (a run of 0 steps: evaluate, sample,
+                                      // export): no gradients, master weights or optimizer state at all
     void* opt_state = nullptr;        // the optimizer's state (opt_state_bytes), see allocate_optimizer()
     size_t opt_state_bytes = 0;
     float* opt_scratch = nullptr;     // Adafactor's per-step scratch (not state)
@@ -265,7 +267,7 @@ struct ModelState {
         make_plan(per_rank_state() ? world() : 1, &plan);
         size_t N = num_parameters, S = update_size();
         cudaCheck(cudaMalloc(&params_memory, N * sizeof(floatX)));
-        allocate_grads();
+        if (training) allocate_grads();
         float* staging;
         cudaCheck(cudaMalloc(&staging, N * sizeof(float)));
         cudaCheck(cudaMemcpy(staging, host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
@@ -275,7 +277,7 @@ struct ModelState {
             cudaCheck(cudaMemset(shard_params, 0, S * sizeof(floatX)));  // padding stays zero
             extract_shard(plan, rank(), (const floatX*)params_memory, shard_params, stream);
         }
-        if (!std::is_same<floatX, float>::value) {  // the fp32 values (of this rank's shard) become the master weights
+        if (training && !std::is_same<floatX, float>::value) {  // the fp32 values (of this rank's shard) become the master weights
             if (sharded()) {
                 cudaCheck(cudaMalloc(&master, S * sizeof(float)));
                 cudaCheck(cudaMemset(master, 0, S * sizeof(float)));
@@ -301,11 +303,14 @@ struct ModelState {
         cudaCheck(cudaMalloc(&tensor_table, sizeof(ParamTensor) * std::max<size_t>(table.size(), 1)));
         if (!table.empty())
             cudaCheck(cudaMemcpy(tensor_table, table.data(), sizeof(ParamTensor) * table.size(), cudaMemcpyHostToDevice));
-        size_t other = allocate_optimizer(table);
-        cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_bytes(S)));
-        cudaCheck(cudaMalloc(&norm_out, 2 * sizeof(float)));
-        cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
-        cudaCheck(cudaMallocHost(&norm_host, sizeof(float)));
+        size_t other = 0;
+        if (training) {
+            other = allocate_optimizer(table) + global_norm_scratch_bytes(S) + 3 * sizeof(float);  // + norm_out, clip_scale
+            cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_bytes(S)));
+            cudaCheck(cudaMalloc(&norm_out, 2 * sizeof(float)));
+            cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
+            cudaCheck(cudaMallocHost(&norm_host, sizeof(float)));
+        }
         if (data_parallel()) {
             group_done.resize(plan.groups.size());
             for (cudaEvent_t& e : group_done) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -314,10 +319,9 @@ struct ModelState {
         }
         mem.weights = (N + (sharded() ? S : 0)) * sizeof(floatX);
         mem.master = master ? S * sizeof(float) : 0;
-        mem.grads = (grad_elements() + (sharded() ? S : 0)) * sizeof(floatX);
+        mem.grads = training ? (grad_elements() + (sharded() ? S : 0)) * sizeof(floatX) : 0;
         mem.optimizer = opt_state_bytes;
-        // + norm_out (2 floats) and clip_scale (1)
-        mem.other = sizeof(ParamTensor) * table.size() + global_norm_scratch_bytes(S) + 3 * sizeof(float) + other;
+        mem.other = sizeof(ParamTensor) * table.size() + other;
     }
 
     // The partition of the parameters over world ranks (align 8: 16-byte vectors of bf16 stay aligned).

@@ -71,6 +71,7 @@ struct LossScaler {
 struct MemoryNotes {
     const char* activations;  // e.g. "B=4 T=1024, recompute none"
     const char* other;        // what "other" holds
+    bool training = true;     // false: a run of 0 steps, which keeps no gradients or optimizer state
 };
 
 // Prints where device memory goes (MemoryAnatomy), with bytes per parameter for the model state —
@@ -83,13 +84,13 @@ inline void print_memory_anatomy(const MemoryAnatomy& m, size_t num_parameters, 
     printf("memory anatomy (device):\n");
     line("weights", m.weights, precision_name(precision));
     if (m.master) line("master weights", m.master, "fp32");
-    line("gradients", m.grads, precision_name(precision));
+    line("gradients", m.grads, notes.training ? precision_name(precision) : "none (no training)");
     const char* state = opt.kind == OptimizerKind::AdamW       ? "AdamW m, v (fp32)"
                         : opt.kind == OptimizerKind::AdamW8bit ? "AdamW m, v (8-bit blocks of 256 + fp32 absmax)"
                         : opt.kind == OptimizerKind::Adafactor ? "Adafactor row/column statistics (fp32)"
                         : opt.momentum > 0                     ? "SGD momentum (fp32)"
                                                                : "SGD (none)";
-    line("optimizer", m.optimizer, state);
+    line("optimizer", m.optimizer, notes.training ? state : "none (no training)");
     line("= model state", m.model_state(), "");
     line("activations", m.activations, notes.activations);
     line("other", m.other, notes.other);

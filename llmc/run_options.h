@@ -185,6 +185,21 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
             "none; with CUDA graphs, step 3 is the first that only replays them)", &o->profile_step, 0, 1 << 30);
 }
 
+// --max-steps 0 (no training: the model as loaded is evaluated, and exported with --export-hf)
+// refuses what only training does: resume a run, write checkpoints and a run's log (its figures are
+// printed). `other_work` says whether the
+// trainer has something to do besides the export (validation data, samples); else the run must be
+// asked for one of `choices` (what the trainer can do without training).
+inline void check_no_training_options(const Cli& cli, const RunOptions& o, bool other_work, const char* choices) {
+    if (o.resume)
+        cli.fail("option --resume: a run of --max-steps 0 trains nothing to continue; give its checkpoint with --init");
+    for (const char* name : {"output-dir", "checkpoint-every", "keep-checkpoints", "stop-after"})
+        if (cli.given(name))
+            cli.fail("option --%s: --max-steps 0 trains nothing, so it writes no checkpoints or log", name);
+    if (!other_work && o.export_hf.empty())
+        cli.fail("option --max-steps: 0 (no training) leaves nothing to do; ask for %s", choices);
+}
+
 // The checks of the shared options that involve more than one of them, after cli.parse() (and the
 // trainer's resolve_auto calls): each failure is one error naming the option.
 inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& dist) {

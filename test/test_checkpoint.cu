@@ -280,7 +280,13 @@ int main(int argc, char** argv) {
             {"-e " + model + " --moe-capacity 2", "option --moe-capacity: the model has no experts (none in " + model +
                                                   ")"},
             {"--stop-after 1", "option --stop-after: needs --output-dir"},
-            {"-x 0", "option --max-steps: 0 steps (-1: one epoch of the training data)"},
+            {"-x 0", "option --max-steps: 0 (no training) leaves nothing to do; ask for a validation loss (-j), a "
+                     "sample (-g) or --export-hf"},
+            {"-x 0 -g 4 -o " + g_tmp + "/eval_only", "option --output-dir: --max-steps 0 trains nothing, so it "
+                                                      "writes no checkpoints or log"},
+            {"-x 0 -g 4 -s 1", "option --sample-every: --max-steps 0 has no steps to sample between"},
+            {"-x 0 -g 4 --precision fp8", "option --precision: fp8's delayed scaling takes its scales from earlier "
+                                          "steps"},
             {"--profile-step 3", "option --profile-step: 3 is past the 2 steps this run takes"}};
         // A model whose first weight (token 0's embedding, tied to the classifier) is NaN: every
         // logits row and so the loss is NaN at step 1. The run stops there, before any checkpoint.
@@ -326,6 +332,22 @@ int main(int argc, char** argv) {
                   all.text.find("validation:") == std::string::npos;
         th::report(ok, "train_gpt2 -m above the validation data's batches: each evaluation reads them all once",
                    "%s\n%s", th::last_lines(all.text).c_str(), th::last_lines(more.text).c_str());
+        // -x 0: no training. The model of the run above after its 2 steps, loaded and evaluated with no
+        // gradients or optimizer state, gives the validation loss that run printed after step 2; and
+        // without training data (-i names no file).
+        th::ChildOutput trained = th::run_command(tiny + "-j " + val + " -v 2 -m 6 -o " + g_tmp + "/eval_src 2>&1");
+        th::ChildOutput eval = th::run_command(tiny + "-j " + val + " -v 1 -m 6 -x 0 -i " + g_tmp + "/none.bin -e " +
+                                               g_tmp + "/eval_src/model_00000002.bin 2>&1");
+        std::vector<std::string> before = th::val_loss_lines(trained.text), after = th::val_loss_lines(eval.text);
+        ok = th::exited_ok(trained) && th::exited_ok(eval) && before.size() == 2 && after.size() == 1 &&
+             after[0].substr(after[0].find("val loss")) == before[1].substr(before[1].find("val loss")) &&
+             th::step_losses(eval.text).empty() &&
+             eval.text.find("no training (--max-steps 0): the model as loaded, its validation loss") !=
+                 std::string::npos &&
+             eval.text.find("gradients              0.0 MiB") != std::string::npos &&
+             eval.text.find("optimizer              0.0 MiB") != std::string::npos;
+        th::report(ok, "train_gpt2 -x 0 -e MODEL: no training, no gradients or optimizer state; the model's val loss",
+                   "%s\n%s", th::last_lines(trained.text).c_str(), th::last_lines(eval.text).c_str());
     }
 
     // Stop and resume, in each precision and with what moves the data position.

@@ -290,6 +290,33 @@ std::string line_of(const std::string& out, const std::string& prefix) {
     return out.substr(at, out.find('\n', at) - at);
 }
 
+// --max-steps 0: no training. A fine-tuned checkpoint evaluated on validation shards alone (they
+// stand in for the training shards) gives the evaluation a training run prints before its first step,
+// keeping no gradients or optimizer state; a run with nothing to do, or --bench, is refused.
+void test_no_training(const std::string& cls3, const std::string& cls3_val) {
+    const std::string init = "--init " + kFixtures + "bert_tiny_cls -b 4 -t 32 ";
+    th::ChildOutput trained = run(init + "-i " + cls3 + " -j " + cls3_val + " --max-steps 1");
+    th::ChildOutput eval = run(init + "-j " + cls3_val + " -x 0");
+    // "eval step 0 (epoch 0.00) | val loss X | accuracy ... | T s": the same up to its time
+    auto figures = [](const std::string& line) { return line.substr(0, line.rfind(" | ")); };
+    std::string want = line_of(trained.text, "eval step 0 "), got = line_of(eval.text, "eval step 0 ");
+    bool ok = exited(trained, 0) && exited(eval, 0) && !want.empty() && figures(got) == figures(want) &&
+              th::step_losses(eval.text).empty() &&
+              eval.text.find("no training (--max-steps 0): the model as loaded, evaluated on " + cls3_val) !=
+                  std::string::npos &&
+              eval.text.find("gradients              0.0 MiB") != std::string::npos &&
+              eval.text.find("optimizer              0.0 MiB") != std::string::npos;
+    th::report(ok, "-x 0: a checkpoint evaluated on validation shards alone, as a training run's first evaluation",
+               "%s\n%s", want.c_str(), got.c_str());
+    expect_error("refused: -x 0 with nothing to do", init + "-i " + cls3 + " -j '' -x 0",
+                 "option --max-steps: 0 (no training) leaves nothing to do; ask for validation shards (-j) or "
+                 "--export-hf");
+    expect_error("refused: -x 0 with --eval-every", init + "-j " + cls3_val + " -x 0 --eval-every 2",
+                 "option --eval-every: --max-steps 0 has no steps to evaluate between");
+    expect_error("refused: -x 0 with --bench", "--bench --config tiny -x 0",
+                 "option --max-steps: --bench needs at least 2 steps");
+}
+
 // Resuming takes the model, the task and the schedule from the run: a run of 3 epochs stopped after 2
 // steps, resumed with -y alone, keeps its 18 steps (and warmup) and its log label; another task, a
 // --config or --init other than the run's, tf32 for fp32 and shards with other label names are refused
@@ -595,6 +622,7 @@ int main(int argc, char** argv) {
     test_resume("fp32", fixture + " --epochs 1", 24, 4);
     test_resume("bf16", fixture + " -l 1e-3 --precision bf16 -d 8 --max-steps 5", 5, 2);
     test_resume_refusals(cls3, mlm);
+    test_no_training(cls3, cls3_val);
     test_cuda_graphs("classify", fixture + " -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0");
     test_cuda_graphs("mlm", "--task mlm --init " + kFixtures + "bert_tiny_mlm -i " + mlm + " -j " + mlm_val +
                                 " -b 4 -t 48 -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0 --mask-rate 0.3");
