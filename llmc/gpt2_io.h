@@ -60,6 +60,7 @@ inline std::string not_a_checkpoint(const uint8_t* data, size_t size) {
     if (magic == GPT2_CHECKPOINT_MAGIC) return "";  // (its later bytes could look like anything)
     if (SafeTensors::is_pickle(data, size))
         return std::string("a PyTorch pickle (as pytorch_model.bin): ") + SafeTensors::kPickleAdvice;
+    if (SafeTensors::is_lfs_pointer(data, size)) return SafeTensors::kLfsPointer;
     if (size >= 1 && data[0] == '{')
         return "a JSON file (config.json, model.safetensors.index.json?): for a Hugging Face checkpoint give its "
                "directory";

@@ -16,7 +16,7 @@
 // 100 MB, invalid JSON or UTF-8 (llmc/json.h), a missing or mistyped field, an unknown dtype, a
 // negative or non-integer number, shape x dtype size != end - begin, offsets beyond the data,
 // overlapping or non-contiguous tensors, duplicate names; and it names a PyTorch pickle
-// (pytorch_model.bin) for what it is. Dtypes other than F32/F16/BF16 (I64, U8, F8_E4M3, ...) are
+// (pytorch_model.bin) and a Git LFS pointer (a hub repository cloned without git-lfs) for what they are. Dtypes other than F32/F16/BF16 (I64, U8, F8_E4M3, ...) are
 // valid in a file, and parse, but to_float() refuses them by name.
 //
 // Sharded checkpoints: above max_shard_size, transformers' save_pretrained writes the tensors into
@@ -75,6 +75,7 @@ class SafeTensors {
         if (is_pickle(data, n))
             return fail(err, std::string("a PyTorch pickle (as pytorch_model.bin), not a safetensors file: ") +
                                  kPickleAdvice);
+        if (is_lfs_pointer(data, n)) return fail(err, kLfsPointer);
         uint64_t header_len = 0;
         memcpy(&header_len, data, 8);
         if (header_len > MAX_HEADER_BYTES)
@@ -149,6 +150,15 @@ class SafeTensors {
     static bool is_pickle(const uint8_t* data, size_t n) {
         return n >= 4 && (memcmp(data, "PK\x03\x04", 4) == 0 || memcmp(data, "\x80\x02\x8a\x0a", 4) == 0);
     }
+
+    // Whether data[0, n) is a Git LFS pointer: the few lines of text a repository (the Hugging Face
+    // hub's, cloned without git-lfs) holds in place of a large file.
+    static bool is_lfs_pointer(const uint8_t* data, size_t n) {
+        static const char kStart[] = "version https://git-lfs.github.com/spec/";
+        return n >= sizeof(kStart) - 1 && memcmp(data, kStart, sizeof(kStart) - 1) == 0;
+    }
+    static constexpr const char* kLfsPointer =
+        "a Git LFS pointer, not the file itself (a clone without git-lfs): fetch it with git lfs pull";
 
     // What to do with a pickle instead: the advice of every message about one.
     static constexpr const char* kPickleAdvice =
@@ -363,7 +373,8 @@ class SafeTensors {
                                  "] end before they begin");
         if (end > data_len)
             return fail(err, where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                                 "] are out of range (the data is " + std::to_string(data_len) + " bytes)");
+                                 "] are out of range (the data is " + std::to_string(data_len) +
+                                 " bytes: a truncated file?)");
         uint64_t bytes = (uint64_t)t->numel * t->elem_size;
         if (end - begin != bytes)
             return fail(err, where + ": shape " + shape_str(t->shape) + " of " + t->dtype + " is " +

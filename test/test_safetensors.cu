@@ -332,6 +332,9 @@ void test_malformed() {
     // torch.save's zip, and its legacy pickle (protocol 2, then its magic number as a LONG1)
     expect_refused("safetensors refuses: a PyTorch pickle (zip)", {'P', 'K', 3, 4, 20, 0, 0, 0, 8, 0},
                    "a PyTorch pickle (as pytorch_model.bin), not a safetensors file");
+    const std::string lfs = "version https://git-lfs.github.com/spec/v1\noid sha256:4ef1\nsize 13274688\n";
+    expect_refused("safetensors refuses: a Git LFS pointer, named as such", std::vector<uint8_t>(lfs.begin(), lfs.end()),
+                   "a Git LFS pointer, not the file itself (a clone without git-lfs): fetch it with git lfs pull");
     expect_refused("safetensors refuses: a PyTorch pickle (legacy)", {0x80, 2, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9},
                    "a PyTorch pickle");
     expect_refused("safetensors refuses: header length beyond the file", make_file("{" + t1 + "}", 24, 1000),
@@ -363,7 +366,7 @@ void test_malformed() {
                    make_file(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20),
                    "shape [2, 3] of F32 is 24 bytes but data_offsets [0, 20] hold 20");
     expect_refused("safetensors refuses: offsets out of range", make_file("{" + t1 + "}", 16),
-                   "data_offsets [0, 24] are out of range (the data is 16 bytes)");
+                   "data_offsets [0, 24] are out of range (the data is 16 bytes: a truncated file?)");
     expect_refused("safetensors refuses: end before begin",
                    make_file(R"({"t":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8), "end before they begin");
     expect_refused("safetensors refuses: overlapping tensors",
