@@ -185,10 +185,14 @@ inline void read_hf_bert_config(const std::string& path, BertConfig* c,
     c->type_vocab_size = integer("type_vocab_size", 2);
     c->layernorm_eps = (float)number("layer_norm_eps", 1e-12);
     c->initializer_range = (float)number("initializer_range", 0.02);
-    // transformers' num_labels is the size of id2label (config.json does not store num_labels itself).
+    // transformers' num_labels is the size of id2label (save_pretrained does not store num_labels; a
+    // num_labels key is read only without id2label, and one that disagrees with it is ambiguous).
     const json::Value* labels = root.get("id2label");
     if (labels && labels->type != json::Value::Object) data_error("%s: \"id2label\" must be an object", f);
-    c->num_labels = root.get("num_labels") ? integer("num_labels", 2) : labels ? (int)labels->fields.size() : 2;
+    c->num_labels = labels ? (int)labels->fields.size() : integer("num_labels", 2);
+    if (labels && root.get("num_labels") && integer("num_labels", 2) != c->num_labels)
+        data_error("%s: num_labels %d and the %d labels of id2label disagree", f, integer("num_labels", 2),
+                   c->num_labels);
     // Its keys are the labels' indices (transformers reads them with int()), its values their names.
     std::vector<std::string> names(labels ? labels->fields.size() : 0);
     std::vector<bool> seen(names.size(), false);

@@ -765,6 +765,10 @@ void check_checkpoint_refusals() {
     expect_refusal("hf refuses: classifier rows that are not config.json's labels",
                    "classifier.weight has 3 rows (labels), TMP/labels/config.json has 2 (id2label)",
                    load(write_variant("labels", "bert_tiny_cls", keep, {}, ",\n    \"2\": \"LABEL_2\"", "")));
+    expect_refusal("hf refuses: num_labels that disagrees with id2label",
+                   "num_labels 2 and the 3 labels of id2label disagree",
+                   load(write_variant("num_labels", "bert_tiny_cls", keep, {}, "\"hidden_act\"",
+                                      "\"num_labels\": 2,\n  \"hidden_act\"")));
     expect_refusal("hf refuses: BertForTokenClassification's classifier (per token) as the sequence classifier",
                    "classifier.weight is the head of a BertForTokenClassification",
                    load(write_variant("token", "bert_tiny_cls", keep, {}, "\"BertForSequenceClassification\"",
