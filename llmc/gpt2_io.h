@@ -196,11 +196,12 @@ inline bool write_gpt2_checkpoint(const std::string& path, const GPT2Config& c, 
 // GPT2LMHeadModel names its tensors transformer.wte.weight, transformer.h.{l}.attn.c_attn.weight,
 // ...; GPT2Model (and the original hub "gpt2" checkpoint) the same without "transformer.". Its
 // linear layers are Conv1D modules whose weight is stored (in, out), the transpose of our (out, in).
-// The LM head is tied to wte (save_pretrained leaves lm_head.weight out). Our GPT-2 is exactly that
-// architecture with tanh GELU, layernorm epsilon 1e-5, attention scaled by 1/sqrt(head size), an MLP
-// of 4C and a tied head: a config.json asking for anything else is refused by name. Its other keys
-// change nothing here: reorder_and_upcast_attn computes the same attention in fp32 (what ours does),
-// and the dropout probabilities are training settings of a trainer that has no dropout.
+// The LM head is tied to wte (save_pretrained leaves lm_head.weight out; safetensors' save_model keeps
+// it and leaves wte out). Our GPT-2 is exactly that architecture with tanh GELU, layernorm epsilon
+// 1e-5, attention scaled by 1/sqrt(head size), an MLP of 4C and a tied head: a config.json asking for
+// anything else is refused by name. Its other keys change nothing here: reorder_and_upcast_attn
+// computes the same attention in fp32 (what ours does), and the dropout probabilities are training
+// settings of a trainer that has no dropout.
 
 // One layer's tensors: which of our parameters, its transformers name after "h.{l}.", and whether it
 // is a Conv1D weight (stored transposed).
@@ -331,11 +332,15 @@ inline std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
     read_hf_gpt2_config(config_path, c);
     SafeTensors st;
     if (!st.load(file, &err)) data_error("%s", err.c_str());
-    std::string prefix = st.find("transformer.wte.weight") ? "transformer." : "";
-    const SafeTensor* wte = st.find(prefix + "wte.weight");
+    std::string prefix = st.find("transformer.wpe.weight") ? "transformer." : "";
     const SafeTensor* wpe = st.find(prefix + "wpe.weight");
-    if (!wte) data_error("%s: missing tensor transformer.wte.weight (or wte.weight): not a GPT-2 checkpoint", f);
-    if (!wpe) data_error("%s: missing tensor %swpe.weight", f, prefix.c_str());
+    if (!wpe) data_error("%s: missing tensor transformer.wpe.weight (or wpe.weight): not a GPT-2 checkpoint", f);
+    // The tied embedding is stored once, under either name: save_pretrained keeps wte, safetensors'
+    // save_model keeps lm_head.weight (from_pretrained reads both).
+    std::string wte_name = st.find(prefix + "wte.weight") || !st.find("lm_head.weight") ? prefix + "wte.weight"
+                                                                                          : "lm_head.weight";
+    const SafeTensor* wte = st.find(wte_name);
+    if (!wte) data_error("%s: missing tensor %swte.weight", f, prefix.c_str());
     if (wte->shape.size() != 2 || wpe->shape.size() != 2 || wte->shape[1] != wpe->shape[1])
         data_error("%s: wte %s and wpe %s are not (V, C) and (maxT, C)", f, SafeTensors::shape_str(wte->shape).c_str(),
                    SafeTensors::shape_str(wpe->shape).c_str());
@@ -376,7 +381,7 @@ inline std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
         used.push_back(name);
         return tmp;
     };
-    const std::vector<float>& wte_values = fetch(prefix + "wte.weight", {V, C});
+    const std::vector<float>& wte_values = fetch(wte_name, {V, C});
     std::copy(wte_values.begin(), wte_values.end(), t.t[WTE]);  // rows V..Vp-1 stay zero
     const std::vector<float>& wpe_values = fetch(prefix + "wpe.weight", {(size_t)c->max_seq_len, C});
     std::copy(wpe_values.begin(), wpe_values.end(), t.t[WPE]);
@@ -393,7 +398,7 @@ inline std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
     std::copy(lnfw.begin(), lnfw.end(), t.t[LNFW]);
     const std::vector<float>& lnfb = fetch(prefix + "ln_f.bias", {C});
     std::copy(lnfb.begin(), lnfb.end(), t.t[LNFB]);
-    if (st.find("lm_head.weight")) {
+    if (st.find("lm_head.weight") && wte_name != "lm_head.weight") {
         const std::vector<float>& head = fetch("lm_head.weight", {V, C});
         if (memcmp(head.data(), t.t[WTE], V * C * sizeof(float)) != 0)
             data_error("%s: lm_head.weight differs from %swte.weight: an untied LM head cannot be represented (this "

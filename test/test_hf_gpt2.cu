@@ -430,6 +430,14 @@ int main(int argc, char** argv) {
     write_variant(tmp + "/tied", nullptr, false, {{"lm_head.weight", {500, 64}, wte}});
     write_config(tmp + "/tied");
     same_params("hf_gpt2: a tied lm_head.weight (equal to wte) is accepted", tmp + "/tied", params);
+    // safetensors' save_model(model) keeps the tied embedding as lm_head.weight and drops wte.
+    write_variant(tmp + "/save_model", [](std::string* n, std::vector<float>*, std::vector<size_t>*) {
+        if (*n == "transformer.wte.weight") *n = "lm_head.weight";
+        return true;
+    });
+    write_config(tmp + "/save_model");
+    same_params("hf_gpt2: the tied embedding stored as lm_head.weight alone (save_model) loads as wte",
+                tmp + "/save_model", params);
     write_variant(tmp + "/bf16", nullptr, true);
     write_config(tmp + "/bf16");
     same_params("hf_gpt2: a BF16 file loads the bf16-rounded parameters", tmp + "/bf16", bf16_rounded(params));
