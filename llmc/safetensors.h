@@ -16,8 +16,9 @@
 // 100 MB, invalid JSON or UTF-8 (llmc/json.h), a missing or mistyped field, an unknown dtype, a
 // negative or non-integer number, shape x dtype size != end - begin, offsets beyond the data,
 // overlapping or non-contiguous tensors, duplicate names; and it names a PyTorch pickle
-// (pytorch_model.bin) and a Git LFS pointer (a hub repository cloned without git-lfs) for what they are. Dtypes other than F32/F16/BF16 (I64, U8, F8_E4M3, ...) are
-// valid in a file, and parse, but to_float() refuses them by name.
+// (pytorch_model.bin) and a Git LFS pointer (a hub repository cloned without git-lfs) for what they
+// are. Dtypes other than F32/F16/BF16 (I64, U8, F8_E4M3, ...) are valid in a file, and parse, but
+// to_float() refuses them by name.
 //
 // Sharded checkpoints: above max_shard_size, transformers' save_pretrained writes the tensors into
 // model-00001-of-0000N.safetensors ... with model.safetensors.index.json beside them,
@@ -173,7 +174,7 @@ class SafeTensors {
         return nullptr;
     }
 
-    // Every tensor, in data order.
+    // Every tensor, in data order (a sharded checkpoint's shard after shard).
     const std::vector<SafeTensor>& tensors() const { return tensors_; }
     // The __metadata__ strings.
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
