@@ -240,7 +240,8 @@ inline void transpose_into(float* dst, const float* src, size_t rows, size_t col
 
 // Reads config.json (transformers' GPT2Config) into *c, refusing what our GPT-2 cannot represent;
 // keys it leaves out take GPT2Config's defaults, as transformers does.
-inline void read_hf_gpt2_config(const std::string& path, GPT2Config* c) {
+// *defaulted (if given): which shape keys config.json left out, as a note for messages ("" if none).
+inline void read_hf_gpt2_config(const std::string& path, GPT2Config* c, std::string* defaulted = nullptr) {
     FILE* f = fopen(path.c_str(), "rb");
     if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
     std::string text;
@@ -271,21 +272,26 @@ inline void read_hf_gpt2_config(const std::string& path, GPT2Config* c) {
                    type->type == json::Value::String ? json::quote(type->str).c_str() : json::type_name(type->type));
     // GPT2Config's attribute_map makes hidden_size, max_position_embeddings, num_attention_heads and
     // num_hidden_layers other names of n_embd, n_positions, n_head and n_layer: either spelling sets them.
+    std::string absent;  // the keys left out, which take GPT2Config's defaults
     auto dimension = [&](const char* key, const char* alias, int dflt) {
-        int value = integer(key, 0), other = integer(alias, 0);
+        int value = integer(key, 0), other = alias ? integer(alias, 0) : 0;
         if (value && other && value != other)
             data_error("%s: \"%s\" %d and \"%s\" %d disagree (transformers reads both as %s)", path.c_str(), key, value,
                        alias, other, key);
+        if (!value && !other) absent += (absent.empty() ? "" : ", ") + std::string(key);
         return value ? value : other ? other : dflt;
     };
-    c->vocab_size = integer("vocab_size", 50257);
+    c->vocab_size = dimension("vocab_size", nullptr, 50257);
     c->max_seq_len = dimension("n_positions", "max_position_embeddings", 1024);
     c->channels = dimension("n_embd", "hidden_size", 768);
     c->num_layers = dimension("n_layer", "num_hidden_layers", 12);
     c->num_heads = dimension("n_head", "num_attention_heads", 12);
     c->padded_vocab_size = pad_vocab(c->vocab_size);
+    if (!absent.empty()) absent = " (config.json gives no " + absent + ": GPT2Config's defaults)";
+    if (defaulted) *defaulted = absent;
     if (c->channels % c->num_heads != 0)
-        data_error("%s: n_embd %d is not a multiple of n_head %d", path.c_str(), c->channels, c->num_heads);
+        data_error("%s: n_embd %d is not a multiple of n_head %d%s", path.c_str(), c->channels, c->num_heads,
+                   absent.c_str());
     // gelu_new, gelu_pytorch_tanh and gelu_fast are all 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
     const json::Value* act = root.get("activation_function");
     if (act && act->type != json::Value::String) data_error("%s: activation_function is not a string", path.c_str());
@@ -329,7 +335,8 @@ inline std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
     if (stat(config_path.c_str(), &info) != 0)
         data_error("%s: no config.json beside it (%s): it is needed for the number of attention heads, which the "
                    "tensors do not tell", f, config_path.c_str());
-    read_hf_gpt2_config(config_path, c);
+    std::string defaulted;
+    read_hf_gpt2_config(config_path, c, &defaulted);
     SafeTensors st;
     if (!st.load(file, &err)) data_error("%s", err.c_str());
     std::string prefix = st.find("transformer.wpe.weight") ? "transformer." : "";
@@ -359,7 +366,8 @@ inline std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
         {"n_positions (wpe rows)", wpe->shape[0], c->max_seq_len}, {"n_layer (h.* blocks)", layers, c->num_layers}};
     for (const auto& d : dims)
         if (d.file != (size_t)d.config)
-            data_error("%s: %s is %zu in the tensors but %d in %s", f, d.what, d.file, d.config, config_path.c_str());
+            data_error("%s: %s is %zu in the tensors but %d in %s%s", f, d.what, d.file, d.config, config_path.c_str(),
+                       defaulted.c_str());
 
     size_t sizes[NUM_PARAMETER_TENSORS];
     size_t n = param_sizes(*c, sizes);

@@ -321,6 +321,14 @@ int main(int argc, char** argv) {
         GPT2Config c;
         load_hf_gpt2(tmp + "/nowhere", &c);
     });
+    // A config.json without the shape keys takes GPT2Config's defaults, as transformers does: said.
+    write_variant(tmp + "/sparse", nullptr);
+    write_config(tmp + "/sparse", "\"n_embd\": 64,", "");
+    expect_refused("hf_gpt2 refuses: a config.json without n_embd (the default 768), saying it is the default", tmp,
+                   "sparse/config.json (config.json gives no n_embd: GPT2Config's defaults)", [&] {
+                       GPT2Config c;
+                       load_hf_gpt2(tmp + "/sparse", &c);
+                   });
     // Other architectures are named by their config.json, before their tensors are looked at.
     write_variant(tmp + "/llama", nullptr);
     write_config(tmp + "/llama", "\"model_type\": \"gpt2\"", "\"model_type\": \"llama\"");
