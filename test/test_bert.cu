@@ -784,6 +784,17 @@ void check_checkpoint_refusals() {
                        write_text(dir + "/pytorch_model.bin", "PK\x03\x04 and the rest of a zip archive");
                        load_hf_bert(dir, &c2);
                    });
+    expect_refusal("hf refuses: a run's output directory, naming its newest model file",
+                   "TMP/run: a run's output directory, not a Hugging Face checkpoint: give its model file, "
+                   "TMP/run/model_00000010.bin", [] {
+                       BertConfig c2;
+                       std::string dir = temp_dir() + "/run", err;
+                       make_dirs(dir, &err);
+                       write_text(dir + "/config.json", read_text(kFixtures + "bert_tiny_cls/config.json"));
+                       for (const char* name : {"/model_00000005.bin", "/DONE_00000005", "/model_00000010.bin", "/DONE_00000010"})
+                           write_text(dir + name, "");
+                       load_hf_bert(dir, &c2);
+                   });
     expect_refusal("hf refuses: a path that does not exist, said as such (not as a missing config.json)",
                    "TMP/nowhere: cannot open: No such file or directory", [] {
                        BertConfig c2;

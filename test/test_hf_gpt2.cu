@@ -360,6 +360,15 @@ int main(int argc, char** argv) {
                        GPT2Config c;
                        load_hf_gpt2(tmp + "/pickle", &c);
                    });
+    // A run's output directory (-o) holds llm.c checkpoints, not a Hugging Face one: its model file is named.
+    mkdir((tmp + "/run").c_str(), 0755);
+    for (const char* name : {"/run/model_00000005.bin", "/run/DONE_00000005", "/run/model_00000010.bin", "/run/DONE_00000010"})
+        fclose(fopen((tmp + name).c_str(), "wb"));
+    expect_refused("hf_gpt2 refuses: a run's output directory, naming its newest model file", tmp,
+                   "/run: a run's output directory, not a Hugging Face checkpoint: give its model file, ", [&] {
+                       GPT2Config c;
+                       load_hf_gpt2(tmp + "/run", &c);
+                   });
     // The same files given to -e as llm.c checkpoints (not a directory, not *.safetensors) are named, and
     // so is what a clone of a hub repository without git-lfs holds in place of gpt2_124M.bin.
     {
