@@ -375,12 +375,15 @@ int main(int argc, char** argv) {
         FILE* f = fopen((tmp + "/lfs.bin").c_str(), "wb");
         fputs("version https://git-lfs.github.com/spec/v1\noid sha256:4ef1\nsize 497759232\n", f);
         fclose(f);
+        th::run_command("cp " + std::string(kModelDir) + "/model.safetensors " + tmp + "/weights.bin");
     }
     struct { const char* name; std::string path; const char* expect; } not_llmc[] = {
         {"llm.c loader: a pytorch_model.bin is named a PyTorch pickle", tmp + "/pickle/pytorch_model.bin",
          "pytorch_model.bin: not a llm.c model checkpoint: a PyTorch pickle"},
         {"llm.c loader: a config.json or index is named a JSON file", tmp + "/pickle/config.json",
          "config.json: not a llm.c model checkpoint: a JSON file"},
+        {"llm.c loader: a safetensors file under another name is named", tmp + "/weights.bin",
+         "weights.bin: not a llm.c model checkpoint: a safetensors file"},
         {"llm.c loader: a Git LFS pointer is named", tmp + "/lfs.bin",
          "lfs.bin: not a llm.c model checkpoint: a Git LFS pointer, not the file itself"},
         {"llm.c loader: a tokenizer file is named", "dev/data/shakespeare/gpt2_tokenizer.bin",
