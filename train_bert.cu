@@ -1394,7 +1394,7 @@ int train_bert_main(int argc, char** argv) {
                            "output would change meaning (the same names in the same order are needed: build the "
                            "shards with build/bert_data --labels)", parts.config_path.c_str(),
                            bert_label_list(parts.label_names).c_str(), o.train_pattern.c_str(),
-                           bert_label_list(ours).c_str());
+                           bert_label_list(label_names).c_str());
         }
     }
     if (random) init = bert_random_init(config, o.seed);

@@ -1443,9 +1443,13 @@ int train_gpt2_main(int argc, char** argv) {
         resolve_moe_options(cli, o, &config, "", false);
         init = random_init(config, o.seed);
     } else {
+        // A Hugging Face checkpoint: its directory, its weights, or a sharded save's index.
+        auto ends_with = [&](const std::string& tail) {
+            return spec.size() > tail.size() && spec.compare(spec.size() - tail.size(), tail.size(), tail) == 0;
+        };
         struct stat info;
-        bool hf = (stat(spec.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) ||
-                  (spec.size() > 12 && spec.compare(spec.size() - 12, 12, ".safetensors") == 0);
+        bool hf = (stat(spec.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) || ends_with(".safetensors") ||
+                  ends_with(".safetensors.index.json");
         init = hf ? load_hf_gpt2(spec, &config) : load_checkpoint(spec, &config);
         from_file = spec;
         llmc_file = !hf;

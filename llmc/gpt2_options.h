@@ -40,9 +40,9 @@ struct TrainOptions : RunOptions {
 inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     // The model: a checkpoint, or a random GPT-2 (what these mean depends on --init: the trainer reads them).
     cli.add("init", "e", "FILE|DIR|dN", "auto",
-            "start from a llm.c checkpoint (.bin), a Hugging Face GPT-2 (.safetensors, or a directory with "
-            "model.safetensors and config.json), or dN: a random GPT-2 of depth N (auto: d12 on a GPU, tiny on "
-            "the CPU backend: 4 layers, 128 channels, 4 heads, 128 positions)");
+            "start from a llm.c checkpoint (.bin), a Hugging Face GPT-2 (.safetensors, a sharded save's "
+            ".safetensors.index.json, or their directory, with config.json), or dN: a random GPT-2 of depth N "
+            "(auto: d12 on a GPU, tiny on the CPU backend: 4 layers, 128 channels, 4 heads, 128 positions)");
     cli.add("layers", nullptr, "INT", "", "random init: number of layers (overrides --init's depth)");
     cli.add("channels", nullptr, "INT", "", "random init: channels C");
     cli.add("heads", nullptr, "INT", "", "random init: attention heads (C must divide by it)");

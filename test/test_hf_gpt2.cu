@@ -238,6 +238,7 @@ int import_for_python(const std::string& dir, const std::string& out) {
 }
 
 int main(int argc, char** argv) {
+    if (argc >= 2 && std::string(argv[1]) == "--train-gpt2") return train_gpt2_main(argc - 1, argv + 1);
     if (argc == 4 && std::string(argv[1]) == "--import") {
         matmul_init();
         int rc = import_for_python(argv[2], argv[3]);
@@ -466,6 +467,15 @@ int main(int argc, char** argv) {
     same_params("hf_gpt2: a sharded checkpoint (index + 3 shards) loads the same parameters", tmp + "/sharded", params);
     same_params("hf_gpt2: its model.safetensors.index.json path loads the same parameters",
                 tmp + "/sharded/model.safetensors.index.json", params);
+    {  // train_gpt2 -e takes the index's path as a Hugging Face checkpoint (converted here with -x 0)
+        th::ChildOutput c = th::run_command(th::self_path(argv[0]) + " --train-gpt2 -e " + tmp +
+                                            "/sharded/model.safetensors.index.json -x 0 -t 8 -b 1 -g 0 -j '' "
+                                            "--export-hf " + tmp + "/sharded_export 2>&1");
+        th::report(th::exited_ok(c), "train_gpt2 -e .../model.safetensors.index.json: read as Hugging Face's", "%s",
+                   th::last_lines(c.text).c_str());
+        if (th::exited_ok(c))
+            same_params("... and exported (-x 0 --export-hf) with the same parameters", tmp + "/sharded_export", params);
+    }
     // GPT2Config's attribute_map: num_attention_heads is n_head (ignored, the 12 heads of the default
     // would have been taken: silently, for a model whose channels they divide).
     write_variant(tmp + "/alias", nullptr);
