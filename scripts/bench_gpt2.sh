@@ -23,7 +23,7 @@ with open(sys.argv[1], "wb") as f:
 PY
 if nvidia-smi -L >/dev/null 2>&1; then
     echo "GPU benchmark: GPT-2 124M (d12), B=8 T=1024, bf16, $steps steps"
-    ./train_gpt2 -i "$shard" -j '' -e d12 -b 8 -t 1024 -f bf16 -x "$steps" -v 0 -g 0 "$@"
+    ./train_gpt2 -i "$shard" -j '' -e d12 -b 8 -t 1024 --precision bf16 -x "$steps" -v 0 -g 0 "$@"
 else
     echo "CPU-backend benchmark (no GPU found): tiny GPT-2 (4 layers, 128 channels, 4 heads), B=4 T=128, fp32."
     echo "These are CPU figures: they measure the simulator, not a GPU."

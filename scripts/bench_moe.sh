@@ -22,7 +22,7 @@ if [[ -z $trainer ]]; then
     trainer=./train_gpt2
 fi
 if nvidia-smi -L >/dev/null 2>&1; then
-    model=(-e d12 -b 8 -t 1024 -f bf16)
+    model=(-e d12 -b 8 -t 1024 --precision bf16)
     echo "GPU: GPT-2 124M (d12), B=8 T=1024, bf16, $steps steps"
 else
     model=(-e d4 --channels 128 --heads 4 --max-seq-len 128 -b 4 -t 128)
