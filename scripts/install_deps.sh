@@ -91,10 +91,17 @@ fi
 [[ $mode == build ]] && exit 0
 
 # The oracle's Python packages, for Debian's python (the one whose torch is python3-torch).
+# python3-torch is built against numpy 1.x: a numpy 2, which pip brings in for matplotlib (its
+# contourpy wants numpy >= 1.25, above Debian's 1.24), leaves torch without numpy ("Numpy is not
+# available") and prints numpy's ABI warning at every import of transformers. So every install
+# here keeps numpy below 2, and a numpy 2 already there is replaced.
 pip_needed=()
 /usr/bin/python3 -c 'import transformers' >/dev/null 2>&1 || pip_needed+=("transformers<4.46")
 /usr/bin/python3 -c 'import safetensors' >/dev/null 2>&1 || pip_needed+=(safetensors)
 /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || pip_needed+=(matplotlib)
+/usr/bin/python3 -c 'import sys, numpy; sys.exit(int(numpy.__version__.split(".")[0]) >= 2)' >/dev/null 2>&1 ||
+    pip_needed+=("numpy<2")
+[[ ${#pip_needed[@]} -gt 0 && " ${pip_needed[*]} " != *" numpy<2 "* ]] && pip_needed+=("numpy<2")
 if [[ ${#pip_needed[@]} -gt 0 ]]; then
     need_root_for /usr/bin/python3 -m pip install --break-system-packages "${pip_needed[@]}"
     for p in "${pip_needed[@]}"; do echo "install_deps: installing $p (pip, /usr/bin/python3)" >&2; done
