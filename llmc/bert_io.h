@@ -340,14 +340,7 @@ inline BertParts read_bert_tensors(const SafeTensors& st, const std::string& fil
 inline std::vector<float> load_hf_bert(const std::string& path, BertConfig* c, BertParts* parts = nullptr,
                                        uint64_t seed = 42) {
     std::string file, err;
-    if (!hf_weights_file(path, &file, &err)) {
-        std::vector<int> steps = complete_checkpoints(path);  // a run's output directory (-o)
-        if (!steps.empty())
-            data_error("%s: a run's output directory, not a Hugging Face checkpoint: give its model file, %s (-y -o %s "
-                       "resumes the run instead)", path.c_str(), checkpoint_file(path, "model", steps.back()).c_str(),
-                       path.c_str());
-        data_error("%s", err.c_str());
-    }
+    if (!hf_weights_file(path, &file, &err)) data_error("%s", err.c_str());
     struct stat info;
     if (stat(file.c_str(), &info) != 0) data_error("%s: cannot open: %s", file.c_str(), strerror(errno));
     size_t slash = file.rfind('/');

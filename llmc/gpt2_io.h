@@ -326,14 +326,7 @@ inline void read_hf_gpt2_config(const std::string& path, GPT2Config* c, std::str
 // represent. config.json is read first, so that another architecture is named as such.
 inline std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
     std::string file, err;
-    if (!hf_weights_file(path, &file, &err)) {
-        std::vector<int> steps = complete_checkpoints(path);  // a run's output directory (-o)
-        if (!steps.empty())
-            data_error("%s: a run's output directory, not a Hugging Face checkpoint: give its model file, %s (-y -o %s "
-                       "resumes the run instead)", path.c_str(), checkpoint_file(path, "model", steps.back()).c_str(),
-                       path.c_str());
-        data_error("%s", err.c_str());
-    }
+    if (!hf_weights_file(path, &file, &err)) data_error("%s", err.c_str());
     size_t slash = file.rfind('/');
     std::string config_path = (slash == std::string::npos ? std::string(".") : file.substr(0, slash)) + "/config.json";
     const char* f = file.c_str();

@@ -27,6 +27,8 @@
 // does not list, and a tensor in two shards. hf_weights_file() finds the weights of a save_pretrained
 // directory.
 #pragma once
+#include "checkpoint.h"  // complete_checkpoints: a run's output directory
+#include "file_io.h"
 #include "json.h"
 
 #include <sys/stat.h>
@@ -271,16 +273,11 @@ class SafeTensors {
     // Reads a sharded checkpoint: the index at path and every shard its weight_map names (plain file
     // names, beside the index), checking that the shards hold exactly the tensors the map puts there.
     bool load_index(const std::string& path, std::string* err) {
-        FILE* f = fopen(path.c_str(), "rb");
-        if (!f) return fail(err, path + ": cannot open: " + strerror(errno));
-        std::string text;
-        char buf[4096];
-        size_t got;
-        while ((got = fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, got);
-        fclose(f);
-        json::Value root;
+        std::vector<uint8_t> text;
         std::string why;
-        if (!json::parse(text.data(), text.size(), &root, &why)) return fail(err, path + ": " + why);
+        if (!read_whole_file(path, &text, &why)) return fail(err, why);
+        json::Value root;
+        if (!json::parse((const char*)text.data(), text.size(), &root, &why)) return fail(err, path + ": " + why);
         const json::Value* map = root.get("weight_map");
         if (!map || map->type != json::Value::Object || map->fields.empty())
             return fail(err, path + ": no \"weight_map\" object naming the shards (not a sharded checkpoint's index)");
@@ -403,7 +400,8 @@ class SafeTensors {
 // The weights file of the transformers checkpoint at path: path itself unless it is a directory;
 // in a directory save_pretrained wrote, model.safetensors, or model.safetensors.index.json for a
 // sharded save. False with one line in *err for a directory holding neither: one with only
-// pytorch_model.bin (safe_serialization=False) is told what to do instead.
+// pytorch_model.bin (safe_serialization=False) is told what to do instead, and a run's output
+// directory (-o) is told its newest model file.
 inline bool hf_weights_file(const std::string& path, std::string* file, std::string* err) {
     struct stat info;
     if (stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
@@ -420,6 +418,12 @@ inline bool hf_weights_file(const std::string& path, std::string* file, std::str
                    SafeTensors::kPickleAdvice;
             return false;
         }
+    std::vector<int> steps = complete_checkpoints(path);
+    if (!steps.empty()) {
+        *err = path + ": a run's output directory, not a Hugging Face checkpoint: give its model file, " +
+               checkpoint_file(path, "model", steps.back()) + " (-y -o " + path + " resumes the run instead)";
+        return false;
+    }
     *err = path + ": holds no model.safetensors (nor model.safetensors.index.json, a sharded checkpoint's index)";
     return false;
 }
