@@ -1141,12 +1141,8 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         val_loader.reset(new DataLoader(o.val_pattern, o.B, o.T, dist.rank, dist.world, false, 0, c.vocab_size));
     // An evaluation reads at most all the validation data: more batches would read the same ones
     // again and weight them twice in the mean.
-    int val_steps = o.val_steps;
-    if (val_loader && (size_t)val_steps > val_loader->batches_per_epoch()) {
-        val_steps = (int)val_loader->batches_per_epoch();
-        printf("validation: %d batch%s per evaluation, all that %s holds for B=%d T=%d (--val-steps %d asked for "
-               "more)\n", val_steps, val_steps > 1 ? "es" : "", o.val_pattern.c_str(), o.B, o.T, o.val_steps);
-    }
+    bool validate = val_loader && o.val_every > 0;
+    int val_steps = validate ? (int)std::min<size_t>(o.val_steps, val_loader->batches_per_epoch()) : 0;
     int steps = !training ? 0 : o.max_steps > 0 ? o.max_steps
                                                 : (int)std::max<size_t>(1, train_loader->batches_per_epoch() / accum);
     LRScheduler sched = o.scheduler(steps);
@@ -1220,11 +1216,14 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         else
             printf("CUDA graphs: off (%s)\n", no_graphs ? no_graphs : "--cuda-graphs 0");
     } else {
-        std::string what = val_loader && o.val_every > 0 ? ", its validation loss on " + o.val_pattern : "";
+        std::string what = validate ? ", its validation loss on " + o.val_pattern : "";
         if (o.gen_tokens > 0) what += ", a sample";
         if (!o.export_hf.empty()) what += ", the export to " + o.export_hf;
         printf("no training (--max-steps 0): the model as loaded%s\n", what.c_str());
     }
+    if (validate && val_steps < o.val_steps)
+        printf("validation: %d batch%s per evaluation, all that %s holds for B=%d T=%d (--val-steps %d asked for "
+               "more)\n", val_steps, val_steps > 1 ? "es" : "", o.val_pattern.c_str(), o.B, o.T, o.val_steps);
     if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
@@ -1302,7 +1301,6 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         fflush(stdout);
         log.write("val", step, JsonFields().number("loss", val));
     };
-    bool validate = val_loader && o.val_every > 0;
     int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
     check_profile_step(o.profile_step, end_step - start_step);
     StepReporter reporter(model.stream, steps, end_step, peak_tflops(prop.name, o.precision, o.tf32),
