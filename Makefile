@@ -15,6 +15,9 @@ GPU_INFO   := $(shell nvidia-smi --query-gpu=name,compute_cap --format=csv,nohea
 # With a GPU, build for its architecture (compute capability 8.9 -> 89); else for A100 and H100.
 GPU_ARCH   := $(subst .,,$(lastword $(subst $(comma), ,$(GPU_INFO))))
 CUDA_ARCHS ?= $(or $(GPU_ARCH),80 90)
+# Compute capability 9.0 is built as sm_90a, the target with Hopper's wgmma (llmc/wgmma.cuh): its code
+# runs on 9.0 devices only, so the PTX for newer ones stays plain compute_90.
+SM_TARGET   = $(if $(filter 90,$(1)),90a,$(1))
 
 ifeq ($(GPU),1)
   TARGET := gpu
@@ -66,7 +69,7 @@ ifeq ($(MAKELEVEL),0)
     $(info $(if $(HAVE_NCCL),✓ NCCL: $(NCCL_INC)/nccl.h,✗ NCCL: not found (multi-GPU disabled; apt-get install libnccl-dev from NVIDIA's CUDA repository, or pip install nvidia-nccl-cu12 and NCCL_HOME=<its nvidia/nccl folder>)))
     $(info $(if $(HAVE_BOOST),✓ Boost.Context,✗ Boost.Context: not found (CPU backend needs it; apt-get install libboost-context-dev)))
     $(info $(if $(HAVE_BLAS),✓ OpenBLAS,✗ OpenBLAS: not found (CPU backend needs it; apt-get install libopenblas-dev)))
-    $(info → building for the $(if $(filter gpu,$(TARGET)),GPU (nvcc, sm_$(subst $() $(),/sm_,$(CUDA_ARCHS))),CPU backend (g++)))
+    $(info → building for the $(if $(filter gpu,$(TARGET)),GPU (nvcc, sm_$(subst $() $(),/sm_,$(foreach a,$(CUDA_ARCHS),$(call SM_TARGET,$(a))))),CPU backend (g++)))
   endif
 endif
 
@@ -92,8 +95,8 @@ ASAN_CXXFLAGS := $(filter-out -O2,$(CPU_CXXFLAGS)) -O1 -fsanitize=address,undefi
 ASAN_LDLIBS   := -fsanitize=address,undefined $(CPU_LDLIBS)
 
 # Machine code for each architecture, plus PTX of the newest, which the driver compiles at start-up on
-# a newer GPU (instead of failing with "no kernel image is available").
-GENCODE      := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+# a newer GPU (instead of failing with "no kernel image is available"); 9.0 as sm_90a (SM_TARGET).
+GENCODE      := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(call SM_TARGET,$(a)),code=sm_$(call SM_TARGET,$(a))) \
                 -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 NVCC_FLAGS   := -std=c++17 -O3 --use_fast_math -Xcompiler -Wall $(GENCODE) $(MPI_CFLAGS)
 # A pip wheel's lib/ holds only libnccl.so.2, so NCCL_HOME's library is named by path.

@@ -16,7 +16,7 @@ instruction of the body (branches that run only on some tiles, like the masks of
 included), and the fewest instructions a turn can execute that runs every HMMA and the most global
 memory accesses of the body (the turn of a tile without masks; a loop nested in the body counted once).
 
-    scripts/sass_check.py --nvcc NVCC --arch 80 --arch 90 [--cuobjdump PATH]
+    scripts/sass_check.py --nvcc NVCC --arch 80 --arch 90a [--cuobjdump PATH]
     scripts/sass_check.py --nvcc NVCC --which-tools     the cuobjdump and nvdisasm it would use (exit 1: none)
 
 One PASS/FAIL line per (architecture, kernel) and a final "N passed, N failed"; exit 1 if any failed.
@@ -185,7 +185,7 @@ def check_kernel(arch, name, code, res):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nvcc", default="nvcc")
-    ap.add_argument("--arch", action="append", help="compute capability without the dot, e.g. 90")
+    ap.add_argument("--arch", action="append", help="the target without sm_, e.g. 80 or 90a (what the Makefile builds for 9.0)")
     ap.add_argument("--cuobjdump")
     ap.add_argument("--which-tools", action="store_true", help="print the cuobjdump and nvdisasm found and stop")
     args = ap.parse_args()
@@ -195,7 +195,7 @@ def main():
             print(cuobjdump, nvdisasm)
         return 0 if cuobjdump and nvdisasm else 1
     if not args.arch:
-        ap.error("--arch is required (e.g. --arch 80 --arch 90)")
+        ap.error("--arch is required (e.g. --arch 80 --arch 90a)")
     if not cuobjdump or not nvdisasm:
         missing = " and ".join(t for t, have in (("cuobjdump", cuobjdump), ("nvdisasm", nvdisasm)) if not have)
         why = f"no {missing} (the toolkit's, or pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"

@@ -31,6 +31,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -70,6 +71,13 @@ struct AsyncCopy {
     uint64_t group;
 };
 
+// A wgmma.mma_async issued and not yet completed: what computes its result into the issuing
+// thread's accumulators (llmc/simt/include/wgmma_simt.h), in commit group `group`.
+struct AsyncMma {
+    std::function<void()> complete;
+    uint64_t group;
+};
+
 // One CUDA thread of the running block: who it is and what it waits at.
 struct Thread {
     State state = State::Exited;
@@ -89,6 +97,11 @@ struct Thread {
     // first, and how many groups it has committed.
     std::vector<AsyncCopy> async_copies;
     uint64_t async_groups = 0;
+    // wgmma (see "wgmma" below): the warpgroup MMAs it has issued and not yet completed, oldest
+    // first, how many groups it has committed, and whether a wgmma.fence came since its last wait.
+    std::vector<AsyncMma> async_mmas;
+    uint64_t mma_groups = 0;
+    bool mma_fenced = false;
 };
 
 // An execution context: a guarded stack and the suspended state on it. A thread gets a fiber
@@ -405,6 +418,9 @@ void fiber_main(fc::transfer_t r) {
         // thread can wait for them any more, so whoever reads their destination races with them;
         // here the read sees the old bytes, one outcome that race allows.
         done->async_copies.clear();
+        if (!done->async_mmas.empty())
+            die(w, done, "exited with " + std::to_string(done->async_mmas.size()) +
+                             " wgmma.mma_async never waited for (wgmma_wait): their accumulators are never written");
         done->fiber = nullptr;
         w->n_exited++;
         Thread* next = next_in_phase(w);
@@ -591,6 +607,9 @@ void run_block(Worker* w, uint3 bid) {
         w->threads[i].state = State::Runnable;
         w->threads[i].async_copies.clear();
         w->threads[i].async_groups = 0;
+        w->threads[i].async_mmas.clear();
+        w->threads[i].mma_groups = 0;
+        w->threads[i].mma_fenced = false;
     }
     w->n_exited = w->n_at_barrier = 0;
     memset(w->warp_waiting, 0, sizeof(w->warp_waiting));
@@ -673,7 +692,7 @@ void work_on(Job* job) {
     // Exactly sized (ASan flags accesses past the requested size), 128-byte aligned like a GPU's
     // shared memory window (WMMA needs 32).
     w->dyn_smem = nullptr;
-    if (cfg.dynamicSmemBytes && posix_memalign(&w->dyn_smem, 128, cfg.dynamicSmemBytes) != 0)
+    if (cfg.dynamicSmemBytes && posix_memalign(&w->dyn_smem, 1024, cfg.dynamicSmemBytes) != 0)
         die(w, nullptr, "cannot allocate dynamic shared memory");
     for (;;) {
         uint64_t b = job->next.fetch_add(1);
@@ -947,6 +966,7 @@ unsigned active_mask() {
 }
 
 void* dynamic_shared_memory() { return tw ? tw->dyn_smem : nullptr; }
+size_t dynamic_shared_memory_size() { return tw ? tw->dyn_smem_size : 0; }
 
 // ----------------------------------------------------------------------------
 // cp.async (llmc/tensor_core.cuh): copies global -> shared memory that are not visible until the
@@ -1009,6 +1029,42 @@ void cp_async_wait(int pending_groups, const char* file, int line) {
         }
     }
     t->async_copies.resize(kept);
+}
+
+// ----------------------------------------------------------------------------
+// wgmma
+//
+// wgmma.mma_async computes at the latest moment a GPU may: when its thread waits for its group.
+// Until then its accumulators keep their old values, and the shared memory it reads is read at
+// the wait, so a kernel that reads the accumulators early, or overwrites an operand tile before
+// the wait, gets different numbers here. A thread must have executed wgmma.fence since its last
+// wait (or its start) before it issues one, and must wait for all it issued before it exits.
+
+void wgmma_fence(const char* file, int line) { async_caller("wgmma.fence", file, line)->mma_fenced = true; }
+
+void wgmma_issue(std::function<void()> complete, const char* file, int line) {
+    Thread* t = async_caller("wgmma.mma_async", file, line);
+    if (!t->mma_fenced)
+        fault("wgmma.mma_async without a wgmma.fence since this thread's last wgmma wait (or its start): the "
+              "PTX ISA requires one before the first wgmma.mma_async and after the accumulators or A "
+              "registers are accessed by other instructions", file, line);
+    t->async_mmas.push_back({std::move(complete), t->mma_groups});
+}
+
+void wgmma_commit(const char* file, int line) { async_caller("wgmma.commit_group", file, line)->mma_groups++; }
+
+void wgmma_wait(int pending_groups, const char* file, int line) {
+    Thread* t = async_caller("wgmma.wait_group", file, line);
+    // As cp_async_wait: all but the newest pending_groups committed groups complete, in issue order
+    // (later ones accumulate into what earlier ones wrote); uncommitted ones stay pending.
+    uint64_t complete_below = t->mma_groups > (uint64_t)pending_groups ? t->mma_groups - pending_groups : 0;
+    size_t kept = 0;
+    for (AsyncMma& m : t->async_mmas) {
+        if (m.group < complete_below) m.complete();
+        else t->async_mmas[kept++] = std::move(m);
+    }
+    t->async_mmas.resize(kept);
+    t->mma_fenced = false;
 }
 
 void fault(const char* what, const char* file, int line) {

@@ -45,6 +45,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 #include <cstdio>
 #include <cstring>
@@ -86,8 +87,9 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
 unsigned lane_id();
 unsigned active_mask();
 
-// This block's dynamic shared memory (size given at launch; poisoned past it under ASan).
+// This block's dynamic shared memory (size given at launch; poisoned past it under ASan) and its size.
 void* dynamic_shared_memory();
+size_t dynamic_shared_memory_size();
 
 // cp.async for llmc/tensor_core.cuh (implemented in scheduler.cpp): issues a 16-byte copy from
 // global to shared memory (both 16-byte aligned, or a fault), commits the calling thread's issued
@@ -95,6 +97,13 @@ void* dynamic_shared_memory();
 void cp_async_16(void* dst, const void* src, int src_bytes, const char* file, int line);
 void cp_async_commit(const char* file, int line);
 void cp_async_wait(int pending_groups, const char* file, int line);
+// wgmma for llmc/wgmma.cuh (implemented in scheduler.cpp): wgmma.fence, issuing a warpgroup MMA whose
+// `complete` computes its result (run by the wait), commit_group, and wait_group (runs the
+// completions of all but the newest pending_groups groups, oldest first).
+void wgmma_fence(const char* file, int line);
+void wgmma_issue(std::function<void()> complete, const char* file, int line);
+void wgmma_commit(const char* file, int line);
+void wgmma_wait(int pending_groups, const char* file, int line);
 // prefetch.global.L2 for llmc/tensor_core.cuh: no cache to warm here; a fault unless p is global memory.
 void prefetch_l2(const void* p, const char* file, int line);
 
