@@ -891,6 +891,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     model.opt = o.opt;
     model.dropout = o.dropout;
     model.recompute = o.recompute;
+    apply_attention_backward(o, config.channels / config.num_heads, o.dropout);
     model.dropout_seed = o.seed * 0x9E3779B97F4A7C15ull + 0xD20F;  // a key of its own, not the init's
     // Data parallel: each rank's rows get masks of their own (rank 0 keeps the one-process key).
     model.dropout_seed += (uint64_t)dist.rank * 0xBF58476D1CE4E5B9ull;

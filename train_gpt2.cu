@@ -1104,6 +1104,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     model.opt = o.opt;
     model.recompute = o.recompute;
     model.gelu_fusion = o.gelu_fusion;
+    apply_attention_backward(o, config.channels / config.num_heads, 0.f);
     model.build(config, init);
     // CUDA graphs (--cuda-graphs): the model's work moves to a stream of its own, since the legacy
     // default stream cannot capture (a blocking stream: ordered with the legacy stream as before).

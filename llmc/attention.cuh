@@ -32,6 +32,9 @@
 //   dQ = dS K after parking dS^T (64 × 64) in shared memory, each warp taking 32 query rows and a
 //   quarter or half of the columns. Without dropout at HS <= 64 the warp's K and V fragments stay in
 //   registers for the whole key tile.
+//   On Hopper (sm_90a), attention_backward_wgmma_kernel does the same backward at HS = 64 without
+//   dropout with its products on warpgroup MMA (llmc/wgmma.cuh); off until timed on an H100
+//   (attention_backward_wgmma, the trainers' --attention-backward wgmma).
 //   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 36 (68) KiB, backward 64 (74) KiB; all
 //   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
 //   an H100 (228 KiB); registers without spills: the backward's for 2 blocks per SM (<= 255 per
@@ -86,6 +89,7 @@
 #include "dropout.cuh"
 #include "precision.cuh"
 #include "tensor_core.cuh"
+#include "wgmma.cuh"
 
 #include <cmath>
 #include <cstdint>
@@ -1282,6 +1286,244 @@ __global__ void __launch_bounds__(128, 2)
     }
 }
 
+// Backward, 16-bit types at HS = 64, on Hopper's warpgroup MMA (llmc/wgmma.cuh, sm_90a): the work,
+// grid, key-tile order and dQ slices of attention_backward_mma_kernel (without dropout), the block of
+// 128 threads being one warpgroup that computes each of the 5 products of a tile pair as a chain of 4
+// wgmma over k16 steps, every warp holding 16 rows of the 64 (warp w: keys, or queries for dQ,
+// 16w + g and 16w + g + 8, as mma.sync's C fragments). All tiles are (64, 64) in shared memory with
+// the 128-byte swizzle (a row of 64 16-bit values is 128 bytes; row r's 16-byte chunk c is stored at
+// chunk c ^ (r % 8): attn_sw128), which serves a tile both K-major and MN-major: Q is Sᵀ's B (K-major)
+// and dK's B (MN-major), dO likewise for dPᵀ and dV, K is Sᵀ's A and dQ's B, V dPᵀ's A, and dSᵀ dQ's A
+// (MN-major). Pᵀ and dSᵀ go from the accumulators into the A registers of dV's and dK's products
+// (wgmma_rs; C's n8 tiles 2kk and 2kk + 1 are A's k16 slice kk, as attn_c_to_a). Per query tile: Sᵀ
+// and dPᵀ are issued as two commit groups and the exponentials computed while dPᵀ runs; dSᵀ is stored
+// for dQ while dV's and dK's products run.
+struct AttnWgmmaTile {
+    static constexpr int kRows = 64, kCols = 64;      // keys of the block's tile; queries per streamed tile
+    static constexpr uint32_t kTileBytes = 64 * 128;  // a (64, 64) 16-bit tile
+    // Byte offsets from the block's 1024-aligned base (the 128-byte swizzle repeats every 1024 bytes):
+    // K, V, 2 stages of (Q, dO), dSᵀ (keys, queries), then 2 stages of (lse2, D) of the streamed queries.
+    static constexpr uint32_t kK = 0, kV = kTileBytes, kQdO = 2 * kTileBytes, kDSt = 6 * kTileBytes,
+                              kStats = 7 * kTileBytes;
+    static constexpr size_t kSmem = 1024 + kStats + 4 * kCols * sizeof(float);  // + slack to align the base
+};
+
+// Byte offset of element (row, col) in a (rows, 64) 16-bit tile with the 128-byte swizzle.
+__device__ inline uint32_t attn_sw128(int row, int col) {
+    return row * 128 + ((((col >> 3) ^ (row & 7)) << 4) | ((col & 7) * 2));
+}
+
+// Starts cp.async copies of rows [0, n) of a (64, 64) tile (global row stride `stride` elements) into a
+// swizzled shared tile, zero-filling rows [n, 64) (see attn_async_tiles). Thread i copies chunk i % 8
+// of rows i / 8 + 16j. The caller commits.
+template <class floatX>
+__device__ void attn_sw128_async_tile(char* dst, int n, const floatX* src, size_t stride) {
+    const int c = threadIdx.x % 8;
+#pragma unroll 1
+    for (int r = threadIdx.x / 8; r < 64; r += 16) {
+        const bool in = r < n;
+        cp_async_16_zfill(dst + attn_sw128(r, 8 * c), in ? src + (size_t)r * stride + 8 * c : src, in ? 16 : 0);
+    }
+}
+
+// Descriptors of k16 slice kk of a swizzled (64, 64) tile: K-major (the slice is columns 16kk ..,
+// 32 bytes into the first row; sbo steps 8 rows) or MN-major (the slice is rows 16kk ..; the 64
+// columns are one swizzle atom, so lbo, the step to the next, is not used).
+__device__ inline uint64_t attn_desc_k(const char* tile, int kk) {
+    return wgmma_descriptor(tile + 32 * kk, WgmmaSwizzle::B128, 16, 1024);
+}
+__device__ inline uint64_t attn_desc_mn(const char* tile, int kk) {
+    return wgmma_descriptor(tile + 2048 * kk, WgmmaSwizzle::B128, AttnWgmmaTile::kTileBytes, 1024);
+}
+
+template <class floatX>
+__global__ void __launch_bounds__(128, 2)
+    attention_backward_wgmma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
+                                    const float* lse, const float* D, int T, int C, int NH, bool causal,
+                                    const int* valid_len) {
+    constexpr int HS = 64, NQ = AttnWgmmaTile::kCols;
+    constexpr uint32_t kTile = AttnWgmmaTile::kTileBytes;
+    constexpr float kScale = AttnTile<floatX, HS>::kScale, kScaleLog2 = AttnTile<floatX, HS>::kScaleLog2;
+    const int b = blockIdx.z, h = blockIdx.y, split = blockIdx.x, bh = b * NH + h;
+    const int valid = attn_valid_length(valid_len, b, T);
+    const size_t stride = 3 * (size_t)C;
+    const floatX* qb = qkv + (size_t)b * T * stride + h * HS;  // (B,T,3C) at (b, 0, q part)
+    const floatX* dob = dout + (size_t)b * T * C + h * HS;      // (B,T,C) at (b, 0)
+    floatX* dkb = dqkv + (size_t)b * T * stride + C + h * HS;   // (B,T,3C) at (b, 0, k part)
+    const float* lse_bh = lse + (size_t)bh * T;                 // (B,NH,T) at (b, h, 0)
+    const float* D_bh = D + (size_t)bh * T;
+    float* dq_bh = dq_part + ((size_t)split * gridDim.z * NH + bh) * T * HS;  // (S,B,NH,T,HS)
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    char* raw = dynamic_shared<char>();
+    char* smem = raw + (1024 - shared_address(raw) % 1024) % 1024;
+    char* Ks = smem + AttnWgmmaTile::kK;
+    char* Vs = smem + AttnWgmmaTile::kV;
+    char* QdO = smem + AttnWgmmaTile::kQdO;  // stage s: Q at 2s, dO at 2s + 1
+    char* dSt = smem + AttnWgmmaTile::kDSt;
+    float* stats = reinterpret_cast<float*>(smem + AttnWgmmaTile::kStats);  // stage s: lse2 at 2s, D at 2s+1
+    // The query tiles' loads, as attention_backward_mma_kernel's.
+    float lse_next = 0.f, D_next = 0.f;
+    auto load_queries = [&](int st, int q0, int n) {
+        attn_sw128_async_tile(QdO + 2 * st * kTile, n, qb + q0 * stride, stride);
+        attn_sw128_async_tile(QdO + (2 * st + 1) * kTile, n, dob + (size_t)q0 * C, (size_t)C);
+    };
+    auto fetch_stats = [&](int q0, int n) {
+        const int r = threadIdx.x;
+        if (r < NQ) {
+            lse_next = r < n ? lse_bh[q0 + r] : 0.f;
+            D_next = r < n ? D_bh[q0 + r] : 0.f;
+        }
+    };
+    auto store_stats = [&](int st) {
+        const int r = threadIdx.x;
+        if (r < NQ) {
+            stats[2 * st * NQ + r] = lse_next * 1.4426950408889634f;
+            stats[(2 * st + 1) * NQ + r] = D_next;
+        }
+    };
+
+    const int key_tiles = CEIL_DIV(T, AttnWgmmaTile::kRows), S = gridDim.x;
+    for (int round = 0; round * S < key_tiles; round++) {  // the snake order of attention_backward_mma_kernel
+        const int kt = round * S + (round % 2 ? S - 1 - split : split);
+        if (kt >= key_tiles) continue;
+        const int k0 = kt * AttnWgmmaTile::kRows, rows = min(AttnWgmmaTile::kRows, T - k0);
+        const bool adds = kt != split;  // past the block's first key tile: dQ adds to the slice
+        if (k0 >= valid) {
+            attn_zero_rows<floatX, HS>(dkb + k0 * stride, stride, rows);
+            attn_zero_rows<floatX, HS>(dkb + C + k0 * stride, stride, rows);
+            continue;
+        }
+        __syncthreads();  // every warp is done with the previous key tile's tiles and staging
+        const int keys = min(AttnWgmmaTile::kRows, valid - k0);
+        attn_sw128_async_tile(Ks, keys, qb + C + k0 * stride, stride);
+        attn_sw128_async_tile(Vs, keys, qb + 2 * C + k0 * stride, stride);
+        const int qstart = causal ? k0 : 0;
+        const int tiles = CEIL_DIV(valid - qstart, NQ);
+        load_queries(0, qstart, min(NQ, valid - qstart));
+        cp_async_commit();
+        fetch_stats(qstart, min(NQ, valid - qstart));
+        store_stats(0);
+        const int key_g = k0 + 16 * warp + g;  // this lane's keys: key_g and key_g + 8
+        float dk[HS / 2] = {}, dv[HS / 2] = {};  // accumulator layout: keys as rows, HS as columns
+
+        for (int it = 0; it < tiles; it++) {
+            const int q0 = qstart + it * NQ, st = it % 2;
+            const char* Qs = QdO + 2 * st * kTile;
+            const char* dOs = Qs + kTile;
+            const float* lse2_s = stats + 2 * st * NQ;
+            const float* D_s = lse2_s + NQ;
+            cp_async_wait<0>();
+            fence_proxy_async_shared();  // this thread's copies are visible to wgmma (the async proxy)
+            __syncthreads();             // everyone's are; every warp is done with the other stage
+            if (it + 1 < tiles) {
+                load_queries(st ^ 1, q0 + NQ, min(NQ, valid - q0 - NQ));
+                fetch_stats(q0 + NQ, min(NQ, valid - q0 - NQ));
+            }
+            cp_async_commit();
+            if (adds && (int)threadIdx.x < NQ * HS / 32 && q0 + (int)threadIdx.x * 32 / HS < valid)
+                prefetch_l2(dq_bh + (size_t)q0 * HS + 32 * threadIdx.x);
+
+            // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (keys, queries): element i of this lane is key key_g + 8 ((i / 2) % 2),
+            // query q0 + 8 (i / 4) + 2t + i % 2.
+            float s[NQ / 2], dp[NQ / 2];
+            wgmma_fence_operand(s);
+            wgmma_fence_operand(dp);
+            wgmma_fence();
+            for (int kk = 0; kk < HS / 16; kk++) wgmma_ss<NQ, floatX>(s, attn_desc_k(Ks, kk), attn_desc_k(Qs, kk), kk > 0);
+            wgmma_commit();
+            for (int kk = 0; kk < HS / 16; kk++) wgmma_ss<NQ, floatX>(dp, attn_desc_k(Vs, kk), attn_desc_k(dOs, kk), kk > 0);
+            wgmma_commit();
+            wgmma_wait<1>();
+            wgmma_fence_operand(s);
+            for (int i = 0; i < NQ / 2; i += 2) {  // Pᵀ = exp2(Sᵀ · scale · log2 e - lse2)
+                const float2 lse2 = *reinterpret_cast<const float2*>(lse2_s + 8 * (i / 4) + 2 * t);
+                s[i] = exp2f(s[i] * kScaleLog2 - lse2.x);
+                s[i + 1] = exp2f(s[i + 1] * kScaleLog2 - lse2.y);
+            }
+            if (q0 + NQ > valid || k0 + AttnWgmmaTile::kRows > valid || (causal && k0 + AttnWgmmaTile::kRows - 1 > q0))
+                for (int i = 0; i < NQ / 2; i++) {
+                    const int kj = key_g + 8 * ((i / 2) % 2), qi = q0 + 8 * (i / 4) + 2 * t + i % 2;
+                    s[i] = qi >= valid || kj >= valid || (causal && kj > qi) ? 0.f : s[i];
+                }
+            wgmma_wait<0>();
+            wgmma_fence_operand(dp);
+            for (int i = 0; i < NQ / 2; i += 2) {  // dSᵀ = Pᵀ ∘ (dPᵀ - D)
+                const float2 Dq = *reinterpret_cast<const float2*>(D_s + 8 * (i / 4) + 2 * t);
+                dp[i] = s[i] * (dp[i] - Dq.x);
+                dp[i + 1] = s[i + 1] * (dp[i + 1] - Dq.y);
+            }
+            // Pᵀ and dSᵀ rounded to floatX as A registers: slice kk's a[j] = C elements 8kk + 2j, + 1.
+            uint32_t pa[NQ / 16][4], dsa[NQ / 16][4];
+            for (int kk = 0; kk < NQ / 16; kk++)
+                for (int j = 0; j < 4; j++) {
+                    pa[kk][j] = attn_pack2f<floatX>(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
+                    dsa[kk][j] = attn_pack2f<floatX>(dp[8 * kk + 2 * j], dp[8 * kk + 2 * j + 1]);
+                }
+            // dSᵀ to shared memory for dQ (a[j]: key row + 8 (j % 2), queries 16kk + 8 (j / 2) + 2t, + 1).
+            for (int kk = 0; kk < NQ / 16; kk++)
+                for (int j = 0; j < 4; j++)
+                    *reinterpret_cast<uint32_t*>(dSt + attn_sw128(16 * warp + g + 8 * (j % 2), 16 * kk + 8 * (j / 2) + 2 * t)) =
+                        dsa[kk][j];
+            fence_proxy_async_shared();
+            // dV += Pᵀ dO, dK += dSᵀ Q (keys, HS): the queries are the reduction, dO and Q MN-major B.
+            wgmma_fence_operand(dv);
+            wgmma_fence_operand(dk);
+            wgmma_fence();
+            for (int kk = 0; kk < NQ / 16; kk++) wgmma_rs<HS, floatX, true>(dv, pa[kk], attn_desc_mn(dOs, kk), true);
+            for (int kk = 0; kk < NQ / 16; kk++) wgmma_rs<HS, floatX, true>(dk, dsa[kk], attn_desc_mn(Qs, kk), true);
+            wgmma_commit();
+            __syncthreads();  // dSᵀ of all 64 keys is stored
+            // dQ (queries, HS) = dS K: dS is dSᵀ read MN-major, K MN-major (keys are the reduction).
+            // Element i of this lane: query q0 + 16 warp + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2t + i % 2.
+            float dq[HS / 2];
+            wgmma_fence_operand(dq);
+            for (int kk = 0; kk < AttnWgmmaTile::kRows / 16; kk++)
+                wgmma_ss<HS, floatX, true, true>(dq, attn_desc_mn(dSt, kk), attn_desc_mn(Ks, kk), kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operand(dq);
+            wgmma_fence_operand(dv);
+            wgmma_fence_operand(dk);
+            for (int r = 0; r < 2; r++) {  // add to the block's dQ slice (as attention_backward_mma_kernel)
+                const int qi = q0 + 16 * warp + g + 8 * r;
+                if (qi >= valid) continue;
+                float* row = dq_bh + (size_t)qi * HS + 2 * t;
+                for (int n = 0; n < HS / 8; n++) {
+                    float2 x = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+                    if (adds) {
+                        const float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
+                        x.x += old.x;
+                        x.y += old.y;
+                    }
+                    *reinterpret_cast<float2*>(row + 8 * n) = x;
+                }
+            }
+            if (it + 1 < tiles) store_stats(st ^ 1);
+        }
+        cp_async_wait<0>();  // the last (empty) group
+        __syncthreads();     // every warp is done with the query stages, which now stage dV and dK
+        // dV = Σ Pᵀ dO; dK = scale · Σ dSᵀ Q. The accumulators are mma.sync's C fragments of 8 n8 tiles.
+        const int key0 = k0 + 16 * warp;
+        const float ones[2] = {1.f, 1.f}, scales[2] = {kScale, kScale};
+        floatX* stage = reinterpret_cast<floatX*>(QdO);
+        constexpr int kLd = AttnMmaTile<floatX, HS>::kLd;
+        attn_mma_store_rows<floatX, HS>(dkb + C + (size_t)key0 * stride, stride, stage + 16 * warp * kLd,
+                                        reinterpret_cast<const float(&)[HS / 8][4]>(dv), ones, key0, valid, T);
+        attn_mma_store_rows<floatX, HS>(dkb + (size_t)key0 * stride, stride, stage + (64 + 16 * warp) * kLd,
+                                        reinterpret_cast<const float(&)[HS / 8][4]>(dk), scales, key0, valid, T);
+    }
+}
+
+// Whether attention_backward runs attention_backward_wgmma_kernel where it applies (bf16/fp16, HS =
+// 64, no dropout, a device with wgmma: wgmma_supported()) instead of attention_backward_mma_kernel.
+// Off by default: the kernel is tested on the CPU backend's wgmma, which follows the PTX ISA's
+// layouts, but has not yet run on an H100; test_attention and dev/cuda/attention.cu turn it on.
+inline bool& attention_backward_wgmma() {
+    static bool on = false;
+    return on;
+}
+
 // The blocks attention_backward_mma_kernel's grid aims at: enough to give every SM of a large GPU
 // several waves (an H100 has 132 SMs, each holding 2 blocks at HS = 64; there 1024 ran GPT-2's
 // shapes faster than 512). Tests lower it to give small shapes blocks with several key tiles;
@@ -1545,15 +1787,22 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
                            float* D, int B, int T, int C, int NH, bool causal, const int* valid_len, DropoutArgs drop,
                            bool dropout, cudaStream_t stream) {
     attention_backward_preprocess<floatX, HS>(D, dout, out, B, T, C, NH, valid_len, stream);
-    if constexpr (!std::is_same<floatX, float>::value) {  // 16-bit types: the mma.sync kernels
+    if constexpr (!std::is_same<floatX, float>::value) {  // 16-bit types: the mma.sync (or wgmma) kernels
         using Tile = AttnMmaTile<floatX, HS>;
-        auto kernel = dropout ? attention_backward_mma_kernel<floatX, HS, true>
-                              : attention_backward_mma_kernel<floatX, HS, false>;
-        reserve_dynamic_smem(kernel, Tile::kBackwardSmem, "attention_backward", "HS", HS);
         const int splits = attention_dq_splits(B, T, NH);
         float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
-        cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv,
-                                dq_part, dout, qkv, lse, D, T, C, NH, causal, valid_len, drop));
+        if (HS == 64 && !dropout && attention_backward_wgmma() && wgmma_supported()) {
+            auto kernel = attention_backward_wgmma_kernel<floatX>;
+            reserve_dynamic_smem(kernel, AttnWgmmaTile::kSmem, "attention_backward", "HS", HS);
+            cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(128), AttnWgmmaTile::kSmem, stream, dqkv, dq_part,
+                                    dout, qkv, lse, D, T, C, NH, causal, valid_len));
+        } else {
+            auto kernel = dropout ? attention_backward_mma_kernel<floatX, HS, true>
+                                  : attention_backward_mma_kernel<floatX, HS, false>;
+            reserve_dynamic_smem(kernel, Tile::kBackwardSmem, "attention_backward", "HS", HS);
+            cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv,
+                                    dq_part, dout, qkv, lse, D, T, C, NH, causal, valid_len, drop));
+        }
         const int block = 256;
         const size_t n = (size_t)B * T * NH * (HS / Packed128<floatX>::size);
         cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, HS>, dim3((unsigned)CEIL_DIV(n, block)),

@@ -124,7 +124,7 @@ join() { local IFS=,; echo "$*"; }
 test_json=() san_json=() gpt_json=() agree_json=() bert_json=() sweep_json=() moe_json=() skipped_json=()
 tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metrics_json=null
 ours_fwd= ours_bwd= ours_gemm= fp8_accum= gemm_heur= gemm_best= bgrad_fused= bgrad_kernels= fcb_bgradb= fcb_dgelu=
-ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5=
+ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd6= wgmma_sweep=
 failures=$build_failures
 write_json() {  # "final" once every part has run or been skipped
     skipped_json=()
@@ -150,6 +150,8 @@ write_json() {  # "final" once every part has run or been skipped
         printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh32":{%s},\n' "${ours_slices_b16:-}"
         printf '  "attention_bf16_causal_bwd_dq_atomics_tflops":%s,\n' "$(jnum "${ours_bwd4:-}")"
         printf '  "attention_bf16_causal_fwd_regs_for_2_blocks_tflops":%s,\n' "$(jnum "${ours_fwd5:-}")"
+        printf '  "attention_bf16_causal_bwd_wgmma_tflops":%s,\n' "$(jnum "${ours_bwd6:-}")"
+        printf '  "attention_bf16_bwd_wgmma_sweep":{%s},\n' "${wgmma_sweep:-}"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
         printf '  "gpt2_step_gemms_ms":{"heuristic":%s,"fastest_algorithm":%s},\n' "$(jnum "${gemm_heur:-}")" \
             "$(jnum "${gemm_best:-}")"
@@ -182,6 +184,11 @@ if fits attention 60; then
     ours_bwd4=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 4")
     # Production's forward with its registers capped for 2 blocks per SM instead of 4 (dev variant 5).
     ours_fwd5=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "forward variant 5")
+    # The backward on wgmma (dev variant 6, sm_90a only), and over the sweep's head-size-64 shapes:
+    # {"causal|full T": [bwd, fwd+bwd], ...}.
+    ours_bwd6=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 6")
+    wgmma_sweep=$(awk '$1 == "wgmma-sweep" && $2 == "bf16" && $12 == "TFLOP/s" {
+        printf "%s\"%s %s\":[%s,%s]", sep, $4, substr($5, 3), $9, $11; sep = "," }' "$logs/dev_attention.log")
     slices_of() {  # {"slices": TFLOP/s, ...} from the section of dev_attention.log whose header starts with $1
         awk -v sec="$1" 'index($0, sec) == 1 { in_sec = 1; next } /^[^ ]/ { in_sec = 0 }
             in_sec && /backward \(llmc, flash\), dQ in [0-9]+ slice/ {
@@ -496,6 +503,8 @@ if [[ -n $ours_fwd$ours_bwd ]]; then
     [[ -n ${ours_slices_b16:-} ]] && echo "| ... the same at B=16 NH=32 | ${ours_slices_b16//\"/} | |"
     echo "| ... the backward adding dQ by atomics (dev variant 4) | ${ours_bwd4:-?} TFLOP/s | |"
     echo "| ... the forward with registers for 2 blocks per SM (dev variant 5) | ${ours_fwd5:-?} TFLOP/s | |"
+    [[ -n $ours_bwd6 ]] && echo "| ... the backward on wgmma (dev variant 6) | ${ours_bwd6} TFLOP/s | |"
+    [[ -n $wgmma_sweep ]] && echo "| ... on wgmma over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${wgmma_sweep//\"/} | |"
 fi
 for r in "${moe_json[@]}"; do
     name=$(echo "$r" | sed 's/.*"model":"\([^"]*\)".*/\1/')

@@ -10,6 +10,9 @@
   2 blocks two blocks of 128 threads fit an SM's 65536 registers (registers are allocated per warp
            in units of 8 per thread) — test/sass/attention_kernels.cu asserts the same of shared memory.
 
+The wgmma backward (sm_90a targets only; elsewhere it is a trap) must have its 20 HGMMA (warpgroup
+MMA) instructions per query tile, LDGSTS, no generic LD, no local memory and registers for 2 blocks.
+
 It also reports the share of HMMA (tensor-core) instructions in each kernel's main loop: the backward
 branch whose body holds the most HMMA (for the forward the key-tile loop), counted twice: every
 instruction of the body (branches that run only on some tiles, like the masks of the diagonal tiles,
@@ -76,10 +79,12 @@ def run(cmd, env=None):
 
 
 def demangled(name):
-    """attention_forward_mma_kernel<bf16, 64, dropout> from the mangled name (no c++filt needed)."""
+    """attention_forward_mma_kernel<bf16, 64, dropout> (attention_backward_wgmma_kernel<bf16>) from the
+    mangled name (no c++filt needed)."""
     m = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16Li(\d+)ELb([01])E", name)
     if not m:
-        return name
+        w = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16E", name)  # the wgmma backward: bf16 only
+        return f"{w.group(1)}<bf16>" if w else name
     return f"{m.group(1)}<bf16, HS={m.group(2)}, dropout {'on' if m.group(3) == '1' else 'off'}>"
 
 
@@ -182,6 +187,23 @@ def check_kernel(arch, name, code, res):
     return ok
 
 
+def check_wgmma_kernel(arch, name, code, res):
+    ops = [op for _, op, _, _ in code]
+    count = lambda pred: sum(1 for o in ops if pred(o))
+    hgmma = count(lambda o: o.startswith("HGMMA"))
+    ldgsts = count(lambda o: o.startswith("LDGSTS"))
+    generic = count(lambda o: o == "LD" or o.startswith("LD."))
+    local = count(lambda o: o.startswith(("LDL", "STL")))
+    regs = res.get("REG", 0)
+    regs_2_blocks = BLOCKS * THREADS * (-(-regs // 8) * 8)
+    ok = hgmma == 20 and ldgsts > 0 and generic == 0 and local == 0 and res.get("LOCAL", 1) == 0 \
+        and regs_2_blocks <= REGISTERS_PER_SM
+    print(f"{'PASS' if ok else 'FAIL'} sass sm_{arch} {demangled(name)}  HGMMA {hgmma} (20: 5 products of 4 "
+          f"k16 steps), LDGSTS {ldgsts}, generic LD {generic}, local {local} (LOCAL {res.get('LOCAL', '?')}), "
+          f"{regs} registers ({BLOCKS} blocks: {regs_2_blocks} of {REGISTERS_PER_SM})")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nvcc", default="nvcc")
@@ -229,6 +251,16 @@ def main():
                     passed += 1
                 else:
                     failed += 1
+            if arch.endswith("a"):  # an arch-specific target: sm_90a has wgmma
+                wg = [f for f in functions if "wgmma_kernel" in f]
+                if len(wg) != 1:
+                    print(f"FAIL sass sm_{arch}: found {len(wg)} wgmma backward kernels, want 1")
+                    failed += 1
+                for k in wg:
+                    if check_wgmma_kernel(arch, k, functions[k], resources.get(k, {})):
+                        passed += 1
+                    else:
+                        failed += 1
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

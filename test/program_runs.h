@@ -41,6 +41,17 @@ inline std::vector<double> step_losses(const std::string& out) {
     return losses;
 }
 
+// Values as "a, b, c" (%.6f each), for a test's detail.
+inline std::string join(const std::vector<double>& v) {
+    std::string s;
+    char buf[32];
+    for (double x : v) {
+        snprintf(buf, sizeof(buf), "%s%.6f", s.empty() ? "" : ", ", x);
+        s += buf;
+    }
+    return s;
+}
+
 // The validation lines of train_gpt2's output ("step N | val loss X"), as printed.
 inline std::vector<std::string> val_loss_lines(const std::string& out) {
     std::vector<std::string> lines;

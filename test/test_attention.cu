@@ -86,6 +86,8 @@ struct Case {
                  causal ? "causal" : "full", valid.empty() ? "null" : ("{" + v + "}").c_str());
         std::string n = buf;
         if (dropout > 0) n += " dropout=" + std::to_string(dropout).substr(0, 4);
+        if (attention_backward_wgmma() && HS == 64 && dropout == 0 && strcmp(dtype, "fp32") != 0)
+            n += " (wgmma backward)";
         return n;
     }
 };
@@ -770,6 +772,23 @@ int main(int argc, char** argv) {
     attention_dq_target_blocks() = 12;
     test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
     attention_dq_target_blocks() = saved_target;
+    // The wgmma backward (attention_backward_wgmma; HS = 64, no dropout), on the same checks: causal and
+    // not, T across tiles and not a multiple of 64, valid lengths 1, 0-free and mid-tile, and blocks
+    // with several key tiles adding to their dQ slice.
+    attention_backward_wgmma() = true;
+    for (const Case& cs : std::vector<Case>{{2, 128, 2, 64, true, {}},
+                                            {3, 130, 2, 64, false, {130, 1, 77}},
+                                            {2, 100, 2, 64, true, {65, 100}}}) {
+        test_case<__nv_bfloat16>(cs, seed);
+        test_case<__half>(cs, seed);
+        seed += 2;
+    }
+    attention_dq_target_blocks() = 12;
+    test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
+    attention_dq_target_blocks() = 4;
+    test_case<__half>({2, 300, 2, 64, false, random_lengths(2, 300, 16)}, seed++);
+    attention_dq_target_blocks() = saved_target;
+    attention_backward_wgmma() = false;
     test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
     test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);
     test_dropout_off<__half>({1, 130, 2, 128, true, {}}, seed);

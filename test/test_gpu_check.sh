@@ -111,7 +111,9 @@ echo "  backward variant 4 (flash, dQ by atomics)   0.4 ms   130.5 TFLOP/s"
 echo "  forward variant 5 (flash, registers for 2 blocks per SM)   0.2 ms   160.5 TFLOP/s   16.2% of peak 989 TFLOP/s"
 echo "  backward (llmc, flash), dQ in 1 slice   0.6 ms   90.5 TFLOP/s"
 echo "  backward (llmc, flash), dQ in 8 slices   0.5 ms   120.25 TFLOP/s   12.2% of peak 989 TFLOP/s"
+echo "  backward variant 6 (flash on wgmma)   0.3 ms   170.5 TFLOP/s"
 echo "  sweep bf16 HS=64 causal T=1024 B=16 NH=32: fwd 150 bwd 120 fwd+bwd 128 TFLOP/s  (FlashAttention-2, H100 SXM: 192)"
+echo "  wgmma-sweep bf16 HS=64 causal T=1024 B=16 NH=32: bwd 175.5 fwd+bwd 165.25 TFLOP/s"
 echo "bf16 B=16 T=1024 NH=32 HS=64 causal, the backward by dQ slices:"
 echo "  backward (llmc, flash), dQ in 1 slice   0.6 ms   125.5 TFLOP/s   12.7% of peak 989 TFLOP/s"
 echo "  backward (llmc, flash), dQ in 2 slices   0.6 ms   119.5 TFLOP/s   12.1% of peak 989 TFLOP/s"
@@ -155,6 +157,8 @@ check "... our attention: forward, backward, the forward with 32 rows per warp, 
 check "... the backward by number of dQ slices (two shapes), adding dQ by atomics; the forward capped for 2 blocks" 0 \
     "{'1': 90.5, '8': 120.25} {'1': 125.5, '2': 119.5} 130.5 160.5" \
     json_field 'd["ours"]["attention_bf16_causal_bwd_tflops_by_dq_slices"], d["ours"]["attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh32"], d["ours"]["attention_bf16_causal_bwd_dq_atomics_tflops"], d["ours"]["attention_bf16_causal_fwd_regs_for_2_blocks_tflops"]'
+check "... the backward on wgmma: GPT-2's shape and the sweep's" 0 "170.5 {'causal 1024': [175.5, 165.25]}" \
+    json_field 'd["ours"]["attention_bf16_causal_bwd_wgmma_tflops"], d["ours"]["attention_bf16_bwd_wgmma_sweep"]'
 check "... the profile: kernels summed by name over units, largest first, idle share of the step" 0 \
     "3 4.5 [('nvjet_hsh_256x128', 1, 2500.0), ('attention_forward', 2, 2000.0)] 0.9118" \
     json_field 'd["profile_gpt2_d12_bf16_step"]["launches"], d["profile_gpt2_d12_bf16_step"]["busy_ms"], [(k["kernel"], k["launches"], k["us"]) for k in d["profile_gpt2_d12_bf16_step"]["kernels"]], d["profile_gpt2_d12_bf16_step"]["idle_share"]'

@@ -155,6 +155,14 @@ void test_refusals(const std::string& cls3, const std::string& cls4, const std::
                  "option --eval-every: --bench does not evaluate");
     expect_error("refused: --loss-scale outside fp16", base + "--config tiny -i " + cls3 + " --loss-scale 1024",
                  "option --loss-scale: applies to --precision fp16 only (this run's precision is fp32)");
+    expect_error("refused: --attention-backward wgmma in fp32", base + "--config tiny -i " + cls3 +
+                 " --attention-backward wgmma",
+                 "option --attention-backward: wgmma applies to --precision bf16 and fp16 only (this run's precision "
+                 "is fp32)");
+    expect_error("refused: --attention-backward wgmma with attention dropout", base + "--config tiny -i " + cls3 +
+                 " --precision bf16 --attention-backward wgmma",
+                 "option --attention-backward: wgmma runs the backward without attention dropout; this run has "
+                 "dropout 0.1 (give --dropout 0)");
     expect_error("refused: --nesterov with AdamW", base + "--config tiny -i " + cls3 + " --nesterov",
                  "option --nesterov: applies to --optimizer sgd only (this run's optimizer is adamw)");
     expect_error("refused: --profile-step past the run's steps", base + "--config tiny -i " + cls3 +
