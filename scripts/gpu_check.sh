@@ -249,6 +249,22 @@ if fits gpt2_bf16_64k 60; then
     gpt2_run bf16_64k bf16 -b auto -d 65536
     write_json
 fi
+# The same with the attention backward on wgmma (an H100/H200: compute capability 9.0, built sm_90a).
+if [[ $arch == 90 ]] && fits gpt2_bf16_64k 60; then
+    echo "GPT-2 d12, the same with --attention-backward wgmma ..."
+    gpt2_run bf16_64k_wgmma bf16 -b auto -d 65536 --attention-backward wgmma
+    # The forward is unchanged, so step 1's loss must be the mma run's exactly; the decrease after it
+    # within 5% of the mma run's (the precision runs' criterion below).
+    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[bf16_64k_wgmma]:-}" ]]; then
+        verdict=$(awk -v a1="${loss1[bf16_64k]}" -v aN="${lossN[bf16_64k]}" -v b1="${loss1[bf16_64k_wgmma]}" \
+            -v bN="${lossN[bf16_64k_wgmma]}" 'BEGIN { dec = a1 - aN; dd = ((b1 - bN) - dec) / dec; if (dd < 0) dd = -dd
+            printf "%s %.3f", (a1 == b1 && dd <= 0.05) ? "ok" : "DISAGREES", dd }')
+        read -r ok dd <<< "$verdict"
+        [[ $ok != ok ]] && failures=$((failures + 1)) && echo "  the wgmma backward disagrees with mma's: step-1" \
+            "losses ${loss1[bf16_64k]} vs ${loss1[bf16_64k_wgmma]} (must be equal), decrease off by $dd (bound 0.05)"
+    fi
+    write_json
+fi
 
 # --------------------------------------------------------------------------------------------------
 # PyTorch on the same GPU (a benchmark beside ours, not an oracle): the GEMM, SDPA, the GPT-2 step.
@@ -477,6 +493,7 @@ for r in "${gpt_json[@]}"; do
     mfu=$(echo "$r" | grep -oE '"mfu_percent":[0-9.]+' | cut -d: -f2)
     extra=""
     [[ $key == bf16 ]] && extra=$(pyget 'd["gpt2_124m_step"]["tokens_per_s"]') && extra=${extra:+$extra tok/s (compile, bf16 autocast)}
+    [[ $key == *_wgmma ]] && p="$p, attention backward on wgmma"
     echo "| GPT-2 124M $p, B×micro-steps ${batch:-?}, T=1024 | ${tok:-failed} tok/s${mfu:+, MFU $mfu%} | $extra |"
 done
 if [[ $profile_json == '{"launches"'* ]]; then
