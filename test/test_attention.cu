@@ -773,10 +773,11 @@ int main(int argc, char** argv) {
     test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
     attention_dq_target_blocks() = saved_target;
     // The wgmma backward (attention_backward_wgmma; HS = 64, no dropout), on the same checks: causal and
-    // not, T across tiles and not a multiple of 64, valid lengths 1, 0-free and mid-tile, and blocks
-    // with several key tiles adding to their dQ slice.
+    // not, T below one tile, across tiles and not a multiple of 64, valid lengths 1 and mid-tile, and
+    // blocks with several key tiles adding to their dQ slice.
     attention_backward_wgmma() = true;
-    for (const Case& cs : std::vector<Case>{{2, 128, 2, 64, true, {}},
+    for (const Case& cs : std::vector<Case>{{2, 33, 3, 64, true, {33, 1}},  // one partial tile
+                                            {2, 128, 2, 64, true, {}},
                                             {3, 130, 2, 64, false, {130, 1, 77}},
                                             {2, 100, 2, 64, true, {65, 100}}}) {
         test_case<__nv_bfloat16>(cs, seed);
@@ -808,7 +809,8 @@ int main(int argc, char** argv) {
     test_block_shapes<__half>();
     // The compact blocks: 2 warps for fp32 at HS = 64 and 16-bit types at HS = 128, 1 for fp32 at HS = 128;
     // causal (the dK/dV kernel's first query tile), padded, dropout, T not a multiple of the block rows.
-    for (const Case& cs : std::vector<Case>{{2, 128, 2, 64, true, {}},
+    for (const Case& cs : std::vector<Case>{{2, 33, 3, 64, true, {33, 1}},  // one partial tile
+                                            {2, 128, 2, 64, true, {}},
                                             {3, 130, 2, 64, false, {130, 1, 77}},
                                             {2, 100, 2, 64, true, {65, 100}},
                                             {3, 130, 2, 64, true, random_lengths(3, 130, 12), 0.1f}})
