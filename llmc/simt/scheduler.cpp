@@ -689,8 +689,9 @@ void work_on(Job* job) {
         w->threads[i].index = i;
     }
     w->dyn_smem_size = cfg.dynamicSmemBytes;
-    // Exactly sized (ASan flags accesses past the requested size), 128-byte aligned like a GPU's
-    // shared memory window (WMMA needs 32).
+    // Exactly sized (ASan flags accesses past the requested size); 1024-byte aligned, so that its
+    // addresses and the shared-window offsets wgmma descriptors hold agree in the low 10 bits, the
+    // 128-byte swizzle's pattern (llmc/wgmma.cuh); WMMA needs 32.
     w->dyn_smem = nullptr;
     if (cfg.dynamicSmemBytes && posix_memalign(&w->dyn_smem, 1024, cfg.dynamicSmemBytes) != 0)
         die(w, nullptr, "cannot allocate dynamic shared memory");

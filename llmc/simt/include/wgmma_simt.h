@@ -15,7 +15,7 @@
 //
 // Addresses. A descriptor's start address is the tile's offset in the block's dynamic shared
 // memory (shared_address below), so operand tiles must live there; the allocation is 1024-byte
-// aligned, as a swizzle-128B tile needs.
+// aligned, so that a tile's address and offset agree in the swizzle pattern's bits.
 #pragma once
 
 #include "cuda_runtime.h"
