@@ -56,15 +56,16 @@ struct Operand {
     // Byte offset of element (mn, k), 0 <= k < 16, in the dynamic shared memory (llmc/wgmma.cuh's
     // formulas, then the swizzle: bits 4.. XORed with bits 7..).
     uint32_t offset(int mn, int k) const {
-        uint32_t W = 1u << swizzle_bits, off;
+        const int b = swizzle_bits;  // W = 2^b: the rows are 16·W bytes, an MN-major atom 8·W elements wide
+        uint32_t off;
         if (!mn_major)
-            off = swizzle_bits == 0 ? start + (mn % 8) * 16 + (mn / 8) * sbo + (k / 8) * lbo + (k % 8) * 2
-                                    : start + (mn % 8) * 16 * W + (mn / 8) * sbo + (k / 8) * 16 + (k % 8) * 2;
+            off = b == 0 ? start + (mn % 8) * 16 + (mn / 8) * sbo + (k / 8) * lbo + (k % 8) * 2
+                         : start + ((mn % 8) << (4 + b)) + (mn / 8) * sbo + (k / 8) * 16 + (k % 8) * 2;
         else
-            off = swizzle_bits == 0 ? start + (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
-                                    : start + (mn % (8 * W)) * 2 + (mn / (8 * W)) * lbo + (k % 8) * 16 * W +
-                                          (k / 8) * sbo;
-        if (swizzle_bits) off ^= ((off >> 7) & (W - 1)) << 4;
+            off = b == 0 ? start + (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+                         : start + (mn & ((8 << b) - 1)) * 2 + (mn >> (3 + b)) * lbo + ((k % 8) << (4 + b)) +
+                               (k / 8) * sbo;
+        if (b) off ^= ((off >> 7) & ((1u << b) - 1)) << 4;
         return off;
     }
 };
@@ -203,10 +204,13 @@ inline void issue(float* d, bool reg_a, uint64_t desc_a, bool trans_a, const uin
                         a_rows[h][k] = shared_element<T>(smem, A.offset(row0 + g + 8 * h, k));
                     }
                 }
+            float b_cols[N / 4][16];  // B(k, 8j + 2t + e) at [2j + e][k]: the columns this lane's outputs use
+            for (int c = 0; c < N / 4; c++)
+                for (int k = 0; k < 16; k++) b_cols[c][k] = shared_element<T>(smem, B.offset(8 * (c / 2) + 2 * t + c % 2, k));
             for (int i = 0; i < N / 2; i++) {
-                int h = (i / 2) % 2, col = 8 * (i / 4) + 2 * t + i % 2;
+                const int h = (i / 2) % 2, c = 2 * (i / 4) + i % 2;  // rows g + 8h; column 8 (i / 4) + 2t + i % 2
                 float acc = accumulate ? d[i] : 0.f;
-                for (int k = 0; k < 16; k++) acc += a_rows[h][k] * shared_element<T>(smem, B.offset(col, k));
+                for (int k = 0; k < 16; k++) acc += a_rows[h][k] * b_cols[c][k];
                 d[i] = acc;
             }
         },
