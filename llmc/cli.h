@@ -85,9 +85,18 @@ class Cli {
         add_flag(long_name, short_name, help);
         options_.back().store = [=](const Cli& c) { *field = c.flag(long_name); };
     }
-    // Binds the option declared last to a reader of its own, for a value whose meaning needs more
-    // than a range (e.g. "auto" or several fields set from one name).
-    void on_value(std::function<void(const Cli&)> store) { options_.back().store = std::move(store); }
+    // Binds option `long_name` to a reader of its own, for a value whose meaning needs more than a
+    // range (e.g. "auto" or several fields set from one name). It must be the option declared last:
+    // a reader placed after another declaration would take that option over silently, so the
+    // program stops there instead (a mistake in the program, not in its command line).
+    void on_value(const char* long_name, std::function<void(const Cli&)> store) {
+        if (options_.empty() || std::strcmp(options_.back().long_name, long_name) != 0) {
+            fprintf(stderr, "Cli::on_value(\"%s\"): the option declared last is --%s; declare the reader right "
+                    "after its option\n", long_name, options_.empty() ? "(none)" : options_.back().long_name);
+            abort();
+        }
+        options_.back().store = std::move(store);
+    }
     // Bound to *field: one of the named values of `choices` (an error lists them).
     template <class T>
     void add_choice(const char* long_name, const char* short_name, const char* value_name, const char* default_value,

@@ -116,7 +116,7 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
     cli.add("train-data", "i", "GLOB", t.train_data, t.train_data_help, &o->train_pattern);
     cli.add("val-data", "j", "GLOB", t.val_data, t.val_data_help, &o->val_pattern);
     cli.add("batch-size", "b", t.batch_auto ? "INT|auto" : "INT", t.batch_size, t.batch_help);
-    cli.on_value([o, auto_ok = t.batch_auto](const Cli& c) {
+    cli.on_value("batch-size", [o, auto_ok = t.batch_auto](const Cli& c) {
         o->B = auto_ok && c.str("batch-size") == "auto" ? 0 : (int)c.integer("batch-size", 1, 1 << 16);
     });
     cli.add("total-batch-size", "d", t.batch_unit, "-1", t.total_batch_help, &o->total_batch, -1, 1ll << 40);
@@ -153,13 +153,13 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
             1e9);
     // Precision and memory
     cli.add("precision", nullptr, "NAME", t.precision, t.precision_help);
-    cli.on_value([o](const Cli& c) { read_precision_option(c, o); });
+    cli.on_value("precision", [o](const Cli& c) { read_precision_option(c, o); });
     cli.add("loss-scale", nullptr, "FLOAT", "65536", "fp16: initial loss scale (a power of two)", &o->loss_scale, 1,
             1e30);
     cli.add("loss-scale-window", nullptr, "STEPS", "2000", "fp16: clean steps before the loss scale doubles",
             &o->loss_scale_window, 1, 1 << 30);
     cli.add("recompute", "r", "WHAT", "none", t.recompute_help);
-    cli.on_value([o](const Cli& c) { read_recompute_option(c, &o->recompute); });
+    cli.on_value("recompute", [o](const Cli& c) { read_recompute_option(c, &o->recompute); });
     cli.add_choice("attention-backward", nullptr, "NAME", "mma",
                    "the bf16/fp16 attention backward (head size 64, no attention dropout): mma (mma.sync, "
                    "FlashAttention-2 style) | wgmma (Hopper's warpgroup MMA: an H100/H200 and a build for it; "

@@ -5,6 +5,7 @@
 #include "../llmc/cli.h"
 #include "harness.h"
 
+#include <csignal>
 #include <sys/wait.h>
 
 // The trainer-like table the tests parse against.
@@ -105,6 +106,20 @@ int main() {
             every = every && out.find(want) != std::string::npos;
         th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0 && every,
                    "--help lists every option, its llm.c flag and its default, exit 0", "%zu bytes", out.size());
+    }
+    {  // A reader bound after another option's declaration stops the program at the binding.
+        th::ChildOutput child = th::run_in_child([] {
+            Cli cli("t", "test");
+            std::string seen;
+            cli.add("recompute", "r", "WHAT", "none", "what to recompute");
+            cli.add("seed", nullptr, "INT", "42", "the seed");
+            cli.on_value("recompute", [&seen](const Cli& c) { seen = c.str("recompute"); });
+        });
+        bool ok = WIFSIGNALED(child.status) && WTERMSIG(child.status) == SIGABRT &&
+                  child.text.find("Cli::on_value(\"recompute\"): the option declared last is --seed") !=
+                      std::string::npos;
+        th::report(ok, "on_value for an option other than the one declared last: stops with a message", "%s",
+                   child.text.c_str());
     }
     expect_error("unknown long option", "unknown option '--batchsize'", [] { parse({"--batchsize", "4"}); });
     expect_error("unknown short flag", "unknown option '-z'", [] { parse({"-z", "1"}); });
