@@ -1039,6 +1039,31 @@ __global__ void __launch_bounds__(128, kMinBlocks)
     }
 }
 
+// The lse (in log2 units) and D of the backward's streamed query tiles, NQ rows, staged through two
+// shared-memory stages (stage s: lse2 at 2s·NQ, D at (2s+1)·NQ). Thread r < NQ loads row r into
+// registers (fetch) and stores it to a stage later (store).
+template <int NQ>
+struct AttnQueryStats {
+    const float* lse;  // (T) of this head
+    const float* D;
+    float* stages;
+    float lse_next = 0.f, D_next = 0.f;
+    __device__ void fetch(int q0, int n) {
+        const int r = threadIdx.x;
+        if (r < NQ) {
+            lse_next = r < n ? lse[q0 + r] : 0.f;
+            D_next = r < n ? D[q0 + r] : 0.f;
+        }
+    }
+    __device__ void store(int st) {
+        const int r = threadIdx.x;
+        if (r < NQ) {
+            stages[2 * st * NQ + r] = lse_next * 1.4426950408889634f;
+            stages[(2 * st + 1) * NQ + r] = D_next;
+        }
+    }
+};
+
 // Backward, 16-bit types, 5 tile products per (key tile, query tile) (FlashAttention-2's), with dQ made
 // deterministic. Grid (splits, NH, B), 128 threads; block x takes the key tiles x, 2·splits-1-x,
 // 2·splits+x, ... of head blockIdx.y of sequence blockIdx.z. For a key tile (64 keys, 16 per warp,
@@ -1092,25 +1117,13 @@ __global__ void __launch_bounds__(128, 2)
     // main loop fetches the next tile's as a pair begins and stores them as it ends, so that no warp
     // waits for the loads.
     static_assert(NQ <= Tile::kThreads, "a row of lse and D per thread");
-    float lse_next = 0.f, D_next = 0.f;
     auto load_queries = [&](int st, int q0, int n) {
         floatX* dst = QdO + 2 * st * Tile::kStreamTileB;
         attn_async_tiles<floatX, HS, NQ, Tile::kStreamTileB>(dst, n, qb + q0 * stride, stride, dob + (size_t)q0 * C, C);
     };
-    auto fetch_stats = [&](int q0, int n) {
-        const int r = threadIdx.x;
-        if (r < NQ) {
-            lse_next = r < n ? lse_bh[q0 + r] : 0.f;
-            D_next = r < n ? D_bh[q0 + r] : 0.f;
-        }
-    };
-    auto store_stats = [&](int st) {
-        const int r = threadIdx.x;
-        if (r < NQ) {
-            stats[2 * st * NQ + r] = lse_next * 1.4426950408889634f;
-            stats[(2 * st + 1) * NQ + r] = D_next;
-        }
-    };
+    AttnQueryStats<NQ> qstats{lse_bh, D_bh, stats};
+    auto fetch_stats = [&](int q0, int n) { qstats.fetch(q0, n); };
+    auto store_stats = [&](int st) { qstats.store(st); };
 
     // The block's key tiles: one per round of S = gridDim.x tiles, in a snake order (round r takes
     // tile rS + split when r is even, rS + S-1-split when odd), so that under a causal mask, where key
@@ -1363,25 +1376,13 @@ __global__ void __launch_bounds__(128, 2)
     char* dSt = smem + AttnWgmmaTile::kDSt;
     float* stats = reinterpret_cast<float*>(smem + AttnWgmmaTile::kStats);  // stage s: lse2 at 2s, D at 2s+1
     // The query tiles' loads, as attention_backward_mma_kernel's.
-    float lse_next = 0.f, D_next = 0.f;
     auto load_queries = [&](int st, int q0, int n) {
         attn_sw128_async_tile(QdO + 2 * st * kTile, n, qb + q0 * stride, stride);
         attn_sw128_async_tile(QdO + (2 * st + 1) * kTile, n, dob + (size_t)q0 * C, (size_t)C);
     };
-    auto fetch_stats = [&](int q0, int n) {
-        const int r = threadIdx.x;
-        if (r < NQ) {
-            lse_next = r < n ? lse_bh[q0 + r] : 0.f;
-            D_next = r < n ? D_bh[q0 + r] : 0.f;
-        }
-    };
-    auto store_stats = [&](int st) {
-        const int r = threadIdx.x;
-        if (r < NQ) {
-            stats[2 * st * NQ + r] = lse_next * 1.4426950408889634f;
-            stats[(2 * st + 1) * NQ + r] = D_next;
-        }
-    };
+    AttnQueryStats<NQ> qstats{lse_bh, D_bh, stats};
+    auto fetch_stats = [&](int q0, int n) { qstats.fetch(q0, n); };
+    auto store_stats = [&](int st) { qstats.store(st); };
 
     const int key_tiles = CEIL_DIV(T, AttnWgmmaTile::kRows), S = gridDim.x;
     for (int round = 0; round * S < key_tiles; round++) {  // the snake order of attention_backward_mma_kernel
