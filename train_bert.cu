@@ -891,7 +891,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     model.opt = o.opt;
     model.dropout = o.dropout;
     model.recompute = o.recompute;
-    apply_attention_backward(o, config.channels / config.num_heads, o.dropout);
+    const char* attention_kernel = apply_attention_backward(o, config.channels / config.num_heads, o.dropout);
     model.dropout_seed = o.seed * 0x9E3779B97F4A7C15ull + 0xD20F;  // a key of its own, not the init's
     // Data parallel: each rank's rows get masks of their own (rank 0 keeps the one-process key).
     model.dropout_seed += (uint64_t)dist.rank * 0xBF58476D1CE4E5B9ull;
@@ -972,7 +972,8 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     printf("model: L=%d C=%d NH=%d I=%d maxT=%d V=%d (padded %d), %.2fM parameters%s\n", c.num_layers, c.channels,
            c.num_heads, c.intermediate, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6,
            head == BertHead::Classify ? (", " + std::to_string(c.num_labels) + " labels").c_str() : "");
-    printf("precision: %s%s | device: %s\n", precision_name(o.precision), o.tf32 ? " (tf32 matmuls)" : "", prop.name);
+    printf("precision: %s%s | device: %s%s%s\n", precision_name(o.precision), o.tf32 ? " (tf32 matmuls)" : "",
+           prop.name, training ? " | attention backward: " : "", training ? attention_kernel : "");
     print_data_parallel(dist, o.zero);
     char acts_note[96];
     snprintf(acts_note, sizeof(acts_note), "B=%d T<=%d%s, recompute %s", o.B, width,

@@ -1104,7 +1104,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     model.opt = o.opt;
     model.recompute = o.recompute;
     model.gelu_fusion = o.gelu_fusion;
-    apply_attention_backward(o, config.channels / config.num_heads, 0.f);
+    const char* attention_kernel = apply_attention_backward(o, config.channels / config.num_heads, 0.f);
     model.build(config, init);
     // CUDA graphs (--cuda-graphs): the model's work moves to a stream of its own, since the legacy
     // default stream cannot capture (a blocking stream: ordered with the legacy stream as before).
@@ -1195,9 +1195,9 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
                "all-to-all, capacity per rank; their gradients and optimizer state stay on their rank); %.2fM "
                "parameters on each rank\n", c.moe_experts, model.moe_par.ranks,
                c.moe_experts / model.moe_par.ranks, model.num_parameters / 1e6);
-    printf("precision: %s%s | device: %s\n", precision_name(o.precision),
+    printf("precision: %s%s | device: %s%s%s\n", precision_name(o.precision),
            o.tf32 ? " (tf32 matmuls)" : o.fp8 ? " with fp8 GEMMs in the blocks (E4M3 forward, E5M2 gradients)" : "",
-           prop.name);
+           prop.name, training ? " | attention backward: " : "", training ? attention_kernel : "");
     print_data_parallel(dist, o.zero);
     char activations_note[64];
     snprintf(activations_note, sizeof(activations_note), "B=%d T=%d, recompute %s", o.B, o.T, recompute_name(o.recompute));

@@ -33,8 +33,8 @@
 //   quarter or half of the columns. Without dropout at HS <= 64 the warp's K and V fragments stay in
 //   registers for the whole key tile.
 //   On Hopper (sm_90a), attention_backward_wgmma_kernel does the same backward at HS = 64 without
-//   dropout with its products on warpgroup MMA (llmc/wgmma.cuh); off until timed on an H100
-//   (attention_backward_wgmma, the trainers' --attention-backward wgmma).
+//   dropout with its products on warpgroup MMA (llmc/wgmma.cuh): on an H200 13% faster at GPT-2
+//   124M's shape (attention_backward_wgmma; the trainers' --attention-backward mma turns it off).
 //   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 36 (68) KiB, backward 64 (74) KiB; all
 //   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
 //   an H100 (228 KiB); registers without spills: the backward's for 2 blocks per SM (<= 255 per
@@ -1310,14 +1310,19 @@ __global__ void __launch_bounds__(128, 2)
 // (MN-major). Pᵀ and dSᵀ go from the accumulators into the A registers of dV's and dK's products
 // (wgmma_rs; C's n8 tiles 2kk and 2kk + 1 are A's k16 slice kk, as attn_c_to_a). Per query tile: Sᵀ
 // and dPᵀ are issued as two commit groups and the exponentials computed while dPᵀ runs; dSᵀ is stored
-// for dQ while dV's and dK's products run.
+// for dQ while dV's and dK's products run. kDeferDq: the dQ product of a query tile is waited for, and
+// its rows added to the dQ slice, only once the next tile's Sᵀ and dPᵀ are issued, so that the tensor
+// cores work while the slice's rows make their round trip to L2 (dSᵀ then takes two tiles: the next
+// query tile's is stored while the dQ product still reads this one's).
+template <bool kDeferDq>
 struct AttnWgmmaTile {
     static constexpr int kRows = 64, kCols = 64;      // keys of the block's tile; queries per streamed tile
     static constexpr uint32_t kTileBytes = 64 * 128;  // a (64, 64) 16-bit tile
     // Byte offsets from the block's 1024-aligned base (the 128-byte swizzle repeats every 1024 bytes):
-    // K, V, 2 stages of (Q, dO), dSᵀ (keys, queries), then 2 stages of (lse2, D) of the streamed queries.
+    // K, V, 2 stages of (Q, dO), dSᵀ (keys, queries; 2 with kDeferDq), then 2 stages of (lse2, D) of
+    // the streamed queries.
     static constexpr uint32_t kK = 0, kV = kTileBytes, kQdO = 2 * kTileBytes, kDSt = 6 * kTileBytes,
-                              kStats = 7 * kTileBytes;
+                              kStats = (kDeferDq ? 8 : 7) * kTileBytes;
     static constexpr size_t kSmem = 1024 + kStats + 4 * kCols * sizeof(float);  // + slack to align the base
 };
 
@@ -1346,16 +1351,17 @@ __device__ inline uint64_t attn_desc_k(const char* tile, int kk) {
     return wgmma_descriptor(tile + 32 * kk, WgmmaSwizzle::B128, 16, 1024);
 }
 __device__ inline uint64_t attn_desc_mn(const char* tile, int kk) {
-    return wgmma_descriptor(tile + 2048 * kk, WgmmaSwizzle::B128, AttnWgmmaTile::kTileBytes, 1024);
+    return wgmma_descriptor(tile + 2048 * kk, WgmmaSwizzle::B128, 64 * 128, 1024);
 }
 
-template <class floatX>
+template <class floatX, bool kDeferDq>
 __global__ void __launch_bounds__(128, 2)
     attention_backward_wgmma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
                                     const float* lse, const float* D, int T, int C, int NH, bool causal,
                                     const int* valid_len) {
-    constexpr int HS = 64, NQ = AttnWgmmaTile::kCols;
-    constexpr uint32_t kTile = AttnWgmmaTile::kTileBytes;
+    using Tile = AttnWgmmaTile<kDeferDq>;
+    constexpr int HS = 64, NQ = Tile::kCols;
+    constexpr uint32_t kTile = Tile::kTileBytes;
     constexpr float kScale = AttnTile<floatX, HS>::kScale, kScaleLog2 = AttnTile<floatX, HS>::kScaleLog2;
     const int b = blockIdx.z, h = blockIdx.y, split = blockIdx.x, bh = b * NH + h;
     const int valid = attn_valid_length(valid_len, b, T);
@@ -1370,11 +1376,11 @@ __global__ void __launch_bounds__(128, 2)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     char* raw = dynamic_shared<char>();
     char* smem = raw + (1024 - shared_address(raw) % 1024) % 1024;
-    char* Ks = smem + AttnWgmmaTile::kK;
-    char* Vs = smem + AttnWgmmaTile::kV;
-    char* QdO = smem + AttnWgmmaTile::kQdO;  // stage s: Q at 2s, dO at 2s + 1
-    char* dSt = smem + AttnWgmmaTile::kDSt;
-    float* stats = reinterpret_cast<float*>(smem + AttnWgmmaTile::kStats);  // stage s: lse2 at 2s, D at 2s+1
+    char* Ks = smem + Tile::kK;
+    char* Vs = smem + Tile::kV;
+    char* QdO = smem + Tile::kQdO;  // stage s: Q at 2s, dO at 2s + 1
+    char* dSt0 = smem + Tile::kDSt;  // dSᵀ of the even query tiles, with kDeferDq the odd ones' next to it
+    float* stats = reinterpret_cast<float*>(smem + Tile::kStats);  // stage s: lse2 at 2s, D at 2s+1
     // The query tiles' loads, as attention_backward_mma_kernel's.
     auto load_queries = [&](int st, int q0, int n) {
         attn_sw128_async_tile(QdO + 2 * st * kTile, n, qb + q0 * stride, stride);
@@ -1383,12 +1389,30 @@ __global__ void __launch_bounds__(128, 2)
     AttnQueryStats<NQ> qstats{lse_bh, D_bh, stats};
     auto fetch_stats = [&](int q0, int n) { qstats.fetch(q0, n); };
     auto store_stats = [&](int st) { qstats.store(st); };
+    // Adds dQ (queries, HS) of query tile q0 to the block's dQ slice (as attention_backward_mma_kernel):
+    // element i of this lane is query q0 + 16 warp + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2t + i % 2.
+    auto add_dq = [&](const float(&dq)[HS / 2], int q0, bool adds) {
+        for (int r = 0; r < 2; r++) {
+            const int qi = q0 + 16 * warp + g + 8 * r;
+            if (qi >= valid) continue;
+            float* row = dq_bh + (size_t)qi * HS + 2 * t;
+            for (int n = 0; n < HS / 8; n++) {
+                float2 x = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+                if (adds) {
+                    const float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
+                    x.x += old.x;
+                    x.y += old.y;
+                }
+                *reinterpret_cast<float2*>(row + 8 * n) = x;
+            }
+        }
+    };
 
-    const int key_tiles = CEIL_DIV(T, AttnWgmmaTile::kRows), S = gridDim.x;
+    const int key_tiles = CEIL_DIV(T, Tile::kRows), S = gridDim.x;
     for (int round = 0; round * S < key_tiles; round++) {  // the snake order of attention_backward_mma_kernel
         const int kt = round * S + (round % 2 ? S - 1 - split : split);
         if (kt >= key_tiles) continue;
-        const int k0 = kt * AttnWgmmaTile::kRows, rows = min(AttnWgmmaTile::kRows, T - k0);
+        const int k0 = kt * Tile::kRows, rows = min(Tile::kRows, T - k0);
         const bool adds = kt != split;  // past the block's first key tile: dQ adds to the slice
         if (k0 >= valid) {
             attn_zero_rows<floatX, HS>(dkb + k0 * stride, stride, rows);
@@ -1396,7 +1420,7 @@ __global__ void __launch_bounds__(128, 2)
             continue;
         }
         __syncthreads();  // every warp is done with the previous key tile's tiles and staging
-        const int keys = min(AttnWgmmaTile::kRows, valid - k0);
+        const int keys = min(Tile::kRows, valid - k0);
         attn_sw128_async_tile(Ks, keys, qb + C + k0 * stride, stride);
         attn_sw128_async_tile(Vs, keys, qb + 2 * C + k0 * stride, stride);
         const int qstart = causal ? k0 : 0;
@@ -1407,16 +1431,28 @@ __global__ void __launch_bounds__(128, 2)
         store_stats(0);
         const int key_g = k0 + 16 * warp + g;  // this lane's keys: key_g and key_g + 8
         float dk[HS / 2] = {}, dv[HS / 2] = {};  // accumulator layout: keys as rows, HS as columns
+        float dq[HS / 2];                         // a query tile's dQ (queries as rows): see add_dq
 
+        // dQ (queries, HS) = dS K for the query tile whose dSᵀ is in dSt: dS is dSᵀ read MN-major, K
+        // MN-major (keys are the reduction).
+        auto issue_dq = [&](const char* dSt) {
+            wgmma_fence_operand(dq);
+            wgmma_fence();
+            for (int kk = 0; kk < Tile::kRows / 16; kk++)
+                wgmma_ss<HS, floatX, true, true>(dq, attn_desc_mn(dSt, kk), attn_desc_mn(Ks, kk), kk > 0);
+            wgmma_commit();
+        };
         for (int it = 0; it < tiles; it++) {
             const int q0 = qstart + it * NQ, st = it % 2;
             const char* Qs = QdO + 2 * st * kTile;
             const char* dOs = Qs + kTile;
+            char* dSt = dSt0 + (kDeferDq ? st * kTile : 0);
             const float* lse2_s = stats + 2 * st * NQ;
             const float* D_s = lse2_s + NQ;
             cp_async_wait<0>();
             fence_proxy_async_shared();  // this thread's copies are visible to wgmma (the async proxy)
-            __syncthreads();             // everyone's are; every warp is done with the other stage
+            __syncthreads();             // everyone's are; every warp is done with the other stage (deferred:
+                                         // and has stored its rows of the last tile's dSᵀ)
             if (it + 1 < tiles) {
                 load_queries(st ^ 1, q0 + NQ, min(NQ, valid - q0 - NQ));
                 fetch_stats(q0 + NQ, min(NQ, valid - q0 - NQ));
@@ -1426,7 +1462,8 @@ __global__ void __launch_bounds__(128, 2)
                 prefetch_l2(dq_bh + (size_t)q0 * HS + 32 * threadIdx.x);
 
             // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (keys, queries): element i of this lane is key key_g + 8 ((i / 2) % 2),
-            // query q0 + 8 (i / 4) + 2t + i % 2.
+            // query q0 + 8 (i / 4) + 2t + i % 2. Deferred, the last tile's dQ product runs behind them (the
+            // first tile commits an empty group in its place, so that every wait below counts alike).
             float s[NQ / 2], dp[NQ / 2];
             wgmma_fence_operand(s);
             wgmma_fence_operand(dp);
@@ -1435,19 +1472,25 @@ __global__ void __launch_bounds__(128, 2)
             wgmma_commit();
             for (int kk = 0; kk < HS / 16; kk++) wgmma_ss<NQ, floatX>(dp, attn_desc_k(Vs, kk), attn_desc_k(dOs, kk), kk > 0);
             wgmma_commit();
-            wgmma_wait<1>();
+            if constexpr (kDeferDq) {
+                if (it > 0)
+                    issue_dq(dSt0 + (st ^ 1) * kTile);
+                else
+                    wgmma_commit();
+            }
+            wgmma_wait<kDeferDq ? 2 : 1>();
             wgmma_fence_operand(s);
             for (int i = 0; i < NQ / 2; i += 2) {  // Pᵀ = exp2(Sᵀ · scale · log2 e - lse2)
                 const float2 lse2 = *reinterpret_cast<const float2*>(lse2_s + 8 * (i / 4) + 2 * t);
                 s[i] = exp2f(s[i] * kScaleLog2 - lse2.x);
                 s[i + 1] = exp2f(s[i + 1] * kScaleLog2 - lse2.y);
             }
-            if (q0 + NQ > valid || k0 + AttnWgmmaTile::kRows > valid || (causal && k0 + AttnWgmmaTile::kRows - 1 > q0))
+            if (q0 + NQ > valid || k0 + Tile::kRows > valid || (causal && k0 + Tile::kRows - 1 > q0))
                 for (int i = 0; i < NQ / 2; i++) {
                     const int kj = key_g + 8 * ((i / 2) % 2), qi = q0 + 8 * (i / 4) + 2 * t + i % 2;
                     s[i] = qi >= valid || kj >= valid || (causal && kj > qi) ? 0.f : s[i];
                 }
-            wgmma_wait<0>();
+            wgmma_wait<kDeferDq ? 1 : 0>();
             wgmma_fence_operand(dp);
             for (int i = 0; i < NQ / 2; i += 2) {  // dSᵀ = Pᵀ ∘ (dPᵀ - D)
                 const float2 Dq = *reinterpret_cast<const float2*>(D_s + 8 * (i / 4) + 2 * t);
@@ -1474,33 +1517,29 @@ __global__ void __launch_bounds__(128, 2)
             for (int kk = 0; kk < NQ / 16; kk++) wgmma_rs<HS, floatX, true>(dv, pa[kk], attn_desc_mn(dOs, kk), true);
             for (int kk = 0; kk < NQ / 16; kk++) wgmma_rs<HS, floatX, true>(dk, dsa[kk], attn_desc_mn(Qs, kk), true);
             wgmma_commit();
-            __syncthreads();  // dSᵀ of all 64 keys is stored
-            // dQ (queries, HS) = dS K: dS is dSᵀ read MN-major, K MN-major (keys are the reduction).
-            // Element i of this lane: query q0 + 16 warp + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2t + i % 2.
-            float dq[HS / 2];
-            wgmma_fence_operand(dq);
-            for (int kk = 0; kk < AttnWgmmaTile::kRows / 16; kk++)
-                wgmma_ss<HS, floatX, true, true>(dq, attn_desc_mn(dSt, kk), attn_desc_mn(Ks, kk), kk > 0);
-            wgmma_commit();
+            if constexpr (kDeferDq) {  // the last tile's dQ to the slice while dV's and dK's products run
+                wgmma_wait<1>();
+                wgmma_fence_operand(dq);
+                if (it > 0) add_dq(dq, q0 - NQ, adds);
+            } else {
+                __syncthreads();  // dSᵀ of all 64 keys is stored
+                issue_dq(dSt);
+            }
             wgmma_wait<0>();
-            wgmma_fence_operand(dq);
             wgmma_fence_operand(dv);
             wgmma_fence_operand(dk);
-            for (int r = 0; r < 2; r++) {  // add to the block's dQ slice (as attention_backward_mma_kernel)
-                const int qi = q0 + 16 * warp + g + 8 * r;
-                if (qi >= valid) continue;
-                float* row = dq_bh + (size_t)qi * HS + 2 * t;
-                for (int n = 0; n < HS / 8; n++) {
-                    float2 x = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-                    if (adds) {
-                        const float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
-                        x.x += old.x;
-                        x.y += old.y;
-                    }
-                    *reinterpret_cast<float2*>(row + 8 * n) = x;
-                }
+            if constexpr (!kDeferDq) {
+                wgmma_fence_operand(dq);
+                add_dq(dq, q0, adds);
             }
             if (it + 1 < tiles) store_stats(st ^ 1);
+        }
+        if constexpr (kDeferDq) {  // the last tile's dQ
+            __syncthreads();  // its dSᵀ is stored
+            issue_dq(dSt0 + ((tiles - 1) % 2) * kTile);
+            wgmma_wait<0>();
+            wgmma_fence_operand(dq);
+            add_dq(dq, qstart + (tiles - 1) * NQ, adds);
         }
         cp_async_wait<0>();  // the last (empty) group
         __syncthreads();     // every warp is done with the query stages, which now stage dV and dK
@@ -1518,11 +1557,25 @@ __global__ void __launch_bounds__(128, 2)
 
 // Whether attention_backward runs attention_backward_wgmma_kernel where it applies (bf16/fp16, HS =
 // 64, no dropout, a device with wgmma: wgmma_supported()) instead of attention_backward_mma_kernel.
-// Off by default: the kernel is tested on the CPU backend's wgmma, which follows the PTX ISA's
-// layouts, but has not yet run on an H100; test_attention and dev/cuda/attention.cu turn it on.
+// On by default: it computes the same gradients (the same dQ slices added in the same order; only the
+// products' fp32 sums run in another order) faster: on an H200, 144 TFLOP/s against mma.sync's 128 at
+// GPT-2 124M's shape (dev/cuda/attention.cu). The trainers' --attention-backward mma turns it off.
 inline bool& attention_backward_wgmma() {
-    static bool on = false;
+    static bool on = true;
     return on;
+}
+
+// Whether the wgmma kernel defers each query tile's dQ (AttnWgmmaTile's kDeferDq; the same bits as
+// adding it at once, dev/cuda/attention.cu's variant 7). test_attention runs both.
+inline bool& attention_backward_wgmma_defer_dq() {
+    static bool on = true;
+    return on;
+}
+
+// Whether attention_backward takes the wgmma kernel for these types and this head size and dropout on
+// this device (the trainers print it).
+inline bool attention_backward_takes_wgmma(bool sixteen_bit, int head_size, bool dropout) {
+    return sixteen_bit && head_size == 64 && !dropout && attention_backward_wgmma() && wgmma_supported();
 }
 
 // The blocks attention_backward_mma_kernel's grid aims at: enough to give every SM of a large GPU
@@ -1792,11 +1845,14 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
         using Tile = AttnMmaTile<floatX, HS>;
         const int splits = attention_dq_splits(B, T, NH);
         float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
-        if (HS == 64 && !dropout && attention_backward_wgmma() && wgmma_supported()) {
-            auto kernel = attention_backward_wgmma_kernel<floatX>;
-            reserve_dynamic_smem(kernel, AttnWgmmaTile::kSmem, "attention_backward", "HS", HS);
-            cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(128), AttnWgmmaTile::kSmem, stream, dqkv, dq_part,
-                                    dout, qkv, lse, D, T, C, NH, causal, valid_len));
+        if (attention_backward_takes_wgmma(true, HS, dropout)) {
+            const bool defer = attention_backward_wgmma_defer_dq();
+            auto kernel = defer ? attention_backward_wgmma_kernel<floatX, true>
+                                : attention_backward_wgmma_kernel<floatX, false>;
+            const size_t smem = defer ? AttnWgmmaTile<true>::kSmem : AttnWgmmaTile<false>::kSmem;
+            reserve_dynamic_smem(kernel, smem, "attention_backward", "HS", HS);
+            cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(128), smem, stream, dqkv, dq_part, dout, qkv, lse,
+                                    D, T, C, NH, causal, valid_len));
         } else {
             auto kernel = dropout ? attention_backward_mma_kernel<floatX, HS, true>
                                   : attention_backward_mma_kernel<floatX, HS, false>;

@@ -14,6 +14,9 @@
 #include "precision.cuh"
 #include "schedulers.h"
 
+// Which kernel the 16-bit attention backward takes (--attention-backward; llmc/attention.cuh).
+enum class AttentionBackward { Auto, Mma, Wgmma };
+
 // What a training run is asked to do, as far as both trainers agree on it.
 struct RunOptions {
     // Data and batch
@@ -37,7 +40,7 @@ struct RunOptions {
     float loss_scale = 65536.f; // fp16: initial dynamic loss scale (PyTorch GradScaler's defaults)
     int loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
     Recompute recompute = Recompute::None;
-    bool attention_wgmma = false;  // the 16-bit attention backward on Hopper's wgmma (llmc/attention.cuh)
+    AttentionBackward attention_backward = AttentionBackward::Auto;  // --attention-backward
     uint64_t seed = 42;
     // Checkpoints and export
     std::string output_dir;     // log.jsonl and checkpoints go here ("" = nowhere)
@@ -160,11 +163,12 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
             &o->loss_scale_window, 1, 1 << 30);
     cli.add("recompute", "r", "WHAT", "none", t.recompute_help);
     cli.on_value("recompute", [o](const Cli& c) { read_recompute_option(c, &o->recompute); });
-    cli.add_choice("attention-backward", nullptr, "NAME", "mma",
-                   "the bf16/fp16 attention backward (head size 64, no attention dropout): mma (mma.sync, "
+    cli.add_choice("attention-backward", nullptr, "NAME", "auto",
+                   "the bf16/fp16 attention backward: auto (wgmma where it applies, else mma) | mma (mma.sync, "
                    "FlashAttention-2 style) | wgmma (Hopper's warpgroup MMA: an H100/H200 and a build for it; "
-                   "not yet timed on a GPU)",
-                   &o->attention_wgmma, {{"mma", false}, {"wgmma", true}});
+                   "head size 64, no attention dropout)",
+                   &o->attention_backward,
+                   {{"auto", AttentionBackward::Auto}, {"mma", AttentionBackward::Mma}, {"wgmma", AttentionBackward::Wgmma}});
     cli.add("seed", nullptr, "INT", "42", t.seed_help, &o->seed, 0, LLONG_MAX);
     // Checkpoints and export
     cli.add("output-dir", "o", "DIR", "", "write log.jsonl and checkpoints here (none: no files written)",
@@ -210,20 +214,24 @@ inline void check_no_training_options(const Cli& cli, const RunOptions& o, bool 
         cli.fail("option --max-steps: 0 (no training) leaves nothing to do; ask for %s", choices);
 }
 
-// --attention-backward wgmma, once the model and the device are known: refused where it would change
-// nothing (a head size other than 64, attention dropout) or cannot run (no wgmma code for this
-// device); else turns the kernel on (attention_backward_wgmma).
-inline void apply_attention_backward(const RunOptions& o, int head_size, float attention_dropout) {
-    if (!o.attention_wgmma) return;
-    if (head_size != 64)
-        data_error("option --attention-backward: wgmma takes head size 64; this model's is %d", head_size);
-    if (attention_dropout > 0)
-        data_error("option --attention-backward: wgmma runs the backward without attention dropout; this run has "
-                   "dropout %g (give --dropout 0)", attention_dropout);
-    if (!wgmma_supported())
-        data_error("option --attention-backward: this device has no wgmma code: wgmma needs an H100 or H200 "
-                   "(compute capability 9.0) and a build for it (make GPU=1 there builds sm_90a)");
-    attention_backward_wgmma() = true;
+// --attention-backward, once the model and the device are known: auto leaves the choice to
+// attention_backward (wgmma where it applies), mma turns wgmma off, and wgmma is refused where it would
+// change nothing (a head size other than 64, attention dropout) or cannot run (no wgmma code for this
+// device). Returns the kernel the run's backward takes, for the trainer's start-up lines.
+inline const char* apply_attention_backward(const RunOptions& o, int head_size, float attention_dropout) {
+    if (o.attention_backward == AttentionBackward::Wgmma) {
+        if (head_size != 64)
+            data_error("option --attention-backward: wgmma takes head size 64; this model's is %d", head_size);
+        if (attention_dropout > 0)
+            data_error("option --attention-backward: wgmma runs the backward without attention dropout; this run "
+                       "has dropout %g (give --dropout 0)", attention_dropout);
+        if (!wgmma_supported())
+            data_error("option --attention-backward: this device has no wgmma code: wgmma needs an H100 or H200 "
+                       "(compute capability 9.0) and a build for it (make GPU=1 there builds sm_90a)");
+    }
+    attention_backward_wgmma() = o.attention_backward != AttentionBackward::Mma;
+    if (o.precision == Precision::FP32 || o.tf32) return "CUDA cores (fp32)";
+    return attention_backward_takes_wgmma(true, head_size, attention_dropout > 0) ? "wgmma" : "mma.sync";
 }
 
 // The checks of the shared options that involve more than one of them, after cli.parse() (and the
@@ -256,7 +264,7 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
     for (const auto& x : only_for)
         if (cli.given(x.option) && !x.applies)
             cli.fail("option --%s: applies to %s only (%s)", x.option, x.only, x.run.c_str());
-    if (o->attention_wgmma && (o->precision == Precision::FP32 || o->tf32))
+    if (o->attention_backward == AttentionBackward::Wgmma && (o->precision == Precision::FP32 || o->tf32))
         cli.fail("option --attention-backward: wgmma applies to --precision bf16 and fp16 only (%s)", precision.c_str());
     if (o->opt.nesterov && o->opt.momentum <= 0) cli.fail("option --nesterov: needs --momentum > 0");
     if (o->zero > 0 && o->opt.kind == OptimizerKind::Adafactor && dist.world > 1)

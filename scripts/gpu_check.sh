@@ -124,7 +124,7 @@ join() { local IFS=,; echo "$*"; }
 test_json=() san_json=() gpt_json=() agree_json=() bert_json=() sweep_json=() moe_json=() skipped_json=()
 tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metrics_json=null
 ours_fwd= ours_bwd= ours_gemm= fp8_accum= gemm_heur= gemm_best= bgrad_fused= bgrad_kernels= fcb_bgradb= fcb_dgelu=
-ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd6= wgmma_sweep=
+ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd6= mma_sweep= ours_bwd7= once_sweep=
 failures=$build_failures
 write_json() {  # "final" once every part has run or been skipped
     skipped_json=()
@@ -150,8 +150,10 @@ write_json() {  # "final" once every part has run or been skipped
         printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh32":{%s},\n' "${ours_slices_b16:-}"
         printf '  "attention_bf16_causal_bwd_dq_atomics_tflops":%s,\n' "$(jnum "${ours_bwd4:-}")"
         printf '  "attention_bf16_causal_fwd_regs_for_2_blocks_tflops":%s,\n' "$(jnum "${ours_fwd5:-}")"
-        printf '  "attention_bf16_causal_bwd_wgmma_tflops":%s,\n' "$(jnum "${ours_bwd6:-}")"
-        printf '  "attention_bf16_bwd_wgmma_sweep":{%s},\n' "${wgmma_sweep:-}"
+        printf '  "attention_bf16_causal_bwd_mma_tflops":%s,\n' "$(jnum "${ours_bwd6:-}")"
+        printf '  "attention_bf16_bwd_mma_sweep":{%s},\n' "${mma_sweep:-}"
+        printf '  "attention_bf16_causal_bwd_wgmma_dq_at_once_tflops":%s,\n' "$(jnum "${ours_bwd7:-}")"
+        printf '  "attention_bf16_bwd_wgmma_dq_at_once_sweep":{%s},\n' "${once_sweep:-}"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
         printf '  "gpt2_step_gemms_ms":{"heuristic":%s,"fastest_algorithm":%s},\n' "$(jnum "${gemm_heur:-}")" \
             "$(jnum "${gemm_best:-}")"
@@ -184,11 +186,17 @@ if fits attention 60; then
     ours_bwd4=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 4")
     # Production's forward with its registers capped for 2 blocks per SM instead of 4 (dev variant 5).
     ours_fwd5=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "forward variant 5")
-    # The backward on wgmma (dev variant 6, sm_90a only), and over the sweep's head-size-64 shapes:
-    # {"causal|full T": [bwd, fwd+bwd], ...}.
+    # Where production's backward is on wgmma (sm_90a), the same on mma.sync (dev variant 6) and the
+    # wgmma one adding dQ at once instead of deferring it (dev variant 7), and each over the sweep's
+    # head-size-64 shapes: {"causal|full T": [bwd, fwd+bwd], ...}.
     ours_bwd6=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 6")
-    wgmma_sweep=$(awk '$1 == "wgmma-sweep" && $2 == "bf16" && $12 == "TFLOP/s" {
-        printf "%s\"%s %s\":[%s,%s]", sep, $4, substr($5, 3), $9, $11; sep = "," }' "$logs/dev_attention.log")
+    ours_bwd7=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 7")
+    sweep_of() {  # the "$1-sweep" lines
+        awk -v tag="$1-sweep" '$1 == tag && $2 == "bf16" && $12 == "TFLOP/s" {
+            printf "%s\"%s %s\":[%s,%s]", sep, $4, substr($5, 3), $9, $11; sep = "," }' "$logs/dev_attention.log"
+    }
+    mma_sweep=$(sweep_of mma)
+    once_sweep=$(sweep_of dq-at-once)
     slices_of() {  # {"slices": TFLOP/s, ...} from the section of dev_attention.log whose header starts with $1
         awk -v sec="$1" 'index($0, sec) == 1 { in_sec = 1; next } /^[^ ]/ { in_sec = 0 }
             in_sec && /backward \(llmc, flash\), dQ in [0-9]+ slice/ {
@@ -249,19 +257,20 @@ if fits gpt2_bf16_64k 60; then
     gpt2_run bf16_64k bf16 -b auto -d 65536
     write_json
 fi
-# The same with the attention backward on wgmma (an H100/H200: compute capability 9.0, built sm_90a).
+# On an H100/H200 (compute capability 9.0, built sm_90a) the attention backward above is on wgmma; the
+# same with it on mma.sync, as on other GPUs (--attention-backward mma).
 if [[ $arch == 90 ]] && fits gpt2_bf16_64k 60; then
-    echo "GPT-2 d12, the same with --attention-backward wgmma ..."
-    gpt2_run bf16_64k_wgmma bf16 -b auto -d 65536 --attention-backward wgmma
-    # The forward is unchanged, so step 1's loss must be the mma run's exactly; the decrease after it
-    # within 5% of the mma run's (the precision runs' criterion below).
-    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[bf16_64k_wgmma]:-}" ]]; then
-        verdict=$(awk -v a1="${loss1[bf16_64k]}" -v aN="${lossN[bf16_64k]}" -v b1="${loss1[bf16_64k_wgmma]}" \
-            -v bN="${lossN[bf16_64k_wgmma]}" 'BEGIN { dec = a1 - aN; dd = ((b1 - bN) - dec) / dec; if (dd < 0) dd = -dd
+    echo "GPT-2 d12, the same with --attention-backward mma ..."
+    gpt2_run bf16_64k_mma bf16 -b auto -d 65536 --attention-backward mma
+    # The forward is unchanged, so step 1's loss must be the wgmma run's exactly; the decrease after it
+    # within 5% of it (the precision runs' criterion below).
+    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[bf16_64k_mma]:-}" ]]; then
+        verdict=$(awk -v a1="${loss1[bf16_64k]}" -v aN="${lossN[bf16_64k]}" -v b1="${loss1[bf16_64k_mma]}" \
+            -v bN="${lossN[bf16_64k_mma]}" 'BEGIN { dec = a1 - aN; dd = ((b1 - bN) - dec) / dec; if (dd < 0) dd = -dd
             printf "%s %.3f", (a1 == b1 && dd <= 0.05) ? "ok" : "DISAGREES", dd }')
         read -r ok dd <<< "$verdict"
         [[ $ok != ok ]] && failures=$((failures + 1)) && echo "  the wgmma backward disagrees with mma's: step-1" \
-            "losses ${loss1[bf16_64k]} vs ${loss1[bf16_64k_wgmma]} (must be equal), decrease off by $dd (bound 0.05)"
+            "losses ${loss1[bf16_64k]} vs ${loss1[bf16_64k_mma]} (must be equal), decrease off by $dd (bound 0.05)"
     fi
     write_json
 fi
@@ -493,7 +502,7 @@ for r in "${gpt_json[@]}"; do
     mfu=$(echo "$r" | grep -oE '"mfu_percent":[0-9.]+' | cut -d: -f2)
     extra=""
     [[ $key == bf16 ]] && extra=$(pyget 'd["gpt2_124m_step"]["tokens_per_s"]') && extra=${extra:+$extra tok/s (compile, bf16 autocast)}
-    [[ $key == *_wgmma ]] && p="$p, attention backward on wgmma"
+    [[ $key == *_mma ]] && p="$p, attention backward on mma.sync"
     echo "| GPT-2 124M $p, B×micro-steps ${batch:-?}, T=1024 | ${tok:-failed} tok/s${mfu:+, MFU $mfu%} | $extra |"
 done
 if [[ $profile_json == '{"launches"'* ]]; then
@@ -520,8 +529,10 @@ if [[ -n $ours_fwd$ours_bwd ]]; then
     [[ -n ${ours_slices_b16:-} ]] && echo "| ... the same at B=16 NH=32 | ${ours_slices_b16//\"/} | |"
     echo "| ... the backward adding dQ by atomics (dev variant 4) | ${ours_bwd4:-?} TFLOP/s | |"
     echo "| ... the forward with registers for 2 blocks per SM (dev variant 5) | ${ours_fwd5:-?} TFLOP/s | |"
-    [[ -n $ours_bwd6 ]] && echo "| ... the backward on wgmma (dev variant 6) | ${ours_bwd6} TFLOP/s | |"
-    [[ -n $wgmma_sweep ]] && echo "| ... on wgmma over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${wgmma_sweep//\"/} | |"
+    [[ -n $ours_bwd6 ]] && echo "| ... the backward on mma.sync where production's is on wgmma (dev variant 6) | ${ours_bwd6} TFLOP/s | |"
+    [[ -n $mma_sweep ]] && echo "| ... on mma.sync over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${mma_sweep//\"/} | |"
+    [[ -n $ours_bwd7 ]] && echo "| ... the wgmma backward adding dQ at once (dev variant 7) | ${ours_bwd7} TFLOP/s | |"
+    [[ -n $once_sweep ]] && echo "| ... adding dQ at once over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${once_sweep//\"/} | |"
 fi
 for r in "${moe_json[@]}"; do
     name=$(echo "$r" | sed 's/.*"model":"\([^"]*\)".*/\1/')

@@ -87,7 +87,7 @@ struct Case {
         std::string n = buf;
         if (dropout > 0) n += " dropout=" + std::to_string(dropout).substr(0, 4);
         if (attention_backward_wgmma() && HS == 64 && dropout == 0 && strcmp(dtype, "fp32") != 0)
-            n += " (wgmma backward)";
+            n += attention_backward_wgmma_defer_dq() ? " (wgmma backward, dQ deferred)" : " (wgmma backward)";
         return n;
     }
 };
@@ -655,6 +655,22 @@ void test_compact_blocks(const Case& cs, uint64_t seed) {
     th::check_bitwise((name + " = the device's blocks").c_str(), native.data(), compact.data(), native.size());
 }
 
+// The wgmma backward with each query tile's dQ deferred to the next tile gives the same bits as with it
+// added at once: the same products, and the same adds to each dQ slice in the same order.
+template <class floatX>
+void test_wgmma_defer_same_bits(const Case& cs, uint64_t seed) {
+    std::vector<float> qkv, dout;
+    make_inputs<floatX>(cs, seed, qkv, dout);
+    const bool saved = attention_backward_wgmma_defer_dq();
+    attention_backward_wgmma_defer_dq() = false;
+    auto at_once = run_kernels<floatX>(cs, qkv, dout, nullptr);
+    attention_backward_wgmma_defer_dq() = true;
+    auto deferred = run_kernels<floatX>(cs, qkv, dout, nullptr);
+    attention_backward_wgmma_defer_dq() = saved;
+    th::check_bitwise((cs.name(th::dtype_name<floatX>()) + " dQ deferred = dQ at once").c_str(), at_once.data(),
+                      deferred.data(), at_once.size());
+}
+
 // The (dtype, head size) pairs whose 4-warp backward needs more than 99 KiB, checked against the
 // reference: what the child process on the L4 profile runs.
 void l4_cases() {
@@ -717,6 +733,9 @@ int main(int argc, char** argv) {
         l4_cases();
         return th::finish();
     }
+    // The 16-bit backward on mma.sync (production where wgmma is off, or does not apply); the wgmma
+    // kernel's cases follow these.
+    attention_backward_wgmma() = false;
     // GPT-2-like shapes scaled down; T not a multiple of the 64-row tile; valid lengths T, 1 and
     // values that are not multiples of a tile (and 0, a sequence that is all padding).
     const std::vector<Case> cases = {
@@ -774,21 +793,31 @@ int main(int argc, char** argv) {
     attention_dq_target_blocks() = saved_target;
     // The wgmma backward (attention_backward_wgmma; HS = 64, no dropout), on the same checks: causal and
     // not, T below one tile, across tiles and not a multiple of 64, valid lengths 1 and mid-tile, and
-    // blocks with several key tiles adding to their dQ slice.
+    // blocks with several key tiles adding to their dQ slice; with each query tile's dQ added at once and
+    // deferred to the next tile (attention_backward_wgmma_defer_dq).
     attention_backward_wgmma() = true;
-    for (const Case& cs : std::vector<Case>{{2, 33, 3, 64, true, {33, 1}},  // one partial tile
-                                            {2, 128, 2, 64, true, {}},
-                                            {3, 130, 2, 64, false, {130, 1, 77}},
-                                            {2, 100, 2, 64, true, {65, 100}}}) {
-        test_case<__nv_bfloat16>(cs, seed);
-        test_case<__half>(cs, seed);
-        seed += 2;
+    const bool saved_defer = attention_backward_wgmma_defer_dq();
+    for (bool defer : {false, true}) {
+        attention_backward_wgmma_defer_dq() = defer;
+        for (const Case& cs : std::vector<Case>{{2, 33, 3, 64, true, {33, 1}},  // one partial tile
+                                                {2, 128, 2, 64, true, {}},
+                                                {3, 130, 2, 64, false, {130, 1, 77}},
+                                                {2, 100, 2, 64, true, {65, 100}}}) {
+            test_case<__nv_bfloat16>(cs, seed);
+            test_case<__half>(cs, seed);
+            seed += 2;
+        }
+        attention_dq_target_blocks() = 12;
+        test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
+        attention_dq_target_blocks() = 4;
+        test_case<__half>({2, 300, 2, 64, false, random_lengths(2, 300, 16)}, seed++);
+        attention_dq_target_blocks() = saved_target;
     }
-    attention_dq_target_blocks() = 12;
-    test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
+    attention_backward_wgmma_defer_dq() = saved_defer;
     attention_dq_target_blocks() = 4;
-    test_case<__half>({2, 300, 2, 64, false, random_lengths(2, 300, 16)}, seed++);
+    test_wgmma_defer_same_bits<__nv_bfloat16>({2, 300, 2, 64, true, {300, 170}}, seed++);
     attention_dq_target_blocks() = saved_target;
+    test_wgmma_defer_same_bits<__half>({3, 130, 2, 64, false, {130, 1, 77}}, seed++);
     attention_backward_wgmma() = false;
     test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
     test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);

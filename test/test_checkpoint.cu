@@ -327,28 +327,33 @@ int main(int argc, char** argv) {
             th::report(!th::exited_ok(c) && c.text.find(r[1]) != std::string::npos && th::step_losses(c.text).empty(),
                        ("train_gpt2 " + r[0] + ": refused").c_str(), "%s", th::last_lines(c.text).c_str());
         }
-        // --attention-backward wgmma on a model of head size 64 (bf16): the first step's loss (the forward
-        // alone) is the mma run's bit for bit, and the next ones, after updates from gradients whose fp32
-        // sums ran in another order (so a few bf16 elements differ by an ulp, 2^-8 relative), within
-        // 1e-3 of it. On the CPU backend its kernel is checked to have run; on a GPU this needs wgmma.
+        // The attention backward on a model of head size 64 (bf16): by default (auto) the wgmma kernel
+        // where the device has it, and the start-up line says which. The first step's loss (the forward
+        // alone) is --attention-backward mma's bit for bit, and the next ones, after updates from
+        // gradients whose fp32 sums ran in another order (so a few bf16 elements differ by an ulp, 2^-8
+        // relative), within 1e-3 of it. On the CPU backend the kernel is checked to have run; on a GPU
+        // this needs wgmma.
         if (wgmma_supported()) {
             const std::string hs64 = self + " --train-gpt2 --layers 1 --channels 128 --heads 2 "
                                      "--max-seq-len 16 --vocab-size 64 -t 16 -b 2 -x 3 -v 0 -g 0 -i " + train +
                                      " -j '' --precision bf16 ";
             const std::string cov = g_tmp + "/wgmma_coverage";
             th::run_command("mkdir -p " + cov);
-            th::ChildOutput mma = th::run_command(hs64 + "2>&1");
-            th::ChildOutput wg = th::run_command("SIMT_COVERAGE_DIR=" + cov + " " + hs64 + "--attention-backward wgmma 2>&1");
+            th::ChildOutput mma = th::run_command(hs64 + "--attention-backward mma 2>&1");
+            th::ChildOutput wg = th::run_command("SIMT_COVERAGE_DIR=" + cov + " " + hs64 + "2>&1");
             std::vector<double> a = th::step_losses(mma.text), b = th::step_losses(wg.text);
             bool close = a.size() == 3 && b.size() == 3 && a[0] == b[0];
             for (size_t i = 1; close && i < 3; i++) close = std::fabs(a[i] - b[i]) <= 1e-3 * std::fabs(a[i]);
             bool ran = kernel_launch_count() < 0 ||
                        th::run_command("cat " + cov + "/* | grep -qx attention_backward_wgmma_kernel").status == 0;
-            th::report(th::exited_ok(mma) && th::exited_ok(wg) && close && ran,
-                       "train_gpt2 --attention-backward wgmma (HS=64, bf16): step 1's loss the mma run's, steps 2-3 "
-                       "within 1e-3",
-                       "wgmma's losses %s, mma's %s%s", th::join(b).c_str(), th::join(a).c_str(),
-                       ran ? "" : "; attention_backward_wgmma_kernel never ran");
+            bool said = wg.text.find("| attention backward: wgmma\n") != std::string::npos &&
+                        mma.text.find("| attention backward: mma.sync\n") != std::string::npos;
+            th::report(th::exited_ok(mma) && th::exited_ok(wg) && close && ran && said,
+                       "train_gpt2 (HS=64, bf16): the attention backward on wgmma by default, step 1's loss "
+                       "--attention-backward mma's, steps 2-3 within 1e-3",
+                       "wgmma's losses %s, mma's %s%s%s", th::join(b).c_str(), th::join(a).c_str(),
+                       ran ? "" : "; attention_backward_wgmma_kernel never ran",
+                       said ? "" : "; the start-up lines do not name the kernels");
         }
         // -m above what the validation data holds (200 tokens: 6 batches of B=2 x T=16) reads those 6
         // once each, as -m 6 does, instead of reading some twice.

@@ -23,19 +23,29 @@
 //               resident blocks per SM (146 registers: 3 blocks) instead of 4 (128): on an H100 3 to
 //               5% slower. (The backward capped for 3 blocks instead of 2, 168 registers instead of
 //               230, spills, which the nvcc checks refuse; on an H100 it ran 2 to 7% slower.)
-//   6           (bf16/fp16, backward, HS = 64, no dropout, sm_90a) attention_backward_wgmma_kernel:
-//               production's backward with its 5 products per tile pair on Hopper's warpgroup MMA
-//               (wgmma, llmc/wgmma.cuh), all tiles 128-byte swizzled in shared memory, Pᵀ and dSᵀ
-//               from the accumulators into A registers; the same dQ slices. Off in production
-//               (attention_backward_wgmma) until timed here on an H100; validated and timed only where
-//               wgmma_supported(), the sweep's head-size-64 shapes included ("wgmma-sweep" lines).
+//   6           (bf16/fp16, backward, HS = 64, no dropout, where production takes wgmma: sm_90a)
+//               the backward on mma.sync, attention_backward_mma_kernel, which production takes
+//               elsewhere: what Hopper's warpgroup MMA buys. Validated and timed only where
+//               wgmma_supported(), the sweep's head-size-64 shapes included ("mma-sweep" lines). On an
+//               H200, 128 TFLOP/s against production's 144 at GPT-2 124M's shape.
+//   7           (bf16/fp16, backward, HS = 64, no dropout, sm_90a) production's wgmma backward adding
+//               each query tile's dQ to the slice as soon as its product is done, with the tensor cores
+//               idle unless the SM's other block has work for them, where production defers it: runs
+//               the product behind the next tile's Sᵀ and dPᵀ, and adds its rows while that tile's dV
+//               and dK products run (AttnWgmmaTile's kDeferDq: attention_backward_wgmma_defer_dq; one
+//               barrier less per tile, 223 registers instead of 189; the same bits). Validated and timed
+//               where wgmma_supported() ("dq-at-once-sweep" lines over the sweep's head-size-64 shapes).
 // The production backward is also timed with each number of dQ slices the shape allows (its blocks
 // per head; production picks attention_dq_splits).
 //   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
 //               mma.sync m16n8k16: S, P and the softmax statistics in registers (known fragment
 //               layouts: quad shuffles instead of the round trips), Q's fragments in registers for the
 //               whole pass, ldmatrix fragment loads, K/V (Q/dO) tiles double-buffered by cp.async, and
-//               a backward of 5 products per tile pair with dQ summed from per-block slices.
+//               a backward of 5 products per tile pair with dQ summed from per-block slices. Where
+//               the device has Hopper's warpgroup MMA (sm_90a) the backward at HS = 64 without
+//               dropout is attention_backward_wgmma_kernel: the same 5 products on wgmma
+//               (llmc/wgmma.cuh), every tile 128-byte swizzled in shared memory, Pᵀ and dSᵀ from the
+//               accumulators into A registers, the same dQ slices.
 //               Faster than variant 1, which writes the scores, reads them back for the softmax, writes
 //               P and reads it again for P V (the backward adds dP and dS): O(B·NH·T²) bytes of DRAM
 //               traffic, several times, against 4·B·NH·T²·HS FLOPs — at HS = 64 about 8 FLOPs per byte,
@@ -463,15 +473,28 @@ void attention_forward5(floatX* out, float* lse, const floatX* qkv, int B, int T
     });
 }
 
-// Variant 6 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma kernel.
+// Variant 6 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its mma.sync kernel.
 template <class floatX>
 void attention_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
                          void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
                          cudaStream_t stream) {
     const bool saved = attention_backward_wgmma();
-    attention_backward_wgmma() = true;
+    attention_backward_wgmma() = false;
     attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
     attention_backward_wgmma() = saved;
+}
+
+// Variant 7 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma kernel adding dQ at once.
+template <class floatX>
+void attention_backward7(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                         cudaStream_t stream) {
+    const bool saved = attention_backward_wgmma(), saved_defer = attention_backward_wgmma_defer_dq();
+    attention_backward_wgmma() = true;
+    attention_backward_wgmma_defer_dq() = false;
+    attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
+    attention_backward_wgmma() = saved;
+    attention_backward_wgmma_defer_dq() = saved_defer;
 }
 
 // ----------------------------------------------------------------------------
@@ -558,13 +581,17 @@ void validate(const Shape& s, uint64_t seed) {
             check("variant 4 (flash, dQ by atomics)", "dqkv", dqkv_ref, th::widen(dqkv4.host()));
         }
     }
-    if (lowp && s.dropout == 0.f && s.HS() == 64 && wgmma_supported()) {  // variant 6: a backward only
+    if (lowp && s.dropout == 0.f && s.HS() == 64 && wgmma_supported()) {  // variants 6 and 7: backwards only
         if constexpr (!std::is_same<floatX, float>::value) {
             th::DeviceBuffer<floatX> dqkv6(qkv.size(), th::Fill::NaN);
             th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
             attention_backward6(dqkv6.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
                                 vl, 0);
-            check("variant 6 (flash on wgmma)", "dqkv", dqkv_ref, th::widen(dqkv6.host()));
+            check("variant 6 (flash on mma.sync)", "dqkv", dqkv_ref, th::widen(dqkv6.host()));
+            th::DeviceBuffer<floatX> dqkv7(qkv.size(), th::Fill::NaN);
+            attention_backward7(dqkv7.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
+                                vl, 0);
+            check("variant 7 (flash on wgmma, dQ at once)", "dqkv", dqkv_ref, th::widen(dqkv7.host()));
         }
     }
     if (lowp && s.dropout == 0.f) {  // variant 5: a forward only
@@ -710,7 +737,12 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
                 attention_backward6(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
                                     nullptr, 0);
             };
-            flops_line("backward variant 6 (flash on wgmma)", time_ms(bwd6, reps), 2.5 * fwd_flops, peak);
+            flops_line("backward variant 6 (flash on mma.sync)", time_ms(bwd6, reps), 2.5 * fwd_flops, peak);
+            auto bwd7 = [&] {
+                attention_backward7(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
+                                    nullptr, 0);
+            };
+            flops_line("backward variant 7 (flash on wgmma, dQ at once)", time_ms(bwd7, reps), 2.5 * fwd_flops, peak);
         }
         auto fwd5 = [&] { attention_forward5(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
         flops_line("forward variant 5 (flash, registers for 2 blocks per SM)", time_ms(fwd5, reps), fwd_flops, peak);
@@ -761,15 +793,23 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
             snprintf(anchor, sizeof(anchor), "  (FlashAttention-2, H100 SXM: %.0f)", a.tflops);
     printf("  sweep %s HS=%d %s T=%d B=%d NH=%d: fwd %.4g bwd %.4g fwd+bwd %.4g TFLOP/s%s\n", th::dtype_name<floatX>(),
            HS, causal ? "causal" : "full", T, B, NH, tf, tb, tfb, anchor);
-    if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variant 6's backward
+    if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variants 6 and 7
         auto bwd6 = [&] {
             attention_backward6(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
                                 nullptr, 0);
         };
         auto both6 = [&] { fwd(); bwd6(); };
-        printf("  wgmma-sweep %s HS=%d %s T=%d B=%d NH=%d: bwd %.4g fwd+bwd %.4g TFLOP/s\n", th::dtype_name<floatX>(),
+        printf("  mma-sweep %s HS=%d %s T=%d B=%d NH=%d: bwd %.4g fwd+bwd %.4g TFLOP/s\n", th::dtype_name<floatX>(),
                HS, causal ? "causal" : "full", T, B, NH, 2.5 * fwd_flops / (time_ms(bwd6, reps) * 1e-3) / 1e12,
                3.5 * fwd_flops / (time_ms(both6, reps) * 1e-3) / 1e12);
+        auto bwd7 = [&] {
+            attention_backward7(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
+                                nullptr, 0);
+        };
+        auto both7 = [&] { fwd(); bwd7(); };
+        printf("  dq-at-once-sweep %s HS=%d %s T=%d B=%d NH=%d: bwd %.4g fwd+bwd %.4g TFLOP/s\n", th::dtype_name<floatX>(),
+               HS, causal ? "causal" : "full", T, B, NH, 2.5 * fwd_flops / (time_ms(bwd7, reps) * 1e-3) / 1e12,
+               3.5 * fwd_flops / (time_ms(both7, reps) * 1e-3) / 1e12);
     }
 }
 
@@ -812,9 +852,10 @@ int main(int argc, char** argv) {
     }
     dev_command_line(argc, argv,
         "Multi-head attention forward and backward: variant 1 (naive, scores in DRAM), 2 (flash on WMMA),\n"
-        "3 to 5 (production with one change each), 6 (the backward on wgmma, sm_90a) and production\n"
-        "(llmc/attention.cuh, FlashAttention-2 on mma.sync), timed in TFLOP/s; then production swept over\n"
-        "FlashAttention-2's benchmark shapes.\n"
+        "3 to 5 (production with one change each), 6 (the backward on mma.sync where production takes\n"
+        "wgmma: sm_90a), 7 (the wgmma backward adding dQ at once) and production (llmc/attention.cuh, FlashAttention-2 on mma.sync, the backward on\n"
+        "wgmma where it applies), timed in TFLOP/s; then production swept over FlashAttention-2's\n"
+        "benchmark shapes.\n"
         DEV_VALIDATES
         "\n--profile: instead, only one bf16 forward and backward of production at GPT-2 124M's shape (a\n"
         "small one on the CPU backend) between cudaProfilerStart and cudaProfilerStop, for\n"

@@ -1,6 +1,6 @@
 // test/sass/attention_kernels.cu — the translation unit scripts/sass_check.py compiles to read the
 // SASS of the bf16 FlashAttention-2 kernels at head size 64 (llmc/attention.cuh), with dropout off and
-// on, and of the wgmma backward (sm_90a); it also asserts, at compile time, that two blocks of each fit one SM's shared memory on the
+// on, and of the wgmma backward (sm_90a, dQ added at once and deferred); it also asserts, at compile time, that two blocks of each fit one SM's shared memory on the
 // smallest architecture the check covers (A100, sm_80).
 #include "../../llmc/attention.cuh"
 
@@ -14,7 +14,8 @@ static_assert(2 * (Bf16Tile::kForwardSmem + kReservedPerBlock) <= kSm80SharedPer
 static_assert(2 * (Bf16Tile::kBackwardSmem + kReservedPerBlock) <= kSm80SharedPerSm,
               "the bf16 head-size-64 backward no longer fits two blocks per SM on an A100");
 // The wgmma backward on an H100 (228 KiB per SM).
-static_assert(2 * (AttnWgmmaTile::kSmem + kReservedPerBlock) <= 228 * 1024,
+static_assert(2 * (AttnWgmmaTile<false>::kSmem + kReservedPerBlock) <= 228 * 1024 &&
+                  2 * (AttnWgmmaTile<true>::kSmem + kReservedPerBlock) <= 228 * 1024,
               "the wgmma backward no longer fits two blocks per SM on an H100");
 
 // Taking each kernel's address instantiates it (nothing here runs): the forward with production's row
@@ -24,5 +25,6 @@ void* sass_check_kernels[] = {
     (void*)&attention_forward_mma_kernel<__nv_bfloat16, 64, true, Bf16Tile::kFwdTiles>,
     (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, false>,
     (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, true>,
-    (void*)&attention_backward_wgmma_kernel<__nv_bfloat16>,
+    (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false>,
+    (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, true>,
 };
