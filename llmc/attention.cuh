@@ -35,6 +35,8 @@
 //   On Hopper (sm_90a), attention_backward_wgmma_kernel does the same backward at HS = 64 without
 //   dropout with its products on warpgroup MMA (llmc/wgmma.cuh): on an H200 13% faster at GPT-2
 //   124M's shape (attention_backward_wgmma; the trainers' --attention-backward mma turns it off).
+//   attention_forward_wgmma_kernel is the forward on it, off until timed on a GPU
+//   (attention_forward_wgmma).
 //   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 36 (68) KiB, backward 64 (74) KiB; all
 //   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
 //   an H100 (228 KiB); registers without spills: the backward's for 2 blocks per SM (<= 255 per
@@ -1310,10 +1312,11 @@ __global__ void __launch_bounds__(128, 2)
 // (MN-major). Pᵀ and dSᵀ go from the accumulators into the A registers of dV's and dK's products
 // (wgmma_rs; C's n8 tiles 2kk and 2kk + 1 are A's k16 slice kk, as attn_c_to_a). Per query tile: Sᵀ
 // and dPᵀ are issued as two commit groups and the exponentials computed while dPᵀ runs; dSᵀ is stored
-// for dQ while dV's and dK's products run. kDeferDq: the dQ product of a query tile is waited for, and
-// its rows added to the dQ slice, only once the next tile's Sᵀ and dPᵀ are issued, so that the tensor
-// cores work while the slice's rows make their round trip to L2 (dSᵀ then takes two tiles: the next
-// query tile's is stored while the dQ product still reads this one's).
+// for dQ while dV's and dK's products run. kDeferDq (dev/cuda/attention.cu's variant 7, not production's:
+// on an H200 no faster): a query tile's dQ product is issued behind the next tile's Sᵀ and dPᵀ, and its
+// rows added to the dQ slice while that tile's dV and dK products run, so that the tensor cores have
+// work while the rows make their round trip to L2 (dSᵀ then takes two tiles: the next query tile's is
+// stored while the dQ product still reads this one's).
 template <bool kDeferDq>
 struct AttnWgmmaTile {
     static constexpr int kRows = 64, kCols = 64;      // keys of the block's tile; queries per streamed tile
@@ -1555,6 +1558,140 @@ __global__ void __launch_bounds__(128, 2)
     }
 }
 
+// Forward, 16-bit types at HS = 64 without dropout, on Hopper's warpgroup MMA (llmc/wgmma.cuh,
+// sm_90a): the grid, query rows and results of attention_forward_mma_kernel with one 16-row tile per
+// warp, the block of 128 threads being one warpgroup. Q (64, 64) and two stages of (K, V) tiles sit in
+// shared memory with the 128-byte swizzle (attn_sw128). S = Q Kᵀ is a chain of 4 wgmma_ss (Q and K both
+// K-major), whose accumulators have mma.sync's C layout (this lane: rows 16 warp + g, + 8; a row's 64
+// scores spread over the 4 lanes of a quad), so the online softmax is attention_forward_mma_kernel's;
+// O += P V is 4 wgmma_rs with P's rounded values as A registers and V read MN-major. A tile's P V runs
+// while the warps start the next tile's copies and wait at the barrier before its S.
+struct AttnWgmmaFwdTile {
+    static constexpr int kRows = 64, kCols = 64;      // queries of the block; keys per streamed tile
+    static constexpr uint32_t kTileBytes = 64 * 128;  // a (64, 64) 16-bit tile
+    // Byte offsets from the block's 1024-aligned base: Q, then 2 stages of (K, V).
+    static constexpr uint32_t kQ = 0, kKV = kTileBytes;
+    static constexpr size_t kSmem = 1024 + 5 * kTileBytes;  // + slack to align the base
+};
+
+template <class floatX>
+__global__ void __launch_bounds__(128, 4)
+    attention_forward_wgmma_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
+                                   const int* valid_len) {
+    using Tile = AttnWgmmaFwdTile;
+    constexpr int HS = 64, NK = Tile::kCols;
+    constexpr uint32_t kTile = Tile::kTileBytes;
+    constexpr float kScaleLog2 = AttnTile<floatX, HS>::kScaleLog2;
+    const AttnForwardBlock<floatX> blk = attn_forward_block<floatX, HS, Tile::kRows>(out, lse, qkv, T, C, NH, valid_len);
+    if (attn_forward_padding_block<floatX, HS>(blk, C)) return;
+    const int q0 = blk.q0, valid = blk.valid;
+    const size_t stride = blk.stride;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    char* raw = dynamic_shared<char>();
+    char* smem = raw + (1024 - shared_address(raw) % 1024) % 1024;
+    const char* Qs = smem + Tile::kQ;
+    char* KVs = smem + Tile::kKV;  // stage s: K at 2s, V at 2s + 1
+    const int kend = causal ? min(valid, q0 + Tile::kRows) : valid;  // keys any row of the block sees
+    const int tiles = CEIL_DIV(kend, NK);
+    auto load_kv = [&](int st, int k0) {  // rows past kend zero-filled (finite: they meet zero weights)
+        const int n = min(NK, kend - k0);
+        attn_sw128_async_tile(KVs + 2 * st * kTile, n, blk.k + k0 * stride, stride);
+        attn_sw128_async_tile(KVs + (2 * st + 1) * kTile, n, blk.v + k0 * stride, stride);
+    };
+    attn_sw128_async_tile(smem + Tile::kQ, min(blk.rows, valid - q0), blk.q, stride);
+    load_kv(0, 0);
+    cp_async_commit();
+
+    // This lane's rows: row0 + g and row0 + g + 8. A warp whose rows are all padding computes with the
+    // others (a wgmma takes the whole warpgroup) and writes zeros.
+    const int row0 = q0 + 16 * warp;
+    float acc[HS / 2] = {};  // O unnormalized: element i is row row0 + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2t + i % 2
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // as attention_forward_mma_kernel's
+    for (int it = 0; it < tiles; it++) {
+        const int k0 = it * NK, st = it % 2;
+        const char* Ks = KVs + 2 * st * kTile;
+        const char* Vs = Ks + kTile;
+        wgmma_wait<0>();  // the last tile's P V is done: O may be rescaled, its stage refilled
+        wgmma_fence_operand(acc);
+        cp_async_wait<0>();
+        fence_proxy_async_shared();  // this thread's copies are visible to wgmma (the async proxy)
+        __syncthreads();             // everyone's are, and every warp is done with the other stage
+        if (it + 1 < tiles) load_kv(st ^ 1, k0 + NK);
+        cp_async_commit();
+
+        // S (queries, keys): element i is query row0 + g + 8 ((i / 2) % 2), key k0 + 8 (i / 4) + 2t + i % 2.
+        float s[NK / 2];
+        wgmma_fence_operand(s);
+        wgmma_fence();
+        for (int kk = 0; kk < HS / 16; kk++) wgmma_ss<NK, floatX>(s, attn_desc_k(Qs, kk), attn_desc_k(Ks, kk), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(s);
+        if (k0 + NK > valid || (causal && k0 + NK - 1 > row0))
+            for (int i = 0; i < NK / 2; i++) {
+                const int qi = row0 + g + 8 * ((i / 2) % 2), kj = k0 + 8 * (i / 4) + 2 * t + i % 2;
+                s[i] = kj >= valid || (causal && kj > qi) ? -INFINITY : s[i];
+            }
+        // The online softmax of attention_forward_mma_kernel (which says why each step is so), P rounded
+        // once into the A registers of slice kk: a[2 half + r] = row g + 8r of n8 tile 2kk + half.
+        uint32_t pa[NK / 16][4];
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+            for (int j = 0; j < NK / 8; j++) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+            const float m_new = fmaxf(m[r], attn_quad_max(mx) * kScaleLog2);
+            const float m_ref = m_new == -INFINITY ? 0.f : m_new;
+            const float alpha = exp2f(m[r] - m_ref);
+            m[r] = m_new;
+            l[r] *= alpha;
+            for (int n = 0; n < HS / 8; n++) {
+                acc[4 * n + 2 * r] *= alpha;
+                acc[4 * n + 2 * r + 1] *= alpha;
+            }
+            for (int j = 0; j < NK / 8; j++) {
+                const float lo = exp2f(fmaf(s[4 * j + 2 * r], kScaleLog2, -m_ref));
+                const float hi = exp2f(fmaf(s[4 * j + 2 * r + 1], kScaleLog2, -m_ref));
+                l[r] += lo;
+                l[r] += hi;
+                pa[j / 2][2 * (j % 2) + r] = attn_pack2f<floatX>(lo, hi);
+            }
+        }
+        // O += P V (queries, HS): the keys are the reduction, V MN-major.
+        wgmma_fence_operand(acc);
+        wgmma_fence();
+        for (int kk = 0; kk < NK / 16; kk++) wgmma_rs<HS, floatX, true>(acc, pa[kk], attn_desc_mn(Vs, kk), true);
+        wgmma_commit();
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operand(acc);
+    cp_async_wait<0>();  // the last (empty) group
+
+    // out = O / l; lse = (m + log2 l) · ln 2. The rows go out through stage tiles % 2, which no warp has
+    // read since the last iteration's barrier.
+    float inv_l[2];
+    for (int r = 0; r < 2; r++) {
+        l[r] = attn_quad_sum(l[r]);
+        inv_l[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    }
+    floatX* Os = reinterpret_cast<floatX*>(KVs + 2 * (tiles % 2) * kTile);
+    constexpr int kLd = AttnMmaTile<floatX, HS>::kLd;
+    attn_mma_store_rows<floatX, HS>(blk.o + 16 * warp * C, C, Os + 16 * warp * kLd,
+                                    reinterpret_cast<const float(&)[HS / 8][4]>(acc), inv_l, row0, valid, T);
+    if (t == 0)
+        for (int r = 0; r < 2; r++) {
+            const int qi = row0 + g + 8 * r;
+            if (qi < T) blk.lse[qi - q0] = qi < valid ? (m[r] + log2f(l[r])) * 0.69314718055994531f : 0.f;
+        }
+}
+
+// Whether attention_forward runs attention_forward_wgmma_kernel where it applies (bf16/fp16, HS = 64,
+// no dropout, a device with wgmma) instead of attention_forward_mma_kernel. Off until timed on a GPU
+// (dev/cuda/attention.cu's variant 8); test_attention turns it on.
+inline bool& attention_forward_wgmma() {
+    static bool on = false;
+    return on;
+}
+
 // Whether attention_backward runs attention_backward_wgmma_kernel where it applies (bf16/fp16, HS =
 // 64, no dropout, a device with wgmma: wgmma_supported()) instead of attention_backward_mma_kernel.
 // On by default: it computes the same gradients (the same dQ slices added in the same order; only the
@@ -1566,9 +1703,10 @@ inline bool& attention_backward_wgmma() {
 }
 
 // Whether the wgmma kernel defers each query tile's dQ (AttnWgmmaTile's kDeferDq; the same bits as
-// adding it at once, dev/cuda/attention.cu's variant 7). test_attention runs both.
+// adding it at once). Off: on an H200 it was 1-2% slower alone (dev/cuda/attention.cu's variant 7) and
+// no faster in GPT-2 124M's step. test_attention runs both.
 inline bool& attention_backward_wgmma_defer_dq() {
-    static bool on = true;
+    static bool on = false;
     return on;
 }
 
@@ -1764,7 +1902,14 @@ void attention_forward_mma(floatX* out, float* lse, const floatX* qkv, int B, in
 template <class floatX, int HS>
 void attention_forward_hs(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
                           const int* valid_len, DropoutArgs drop, bool dropout, cudaStream_t stream) {
-    if constexpr (!std::is_same<floatX, float>::value) {  // 16-bit types: the mma.sync kernel
+    if constexpr (!std::is_same<floatX, float>::value) {  // 16-bit types: the mma.sync (or wgmma) kernel
+        if (HS == 64 && !dropout && attention_forward_wgmma() && wgmma_supported()) {
+            auto kernel = attention_forward_wgmma_kernel<floatX>;
+            reserve_dynamic_smem(kernel, AttnWgmmaFwdTile::kSmem, "attention_forward", "HS", HS);
+            cudaCheck(launch_kernel(kernel, dim3(CEIL_DIV(T, AttnWgmmaFwdTile::kRows), NH, B), dim3(128),
+                                    AttnWgmmaFwdTile::kSmem, stream, out, lse, qkv, T, C, NH, causal, valid_len));
+            return;
+        }
         attention_forward_mma<floatX, HS, AttnMmaTile<floatX, HS>::kFwdTiles>(out, lse, qkv, B, T, C, NH, causal,
                                                                               valid_len, drop, dropout, stream);
     } else {  // fp32: the CUDA-core kernels

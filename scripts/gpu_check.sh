@@ -124,7 +124,7 @@ join() { local IFS=,; echo "$*"; }
 test_json=() san_json=() gpt_json=() agree_json=() bert_json=() sweep_json=() moe_json=() skipped_json=()
 tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metrics_json=null
 ours_fwd= ours_bwd= ours_gemm= fp8_accum= gemm_heur= gemm_best= bgrad_fused= bgrad_kernels= fcb_bgradb= fcb_dgelu=
-ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd6= mma_sweep= ours_bwd7= once_sweep=
+ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd6= mma_sweep= ours_bwd7= defer_sweep= ours_fwd8= fwd8_sweep=
 failures=$build_failures
 write_json() {  # "final" once every part has run or been skipped
     skipped_json=()
@@ -152,8 +152,10 @@ write_json() {  # "final" once every part has run or been skipped
         printf '  "attention_bf16_causal_fwd_regs_for_2_blocks_tflops":%s,\n' "$(jnum "${ours_fwd5:-}")"
         printf '  "attention_bf16_causal_bwd_mma_tflops":%s,\n' "$(jnum "${ours_bwd6:-}")"
         printf '  "attention_bf16_bwd_mma_sweep":{%s},\n' "${mma_sweep:-}"
-        printf '  "attention_bf16_causal_bwd_wgmma_dq_at_once_tflops":%s,\n' "$(jnum "${ours_bwd7:-}")"
-        printf '  "attention_bf16_bwd_wgmma_dq_at_once_sweep":{%s},\n' "${once_sweep:-}"
+        printf '  "attention_bf16_causal_bwd_wgmma_defer_dq_tflops":%s,\n' "$(jnum "${ours_bwd7:-}")"
+        printf '  "attention_bf16_bwd_wgmma_defer_dq_sweep":{%s},\n' "${defer_sweep:-}"
+        printf '  "attention_bf16_causal_fwd_wgmma_tflops":%s,\n' "$(jnum "${ours_fwd8:-}")"
+        printf '  "attention_bf16_fwd_wgmma_sweep":{%s},\n' "${fwd8_sweep:-}"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
         printf '  "gpt2_step_gemms_ms":{"heuristic":%s,"fastest_algorithm":%s},\n' "$(jnum "${gemm_heur:-}")" \
             "$(jnum "${gemm_best:-}")"
@@ -187,8 +189,8 @@ if fits attention 60; then
     # Production's forward with its registers capped for 2 blocks per SM instead of 4 (dev variant 5).
     ours_fwd5=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "forward variant 5")
     # Where production's backward is on wgmma (sm_90a), the same on mma.sync (dev variant 6) and the
-    # wgmma one adding dQ at once instead of deferring it (dev variant 7), and each over the sweep's
-    # head-size-64 shapes: {"causal|full T": [bwd, fwd+bwd], ...}.
+    # wgmma one deferring dQ (dev variant 7), and each over the sweep's head-size-64 shapes:
+    # {"causal|full T": [bwd, fwd+bwd], ...}.
     ours_bwd6=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 6")
     ours_bwd7=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 7")
     sweep_of() {  # the "$1-sweep" lines
@@ -196,7 +198,11 @@ if fits attention 60; then
             printf "%s\"%s %s\":[%s,%s]", sep, $4, substr($5, 3), $9, $11; sep = "," }' "$logs/dev_attention.log"
     }
     mma_sweep=$(sweep_of mma)
-    once_sweep=$(sweep_of dq-at-once)
+    defer_sweep=$(sweep_of defer)
+    # The forward on wgmma (dev variant 8, sm_90a): GPT-2's shape, and the sweep's HS=64 shapes
+    # ([fwd, fwd+bwd with production's backward]).
+    ours_fwd8=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "forward variant 8")
+    fwd8_sweep=$(sweep_of wgmma-fwd)
     slices_of() {  # {"slices": TFLOP/s, ...} from the section of dev_attention.log whose header starts with $1
         awk -v sec="$1" 'index($0, sec) == 1 { in_sec = 1; next } /^[^ ]/ { in_sec = 0 }
             in_sec && /backward \(llmc, flash\), dQ in [0-9]+ slice/ {
@@ -531,8 +537,10 @@ if [[ -n $ours_fwd$ours_bwd ]]; then
     echo "| ... the forward with registers for 2 blocks per SM (dev variant 5) | ${ours_fwd5:-?} TFLOP/s | |"
     [[ -n $ours_bwd6 ]] && echo "| ... the backward on mma.sync where production's is on wgmma (dev variant 6) | ${ours_bwd6} TFLOP/s | |"
     [[ -n $mma_sweep ]] && echo "| ... on mma.sync over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${mma_sweep//\"/} | |"
-    [[ -n $ours_bwd7 ]] && echo "| ... the wgmma backward adding dQ at once (dev variant 7) | ${ours_bwd7} TFLOP/s | |"
-    [[ -n $once_sweep ]] && echo "| ... adding dQ at once over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${once_sweep//\"/} | |"
+    [[ -n $ours_bwd7 ]] && echo "| ... the wgmma backward deferring dQ (dev variant 7) | ${ours_bwd7} TFLOP/s | |"
+    [[ -n $defer_sweep ]] && echo "| ... deferring dQ over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${defer_sweep//\"/} | |"
+    [[ -n $ours_fwd8 ]] && echo "| ... the forward on wgmma (dev variant 8) | ${ours_fwd8} TFLOP/s | |"
+    [[ -n $fwd8_sweep ]] && echo "| ... the forward on wgmma over the sweep's HS=64 shapes (fwd, fwd+bwd) | ${fwd8_sweep//\"/} | |"
 fi
 for r in "${moe_json[@]}"; do
     name=$(echo "$r" | sed 's/.*"model":"\([^"]*\)".*/\1/')

@@ -10,8 +10,9 @@
   2 blocks two blocks of 128 threads fit an SM's 65536 registers (registers are allocated per warp
            in units of 8 per thread) — test/sass/attention_kernels.cu asserts the same of shared memory.
 
-The wgmma backward (sm_90a targets only; elsewhere it is a trap), with dQ added at once and deferred,
-must have its 20 HGMMA (warpgroup MMA) instructions per query tile (deferred: 25, the last tile's 4 of dQ
+The wgmma forward (sm_90a targets only; elsewhere it is a trap) must have its 8 HGMMA (S and P V, 4
+k16 steps each), LDGSTS, no generic LD, no local memory and registers for 4 blocks; the wgmma backward,
+with dQ added at once and deferred, its 20 HGMMA (warpgroup MMA) instructions per query tile (deferred: 25, the last tile's 4 of dQ
 after the loop and the one that ptxas makes of the first tile's empty commit group), LDGSTS, no generic
 LD, no local memory and registers for 2 blocks.
 
@@ -85,8 +86,11 @@ def demangled(name):
     from the mangled name (no c++filt needed)."""
     m = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16Li(\d+)ELb([01])E", name)
     if not m:
-        w = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16Lb([01])E", name)  # the wgmma backward
-        return f"{w.group(1)}<bf16, dQ {'deferred' if w.group(2) == '1' else 'at once'}>" if w else name
+        w = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16(Lb([01])E)?E", name)  # the wgmma kernels
+        if not w:
+            return name
+        return f"{w.group(1)}<bf16, dQ {'deferred' if w.group(3) == '1' else 'at once'}>" if w.group(2) \
+            else f"{w.group(1)}<bf16>"
     return f"{m.group(1)}<bf16, HS={m.group(2)}, dropout {'on' if m.group(3) == '1' else 'off'}>"
 
 
@@ -197,13 +201,19 @@ def check_wgmma_kernel(arch, name, code, res):
     generic = count(lambda o: o == "LD" or o.startswith("LD."))
     local = count(lambda o: o.startswith(("LDL", "STL")))
     regs = res.get("REG", 0)
-    regs_2_blocks = BLOCKS * THREADS * (-(-regs // 8) * 8)
-    want = 25 if "deferred" in demangled(name) else 20
+    what = demangled(name)
+    if "forward" in what:  # S and O += P V; registers for 4 blocks, as the mma.sync forward's
+        want, why, blocks = 8, "2 products of 4 k16 steps", 4
+    elif "deferred" in what:
+        want, why, blocks = 25, "5 products of 4 k16 steps, the last dQ, an empty group", BLOCKS
+    else:
+        want, why, blocks = 20, "5 products of 4 k16 steps", BLOCKS
+    regs_blocks = blocks * THREADS * (-(-regs // 8) * 8)
     ok = hgmma == want and ldgsts > 0 and generic == 0 and local == 0 and res.get("LOCAL", 1) == 0 \
-        and regs_2_blocks <= REGISTERS_PER_SM
-    print(f"{'PASS' if ok else 'FAIL'} sass sm_{arch} {demangled(name)}  HGMMA {hgmma} ({want}: 5 products of 4 "
-          f"k16 steps{', the last dQ, an empty group' if want == 25 else ''}), LDGSTS {ldgsts}, generic LD {generic}, local {local} (LOCAL {res.get('LOCAL', '?')}), "
-          f"{regs} registers ({BLOCKS} blocks: {regs_2_blocks} of {REGISTERS_PER_SM})")
+        and regs_blocks <= REGISTERS_PER_SM
+    print(f"{'PASS' if ok else 'FAIL'} sass sm_{arch} {what}  HGMMA {hgmma} ({want}: {why}), LDGSTS {ldgsts}, "
+          f"generic LD {generic}, local {local} (LOCAL {res.get('LOCAL', '?')}), {regs} registers ({blocks} blocks: "
+          f"{regs_blocks} of {REGISTERS_PER_SM})")
     return ok
 
 
@@ -256,8 +266,8 @@ def main():
                     failed += 1
             if arch.endswith("a"):  # an arch-specific target: sm_90a has wgmma
                 wg = [f for f in functions if "wgmma_kernel" in f]
-                if len(wg) != 2:
-                    print(f"FAIL sass sm_{arch}: found {len(wg)} wgmma backward kernels, want 2")
+                if len(wg) != 3:
+                    print(f"FAIL sass sm_{arch}: found {len(wg)} wgmma kernels, want 3")
                     failed += 1
                 for k in wg:
                     if check_wgmma_kernel(arch, k, functions[k], resources.get(k, {})):

@@ -86,8 +86,11 @@ struct Case {
                  causal ? "causal" : "full", valid.empty() ? "null" : ("{" + v + "}").c_str());
         std::string n = buf;
         if (dropout > 0) n += " dropout=" + std::to_string(dropout).substr(0, 4);
-        if (attention_backward_wgmma() && HS == 64 && dropout == 0 && strcmp(dtype, "fp32") != 0)
-            n += attention_backward_wgmma_defer_dq() ? " (wgmma backward, dQ deferred)" : " (wgmma backward)";
+        if (HS == 64 && dropout == 0 && strcmp(dtype, "fp32") != 0) {
+            if (attention_forward_wgmma()) n += " (wgmma forward)";
+            if (attention_backward_wgmma())
+                n += attention_backward_wgmma_defer_dq() ? " (wgmma backward, dQ deferred)" : " (wgmma backward)";
+        }
         return n;
     }
 };
@@ -794,11 +797,13 @@ int main(int argc, char** argv) {
     // The wgmma backward (attention_backward_wgmma; HS = 64, no dropout), on the same checks: causal and
     // not, T below one tile, across tiles and not a multiple of 64, valid lengths 1 and mid-tile, and
     // blocks with several key tiles adding to their dQ slice; with each query tile's dQ added at once and
-    // deferred to the next tile (attention_backward_wgmma_defer_dq).
+    // deferred to the next tile (attention_backward_wgmma_defer_dq), and after the forward on wgmma
+    // (attention_forward_wgmma) on the same checks.
     attention_backward_wgmma() = true;
     const bool saved_defer = attention_backward_wgmma_defer_dq();
-    for (bool defer : {false, true}) {
-        attention_backward_wgmma_defer_dq() = defer;
+    for (int pass = 0; pass < 3; pass++) {
+        attention_backward_wgmma_defer_dq() = pass == 1;
+        attention_forward_wgmma() = pass == 2;
         for (const Case& cs : std::vector<Case>{{2, 33, 3, 64, true, {33, 1}},  // one partial tile
                                                 {2, 128, 2, 64, true, {}},
                                                 {3, 130, 2, 64, false, {130, 1, 77}},
@@ -814,6 +819,7 @@ int main(int argc, char** argv) {
         attention_dq_target_blocks() = saved_target;
     }
     attention_backward_wgmma_defer_dq() = saved_defer;
+    attention_forward_wgmma() = false;
     attention_dq_target_blocks() = 4;
     test_wgmma_defer_same_bits<__nv_bfloat16>({2, 300, 2, 64, true, {300, 170}}, seed++);
     attention_dq_target_blocks() = saved_target;

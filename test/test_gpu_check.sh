@@ -112,10 +112,12 @@ echo "  forward variant 5 (flash, registers for 2 blocks per SM)   0.2 ms   160.
 echo "  backward (llmc, flash), dQ in 1 slice   0.6 ms   90.5 TFLOP/s"
 echo "  backward (llmc, flash), dQ in 8 slices   0.5 ms   120.25 TFLOP/s   12.2% of peak 989 TFLOP/s"
 echo "  backward variant 6 (flash on mma.sync)   0.3 ms   170.5 TFLOP/s"
-echo "  backward variant 7 (flash on wgmma, dQ at once)   0.3 ms   185.5 TFLOP/s"
+echo "  backward variant 7 (flash on wgmma, dQ deferred)   0.3 ms   185.5 TFLOP/s"
+echo "  forward variant 8 (flash forward on wgmma)   0.1 ms   290.5 TFLOP/s"
 echo "  sweep bf16 HS=64 causal T=1024 B=16 NH=32: fwd 150 bwd 120 fwd+bwd 128 TFLOP/s  (FlashAttention-2, H100 SXM: 192)"
 echo "  mma-sweep bf16 HS=64 causal T=1024 B=16 NH=32: bwd 175.5 fwd+bwd 165.25 TFLOP/s"
-echo "  dq-at-once-sweep bf16 HS=64 full T=1024 B=16 NH=32: bwd 190.5 fwd+bwd 180.25 TFLOP/s"
+echo "  defer-sweep bf16 HS=64 full T=1024 B=16 NH=32: bwd 190.5 fwd+bwd 180.25 TFLOP/s"
+echo "  wgmma-fwd-sweep bf16 HS=64 causal T=2048 B=8 NH=32: fwd 300.5 fwd+bwd 200.25 TFLOP/s"
 echo "bf16 B=16 T=1024 NH=32 HS=64 causal, the backward by dQ slices:"
 echo "  backward (llmc, flash), dQ in 1 slice   0.6 ms   125.5 TFLOP/s   12.7% of peak 989 TFLOP/s"
 echo "  backward (llmc, flash), dQ in 2 slices   0.6 ms   119.5 TFLOP/s   12.1% of peak 989 TFLOP/s"
@@ -159,9 +161,9 @@ check "... our attention: forward, backward, the forward with 32 rows per warp, 
 check "... the backward by number of dQ slices (two shapes), adding dQ by atomics; the forward capped for 2 blocks" 0 \
     "{'1': 90.5, '8': 120.25} {'1': 125.5, '2': 119.5} 130.5 160.5" \
     json_field 'd["ours"]["attention_bf16_causal_bwd_tflops_by_dq_slices"], d["ours"]["attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh32"], d["ours"]["attention_bf16_causal_bwd_dq_atomics_tflops"], d["ours"]["attention_bf16_causal_fwd_regs_for_2_blocks_tflops"]'
-check "... the backward on mma.sync where production's is on wgmma, and on wgmma adding dQ at once: GPT-2's shape and the sweep's" 0 \
-    "170.5 {'causal 1024': [175.5, 165.25]} 185.5 {'full 1024': [190.5, 180.25]}" \
-    json_field 'd["ours"]["attention_bf16_causal_bwd_mma_tflops"], d["ours"]["attention_bf16_bwd_mma_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_dq_at_once_tflops"], d["ours"]["attention_bf16_bwd_wgmma_dq_at_once_sweep"]'
+check "... the backward on mma.sync where production's is on wgmma, on wgmma deferring dQ, and the forward on wgmma: GPT-2's shape and the sweep's" 0 \
+    "170.5 {'causal 1024': [175.5, 165.25]} 185.5 {'full 1024': [190.5, 180.25]} 290.5 {'causal 2048': [300.5, 200.25]}" \
+    json_field 'd["ours"]["attention_bf16_causal_bwd_mma_tflops"], d["ours"]["attention_bf16_bwd_mma_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_defer_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_defer_dq_sweep"], d["ours"]["attention_bf16_causal_fwd_wgmma_tflops"], d["ours"]["attention_bf16_fwd_wgmma_sweep"]'
 check "... the profile: kernels summed by name over units, largest first, idle share of the step" 0 \
     "3 4.5 [('nvjet_hsh_256x128', 1, 2500.0), ('attention_forward', 2, 2000.0)] 0.9118" \
     json_field 'd["profile_gpt2_d12_bf16_step"]["launches"], d["profile_gpt2_d12_bf16_step"]["busy_ms"], [(k["kernel"], k["launches"], k["us"]) for k in d["profile_gpt2_d12_bf16_step"]["kernels"]], d["profile_gpt2_d12_bf16_step"]["idle_share"]'

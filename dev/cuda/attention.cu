@@ -28,13 +28,19 @@
 //               elsewhere: what Hopper's warpgroup MMA buys. Validated and timed only where
 //               wgmma_supported(), the sweep's head-size-64 shapes included ("mma-sweep" lines). On an
 //               H200, 128 TFLOP/s against production's 144 at GPT-2 124M's shape.
-//   7           (bf16/fp16, backward, HS = 64, no dropout, sm_90a) production's wgmma backward adding
-//               each query tile's dQ to the slice as soon as its product is done, with the tensor cores
-//               idle unless the SM's other block has work for them, where production defers it: runs
-//               the product behind the next tile's Sᵀ and dPᵀ, and adds its rows while that tile's dV
-//               and dK products run (AttnWgmmaTile's kDeferDq: attention_backward_wgmma_defer_dq; one
-//               barrier less per tile, 223 registers instead of 189; the same bits). Validated and timed
-//               where wgmma_supported() ("dq-at-once-sweep" lines over the sweep's head-size-64 shapes).
+//   7           (bf16/fp16, backward, HS = 64, no dropout, sm_90a) production's wgmma backward with each
+//               query tile's dQ product run behind the next tile's Sᵀ and dPᵀ, and its rows added to
+//               the dQ slice while that tile's dV and dK products run, instead of all waiting for the
+//               product (AttnWgmmaTile's kDeferDq: attention_backward_wgmma_defer_dq; one barrier less
+//               per tile, 223 registers instead of 189; the same bits). On an H200 1 to 2% slower at
+//               the timed shapes, and GPT-2 124M's step no faster. Validated and timed where
+//               wgmma_supported() ("defer-sweep" lines over the sweep's head-size-64 shapes).
+//   8           (bf16/fp16, forward, HS = 64, no dropout, sm_90a) attention_forward_wgmma_kernel: the
+//               forward on Hopper's warpgroup MMA, S = Q Kᵀ and O += P V as chains of 4 wgmma over
+//               128-byte swizzled tiles (P from the accumulators into A registers), the online softmax
+//               of production's; 111 registers, 4 blocks per SM. Off in production
+//               (attention_forward_wgmma) until timed here; validated and timed where wgmma_supported()
+//               ("wgmma-fwd-sweep" lines: its forward, and forward+backward with production's backward).
 // The production backward is also timed with each number of dQ slices the shape allows (its blocks
 // per head; production picks attention_dq_splits).
 //   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
@@ -484,17 +490,27 @@ void attention_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, co
     attention_backward_wgmma() = saved;
 }
 
-// Variant 7 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma kernel adding dQ at once.
+// Variant 7 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma kernel deferring dQ.
 template <class floatX>
 void attention_backward7(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
                          void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
                          cudaStream_t stream) {
     const bool saved = attention_backward_wgmma(), saved_defer = attention_backward_wgmma_defer_dq();
     attention_backward_wgmma() = true;
-    attention_backward_wgmma_defer_dq() = false;
+    attention_backward_wgmma_defer_dq() = true;
     attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
     attention_backward_wgmma() = saved;
     attention_backward_wgmma_defer_dq() = saved_defer;
+}
+
+// Variant 8 (16-bit, HS = 64, no dropout, sm_90a): attention_forward with its wgmma kernel.
+template <class floatX>
+void attention_forward8(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
+                        const int* valid_len, cudaStream_t stream) {
+    const bool saved = attention_forward_wgmma();
+    attention_forward_wgmma() = true;
+    attention_forward(out, lse, qkv, B, T, C, NH, causal, valid_len, stream);
+    attention_forward_wgmma() = saved;
 }
 
 // ----------------------------------------------------------------------------
@@ -591,7 +607,7 @@ void validate(const Shape& s, uint64_t seed) {
             th::DeviceBuffer<floatX> dqkv7(qkv.size(), th::Fill::NaN);
             attention_backward7(dqkv7.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
                                 vl, 0);
-            check("variant 7 (flash on wgmma, dQ at once)", "dqkv", dqkv_ref, th::widen(dqkv7.host()));
+            check("variant 7 (flash on wgmma, dQ deferred)", "dqkv", dqkv_ref, th::widen(dqkv7.host()));
         }
     }
     if (lowp && s.dropout == 0.f) {  // variant 5: a forward only
@@ -601,6 +617,15 @@ void validate(const Shape& s, uint64_t seed) {
             attention_forward5(out5.ptr, lse5.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0);
             check("variant 5 (flash, registers for 2 blocks per SM)", "out", out_ref, th::widen(out5.host()));
             check("variant 5 (flash, registers for 2 blocks per SM)", "lse", lse_ref, th::widen(lse5.host()));
+        }
+    }
+    if (lowp && s.dropout == 0.f && s.HS() == 64 && wgmma_supported()) {  // variant 8: a forward only
+        if constexpr (!std::is_same<floatX, float>::value) {
+            th::DeviceBuffer<floatX> out8((size_t)B * T * C, th::Fill::NaN);
+            th::DeviceBuffer<float> lse8((size_t)B * NH * T, th::Fill::NaN);
+            attention_forward8(out8.ptr, lse8.ptr, d_qkv.ptr, B, T, C, NH, s.causal, vl, 0);
+            check("variant 8 (flash forward on wgmma)", "out", out_ref, th::widen(out8.host()));
+            check("variant 8 (flash forward on wgmma)", "lse", lse_ref, th::widen(lse8.host()));
         }
     }
 }
@@ -742,10 +767,14 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
                 attention_backward7(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
                                     nullptr, 0);
             };
-            flops_line("backward variant 7 (flash on wgmma, dQ at once)", time_ms(bwd7, reps), 2.5 * fwd_flops, peak);
+            flops_line("backward variant 7 (flash on wgmma, dQ deferred)", time_ms(bwd7, reps), 2.5 * fwd_flops, peak);
         }
         auto fwd5 = [&] { attention_forward5(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
         flops_line("forward variant 5 (flash, registers for 2 blocks per SM)", time_ms(fwd5, reps), fwd_flops, peak);
+        if (HS == 64 && wgmma_supported()) {
+            auto fwd8 = [&] { attention_forward8(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
+            flops_line("forward variant 8 (flash forward on wgmma)", time_ms(fwd8, reps), fwd_flops, peak);
+        }
         time_dq_slices(bt, B, T, NH, HS, causal, reps);
     }
     // The cost of dropout on P (BERT's p = 0.1): 8 Philox calls per lane and tile in each kernel.
@@ -793,7 +822,7 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
             snprintf(anchor, sizeof(anchor), "  (FlashAttention-2, H100 SXM: %.0f)", a.tflops);
     printf("  sweep %s HS=%d %s T=%d B=%d NH=%d: fwd %.4g bwd %.4g fwd+bwd %.4g TFLOP/s%s\n", th::dtype_name<floatX>(),
            HS, causal ? "causal" : "full", T, B, NH, tf, tb, tfb, anchor);
-    if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variants 6 and 7
+    if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variants 6, 7 and 8
         auto bwd6 = [&] {
             attention_backward6(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
                                 nullptr, 0);
@@ -807,9 +836,14 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
                                 nullptr, 0);
         };
         auto both7 = [&] { fwd(); bwd7(); };
-        printf("  dq-at-once-sweep %s HS=%d %s T=%d B=%d NH=%d: bwd %.4g fwd+bwd %.4g TFLOP/s\n", th::dtype_name<floatX>(),
+        printf("  defer-sweep %s HS=%d %s T=%d B=%d NH=%d: bwd %.4g fwd+bwd %.4g TFLOP/s\n", th::dtype_name<floatX>(),
                HS, causal ? "causal" : "full", T, B, NH, 2.5 * fwd_flops / (time_ms(bwd7, reps) * 1e-3) / 1e12,
                3.5 * fwd_flops / (time_ms(both7, reps) * 1e-3) / 1e12);
+        auto fwd8 = [&] { attention_forward8(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
+        auto both8 = [&] { fwd8(); bwd(); };
+        printf("  wgmma-fwd-sweep %s HS=%d %s T=%d B=%d NH=%d: fwd %.4g fwd+bwd %.4g TFLOP/s\n", th::dtype_name<floatX>(),
+               HS, causal ? "causal" : "full", T, B, NH, fwd_flops / (time_ms(fwd8, reps) * 1e-3) / 1e12,
+               3.5 * fwd_flops / (time_ms(both8, reps) * 1e-3) / 1e12);
     }
 }
 
@@ -853,7 +887,7 @@ int main(int argc, char** argv) {
     dev_command_line(argc, argv,
         "Multi-head attention forward and backward: variant 1 (naive, scores in DRAM), 2 (flash on WMMA),\n"
         "3 to 5 (production with one change each), 6 (the backward on mma.sync where production takes\n"
-        "wgmma: sm_90a), 7 (the wgmma backward adding dQ at once) and production (llmc/attention.cuh, FlashAttention-2 on mma.sync, the backward on\n"
+        "wgmma: sm_90a), 7 (the wgmma backward deferring dQ), 8 (the forward on wgmma) and production (llmc/attention.cuh, FlashAttention-2 on mma.sync, the backward on\n"
         "wgmma where it applies), timed in TFLOP/s; then production swept over FlashAttention-2's\n"
         "benchmark shapes.\n"
         DEV_VALIDATES

@@ -1,7 +1,8 @@
 // test/sass/attention_kernels.cu — the translation unit scripts/sass_check.py compiles to read the
 // SASS of the bf16 FlashAttention-2 kernels at head size 64 (llmc/attention.cuh), with dropout off and
-// on, and of the wgmma backward (sm_90a, dQ added at once and deferred); it also asserts, at compile time, that two blocks of each fit one SM's shared memory on the
-// smallest architecture the check covers (A100, sm_80).
+// on, and of the wgmma kernels (sm_90a: the forward, the backward with dQ added at once and deferred); it
+// also asserts, at compile time, that two blocks of each fit one SM's shared memory on the smallest
+// architecture the check covers (A100, sm_80), and four of the wgmma forward an H100's.
 #include "../../llmc/attention.cuh"
 
 using Bf16Tile = AttnMmaTile<__nv_bfloat16, 64>;
@@ -13,7 +14,9 @@ static_assert(2 * (Bf16Tile::kForwardSmem + kReservedPerBlock) <= kSm80SharedPer
               "the bf16 head-size-64 forward no longer fits two blocks per SM on an A100");
 static_assert(2 * (Bf16Tile::kBackwardSmem + kReservedPerBlock) <= kSm80SharedPerSm,
               "the bf16 head-size-64 backward no longer fits two blocks per SM on an A100");
-// The wgmma backward on an H100 (228 KiB per SM).
+// The wgmma kernels on an H100 (228 KiB per SM).
+static_assert(4 * (AttnWgmmaFwdTile::kSmem + kReservedPerBlock) <= 228 * 1024,
+              "the wgmma forward no longer fits four blocks per SM on an H100");
 static_assert(2 * (AttnWgmmaTile<false>::kSmem + kReservedPerBlock) <= 228 * 1024 &&
                   2 * (AttnWgmmaTile<true>::kSmem + kReservedPerBlock) <= 228 * 1024,
               "the wgmma backward no longer fits two blocks per SM on an H100");
@@ -27,4 +30,5 @@ void* sass_check_kernels[] = {
     (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, true>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, true>,
+    (void*)&attention_forward_wgmma_kernel<__nv_bfloat16>,
 };
