@@ -11,6 +11,7 @@ crosses along the top of the loss panel mark steps whose loss was null (a diverg
 A directory means DIR/log.jsonl (what `train_gpt2 -o DIR` writes). Needs matplotlib.
 """
 import argparse
+import io
 import json
 import math
 import os
@@ -296,8 +297,13 @@ def render(runs, labels, out, xmode, n_smooth):
     what = f"train/val loss, learning rate, tokens/s and gradient norm by {xlabel}"
     fig.suptitle(f"{labels[0]}: {what}" if len(runs) == 1 else f"{len(runs)} runs: {what}", fontsize=13)
 
+    # Rendered to memory, then written and closed here: matplotlib's own writer can drop the error of a
+    # write that fails only when the file is flushed (a full disk), and the run would then claim a plot.
     try:
-        fig.savefig(out)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=os.path.splitext(out)[1][1:].lower() or None)
+        with open(out, "wb") as f:
+            f.write(buf.getvalue())
     except (OSError, ValueError) as e:
         die(f"cannot write {out}: {e.strerror if isinstance(e, OSError) else e}")
     plt.close(fig)

@@ -179,6 +179,8 @@ def main():
                        *run_plot(j("fp32"), j("bf16"), "--labels", "a")[::2], "--labels")
         one_error_line("unwritable output: exit 1",
                        *run_plot(j("fp32"), "-o", j("no", "such", "dir", "x.png"))[::2], "cannot write")
+        one_error_line("a full device (/dev/full): exit 1", *run_plot(j("fp32"), "-o", "/dev/full")[::2],
+                       "cannot write /dev/full")
 
         # matplotlib missing: a stand-in package that fails to import shadows the real one
         fake = j("fake_site", "matplotlib")
