@@ -17,10 +17,29 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 namespace th {
+
+// Every regular file in a folder (not below it), by file name, and its bytes (none for a folder that
+// cannot be read).
+inline std::map<std::string, std::string> folder_files(const std::string& folder) {
+    std::map<std::string, std::string> files;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+        if (!it->is_regular_file()) continue;
+        std::ifstream in(it->path(), std::ios::binary);
+        std::ostringstream bytes;
+        bytes << in.rdbuf();
+        files[it->path().filename().string()] = bytes.str();
+    }
+    return files;
+}
 
 // ----------------------------------------------------------------------------
 // Tolerances (doc/testing.md): |out - ref| <= atol + k * eps * |ref|, eps the unit roundoff of the

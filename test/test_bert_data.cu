@@ -366,20 +366,6 @@ void test_tool_errors() {
 // ---------------------------------------------------------------------------------------------
 // The tool: a refused run writes nothing (an earlier run's shards stay as they were)
 
-// Every file in a folder (not below it) and its bytes.
-std::map<std::string, std::string> folder_files(const std::string& folder) {
-    std::map<std::string, std::string> files;
-    std::error_code ec;
-    for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-        if (!it->is_regular_file()) continue;
-        std::vector<uint8_t> bytes;
-        std::string err;
-        read_whole_file(it->path().string(), &bytes, &err);
-        files[it->path().filename().string()] = std::string(bytes.begin(), bytes.end());
-    }
-    return files;
-}
-
 // Runs o twice: first as it is (a good run), then with `spoil` applied, which must be refused with
 // `reason` and leave the folder of o.out byte-identical to what the first run left (no new shard
 // beside an old one, no .tmp file).
@@ -388,11 +374,11 @@ void expect_untouched(const char* name, bd::Options o, const std::function<void(
     std::string error;
     bool first_ok = run_tool(o, &error);
     std::string folder = std::filesystem::path(o.out).parent_path().string();
-    std::map<std::string, std::string> before = folder_files(folder);
+    std::map<std::string, std::string> before = th::folder_files(folder);
     spoil(&o);
     std::string why;
     bool refused = !run_tool(o, &why) && why.find(reason) != std::string::npos;
-    std::map<std::string, std::string> after = folder_files(folder);
+    std::map<std::string, std::string> after = th::folder_files(folder);
     std::string names;
     for (const auto& kv : after) names += " " + kv.first;
     th::report(first_ok && before.size() >= 2 && refused && after == before, name, "%zu files before, %zu after:%s | %s %s",
@@ -453,8 +439,8 @@ void test_no_half_written() {
     // A good run leaves no .tmp file behind.
     size_t tmp = 0;
     for (const char* sub : {"tsv", "imdb_out", "mlm"})
-        for (const auto& kv : folder_files(dir + "/keep/" + sub)) tmp += kv.first.find(".tmp") != std::string::npos;
-    th::report(tmp == 0 && folder_files(dir + "/keep/mlm").size() > 2,
+        for (const auto& kv : th::folder_files(dir + "/keep/" + sub)) tmp += kv.first.find(".tmp") != std::string::npos;
+    th::report(tmp == 0 && th::folder_files(dir + "/keep/mlm").size() > 2,
                "bert_data: shards are renamed into place, no .tmp file is left", "%zu .tmp files", tmp);
 }
 

@@ -198,8 +198,35 @@ int main() {
     o = base;
     o.out = dir + "/in/a.txt/out";  // a file where a folder should be
     expect_error("tokenize refuses: output not writable", o, "cannot create the output folder");
-    std::filesystem::create_directories(dir + "/err/x_val_000000.bin");  // a folder where the shard goes
-    expect_error("tokenize refuses: shard not writable", base, "cannot write " + dir + "/err/x_val_000000.bin: Is a directory");
+    std::filesystem::create_directories(dir + "/err/x_val_000000.bin.tmp");  // a folder where the shard is written
+    expect_error("tokenize refuses: shard not writable", base,
+                 "cannot write " + dir + "/err/x_val_000000.bin.tmp: Is a directory");
+    // A run that fails after writing some shards leaves an earlier run's shards byte-identical and no
+    // .tmp file of its own: its shards are renamed into place only when all are written.
+    {
+        Options keep = base;
+        keep.out = dir + "/keep/x";
+        keep.val_fraction = 0.3;
+        keep.shard_tokens = 16;
+        keep.quiet = true;
+        Stats s1;
+        bool first = run(keep, &s1, &error);
+        const std::map<std::string, std::string> before = th::folder_files(dir + "/keep");
+        // The second run reads a longer input (so it would rewrite every shard) and stops at its third
+        // train shard, whose pending name is taken by a folder.
+        write_text(dir + "/in2/long.txt", std::string(2000, 'a') + " the end");
+        keep.inputs = {dir + "/in", dir + "/in2"};
+        std::filesystem::create_directories(dir + "/keep/x_train_000002.bin.tmp");
+        Stats s2;
+        std::string error2;
+        bool second = run(keep, &s2, &error2);
+        std::filesystem::remove(dir + "/keep/x_train_000002.bin.tmp");
+        const std::map<std::string, std::string> after = th::folder_files(dir + "/keep");
+        th::report(first && s1.shards.size() >= 3 && !second &&
+                       error2.find("x_train_000002.bin.tmp: Is a directory") != std::string::npos && after == before,
+                   "tokenize: a run failing after some shards leaves the earlier run's shards byte-identical, no .tmp",
+                   "%zu shards before, %zu files after; %s", before.size(), after.size(), error2.c_str());
+    }
     o = base;
     o.tokenizer = dir + "/none.bin";
     expect_error("tokenize refuses: missing tokenizer", o, "none.bin: No such file");

@@ -177,53 +177,27 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
     return true;
 }
 
-// The shards a run writes, each first as PATH.tmp beside its final PATH: commit() renames them all
-// into place once the whole run has succeeded; a run that fails before that removes its .tmp files
-// (the destructor), so an error never leaves a new train shard beside an old val shard.
+// The shards a run writes, as data_tool::PendingFiles (renamed into place only once the whole run has
+// succeeded). The output folder is created with the first one (a run refused before it writes
+// anything creates nothing).
 class PendingShards {
   public:
-    PendingShards(const Options& o, Stats* stats) : o_(o), stats_(stats) {}
-    ~PendingShards() {
-        std::error_code ec;
-        for (const Pending& p : pending_) std::filesystem::remove(p.path + ".tmp", ec);
-    }
+    PendingShards(const Options& o, Stats* stats) : o_(o), stats_(stats), files_("bert_data", o.quiet) {}
 
-    // Writes a shard as path.tmp; the output folder is created with the first one (a run refused
-    // before it writes anything creates nothing).
     bool write(const std::string& path, const BertShard& shard, std::string* error) {
         if (!folder_made_ && !make_parent(o_.out, error)) return false;
         folder_made_ = true;
-        pending_.push_back(Pending{path, shard.lengths.size(), shard.tokens.size()});
-        return write_bert_shard(path + ".tmp", shard, error);
+        const std::string tmp = files_.add(path);
+        files_.describe(std::to_string(shard.lengths.size()) + " sequences, " + std::to_string(shard.tokens.size()) +
+                        " tokens");
+        return write_bert_shard(tmp, shard, error);
     }
-
-    // Renames every shard written into place, in the order written.
-    bool commit(std::string* error) {
-        for (size_t i = 0; i < pending_.size(); i++) {
-            const Pending& p = pending_[i];
-            std::error_code ec;
-            std::filesystem::rename(p.path + ".tmp", p.path, ec);
-            if (ec) {
-                fail(error, "cannot rename " + p.path + ".tmp to " + p.path + ": " + ec.message());
-                pending_.erase(pending_.begin(), pending_.begin() + i);  // the destructor removes the rest
-                return false;
-            }
-            if (!o_.quiet)
-                printf("bert_data: wrote %s (%zu sequences, %zu tokens)\n", p.path.c_str(), p.sequences, p.tokens);
-            stats_->shards.push_back(p.path);
-        }
-        pending_.clear();
-        return true;
-    }
+    bool commit(std::string* error) { return files_.commit(&stats_->shards, error); }
 
   private:
-    struct Pending {
-        std::string path;
-        size_t sequences, tokens;
-    };
     const Options& o_;
     Stats* stats_;
-    std::vector<Pending> pending_;
+    data_tool::PendingFiles files_;
     bool folder_made_ = false;
 };
 

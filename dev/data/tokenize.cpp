@@ -96,12 +96,13 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
     return true;
 }
 
-// Writes one split's shards: PREFIX_<split>_<index>.bin, a new one every max_tokens tokens. The
+// Writes one split's shards: PREFIX_<split>_<index>.bin, a new one every max_tokens tokens, each as a
+// pending file (renamed into place when the whole run has succeeded: data_tool::PendingFiles). The
 // header's count is written when a shard is complete.
 class ShardWriter {
   public:
-    ShardWriter(std::string prefix, std::string split, long long max_tokens, bool quiet, Stats* stats)
-        : prefix_(std::move(prefix)), split_(std::move(split)), max_(max_tokens), quiet_(quiet), stats_(stats) {}
+    ShardWriter(std::string prefix, std::string split, long long max_tokens, data_tool::PendingFiles* files)
+        : prefix_(std::move(prefix)), split_(std::move(split)), max_(max_tokens), files_(files) {}
     ~ShardWriter() {
         if (f_) fclose(f_);
     }
@@ -122,8 +123,7 @@ class ShardWriter {
         ok &= fclose(f_) == 0;
         f_ = nullptr;
         if (!ok) return fail(error);
-        if (!quiet_) printf("tokenize: wrote %s (%lld tokens)\n", path_.c_str(), count_);
-        stats_->shards.push_back(path_);
+        files_->describe(std::to_string(count_) + " tokens");
         index_++;
         return true;
     }
@@ -138,7 +138,7 @@ class ShardWriter {
         return prefix_ + "_" + split_ + "_" + num + ".bin";
     }
     bool open(std::string* error) {
-        path_ = name(index_);
+        path_ = files_->add(name(index_));
         f_ = fopen(path_.c_str(), "wb");
         count_ = 0;
         int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, 0};
@@ -155,11 +155,10 @@ class ShardWriter {
         return false;
     }
 
-    std::string prefix_, split_, path_;
+    std::string prefix_, split_, path_;  // path_: the open shard's pending (.tmp) name
     long long max_, count_ = 0;
     int index_ = 0;
-    bool quiet_;
-    Stats* stats_;
+    data_tool::PendingFiles* files_;
     FILE* f_ = nullptr;
     std::vector<uint16_t> buf_;
 };
@@ -188,7 +187,8 @@ inline bool run(const Options& o, Stats* stats, std::string* error) {
     }
     if (!data_tool::make_parent(o.out, error)) return false;
 
-    ShardWriter val(o.out, "val", o.shard_tokens, o.quiet, stats), train(o.out, "train", o.shard_tokens, o.quiet, stats);
+    data_tool::PendingFiles pending("tokenize", o.quiet);
+    ShardWriter val(o.out, "val", o.shard_tokens, &pending), train(o.out, "train", o.shard_tokens, &pending);
     const size_t val_bytes = (size_t)(o.val_fraction * (double)total + 0.5);
     size_t consumed = 0;  // input bytes behind the tokens emitted so far
     double last_print = 0;
@@ -250,7 +250,7 @@ inline bool run(const Options& o, Stats* stats, std::string* error) {
         }
         stats->files++;
     }
-    if (!val.close(error) || !train.close(error)) return false;
+    if (!val.close(error) || !train.close(error) || !pending.commit(&stats->shards, error)) return false;
     stats->seconds = elapsed();
     if (!o.quiet) data_tool::warn_leftovers("tokenize", {val.next_path(), train.next_path()});
     return true;

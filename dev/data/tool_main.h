@@ -1,6 +1,6 @@
 // dev/data/tool_main.h — what the data tools (tokenize.cpp, bert_data.cpp) share: their main (parse,
 // --help, run, summary, one "error: ..." line and exit code 1 on failure), the options both take,
-// and how both read their inputs and create their output folder.
+// how both read their inputs and create their output folder, and how they write their shards.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -74,6 +74,55 @@ inline bool make_parent(const std::string& prefix, std::string* error) {
     if (ec) return fail(error, "cannot create the output folder " + parent.string() + ": " + ec.message());
     return true;
 }
+
+// The files a run writes, each first as PATH.tmp beside its final PATH: commit() renames them all into
+// place once the whole run has succeeded; a run that fails before that removes its .tmp files (the
+// destructor), so an error leaves an earlier run's files as they were and no new ones (never a new
+// train shard beside an old val shard).
+class PendingFiles {
+  public:
+    PendingFiles(const char* tool, bool quiet) : tool_(tool), quiet_(quiet) {}
+    ~PendingFiles() {
+        std::error_code ec;
+        for (const Pending& p : pending_) std::filesystem::remove(p.path + ".tmp", ec);
+    }
+    PendingFiles(const PendingFiles&) = delete;
+    PendingFiles& operator=(const PendingFiles&) = delete;
+
+    // The name to write `path` under until commit().
+    std::string add(const std::string& path) {
+        pending_.push_back(Pending{path, ""});
+        return path + ".tmp";
+    }
+    // What the last file added holds, for its "wrote" line (e.g. "1000 tokens").
+    void describe(std::string what) { pending_.back().what = std::move(what); }
+
+    // Renames every file added into place, in the order added, and appends its path to *done.
+    bool commit(std::vector<std::string>* done, std::string* error) {
+        for (size_t i = 0; i < pending_.size(); i++) {
+            const Pending& p = pending_[i];
+            std::error_code ec;
+            std::filesystem::rename(p.path + ".tmp", p.path, ec);
+            if (ec) {
+                fail(error, "cannot rename " + p.path + ".tmp to " + p.path + ": " + ec.message());
+                pending_.erase(pending_.begin(), pending_.begin() + i);  // the destructor removes the rest
+                return false;
+            }
+            if (!quiet_) printf("%s: wrote %s (%s)\n", tool_, p.path.c_str(), p.what.c_str());
+            done->push_back(p.path);
+        }
+        pending_.clear();
+        return true;
+    }
+
+  private:
+    struct Pending {
+        std::string path, what;
+    };
+    const char* tool_;
+    bool quiet_;
+    std::vector<Pending> pending_;
+};
 
 // Warns about the shard files a longer earlier run left after this run's last ones (`next_paths`, the
 // files each split would write next): a loader's glob would read them with this run's.
