@@ -887,9 +887,9 @@ int main(int argc, char** argv) {
     dev_command_line(argc, argv,
         "Multi-head attention forward and backward: variant 1 (naive, scores in DRAM), 2 (flash on WMMA),\n"
         "3 to 5 (production with one change each), 6 (the backward on mma.sync where production takes\n"
-        "wgmma: sm_90a), 7 (the wgmma backward deferring dQ), 8 (the forward on wgmma) and production (llmc/attention.cuh, FlashAttention-2 on mma.sync, the backward on\n"
-        "wgmma where it applies), timed in TFLOP/s; then production swept over FlashAttention-2's\n"
-        "benchmark shapes.\n"
+        "wgmma: sm_90a), 7 (the wgmma backward deferring dQ), 8 (the forward on wgmma) and production\n"
+        "(llmc/attention.cuh, FlashAttention-2 on mma.sync, the backward on wgmma where it applies), timed\n"
+        "in TFLOP/s; then production swept over FlashAttention-2's benchmark shapes.\n"
         DEV_VALIDATES
         "\n--profile: instead, only one bf16 forward and backward of production at GPT-2 124M's shape (a\n"
         "small one on the CPU backend) between cudaProfilerStart and cudaProfilerStop, for\n"
@@ -934,6 +934,11 @@ int main(int argc, char** argv) {
     BenchTensors<__nv_bfloat16> bt(16, 1024, 2048, 32);
     attention_forward(bt.out.ptr, bt.lse.ptr, bt.qkv.ptr, 16, 1024, 2048, 32, true, nullptr, 0);  // out, lse
     time_dq_slices(bt, 16, 1024, 32, 64, true, 10);
+    // And at GPT-2 124M's training shape (B=16 NH=12).
+    printf("bf16 B=16 T=1024 NH=12 HS=64 causal, the backward by dQ slices:\n");
+    BenchTensors<__nv_bfloat16> gpt(16, 1024, 768, 12);
+    attention_forward(gpt.out.ptr, gpt.lse.ptr, gpt.qkv.ptr, 16, 1024, 768, 12, true, nullptr, 0);
+    time_dq_slices(gpt, 16, 1024, 12, 64, true, 10);
 #endif
     return th::finish();
 }
