@@ -236,6 +236,9 @@ struct BERT : ModelState<floatX> {
     //   layer  everything but each layer's input h_out: block_forward runs again, and redraws the
     //          forward's dropout masks (a function of the seed and the site's offset in this pass).
     Recompute recompute = Recompute::None;
+    // The activations' layout: recompute's, or without training (no backward pass reads them) one
+    // layer's, each layer's forward overwriting the last's (the hidden states keep every layer).
+    Recompute kept() const { return this->training ? recompute : Recompute::Layer; }
 
     // BERT's optimizer defaults: torch.optim.AdamW's betas (0.9, 0.999) and eps, weight decay 0.01 on
     // the matrices (the usual fine-tuning recipe); set opt before build().
@@ -282,9 +285,13 @@ struct BERT : ModelState<floatX> {
                                    matmul_backward_scratch_bytes((int)R, (int)C),
                                    matmul_backward_scratch_bytes(B, (int)NL),
                                    attention_backward_scratch_bytes<floatX>(B, T, (int)C, (int)NH)});
-        // Layers kept per activation: L, or 1 when the backward pass recomputes it (see recompute).
-        size_t Lgelu = recompute >= Recompute::Gelu ? 1 : L, Lln = recompute >= Recompute::LN ? 1 : L,
-               Lall = recompute >= Recompute::Layer ? 1 : L;
+        // Layers kept per activation: L, or 1 when the backward pass recomputes it (see recompute) or
+        // there is no backward pass (kept()). The gradients' buffers and the backward's scratch exist
+        // only when training.
+        const Recompute keep = kept();
+        size_t Lgelu = keep >= Recompute::Gelu ? 1 : L, Lln = keep >= Recompute::LN ? 1 : L,
+               Lall = keep >= Recompute::Layer ? 1 : L;
+        const size_t grad = this->training ? 1 : 0;
         std::vector<Region> regions = {
             {(void**)&acts.encoded, BT * C * sizeof(floatX)},
             {(void**)&acts.emb_ln, BT * C * sizeof(floatX)},
@@ -312,14 +319,14 @@ struct BERT : ModelState<floatX> {
             {(void**)&acts.logits, M * Vp * sizeof(floatX)},
             {(void**)&acts.cls_logits, B * NL * sizeof(floatX)},
             {(void**)&acts.losses, R * sizeof(float)},
-            {(void**)&acts.dres, BT * C * sizeof(floatX)},
-            {(void**)&acts.d1, BT * C * sizeof(floatX)},
-            {(void**)&acts.d2, BT * C * sizeof(floatX)},
-            {(void**)&acts.dbig, BT * wide * sizeof(floatX)},
-            {(void**)&acts.dhead1, R * C * sizeof(floatX)},
-            {(void**)&acts.dhead2, R * C * sizeof(floatX)},
+            {(void**)&acts.dres, grad * BT * C * sizeof(floatX)},
+            {(void**)&acts.d1, grad * BT * C * sizeof(floatX)},
+            {(void**)&acts.d2, grad * BT * C * sizeof(floatX)},
+            {(void**)&acts.dbig, grad * BT * wide * sizeof(floatX)},
+            {(void**)&acts.dhead1, grad * R * C * sizeof(floatX)},
+            {(void**)&acts.dhead2, grad * R * C * sizeof(floatX)},
             {(void**)&acts.btc, BT * C * sizeof(floatX)},
-            {(void**)&acts.scratch, scratch},
+            {(void**)&acts.scratch, grad * scratch},
             {(void**)&acts.inputs, BT * sizeof(int)},
             {(void**)&acts.token_types, BT * sizeof(int)},
             {(void**)&acts.valid_len, B * sizeof(int)},
@@ -342,8 +349,8 @@ struct BERT : ModelState<floatX> {
     BertLayerActs<floatX> layer_acts(int l) const {
         size_t BT = (size_t)B * T, C = config.channels, I = config.intermediate, btc = BT * C;
         size_t bht = (size_t)B * config.num_heads * T;
-        size_t g = recompute >= Recompute::Gelu ? 0 : l, n = recompute >= Recompute::LN ? 0 : l,
-               k = recompute >= Recompute::Layer ? 0 : l;
+        const Recompute keep = kept();
+        size_t g = keep >= Recompute::Gelu ? 0 : l, n = keep >= Recompute::LN ? 0 : l, k = keep >= Recompute::Layer ? 0 : l;
         const BertActivations<floatX>& a = acts;
         return BertLayerActs<floatX>{l == 0 ? a.emb_ln : a.h_out + (l - 1) * btc,
                                      a.qkv + k * 3 * btc, a.atty + k * btc, a.lse + k * bht,
@@ -976,9 +983,9 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
            prop.name, training ? " | attention backward: " : "", training ? attention_kernel : "");
     print_data_parallel(dist, o.zero);
     char acts_note[96];
-    snprintf(acts_note, sizeof(acts_note), "B=%d T<=%d%s, recompute %s", o.B, width,
+    snprintf(acts_note, sizeof(acts_note), "B=%d T<=%d%s, %s%s", o.B, width,
              head == BertHead::MLM ? (", MLM rows <= " + std::to_string(model.max_masked)).c_str() : "",
-             recompute_name(o.recompute));
+             training ? "recompute " : "forward only: one layer's", training ? recompute_name(o.recompute) : "");
     print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o.precision, o.opt,
                          {acts_note, training ? "optimizer table, norm scratch, embedding-backward plan"
                                               : "parameter table, embedding-backward plan", training});

@@ -269,6 +269,9 @@ struct GPT2 : ModelState<floatX> {
     // the matmul; recomputation needs the kernel (the backward pass recomputes exactly its bits).
     bool gelu_fusion = true;
     bool fused_gelu() const { return gelu_fusion && recompute == Recompute::None; }
+    // The activations' layout: recompute's, or without training (no backward pass reads them) one
+    // layer's, each layer's forward overwriting the last's (the residual stream keeps every layer).
+    Recompute kept() const { return this->training ? recompute : Recompute::Layer; }
     // The projections' bias gradients from the LayerNorm backward below them (see backward()); set
     // in allocate_activations(): false where its shared memory cannot hold the third sum (huge C).
     bool ln_bias_sums = true;
@@ -355,12 +358,15 @@ struct GPT2 : ModelState<floatX> {
                                    matmul_backward_scratch_bytes((int)BT, (int)(4 * C)),
                                    matmul_backward_scratch_bytes((int)BT, (int)Vp),
                                    attention_backward_scratch_bytes<floatX>(B, T, (int)C, (int)NH)});
-        // Layers kept per activation: L, or 1 when the backward pass recomputes it (see Recompute). The
-        // dense MLP's fch and fch_gelu exist for the dense blocks only (a MoE block's MLP state is its
-        // MoeLayer's).
+        // Layers kept per activation: L, or 1 when the backward pass recomputes it (see Recompute) or
+        // there is no backward pass (kept()). The dense MLP's fch and fch_gelu exist for the dense blocks
+        // only (a MoE block's MLP state is its MoeLayer's). The gradients' buffers and the backward's
+        // scratch exist only when training.
         size_t Ld = L - config.moe_blocks();
-        size_t Lgelu = recompute >= Recompute::Gelu ? 1 : Ld, Lln = recompute >= Recompute::LN ? 1 : L,
-               Lall = recompute >= Recompute::Layer ? 1 : L, Lfch = recompute >= Recompute::Layer ? 1 : Ld;
+        const Recompute k = kept();
+        size_t Lgelu = k >= Recompute::Gelu ? 1 : Ld, Lln = k >= Recompute::LN ? 1 : L,
+               Lall = k >= Recompute::Layer ? 1 : L, Lfch = k >= Recompute::Layer ? 1 : Ld;
+        const size_t grad = this->training ? 1 : 0;
         return {
             {(void**)&acts.encoded, BT * C * sizeof(floatX)},
             {(void**)&acts.ln1, Lln * BT * C * sizeof(floatX)},
@@ -381,11 +387,11 @@ struct GPT2 : ModelState<floatX> {
             {(void**)&acts.lnf_rstd, BT * sizeof(float)},
             {(void**)&acts.logits, BT * Vp * sizeof(floatX)},
             {(void**)&acts.losses, BT * sizeof(float)},
-            {(void**)&acts.dresidual, BT * C * sizeof(floatX)},
-            {(void**)&acts.dbtc, BT * C * sizeof(floatX)},
-            {(void**)&acts.dbt4c, BT * 4 * C * sizeof(floatX)},
+            {(void**)&acts.dresidual, grad * BT * C * sizeof(floatX)},
+            {(void**)&acts.dbtc, grad * BT * C * sizeof(floatX)},
+            {(void**)&acts.dbt4c, grad * BT * 4 * C * sizeof(floatX)},
             {(void**)&acts.btc, BT * C * sizeof(floatX)},
-            {(void**)&acts.scratch, scratch},
+            {(void**)&acts.scratch, grad * scratch},
             {(void**)&acts.inputs, BT * sizeof(int)},
             {(void**)&acts.targets, BT * sizeof(int)},
         };
@@ -395,9 +401,9 @@ struct GPT2 : ModelState<floatX> {
     // dense MLP's by the block's place among the dense blocks, and none in a MoE block).
     LayerActs<floatX> layer_acts(int l) const {
         size_t BT = (size_t)B * T, btc = BT * config.channels, bht = (size_t)B * config.num_heads * T;
-        size_t d = config.dense_index(l), n = recompute >= Recompute::LN ? 0 : l,
-               k = recompute >= Recompute::Layer ? 0 : l, kd = recompute >= Recompute::Layer ? 0 : d,
-               gd = recompute >= Recompute::Gelu ? 0 : d;
+        const Recompute keep = kept();
+        size_t d = config.dense_index(l), n = keep >= Recompute::LN ? 0 : l, k = keep >= Recompute::Layer ? 0 : l,
+               kd = keep >= Recompute::Layer ? 0 : d, gd = keep >= Recompute::Gelu ? 0 : d;
         const bool dense = !config.moe_block(l);
         const Activations<floatX>& a = acts;
         return LayerActs<floatX>{l == 0 ? a.encoded : a.residual3 + (l - 1) * btc,
@@ -1200,7 +1206,8 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
            prop.name, training ? " | attention backward: " : "", training ? attention_kernel : "");
     print_data_parallel(dist, o.zero);
     char activations_note[64];
-    snprintf(activations_note, sizeof(activations_note), "B=%d T=%d, recompute %s", o.B, o.T, recompute_name(o.recompute));
+    snprintf(activations_note, sizeof(activations_note), "B=%d T=%d, %s%s", o.B, o.T,
+             training ? "recompute " : "forward only: one layer's", training ? recompute_name(o.recompute) : "");
     print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o.precision, o.opt,
                          {activations_note, !training ? "parameter table, embedding-backward plan"
                                             : o.fp8 ? "optimizer table, norm scratch, embedding-backward plan, fp8 "

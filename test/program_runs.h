@@ -31,6 +31,14 @@ inline std::string mpirun_prefix(int ranks) {
 
 inline bool exited_ok(const ChildOutput& c) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0; }
 
+// A row of the memory anatomy a trainer prints ("  activations   103.8 MiB  15.01 B/param  ..."): its
+// bytes per parameter, the finer of its two figures; -1 when the output has no such row.
+inline double anatomy_bytes_per_param(const std::string& out, const std::string& row) {
+    size_t at = out.find("  " + row + " ");
+    at = at == std::string::npos ? at : out.find("MiB", at);
+    return at == std::string::npos ? -1.0 : atof(out.c_str() + at + 3);
+}
+
 // The "loss X" figures of the step lines of a run's output.
 inline std::vector<double> step_losses(const std::string& out) {
     std::vector<double> losses;

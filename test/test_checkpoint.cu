@@ -368,7 +368,8 @@ int main(int argc, char** argv) {
                    "%s\n%s", th::last_lines(all.text).c_str(), th::last_lines(more.text).c_str());
         // -x 0: no training. The model of the run above after its 2 steps, loaded and evaluated with no
         // gradients or optimizer state, gives the validation loss that run printed after step 2; and
-        // without training data (-i names no file).
+        // without training data (-i names no file). Its activations are one layer's, with no gradient
+        // buffers: fewer bytes than the training run's.
         th::ChildOutput trained = th::run_command(tiny + "-j " + val + " -v 2 -m 6 -o " + g_tmp + "/eval_src 2>&1");
         th::ChildOutput eval = th::run_command(tiny + "-j " + val + " -v 1 -m 6 -x 0 -i " + g_tmp + "/none.bin -e " +
                                                g_tmp + "/eval_src/model_00000002.bin 2>&1");
@@ -380,8 +381,12 @@ int main(int argc, char** argv) {
                  std::string::npos &&
              eval.text.find("gradients              0.0 MiB") != std::string::npos &&
              eval.text.find("optimizer              0.0 MiB") != std::string::npos;
-        th::report(ok, "train_gpt2 -x 0 -e MODEL: no training, no gradients or optimizer state; the model's val loss",
-                   "%s\n%s", th::last_lines(trained.text).c_str(), th::last_lines(eval.text).c_str());
+        const double train_b = th::anatomy_bytes_per_param(trained.text, "activations"),
+                     eval_b = th::anatomy_bytes_per_param(eval.text, "activations");
+        ok = ok && eval_b > 0 && eval_b < train_b && eval.text.find("forward only: one layer's") != std::string::npos;
+        th::report(ok, "train_gpt2 -x 0 -e MODEL: no training, no gradients or optimizer state, one layer's "
+                   "activations; the model's val loss", "activations %.2f B/param (training %.2f)\n%s\n%s", eval_b,
+                   train_b, th::last_lines(trained.text).c_str(), th::last_lines(eval.text).c_str());
     }
 
     // Stop and resume, in each precision and with what moves the data position.

@@ -300,7 +300,8 @@ std::string line_of(const std::string& out, const std::string& prefix) {
 
 // --max-steps 0: no training. A fine-tuned checkpoint evaluated on validation shards alone (they
 // stand in for the training shards) gives the evaluation a training run prints before its first step,
-// keeping no gradients or optimizer state; a run with nothing to do, or --bench, is refused.
+// keeping no gradients or optimizer state and one layer's activations; a run with nothing to do, or
+// --bench, is refused.
 void test_no_training(const std::string& cls3, const std::string& cls3_val) {
     const std::string init = "--init " + kFixtures + "bert_tiny_cls -b 4 -t 32 ";
     th::ChildOutput trained = run(init + "-i " + cls3 + " -j " + cls3_val + " --max-steps 1");
@@ -314,8 +315,12 @@ void test_no_training(const std::string& cls3, const std::string& cls3_val) {
                   std::string::npos &&
               eval.text.find("gradients              0.0 MiB") != std::string::npos &&
               eval.text.find("optimizer              0.0 MiB") != std::string::npos;
-    th::report(ok, "-x 0: a checkpoint evaluated on validation shards alone, as a training run's first evaluation",
-               "%s\n%s", want.c_str(), got.c_str());
+    const double train_b = th::anatomy_bytes_per_param(trained.text, "activations"),
+                 eval_b = th::anatomy_bytes_per_param(eval.text, "activations");
+    ok = ok && eval_b > 0 && eval_b < train_b && eval.text.find("forward only: one layer's") != std::string::npos;
+    th::report(ok, "-x 0: a checkpoint evaluated on validation shards alone, as a training run's first evaluation; "
+               "one layer's activations", "activations %.2f B/param (training %.2f)\n%s\n%s", eval_b, train_b,
+               want.c_str(), got.c_str());
     expect_error("refused: -x 0 with nothing to do", init + "-i " + cls3 + " -j '' -x 0",
                  "option --max-steps: 0 (no training) leaves nothing to do; ask for validation shards (-j) or "
                  "--export-hf");
