@@ -823,27 +823,25 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
     printf("  sweep %s HS=%d %s T=%d B=%d NH=%d: fwd %.4g bwd %.4g fwd+bwd %.4g TFLOP/s%s\n", th::dtype_name<floatX>(),
            HS, causal ? "causal" : "full", T, B, NH, tf, tb, tfb, anchor);
     if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variants 6, 7 and 8
+        // A variant's line: its own pass (`what`: fwd or bwd) and forward+backward with production's other.
+        auto line = [&](const char* tag, const char* what, auto pass, double pass_flops, auto both) {
+            const double t_pass = time_ms(pass, reps) * 1e-3, t_both = time_ms(both, reps) * 1e-3;
+            printf("  %s-sweep %s HS=%d %s T=%d B=%d NH=%d: %s %.4g fwd+bwd %.4g TFLOP/s\n", tag,
+                   th::dtype_name<floatX>(), HS, causal ? "causal" : "full", T, B, NH, what, pass_flops / t_pass / 1e12,
+                   3.5 * fwd_flops / t_both / 1e12);
+        };
         auto bwd6 = [&] {
             attention_backward6(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
                                 nullptr, 0);
         };
-        auto both6 = [&] { fwd(); bwd6(); };
-        printf("  mma-sweep %s HS=%d %s T=%d B=%d NH=%d: bwd %.4g fwd+bwd %.4g TFLOP/s\n", th::dtype_name<floatX>(),
-               HS, causal ? "causal" : "full", T, B, NH, 2.5 * fwd_flops / (time_ms(bwd6, reps) * 1e-3) / 1e12,
-               3.5 * fwd_flops / (time_ms(both6, reps) * 1e-3) / 1e12);
+        line("mma", "bwd", bwd6, 2.5 * fwd_flops, [&] { fwd(); bwd6(); });
         auto bwd7 = [&] {
             attention_backward7(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
                                 nullptr, 0);
         };
-        auto both7 = [&] { fwd(); bwd7(); };
-        printf("  defer-sweep %s HS=%d %s T=%d B=%d NH=%d: bwd %.4g fwd+bwd %.4g TFLOP/s\n", th::dtype_name<floatX>(),
-               HS, causal ? "causal" : "full", T, B, NH, 2.5 * fwd_flops / (time_ms(bwd7, reps) * 1e-3) / 1e12,
-               3.5 * fwd_flops / (time_ms(both7, reps) * 1e-3) / 1e12);
+        line("defer", "bwd", bwd7, 2.5 * fwd_flops, [&] { fwd(); bwd7(); });
         auto fwd8 = [&] { attention_forward8(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
-        auto both8 = [&] { fwd8(); bwd(); };
-        printf("  wgmma-fwd-sweep %s HS=%d %s T=%d B=%d NH=%d: fwd %.4g fwd+bwd %.4g TFLOP/s\n", th::dtype_name<floatX>(),
-               HS, causal ? "causal" : "full", T, B, NH, fwd_flops / (time_ms(fwd8, reps) * 1e-3) / 1e12,
-               3.5 * fwd_flops / (time_ms(both8, reps) * 1e-3) / 1e12);
+        line("wgmma-fwd", "fwd", fwd8, fwd_flops, [&] { fwd8(); bwd(); });
     }
 }
 
