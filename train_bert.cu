@@ -350,7 +350,8 @@ struct BERT : ModelState<floatX> {
         size_t BT = (size_t)B * T, C = config.channels, I = config.intermediate, btc = BT * C;
         size_t bht = (size_t)B * config.num_heads * T;
         const Recompute keep = kept();
-        size_t g = keep >= Recompute::Gelu ? 0 : l, n = keep >= Recompute::LN ? 0 : l, k = keep >= Recompute::Layer ? 0 : l;
+        size_t g = keep >= Recompute::Gelu ? 0 : l, n = keep >= Recompute::LN ? 0 : l,
+               k = keep >= Recompute::Layer ? 0 : l;
         const BertActivations<floatX>& a = acts;
         return BertLayerActs<floatX>{l == 0 ? a.emb_ln : a.h_out + (l - 1) * btc,
                                      a.qkv + k * 3 * btc, a.atty + k * btc, a.lse + k * bht,

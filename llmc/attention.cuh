@@ -1582,7 +1582,8 @@ __global__ void __launch_bounds__(128, 4)
     constexpr int HS = 64, NK = Tile::kCols;
     constexpr uint32_t kTile = Tile::kTileBytes;
     constexpr float kScaleLog2 = AttnTile<floatX, HS>::kScaleLog2;
-    const AttnForwardBlock<floatX> blk = attn_forward_block<floatX, HS, Tile::kRows>(out, lse, qkv, T, C, NH, valid_len);
+    const AttnForwardBlock<floatX> blk =
+        attn_forward_block<floatX, HS, Tile::kRows>(out, lse, qkv, T, C, NH, valid_len);
     if (attn_forward_padding_block<floatX, HS>(blk, C)) return;
     const int q0 = blk.q0, valid = blk.valid;
     const size_t stride = blk.stride;
@@ -1606,7 +1607,8 @@ __global__ void __launch_bounds__(128, 4)
     // This lane's rows: row0 + g and row0 + g + 8. A warp whose rows are all padding computes with the
     // others (a wgmma takes the whole warpgroup) and writes zeros.
     const int row0 = q0 + 16 * warp;
-    float acc[HS / 2] = {};  // O unnormalized: element i is row row0 + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2t + i % 2
+    // O unnormalized: element i is row row0 + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2t + i % 2.
+    float acc[HS / 2] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // as attention_forward_mma_kernel's
     for (int it = 0; it < tiles; it++) {
         const int k0 = it * NK, st = it % 2;

@@ -168,7 +168,9 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
                    "FlashAttention-2 style) | wgmma (Hopper's warpgroup MMA: an H100/H200 and a build for it; "
                    "head size 64, no attention dropout)",
                    &o->attention_backward,
-                   {{"auto", AttentionBackward::Auto}, {"mma", AttentionBackward::Mma}, {"wgmma", AttentionBackward::Wgmma}});
+                   {{"auto", AttentionBackward::Auto},
+                    {"mma", AttentionBackward::Mma},
+                    {"wgmma", AttentionBackward::Wgmma}});
     cli.add("seed", nullptr, "INT", "42", t.seed_help, &o->seed, 0, LLONG_MAX);
     // Checkpoints and export
     cli.add("output-dir", "o", "DIR", "", "write log.jsonl and checkpoints here (none: no files written)",

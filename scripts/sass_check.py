@@ -10,11 +10,11 @@
   2 blocks two blocks of 128 threads fit an SM's 65536 registers (registers are allocated per warp
            in units of 8 per thread) — test/sass/attention_kernels.cu asserts the same of shared memory.
 
-The wgmma forward (sm_90a targets only; elsewhere it is a trap) must have its 8 HGMMA (S and P V, 4
-k16 steps each), LDGSTS, no generic LD, no local memory and registers for 4 blocks; the wgmma backward,
-with dQ added at once and deferred, its 20 HGMMA (warpgroup MMA) instructions per query tile (deferred: 25, the last tile's 4 of dQ
-after the loop and the one that ptxas makes of the first tile's empty commit group), LDGSTS, no generic
-LD, no local memory and registers for 2 blocks.
+The wgmma forward (sm_90a targets only; elsewhere it is a trap) must have its 8 HGMMA (warpgroup MMA:
+S and P V, 4 k16 steps each), LDGSTS, no generic LD, no local memory and registers for 4 blocks; the
+wgmma backward, with dQ added at once and deferred, its 20 HGMMA per query tile (deferred: 25, the
+last tile's 4 of dQ after the loop and the one that ptxas makes of the first tile's empty commit
+group), LDGSTS, no generic LD, no local memory and registers for 2 blocks.
 
 It also reports the share of HMMA (tensor-core) instructions in each kernel's main loop: the backward
 branch whose body holds the most HMMA (for the forward the key-tile loop), counted twice: every
