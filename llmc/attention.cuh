@@ -1610,6 +1610,9 @@ __global__ void __launch_bounds__(128, 4)
     // O unnormalized: element i is row row0 + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2t + i % 2.
     float acc[HS / 2] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // as attention_forward_mma_kernel's
+    // P's A registers (slice kk: a[2 half + r] = row g + 8r of n8 tile 2kk + half). Declared outside the
+    // loop: a tile's P V reads them until the next tile's wait, and they must hold until then.
+    uint32_t pa[NK / 16][4];
     for (int it = 0; it < tiles; it++) {
         const int k0 = it * NK, st = it % 2;
         const char* Ks = KVs + 2 * st * kTile;
@@ -1636,8 +1639,7 @@ __global__ void __launch_bounds__(128, 4)
                 s[i] = kj >= valid || (causal && kj > qi) ? -INFINITY : s[i];
             }
         // The online softmax of attention_forward_mma_kernel (which says why each step is so), P rounded
-        // once into the A registers of slice kk: a[2 half + r] = row g + 8r of n8 tile 2kk + half.
-        uint32_t pa[NK / 16][4];
+        // once into pa (the last tile's P V is done: the wait above).
         for (int r = 0; r < 2; r++) {
             float mx = -INFINITY;
             for (int j = 0; j < NK / 8; j++) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));

@@ -796,34 +796,34 @@ int main(int argc, char** argv) {
     attention_dq_target_blocks() = saved_target;
     // The wgmma backward (attention_backward_wgmma; HS = 64, no dropout), on the same checks: causal and
     // not, T below one tile, across tiles and not a multiple of 64, valid lengths 1 and mid-tile, and
-    // blocks with several key tiles adding to their dQ slice; with each query tile's dQ added at once and
-    // deferred to the next tile (attention_backward_wgmma_defer_dq), and after the forward on wgmma
-    // (attention_forward_wgmma) on the same checks.
+    // blocks with several key tiles adding to their dQ slice; then the forward on wgmma
+    // (attention_forward_wgmma) before it, causal with one partial tile and not with three and valid
+    // lengths T, 1 and mid-tile. The backward deferring dQ (attention_backward_wgmma_defer_dq) gives the
+    // same bits as this one: checked on three shapes.
     attention_backward_wgmma() = true;
-    const bool saved_defer = attention_backward_wgmma_defer_dq();
-    for (int pass = 0; pass < 3; pass++) {
-        attention_backward_wgmma_defer_dq() = pass == 1;
-        attention_forward_wgmma() = pass == 2;
-        for (const Case& cs : std::vector<Case>{{2, 33, 3, 64, true, {33, 1}},  // one partial tile
-                                                {2, 128, 2, 64, true, {}},
-                                                {3, 130, 2, 64, false, {130, 1, 77}},
-                                                {2, 100, 2, 64, true, {65, 100}}}) {
-            test_case<__nv_bfloat16>(cs, seed);
-            test_case<__half>(cs, seed);
-            seed += 2;
-        }
-        attention_dq_target_blocks() = 12;
-        test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
-        attention_dq_target_blocks() = 4;
-        test_case<__half>({2, 300, 2, 64, false, random_lengths(2, 300, 16)}, seed++);
-        attention_dq_target_blocks() = saved_target;
+    for (const Case& cs : std::vector<Case>{{2, 33, 3, 64, true, {33, 1}},  // one partial tile
+                                            {2, 128, 2, 64, true, {}},
+                                            {3, 130, 2, 64, false, {130, 1, 77}},
+                                            {2, 100, 2, 64, true, {65, 100}}}) {
+        test_case<__nv_bfloat16>(cs, seed);
+        test_case<__half>(cs, seed);
+        seed += 2;
     }
-    attention_backward_wgmma_defer_dq() = saved_defer;
+    attention_forward_wgmma() = true;
+    for (const Case& cs : std::vector<Case>{{2, 33, 3, 64, true, {33, 1}}, {3, 130, 2, 64, false, {130, 1, 77}}}) {
+        test_case<__nv_bfloat16>(cs, seed);
+        test_case<__half>(cs, seed);
+        seed += 2;
+    }
     attention_forward_wgmma() = false;
+    attention_dq_target_blocks() = 12;
+    test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
     attention_dq_target_blocks() = 4;
+    test_case<__half>({2, 300, 2, 64, false, random_lengths(2, 300, 16)}, seed++);
     test_wgmma_defer_same_bits<__nv_bfloat16>({2, 300, 2, 64, true, {300, 170}}, seed++);
     attention_dq_target_blocks() = saved_target;
     test_wgmma_defer_same_bits<__half>({3, 130, 2, 64, false, {130, 1, 77}}, seed++);
+    test_wgmma_defer_same_bits<__nv_bfloat16>({2, 33, 3, 64, true, {33, 1}}, seed++);
     attention_backward_wgmma() = false;
     test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
     test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);
