@@ -1714,10 +1714,10 @@ inline bool& attention_backward_wgmma_defer_dq() {
     return on;
 }
 
-// Whether attention_backward takes the wgmma kernel for these types and this head size and dropout on
+// Whether attention_backward takes the wgmma kernel for a 16-bit type at this head size and dropout on
 // this device (the trainers print it).
-inline bool attention_backward_takes_wgmma(bool sixteen_bit, int head_size, bool dropout) {
-    return sixteen_bit && head_size == 64 && !dropout && attention_backward_wgmma() && wgmma_supported();
+inline bool attention_backward_takes_wgmma(int head_size, bool dropout) {
+    return head_size == 64 && !dropout && attention_backward_wgmma() && wgmma_supported();
 }
 
 // The blocks attention_backward_mma_kernel's grid aims at: enough to give every SM of a large GPU
@@ -1994,7 +1994,7 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
         using Tile = AttnMmaTile<floatX, HS>;
         const int splits = attention_dq_splits(B, T, NH);
         float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
-        if (attention_backward_takes_wgmma(true, HS, dropout)) {
+        if (attention_backward_takes_wgmma(HS, dropout)) {
             const bool defer = attention_backward_wgmma_defer_dq();
             auto kernel = defer ? attention_backward_wgmma_kernel<floatX, true>
                                 : attention_backward_wgmma_kernel<floatX, false>;

@@ -233,7 +233,7 @@ inline const char* apply_attention_backward(const RunOptions& o, int head_size, 
     }
     attention_backward_wgmma() = o.attention_backward != AttentionBackward::Mma;
     if (o.precision == Precision::FP32 || o.tf32) return "CUDA cores (fp32)";
-    return attention_backward_takes_wgmma(true, head_size, attention_dropout > 0) ? "wgmma" : "mma.sync";
+    return attention_backward_takes_wgmma(head_size, attention_dropout > 0) ? "wgmma" : "mma.sync";
 }
 
 // The checks of the shared options that involve more than one of them, after cli.parse() (and the
