@@ -210,20 +210,20 @@ struct BERT : ModelState<floatX> {
     StagingSlots batch_slots;  // pinned copies of the micro-batches in flight (set_batch)
     // Host copies of the current batch's head rows, slot map and labels (uploaded from here).
     std::vector<int> host_rows, host_slot, host_targets, host_types;
-    // Dropout in training passes (forward(true, ...)), transformers' hidden_dropout_prob and
-    // attention_probs_dropout_prob (both 0.1 in BERT's configs): on the embeddings' output, the
-    // attention probabilities, the attention and MLP outputs before their residual adds, and the
-    // pooled output before the classifier. 0 (the default): none, the eval-mode model. The masks are
+    // Dropout in training passes (forward(true, ...)), as transformers' config names it (BertDropout):
+    // hidden on the embeddings' output and the attention and MLP outputs before their residual adds,
+    // attention on the attention probabilities, classifier on the pooled output before the
+    // classifier. 0 (the default): none, the eval-mode model. The masks are
     // not stored but drawn from (dropout_seed, an offset per site and pass), so backward() redraws
     // the forward's; the trainer numbers the passes (dropout_pass) so that each micro-step draws new
     // masks and a resumed run draws the same ones again. A micro-step captured in a CUDA graph
     // (train_micro_step) reads the pass's part of the offsets from acts.pass_offset instead, written
     // before each replay: the replay reuses the captured kernel arguments, and offsets passed as
     // arguments would redraw the captured pass's masks. Either way a site's offset is the same number.
-    float dropout = 0.f;
+    BertDropout dropout = BertDropout::all(0.f);
     uint64_t dropout_seed = 0;
     uint64_t dropout_pass = 0;
-    float pass_dropout = 0.f;  // the probability the last forward() applied (0 in eval passes)
+    BertDropout pass_dropout = BertDropout::all(0.f);  // what the last forward() applied (0 in eval passes)
     // While a micro-step is captured (train_micro_step): the pass's dropout offset and the loss weight
     // dloss come from device memory (acts.pass_offset, acts.dloss), not from kernel arguments.
     bool scalars_on_device = false;
@@ -465,21 +465,21 @@ struct BERT : ModelState<floatX> {
     // A site's offset as a kernel argument, and the device memory that adds the pass's part in a graph.
     uint64_t dropout_offset(int site) const { return (scalars_on_device ? 0 : pass_offset()) + (uint64_t)site; }
     const uint64_t* dropout_pass_offset() const { return scalars_on_device ? acts.pass_offset : nullptr; }
-    // Hidden-state dropout of the current pass at `site` over n elements, in place (nothing at p = 0).
-    void drop(floatX* x, size_t n, int site) {
-        if (pass_dropout > 0.f)
-            dropout_forward(x, x, n, pass_dropout, dropout_seed, dropout_offset(site), stream, dropout_pass_offset());
+    // Dropout with probability p (one of pass_dropout's) at `site` over n elements, in place (nothing at
+    // p = 0).
+    void drop(floatX* x, size_t n, int site, float p) {
+        if (p > 0.f) dropout_forward(x, x, n, p, dropout_seed, dropout_offset(site), stream, dropout_pass_offset());
     }
     // Its gradient: dout through the same mask into dinp (which may be dout); returns where the
     // gradient is: dinp, or dout itself when the pass dropped nothing.
-    const floatX* drop_backward(floatX* dinp, const floatX* dout, size_t n, int site) {
-        if (pass_dropout == 0.f) return dout;
-        dropout_backward(dinp, dout, n, pass_dropout, dropout_seed, dropout_offset(site), stream, dropout_pass_offset());
+    const floatX* drop_backward(floatX* dinp, const floatX* dout, size_t n, int site, float p) {
+        if (p == 0.f) return dout;
+        dropout_backward(dinp, dout, n, p, dropout_seed, dropout_offset(site), stream, dropout_pass_offset());
         return dinp;
     }
     AttentionDropout attention_dropout(int l) const {
         AttentionDropout d;
-        d.p = pass_dropout;
+        d.p = pass_dropout.attention;
         d.seed = dropout_seed;
         d.offset = dropout_offset(1 + 3 * l);
         d.pass_offset = dropout_pass_offset();
@@ -503,7 +503,7 @@ struct BERT : ModelState<floatX> {
         attention_forward(x.atty, x.lse, x.qkv, B, T, C, NH, false, a.valid_len, stream, attention_dropout(l));
         matmul_forward(a.btc, x.atty, params.layer(ATTOW, l, (size_t)C * C), params.layer(ATTOB, l, C),
                        BT, C, C, stream);
-        drop(a.btc, btc, 2 + 3 * l);
+        drop(a.btc, btc, 2 + 3 * l, pass_dropout.hidden);
         fused_residual_layernorm_forward(x.res_att, x.h_att, x.att_mean, x.att_rstd, x.input, a.btc,
                                          params.layer(ATTLNW, l, C), params.layer(ATTLNB, l, C), BT, C, eps,
                                          stream);
@@ -513,7 +513,7 @@ struct BERT : ModelState<floatX> {
                        params.layer(INTERB, l, I), BT, C, I, erf, stream);
         matmul_forward(a.btc, x.fch_gelu, params.layer(OUTW, l, (size_t)C * I), params.layer(OUTB, l, C),
                        BT, I, C, stream);
-        drop(a.btc, btc, 3 + 3 * l);  // the MLP output, before the residual add
+        drop(a.btc, btc, 3 + 3 * l, pass_dropout.hidden);  // the MLP output, before the residual add
         fused_residual_layernorm_forward(x.res_out, x.h_out, x.out_mean, x.out_rstd, x.h_att, a.btc,
                                          params.layer(OUTLNW, l, C), params.layer(OUTLNB, l, C), BT, C, eps,
                                          stream);
@@ -547,13 +547,13 @@ struct BERT : ModelState<floatX> {
         float eps = c.layernorm_eps;
         BertActivations<floatX>& a = acts;
         const GeluKind erf = GeluKind::Erf;
-        pass_dropout = with_grad ? dropout : 0.f;
+        pass_dropout = with_grad ? dropout : BertDropout::all(0.f);
         encoder_forward(a.encoded, a.inputs, params.t[WORD_EMB], params.t[POS_EMB], a.token_types, params.t[TYPE_EMB],
                         B, T, C, stream);
         layernorm_forward(a.emb_ln, a.emb_mean, a.emb_rstd, a.encoded, params.t[EMB_LNW], params.t[EMB_LNB], BT, C,
                           eps, stream);
         // In place: the LayerNorm's backward reads its input and statistics, not its output.
-        drop(a.emb_ln, btc, 0);
+        drop(a.emb_ln, btc, 0, pass_dropout.hidden);
         for (int l = 0; l < L; l++) block_forward(l, layer_acts(l));
         if (head == BertHead::None || head_rows == 0) return;
         int R = head_slots;
@@ -571,7 +571,8 @@ struct BERT : ModelState<floatX> {
             int NL = c.num_labels;
             matmul_forward(a.head_pre, a.head_in, params.t[POOLW], params.t[POOLB], R, C, C, stream);
             tanh_forward(a.head_act, a.head_pre, (size_t)R * C, stream);
-            drop(a.head_act, (size_t)R * C, 1 + 3 * L);  // in place: tanh's backward reads its input
+            // in place: tanh's backward reads its input
+            drop(a.head_act, (size_t)R * C, 1 + 3 * L, pass_dropout.classifier);
             matmul_forward(a.cls_logits, a.head_act, params.t[CLSW], params.t[CLSB], R, C, NL, stream);
             fused_classifier(a.cls_logits, a.losses, a.targets, R, NL, NL, dloss, -100, with_grad, stream,
                              dloss_device());
@@ -594,7 +595,7 @@ struct BERT : ModelState<floatX> {
             backward();
             return;
         }
-        if (dropout > 0.f) dropout_set_pass_offset(acts.pass_offset, pass_offset(), stream);
+        if (dropout.any()) dropout_set_pass_offset(acts.pass_offset, pass_offset(), stream);
         set_device_scalar(acts.dloss, dloss, stream);
         // What the captured launches depend on: the head's computed rows (MLM: a multiple of
         // kHeadRowBucket), the batch's width (every shape and activation offset), the head, whether
@@ -634,7 +635,7 @@ struct BERT : ModelState<floatX> {
             int NL = c.num_labels;
             matmul_backward(a.dhead2, grads.t[CLSW], grads.t[CLSB], a.scratch, a.cls_logits, a.head_act,
                             params.t[CLSW], R, C, NL, stream);
-            drop_backward(a.dhead2, a.dhead2, (size_t)R * C, 1 + 3 * L);
+            drop_backward(a.dhead2, a.dhead2, (size_t)R * C, 1 + 3 * L, pass_dropout.classifier);
             tanh_backward_inplace(a.dhead2, a.head_pre, (size_t)R * C, stream);
             matmul_backward(a.dhead1, grads.t[POOLW], grads.t[POOLB], a.scratch, a.dhead2, a.head_in, params.t[POOLW],
                             R, C, C, stream);
@@ -652,7 +653,7 @@ struct BERT : ModelState<floatX> {
                                x.res_out, params.layer(OUTLNW, l, C), x.out_mean, x.out_rstd, BT, C, stream);
             // MLP: through the dropout into dres (free until the attention LayerNorm's backward), the
             // output dense and the GELU into dbig, through the intermediate dense into d2
-            const floatX* dmlp = drop_backward(a.dres, a.d1, btc, 3 + 3 * l);
+            const floatX* dmlp = drop_backward(a.dres, a.d1, btc, 3 + 3 * l, pass_dropout.hidden);
             matmul_backward(a.dbig, grads.layer(OUTW, l, (size_t)C * I), grads.layer(OUTB, l, C), a.scratch, dmlp,
                             x.fch_gelu, params.layer(OUTW, l, (size_t)C * I), x.fch, BT, I, C, erf, stream);
             matmul_backward(a.d2, grads.layer(INTERW, l, (size_t)I * C), grads.layer(INTERB, l, I), a.scratch, a.dbig,
@@ -664,7 +665,7 @@ struct BERT : ModelState<floatX> {
                                x.res_att, params.layer(ATTLNW, l, C), x.att_mean, x.att_rstd, BT, C, stream);
             // attention: dropout (into d2, free now), output projection, attention, qkv projection ->
             // d(input) through attention in d2
-            const floatX* dproj = drop_backward(a.d2, a.dres, btc, 2 + 3 * l);
+            const floatX* dproj = drop_backward(a.d2, a.dres, btc, 2 + 3 * l, pass_dropout.hidden);
             matmul_backward(a.d1, grads.layer(ATTOW, l, (size_t)C * C), grads.layer(ATTOB, l, C), a.scratch, dproj,
                             x.atty, params.layer(ATTOW, l, (size_t)C * C), BT, C, C, stream);
             attention_backward(a.dbig, a.d1, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, false, a.valid_len,
@@ -675,7 +676,7 @@ struct BERT : ModelState<floatX> {
             this->grads_final_layer(l);  // ... layer l's, while the layers below compute
         }
         // embeddings' dropout (in place) and LayerNorm, then the three embedding tables
-        drop_backward(a.dres, a.dres, btc, 0);
+        drop_backward(a.dres, a.dres, btc, 0, pass_dropout.hidden);
         cudaCheck(cudaMemsetAsync(a.d1, 0, btc * sizeof(floatX), stream));
         layernorm_backward(a.d1, grads.t[EMB_LNW], grads.t[EMB_LNB], a.scratch, a.dres, a.encoded, params.t[EMB_LNW],
                            a.emb_mean, a.emb_rstd, BT, C, stream);
@@ -897,9 +898,10 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     const bool training = o.max_steps != 0;
     model.training = training;
     model.opt = o.opt;
-    model.dropout = o.dropout;
+    model.dropout = config.dropout;  // the model's config.json or the options (train_bert_main resolves them)
     model.recompute = o.recompute;
-    const char* attention_kernel = apply_attention_backward(o, config.channels / config.num_heads, o.dropout);
+    const char* attention_kernel =
+        apply_attention_backward(o, config.channels / config.num_heads, config.dropout.attention);
     model.dropout_seed = o.seed * 0x9E3779B97F4A7C15ull + 0xD20F;  // a key of its own, not the init's
     // Data parallel: each rank's rows get masks of their own (rank 0 keeps the one-process key).
     model.dropout_seed += (uint64_t)dist.rank * 0xBF58476D1CE4E5B9ull;
@@ -952,6 +954,11 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     now.ranks = model.world();
     now.num_params = model.update_size();
     now.has_master = model.master != nullptr;
+    Recipe recipe = run_recipe(o, sched);
+    if (head == BertHead::MLM) recipe.add("mask_rate", o.mask_rate);
+    recipe.add("hidden_dropout", c.dropout.hidden).add("attention_dropout", c.dropout.attention);
+    recipe.add("classifier_dropout", c.dropout.classifier);
+    now.recipe = recipe.text();  // saved with each checkpoint's state
     if (resume) {
         check_resumable(*resume, now, model.opt_state_bytes,
                         ResumeNames{"--max-len", "sequences per step", bert_precision_code_name}, resume_path);
@@ -973,7 +980,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         snprintf(lr, sizeof(lr), "%.9g", o.lr);
         BertRunSettings run{lr, std::to_string(o.max_steps), std::to_string(o.epochs),
                             head == BertHead::MLM ? "mlm" : "classify", o.init_path, o.label};
-        if (!write_bert_run_config(o.output_dir, c, head, label_names, o.dropout, run, &err))
+        if (!write_bert_run_config(o.output_dir, c, head, label_names, run, &err))
             data_error("%s", err.c_str());
     }
 
@@ -994,9 +1001,10 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         char warm[32];
         snprintf(warm, sizeof(warm), "%d", sched.warmup);
         printf("batch: B=%d (length-bucketed, padded to a multiple of 8, at most %d), %d micro-step%s -> %lld "
-               "sequences per step; %d steps (%d per epoch); lr %s max %.2e warmup %s; dropout %g; %s, weight decay "
+               "sequences per step; %d steps (%d per epoch); lr %s max %.2e warmup %s; %s; %s, weight decay "
                "%g\n", o.B, o.max_len, accum, accum > 1 ? "s" : "", total, steps, steps_per_epoch,
-               lr_schedule_name(sched.kind), sched.max_lr, warm, o.dropout, optimizer_name(o.opt.kind),
+               lr_schedule_name(sched.kind), sched.max_lr, warm, bert_dropout_text(c.dropout).c_str(),
+               optimizer_name(o.opt.kind),
                o.opt.weight_decay);
         if (graphs)
             printf("CUDA graphs: micro-steps replayed from graphs after the first step, one per batch width%s (the "
@@ -1008,7 +1016,10 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
                val ? (", evaluated on " + o.val_pattern).c_str() : "",
                !o.export_hf.empty() ? (", exported to " + o.export_hf).c_str() : "");
     }
-    if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
+    if (resume) {
+        printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
+        report_recipe_changes(resume->recipe, now.recipe);
+    }
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
                   JsonFields()
@@ -1166,7 +1177,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         if (validate) evaluate(steps);
         if (!o.export_hf.empty() && dist.rank == 0) {  // the parameters as trained: fp32, or bf16 written as BF16
             export_hf_bert(o.export_hf, c, model.params_host_fp32(), std::is_same<floatX, __nv_bfloat16>::value,
-                           head, label_names, o.dropout);
+                           head, label_names);
             printf("exported for transformers: %s/model.safetensors + config.json (%s)\n", o.export_hf.c_str(),
                    head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification");
         }
@@ -1289,6 +1300,10 @@ int train_bert_main(int argc, char** argv) {
     }
     if (o.max_len > config.max_seq_len)
         cli.fail("option --max-len: %d is longer than the model's %d positions", o.max_len, config.max_seq_len);
+    // Dropout: the model's config.json (0.1 each for a random init; a resumed run's records what the
+    // run trained with), unless --dropout or --attention-dropout set it.
+    if (cli.given("dropout")) config.dropout = BertDropout::all(o.dropout);
+    if (cli.given("attention-dropout")) config.dropout.attention = o.attention_dropout;
     // Machine-dependent defaults. On a GPU the default run is seed 000's recipe: 2 epochs at 2e-5. On the
     // CPU backend a pretrained model's 2 epochs take tens of minutes, so the default run from it is cut
     // to 100 steps (0.8 epochs) at 1e-4, which lands about where transformers does in as many steps.

@@ -1153,6 +1153,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     int steps = !training ? 0 : o.max_steps > 0 ? o.max_steps
                                                 : (int)std::max<size_t>(1, train_loader->batches_per_epoch() / accum);
     LRScheduler sched = o.scheduler(steps);
+    const std::string recipe = run_recipe(o, sched).text();  // saved with each checkpoint's state
 
     // Where the run starts: step 0, or the checkpoint's step with its optimizer state, data
     // position and sampling RNG.
@@ -1232,7 +1233,10 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     if (validate && val_steps < o.val_steps)
         printf("validation: %d batch%s per evaluation, all that %s holds for B=%d T=%d (--val-steps %d asked for "
                "more)\n", val_steps, val_steps > 1 ? "es" : "", o.val_pattern.c_str(), o.B, o.T, o.val_steps);
-    if (resume) printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
+    if (resume) {
+        printf("resuming from %s at step %d\n", resume_path.c_str(), start_step);
+        report_recipe_changes(resume->recipe, recipe);
+    }
     if (log.is_open()) {
         log.write(resume ? "resume" : "run", start_step,
                   JsonFields()
@@ -1268,6 +1272,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         st.seed = o.seed;
         st.data_position = train_loader->position();
         st.rng = rng;
+        st.recipe = recipe;
         scaler.save(&st);
         model.optimizer_state_host(&st);  // sets world/rank: the shard's, or 1/0 when every rank holds all
         // Rank 0 writes the model and, when the state is replicated, the state; with sharded state

@@ -20,6 +20,32 @@
 // ----------------------------------------------------------------------------
 // Configuration
 
+// Dropout probabilities in training passes, as transformers' BertConfig names them:
+// hidden_dropout_prob (the embeddings' output, and each layer's attention and MLP outputs before their
+// residual adds), attention_probs_dropout_prob (the attention probabilities) and classifier_dropout
+// (the pooled output before the classifier; null in config.json means the hidden one).
+struct BertDropout {
+    float hidden = 0.1f;
+    float attention = 0.1f;
+    float classifier = 0.1f;
+    static BertDropout all(float p) { return {p, p, p}; }
+    bool any() const { return hidden > 0.f || attention > 0.f || classifier > 0.f; }
+    bool operator==(const BertDropout& o) const {
+        return hidden == o.hidden && attention == o.attention && classifier == o.classifier;
+    }
+};
+
+// "dropout 0.1", or "dropout 0.1 hidden, 0 attention, 0.1 classifier" when they differ.
+inline std::string bert_dropout_text(const BertDropout& d) {
+    char text[96];
+    if (d == BertDropout::all(d.hidden))
+        snprintf(text, sizeof(text), "dropout %g", d.hidden);
+    else
+        snprintf(text, sizeof(text), "dropout %g hidden, %g attention, %g classifier", d.hidden, d.attention,
+                 d.classifier);
+    return text;
+}
+
 struct BertConfig {
     int vocab_size = 30522;          // V: real tokens
     int padded_vocab_size = 30592;   // Vp: V rounded up to a multiple of 128 (aligned decoder matmul)
@@ -32,6 +58,7 @@ struct BertConfig {
     int num_labels = 2;              // the classification head's outputs
     float layernorm_eps = 1e-12f;
     float initializer_range = 0.02f; // std of the random initialization (transformers' BertConfig)
+    BertDropout dropout;             // what config.json says (0.1 each by default, as transformers' BertConfig)
 };
 
 // V rounded up to a multiple of 128 (30522 -> 30592).
@@ -63,6 +90,10 @@ inline std::string bert_config_problem(const BertConfig& c) {
     else if (!(c.layernorm_eps > 0.f) || !(c.initializer_range >= 0.f))
         snprintf(why, sizeof(why), "layer_norm_eps %g must be positive and initializer_range %g not negative",
                  c.layernorm_eps, c.initializer_range);
+    else if (!(c.dropout.hidden >= 0.f && c.dropout.hidden < 1.f) || !(c.dropout.attention >= 0.f &&
+             c.dropout.attention < 1.f) || !(c.dropout.classifier >= 0.f && c.dropout.classifier < 1.f))
+        snprintf(why, sizeof(why), "hidden_dropout_prob %g, attention_probs_dropout_prob %g and classifier_dropout %g "
+                 "must be probabilities below 1", c.dropout.hidden, c.dropout.attention, c.dropout.classifier);
     return why;
 }
 

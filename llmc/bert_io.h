@@ -226,6 +226,11 @@ inline void read_hf_bert_config(const std::string& path, BertConfig* c,
     if (problem != "single_label_classification")
         data_error("%s: problem_type \"%s\" cannot be represented: the classification head is single-label "
                    "(softmax cross-entropy)", f, problem.c_str());
+    c->dropout.hidden = (float)number("hidden_dropout_prob", 0.1);
+    c->dropout.attention = (float)number("attention_probs_dropout_prob", 0.1);
+    const json::Value* classifier = root.get("classifier_dropout");
+    c->dropout.classifier = classifier && classifier->type != json::Value::Null
+                                ? (float)number("classifier_dropout", 0.1) : c->dropout.hidden;
     std::string why = bert_config_problem(*c);
     if (!why.empty()) data_error("%s: %s", f, why.c_str());
 }
@@ -405,12 +410,11 @@ inline SafeTensorsWriter bert_safetensors(const BertConfig& c, const std::vector
     return w;
 }
 
-// transformers' config.json for c as architecture `arch`, its labels named label_names (default
-// LABEL_k, as save_pretrained writes them), dropout its hidden and attention dropout probability;
-// extra: more keys ("  \"key\": value,\n" lines; transformers keeps unknown keys as attributes).
+// transformers' config.json for c as architecture `arch` (c.dropout its dropout probabilities), its
+// labels named label_names (default LABEL_k, as save_pretrained writes them); extra: more keys
+// ("  \"key\": value,\n" lines; transformers keeps unknown keys as attributes).
 inline std::string bert_config_json(const BertConfig& c, const char* arch, bool bf16,
-                                    const std::vector<std::string>& label_names = {}, float dropout = 0.1f,
-                                    const std::string& extra = "") {
+                                    const std::vector<std::string>& label_names = {}, const std::string& extra = "") {
     // The labels (transformers derives num_labels from id2label), for every architecture.
     std::string id2label, label2id;
     for (int k = 0; k < c.num_labels; k++) {
@@ -434,7 +438,7 @@ inline std::string bert_config_json(const BertConfig& c, const char* arch, bool 
     char body[1024];
     snprintf(body, sizeof(body),
              "  \"attention_probs_dropout_prob\": %s,\n"
-             "  \"classifier_dropout\": null,\n"
+             "  \"classifier_dropout\": %s,\n"
              "  \"hidden_act\": \"gelu\",\n"
              "  \"hidden_dropout_prob\": %s,\n"
              "  \"hidden_size\": %d,\n"
@@ -451,7 +455,9 @@ inline std::string bert_config_json(const BertConfig& c, const char* arch, bool 
              "  \"type_vocab_size\": %d,\n"
              "  \"use_cache\": true,\n"
              "  \"vocab_size\": %d\n",
-             shortest(dropout).c_str(), shortest(dropout).c_str(), c.channels, shortest(c.initializer_range).c_str(),
+             shortest(c.dropout.attention).c_str(),
+             c.dropout.classifier == c.dropout.hidden ? "null" : shortest(c.dropout.classifier).c_str(),
+             shortest(c.dropout.hidden).c_str(), c.channels, shortest(c.initializer_range).c_str(),
              c.intermediate, shortest(c.layernorm_eps).c_str(),
              c.max_seq_len, c.num_heads, c.num_layers, bf16 ? "bfloat16" : "float32", c.type_vocab_size, c.vocab_size);
     return std::string("{\n  \"architectures\": [\"") + arch + "\"],\n" + labels + extra + body + "}\n";
@@ -461,10 +467,10 @@ inline std::string bert_config_json(const BertConfig& c, const char* arch, bool 
 // (F32, or BF16 if bf16) and config.json, for the architecture of `head`: BertForMaskedLM (MLM: the
 // encoder and the MLM head, "bert." names), BertForSequenceClassification (Classify: encoder, pooler,
 // classifier) or BertModel (None: encoder and pooler). from_pretrained(dir) of that class loads it
-// with nothing missing and nothing unexpected. label_names: id2label's names (default LABEL_k);
-// dropout: the config's dropout probabilities. Exits with one line if it cannot write.
+// with nothing missing and nothing unexpected. label_names: id2label's names (default LABEL_k).
+// Exits with one line if it cannot write.
 inline void export_hf_bert(const std::string& dir, const BertConfig& c, const std::vector<float>& params, bool bf16,
-                           BertHead head, const std::vector<std::string>& label_names = {}, float dropout = 0.1f) {
+                           BertHead head, const std::vector<std::string>& label_names = {}) {
     std::string err;
     if (!make_dirs(dir, &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
     bool part[NUM_BERT_PARTS] = {true, head != BertHead::MLM, head == BertHead::MLM, head == BertHead::Classify};
@@ -473,7 +479,7 @@ inline void export_hf_bert(const std::string& dir, const BertConfig& c, const st
     const char* arch = head == BertHead::MLM        ? "BertForMaskedLM"
                        : head == BertHead::Classify ? "BertForSequenceClassification"
                                                     : "BertModel";
-    std::string config = bert_config_json(c, arch, bf16, label_names, dropout);
+    std::string config = bert_config_json(c, arch, bf16, label_names);
     if (!write_file_atomic(dir + "/config.json", {{config.data(), config.size()}}, &err))
         data_error("export to %s: %s", dir.c_str(), err.c_str());
 }
@@ -507,13 +513,13 @@ struct BertRunSettings {
 // config of the run's architecture (BertForMaskedLM or BertForSequenceClassification) and llmc_run,
 // the run's settings. False with *err if it cannot write.
 inline bool write_bert_run_config(const std::string& dir, const BertConfig& c, BertHead head,
-                                  const std::vector<std::string>& label_names, float dropout,
-                                  const BertRunSettings& r, std::string* err) {
+                                  const std::vector<std::string>& label_names, const BertRunSettings& r,
+                                  std::string* err) {
     std::string run = "  \"llmc_run\": {\"lr\": " + json::quote(r.lr) + ", \"max_steps\": " + json::quote(r.max_steps) +
                       ", \"epochs\": " + json::quote(r.epochs) + ", \"task\": " + json::quote(r.task) +
                       ", \"init\": " + json::quote(r.init) + ", \"label\": " + json::quote(r.label) + "},\n";
     std::string json = bert_config_json(c, head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification",
-                                        false, label_names, dropout, run);
+                                        false, label_names, run);
     return write_file_atomic(dir + "/config.json", {{json.data(), json.size()}}, err);
 }
 

@@ -15,7 +15,8 @@ struct BertTrainOptions : RunOptions {
     int epochs = 2;
     int eval_every = 0;                  // steps between evaluations besides each epoch's end (0: none)
     bool eval_first = true;              // also evaluate before the first step
-    float dropout = 0.1f;
+    float dropout = 0.1f;                // --dropout and --attention-dropout when given (else the model's
+    float attention_dropout = 0.1f;      // config.json; the trainer resolves them into BertConfig::dropout)
     double mask_rate = 0.15;
     bool bench = false;                  // --bench: time the steps only (no evaluation), print a summary line
     bool cuda_graphs = true;             // replay the micro-step from a CUDA graph (BERT::train_micro_step)
@@ -75,8 +76,12 @@ inline void add_bert_options(Cli& cli, BertTrainOptions* o) {
             &o->eval_every, 0, 1 << 30);
     cli.add("eval-first", nullptr, "1", "evaluate before training too (the starting point to compare with)",
             &o->eval_first);
-    cli.add("dropout", nullptr, "P", "0.1", "dropout on hidden states and attention probabilities in training "
-            "(transformers' hidden_dropout_prob, attention_probs_dropout_prob); 0: off", &o->dropout, 0, 0.99);
+    cli.add("dropout", nullptr, "P", "auto", "dropout in training on the hidden states, the attention probabilities "
+            "and the pooled output; 0: off (auto: the model's config.json: transformers' hidden_dropout_prob, "
+            "attention_probs_dropout_prob, classifier_dropout; 0.1 for a random init)", &o->dropout, 0, 0.99);
+    cli.add("attention-dropout", nullptr, "P", "auto", "dropout on the attention probabilities alone (auto: "
+            "--dropout's if given, else the model's config.json); 0 lets an H100's attention backward run on wgmma",
+            &o->attention_dropout, 0, 0.99);
     cli.add("mask-rate", nullptr, "FRACTION", "0.15", "mlm: fraction of the tokens to predict (80% [MASK], 10% "
             "random, 10% unchanged; masks drawn anew each epoch)", &o->mask_rate, 0, 1);
     cli.add("cuda-graphs", nullptr, "1", "replay each micro-step's forward and backward passes from a CUDA graph "

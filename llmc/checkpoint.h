@@ -19,6 +19,10 @@
 //   [24] optimizer code (the trainer's)  [25] loss-scale growth tracker (clean steps since a change)
 //   [26..27] bytes of optimizer state  [28] element alignment of the ZeRO shard layout (llmc/zero.h)
 //   [29] processes of the run (data-parallel ranks; 0 in files written before they existed: 1)
+//   [30] bytes of the recipe text at [32..255] (at most 896; 0 in files written before it existed)
+// The recipe: the settings a resumed run may change on purpose (learning rate, schedule, optimizer
+// hyperparameters, clipping, dropout, ...) as "key=value" pairs one space apart, so that a resumed run
+// can say what it changes (llmc/run.h's report_recipe_changes).
 // World and rank are the partition's: a state sharded over W ranks (ZeRO-1/2) is W files, one per
 // rank, each holding its shard; a replicated state (one process, ZeRO-0) is one file, world 1.
 // then, when [4] is 1, fp32 master weights[N], then the optimizer's state as the optimizer keeps it
@@ -42,6 +46,7 @@
 
 constexpr int TRAIN_STATE_MAGIC = 20261101;
 constexpr int TRAIN_STATE_VERSION = 1;
+constexpr size_t TRAIN_STATE_RECIPE_BYTES = 1024 - 32 * 4;  // the header's slots 32..255
 
 inline std::string checkpoint_file(const std::string& dir, const char* kind, int step) {
     char name[64];
@@ -155,6 +160,7 @@ struct TrainState {
     int shard_align = 0;                  // the shard layout's alignment (llmc/zero.h)
     int ranks = 1;                        // processes of the run that saved it (data parallel)
     uint64_t num_params = 0;              // N, or the shard's size S
+    std::string recipe;                   // "key=value ..." (see the format above; "" when not recorded)
     std::vector<float> master;            // (N) when has_master
     std::vector<uint8_t> optimizer_state;  // the optimizer's device state, byte for byte
 };
@@ -193,6 +199,13 @@ inline bool write_train_state(const std::string& path, const TrainState& s, std:
     put64(h, 26, s.optimizer_state.size());
     h[28] = s.shard_align;
     h[29] = s.ranks;
+    if (s.recipe.size() > TRAIN_STATE_RECIPE_BYTES) {
+        *err = path + ": the recipe text is " + std::to_string(s.recipe.size()) + " bytes, the header holds " +
+               std::to_string(TRAIN_STATE_RECIPE_BYTES);
+        return false;
+    }
+    h[30] = (int32_t)s.recipe.size();
+    memcpy(&h[32], s.recipe.data(), s.recipe.size());
     std::vector<std::pair<const void*, size_t>> parts = {{h, sizeof(h)}};
     if (s.has_master) parts.push_back({s.master.data(), s.master.size() * sizeof(float)});
     parts.push_back({s.optimizer_state.data(), s.optimizer_state.size()});
@@ -219,10 +232,10 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
     }
     if (h[2] < 1 || h[3] < 0 || h[3] >= h[2] || (h[4] != 0 && h[4] != 1) || (h[5] != 0 && h[5] != 1) || h[7] < 1 ||
         h[8] < 1 || (int64_t)get64(h, 10) < 0 || (int64_t)get64(h, 16) < 1 || h[23] < 0 || h[24] < 0 || h[25] < 0 ||
-        h[28] < 0 || h[29] < 0) {
+        h[28] < 0 || h[29] < 0 || h[30] < 0 || h[30] > (int32_t)TRAIN_STATE_RECIPE_BYTES) {
         *err = "implausible header (world " + std::to_string(h[2]) + ", rank " + std::to_string(h[3]) + ", B " +
                std::to_string(h[7]) + ", T " + std::to_string(h[8]) + ", step " +
-               std::to_string((int64_t)get64(h, 10)) + ")";
+               std::to_string((int64_t)get64(h, 10)) + ", recipe " + std::to_string(h[30]) + " bytes)";
         return false;
     }
     uint64_t n = get64(h, 12), opt_bytes = get64(h, 26);
@@ -253,6 +266,7 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
     s->shard_align = h[28];
     s->ranks = h[29] > 0 ? h[29] : 1;
     s->num_params = n;
+    s->recipe.assign((const char*)&h[32], (size_t)h[30]);
     const uint8_t* body = data + 1024;  // memcpy: the buffer need not be float-aligned
     s->master.resize(s->has_master ? n : 0);
     s->optimizer_state.resize(opt_bytes);

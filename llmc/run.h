@@ -179,6 +179,32 @@ inline void check_resumable(const TrainState& saved, const TrainState& now, size
                    (unsigned long long)now.num_params, state_bytes, optimizer_name((OptimizerKind)now.optimizer));
 }
 
+// Says what a resumed run changes of the recipe its checkpoint recorded (llmc/checkpoint.h), one line:
+// "resume: this run changes lr 0.0006 -> 0.0003, grad_clip 1 -> 0.5 (...)"; nothing when it changes
+// nothing, or when the checkpoint recorded no recipe. Keys only one side has (another optimizer's,
+// fp16's) are left out: what would make the run another run is refused by check_resumable instead.
+inline void report_recipe_changes(const std::string& saved, const std::string& now) {
+    auto pairs = [](const std::string& text) {
+        std::vector<std::pair<std::string, std::string>> out;
+        for (size_t at = 0; at < text.size();) {
+            size_t end = text.find(' ', at);
+            if (end == std::string::npos) end = text.size();
+            std::string pair = text.substr(at, end - at);
+            size_t eq = pair.find('=');
+            if (eq != std::string::npos) out.push_back({pair.substr(0, eq), pair.substr(eq + 1)});
+            at = end + 1;
+        }
+        return out;
+    };
+    std::string changes;
+    for (const auto& [key, was] : pairs(saved))
+        for (const auto& [key2, is] : pairs(now))
+            if (key == key2 && was != is) changes += (changes.empty() ? "" : ", ") + key + " " + was + " -> " + is;
+    if (!changes.empty())
+        printf("resume: this run changes %s (its command line's settings; the checkpoint's run had the first "
+               "values)\n", changes.c_str());
+}
+
 // Where a run with --resume starts: the newest complete checkpoint in its output directory, with the
 // training state rank 0 wrote (the step, data position, optimizer state); found() is false when
 // there is none (the run starts from scratch, and says so) or the run does not resume.

@@ -66,6 +66,50 @@ struct RunOptions {
     }
 };
 
+// A training-state recipe (llmc/checkpoint.h): "key=value" pairs one space apart, numbers in the
+// shortest form that reads back as the same float.
+class Recipe {
+  public:
+    Recipe& add(const char* key, const std::string& value) {
+        text_ += std::string(text_.empty() ? "" : " ") + key + "=" + value;
+        return *this;
+    }
+    Recipe& add(const char* key, double value) {
+        char buf[32];
+        for (int digits = 1; digits <= 17; digits++) {
+            snprintf(buf, sizeof(buf), "%.*g", digits, value);
+            if (strtod(buf, nullptr) == value || (float)strtod(buf, nullptr) == (float)value) break;
+        }
+        return add(key, std::string(buf));
+    }
+    const std::string& text() const { return text_; }
+
+  private:
+    std::string text_;
+};
+
+// The shared part of a run's recipe: the schedule as resolved for the run (peak lr, kind, warmup and
+// total steps, final fraction), clipping, the optimizer's hyperparameters, fp16's scale window.
+inline Recipe run_recipe(const RunOptions& o, const LRScheduler& sched) {
+    Recipe r;
+    r.add("lr", sched.max_lr).add("schedule", lr_schedule_name(sched.kind)).add("warmup_steps", sched.warmup);
+    r.add("steps", sched.total).add("final_lr_frac", sched.final_fraction).add("grad_clip", o.grad_clip);
+    const OptimizerConfig& p = o.opt;
+    r.add("weight_decay", p.weight_decay);
+    switch (p.kind) {
+        case OptimizerKind::AdamW:
+        case OptimizerKind::AdamW8bit: r.add("beta1", p.beta1).add("beta2", p.beta2).add("eps", p.eps); break;
+        case OptimizerKind::SGD: r.add("momentum", p.momentum).add("nesterov", p.nesterov ? 1 : 0); break;
+        case OptimizerKind::Adafactor:
+            r.add("adafactor_beta1", p.adafactor.use_first_moment ? p.adafactor.beta1 : 0)
+                .add("adafactor_clip", p.adafactor.clip_threshold)
+                .add("adafactor_decay_rate", p.adafactor.decay_rate);
+            break;
+    }
+    if (o.precision == Precision::FP16) r.add("loss_scale_window", o.loss_scale_window);
+    return r;
+}
+
 // What the shared options differ in between the trainers: defaults, and the words for their units.
 struct RunOptionTexts {
     const char* train_data;       // --train-data's default and help
@@ -226,7 +270,7 @@ inline const char* apply_attention_backward(const RunOptions& o, int head_size, 
             data_error("option --attention-backward: wgmma takes head size 64; this model's is %d", head_size);
         if (attention_dropout > 0)
             data_error("option --attention-backward: wgmma runs the backward without attention dropout; this run "
-                       "has dropout %g (give --dropout 0)", attention_dropout);
+                       "has attention dropout %g (give --attention-dropout 0)", attention_dropout);
         if (!wgmma_supported())
             data_error("option --attention-backward: this device has no wgmma code: wgmma needs an H100 or H200 "
                        "(compute capability 9.0) and a build for it (make GPU=1 there builds sm_90a)");

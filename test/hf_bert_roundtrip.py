@@ -55,7 +55,8 @@ def check_export(head, precision, directory):
     problems = {k: v for k, v in info.items() if v}
     c = model.config
     fields = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
-              "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "hidden_act", "num_labels")
+              "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "hidden_act", "num_labels",
+              "hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
     got = tuple(getattr(c, f) for f in fields)
     want = tuple(getattr(reference, f) for f in fields)
     tied = head != "mlm" or (model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight)

@@ -356,7 +356,7 @@ void check_recompute(BertHead head) {
     auto grads_with = [&](Recompute r, float dropout, size_t* bytes) {
         BERT<floatX> m;
         m.recompute = r;
-        m.dropout = dropout;
+        m.dropout = BertDropout::all(dropout);
         m.dropout_seed = 1234;
         m.dropout_pass = 3;
         m.build(f.config, f.init);
@@ -440,7 +440,7 @@ void check_cuda_graphs(float dropout, BertHead head) {
         cudaStream_t stream;
         cudaCheck(cudaStreamCreate(&stream));  // the legacy stream cannot capture
         m.stream = stream;
-        m.dropout = dropout;
+        m.dropout = BertDropout::all(dropout);
         m.dropout_seed = 77;
         m.build(c, f.init);
         m.allocate_activations(B, 32);
@@ -729,6 +729,9 @@ void check_checkpoint_refusals() {
     expect_refusal("hf refuses: relative position embeddings",
                    "position_embedding_type \"relative_key\" cannot be represented",
                    load(write_variant("pos", "bert_tiny_mlm", keep, {}, "\"absolute\"", "\"relative_key\"")));
+    expect_refusal("hf refuses: a dropout probability that is not a number", "\"hidden_dropout_prob\" must be a number",
+                   load(write_variant("dropout", "bert_tiny_mlm", keep, {}, "\"hidden_dropout_prob\": 0.0",
+                                      "\"hidden_dropout_prob\": \"0.1\"")));
     expect_refusal("hf refuses: another model_type", "model_type is \"roberta\"",
                    load(write_variant("type", "bert_tiny_mlm", keep, {}, "\"bert\"", "\"roberta\"")));
     expect_refusal("hf refuses: a head size the attention kernel lacks (64 channels / 8 heads)",

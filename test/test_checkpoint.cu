@@ -245,6 +245,21 @@ int main(int argc, char** argv) {
                                   "with --resume") != std::string::npos;
         th::report(ok, "train_gpt2 -o DIR without --resume, DIR holding a run's checkpoints: refused, its log kept",
                    "%s", th::last_lines(again.text).c_str());
+        // A resumed run says what it changes of the recipe its checkpoint recorded (the learning rate
+        // and clipping here), and nothing when its command line is the run's.
+        const std::string rdir = g_tmp + "/recipe_run";
+        const std::string recipe_run = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                       "--vocab-size 64 -t 16 -b 2 -x 4 -v 0 -g 0 -i " + train + " -j '' -o " + rdir;
+        th::ChildOutput part1 = th::run_command(recipe_run + " --stop-after 1 2>&1");
+        th::ChildOutput same = th::run_command(recipe_run + " -y --stop-after 1 2>&1");
+        th::ChildOutput changed = th::run_command(recipe_run + " -y -l 2e-3 --grad-clip 0.5 2>&1");
+        const std::string notice = "resume: this run changes lr 0.001 -> 0.002, grad_clip 1 -> 0.5 (";
+        ok = th::exited_ok(part1) && th::exited_ok(same) && th::exited_ok(changed) &&
+             same.text.find("resuming from") != std::string::npos &&
+             same.text.find("resume: this run changes") == std::string::npos &&
+             changed.text.find(notice) != std::string::npos;
+        th::report(ok, "train_gpt2 -y: a changed --lr and --grad-clip are said at resume, the run's own command line "
+                   "says nothing", "%s", th::last_lines(changed.text).c_str());
         FILE* f = fopen((g_tmp + "/a_file").c_str(), "wb");
         if (f) fclose(f);
         th::ChildOutput exp = th::run_command(tiny + "--export-hf " + g_tmp + "/a_file/hf 2>&1");
@@ -563,6 +578,24 @@ int main(int argc, char** argv) {
         bool refused = !read_train_state(path, &st, &err);
         th::report(refused && err.find("truncated or corrupt") != std::string::npos, "truncated state file refused",
                    "%s", err.c_str());
+        // The recipe text round-trips; a length past the header's room is refused.
+        TrainState r;
+        r.B = r.T = 1;
+        r.tokens_per_step = 1;
+        r.recipe = "lr=0.0003 schedule=cosine";
+        std::string rpath = g_tmp + "/recipe_state.bin";
+        bool round = write_train_state(rpath, r, &err) && read_train_state(rpath, &st, &err) && st.recipe == r.recipe;
+        std::string rbytes = slurp(rpath);
+        int32_t too_long = (int32_t)TRAIN_STATE_RECIPE_BYTES + 1;
+        memcpy(&rbytes[30 * 4], &too_long, 4);
+        f = fopen(rpath.c_str(), "wb");
+        fwrite(rbytes.data(), 1, rbytes.size(), f);
+        fclose(f);
+        refused = !read_train_state(rpath, &st, &err) && err.find("recipe 897 bytes") != std::string::npos;
+        r.recipe.assign(TRAIN_STATE_RECIPE_BYTES + 1, 'x');
+        bool not_written = !write_train_state(rpath + ".long", r, &err);
+        th::report(round && refused && not_written, "state file: the recipe round-trips; one past the header's 896 "
+                   "bytes is refused (read and write)", "%s", err.c_str());
     }
 
     // llm.c model files: the oracle's fixture (written in llm.c's format) read and written back is

@@ -11,7 +11,9 @@
 //   accuracy, the majority-class rate and F1; a run stopped with --stop-after and resumed is
 //   bit-identical to an uninterrupted one (fp32 and bf16, dropout on: the same losses, the same final
 //   model and optimizer state, byte for byte); two runs with the same seed are identical and different
-//   seeds differ (dropout on); CUDA graphs on and off are bit-identical (fp16, accumulation, dropout
+//   seeds differ (dropout on); the dropout is the checkpoint's config.json's (hidden, attention and
+//   classifier) unless --dropout / --attention-dropout set it, and the run's config.json records it;
+//   CUDA graphs on and off are bit-identical (fp16, accumulation, dropout
 //   on; classification and MLM); MLM pretraining runs and reports MLM accuracy, and says so where a
 //   step or the val split has no masked token; --export-hf writes what our own loader reads back. And in this process, on the model: with dropout on, backward()'s
 //   gradient is the gradient of the loss under the masks forward() drew (both heads).
@@ -162,7 +164,7 @@ void test_refusals(const std::string& cls3, const std::string& cls4, const std::
     expect_error("refused: --attention-backward wgmma with attention dropout", base + "--config tiny -i " + cls3 +
                  " --precision bf16 --attention-backward wgmma",
                  "option --attention-backward: wgmma runs the backward without attention dropout; this run has "
-                 "dropout 0.1 (give --dropout 0)");
+                 "attention dropout 0.1 (give --attention-dropout 0)");
     expect_error("refused: --nesterov with AdamW", base + "--config tiny -i " + cls3 + " --nesterov",
                  "option --nesterov: applies to --optimizer sgd only (this run's optimizer is adamw)");
     expect_error("refused: --profile-step past the run's steps", base + "--config tiny -i " + cls3 +
@@ -258,12 +260,13 @@ void test_default_task() {
 }
 
 // A run of `steps` steps stopped after `stop` and resumed equals an uninterrupted one: losses, final
-// model and state bit for bit.
-void test_resume(const char* name, const std::string& args, int steps, int stop) {
+// model and state bit for bit. `dropout` (options) is given to the first part only: the resumed part
+// takes the dropout from the run's config.json.
+void test_resume(const char* name, const std::string& args, const std::string& dropout, int steps, int stop) {
     std::string a = g_tmp + "/resume_" + name + "_straight", b = g_tmp + "/resume_" + name + "_parts";
     std::string common = args + " -n 3 ";
-    th::ChildOutput straight = run(common + "-o " + a);
-    th::ChildOutput first = run(common + "-o " + b + " --stop-after " + std::to_string(stop));
+    th::ChildOutput straight = run(common + dropout + " -o " + a);
+    th::ChildOutput first = run(common + dropout + " -o " + b + " --stop-after " + std::to_string(stop));
     th::ChildOutput second = run(common + "-o " + b + " -y");
     std::string why;
     for (std::string f : {checkpoint_file("", "model", steps), state_file("", steps, 0)}) {
@@ -274,7 +277,8 @@ void test_resume(const char* name, const std::string& args, int steps, int stop)
     bool resumed = second.text.find("resuming from") != std::string::npos &&
                    first.text.find("stopped after step " + std::to_string(stop)) != std::string::npos;
     bool ok = exited(straight, 0) && exited(first, 0) && exited(second, 0) && resumed && why.empty();
-    std::string label = std::string("resume after --stop-after is bit-identical (") + name + ")";
+    std::string label = std::string("resume after --stop-after is bit-identical (") + name + ";" + dropout +
+                        " in the first part only)";
     th::report(ok, label.c_str(), "%s%s", why.c_str(),
                ok ? "" : (" | " + second.text.substr(second.text.size() > 300 ? second.text.size() - 300 : 0)).c_str());
     // The batches are staged in pinned slots (llmc/staging.h): under make test's adversarial streams a
@@ -296,6 +300,68 @@ std::string line_of(const std::string& out, const std::string& prefix) {
     if (at == std::string::npos) return "";
     at += at ? 1 : 0;
     return out.substr(at, out.find('\n', at) - at);
+}
+
+// The dropout is the model's config.json's unless --dropout or --attention-dropout say otherwise:
+// bert_tiny_cls's (0 everywhere) trains as --dropout 0 does, bit for bit, and not as --dropout 0.1; a
+// copy whose config.json has hidden 0.1, attention 0 and classifier 0.2 says so at start-up and its
+// run's config.json records them; the options override (--attention-dropout alone, or after
+// --dropout); a config.json dropout of 1 or more is refused by name.
+void test_dropout_from_config(const std::string& cls3) {
+    const std::string base = " -i " + cls3 + " -j '' -b 4 -t 32 --max-steps 3 --eval-first 0 -l 1e-3";
+    const std::string fixture = "--init " + kFixtures + "bert_tiny_cls" + base;
+    std::vector<double> config0 = step_losses(run(fixture).text);
+    std::vector<double> given0 = step_losses(run(fixture + " --dropout 0").text);
+    std::vector<double> given1 = step_losses(run(fixture + " --dropout 0.1").text);
+    th::report(config0.size() == 3 && config0 == given0 && given1.size() == 3 && given1 != config0,
+               "dropout: the checkpoint's config.json (0) is the default: the losses of --dropout 0, not 0.1",
+               "step 1: %.6f, --dropout 0 %.6f, --dropout 0.1 %.6f", config0.empty() ? 0 : config0[0],
+               given0.empty() ? 0 : given0[0], given1.empty() ? 0 : given1[0]);
+
+    std::string dir = g_tmp + "/dropout_model", out = g_tmp + "/dropout_run";
+    th::run_command("mkdir -p " + dir + " && cp " + kFixtures + "bert_tiny_cls/* " + dir);
+    std::string config = slurp(dir + "/config.json");
+    auto set = [&](const std::string& key, const std::string& value) {
+        size_t at = config.find("\"" + key + "\": ");
+        if (at == std::string::npos) return;
+        at += key.size() + 4;
+        config.replace(at, config.find(',', at) - at, value);
+    };
+    set("hidden_dropout_prob", "0.1");
+    set("classifier_dropout", "0.2");
+    auto save = [&] {
+        std::string err;
+        if (!write_file_atomic(dir + "/config.json", {{config.data(), config.size()}}, &err))
+            data_error("%s", err.c_str());
+    };
+    save();
+    const std::string mixed = "--init " + dir + base;
+    th::ChildOutput c = run(mixed + " -o " + out);
+    std::string recorded = slurp(out + "/config.json");
+    bool ok = exited(c, 0) && c.text.find("; dropout 0.1 hidden, 0 attention, 0.2 classifier;") != std::string::npos &&
+              recorded.find("\"hidden_dropout_prob\": 0.1,") != std::string::npos &&
+              recorded.find("\"attention_probs_dropout_prob\": 0,") != std::string::npos &&
+              recorded.find("\"classifier_dropout\": 0.2,") != std::string::npos;
+    th::report(ok, "dropout: hidden, attention and classifier from config.json, said at start-up and recorded in the "
+               "run's config.json", "%s", line_of(c.text, "batch: ").c_str());
+    // Resumed with other settings (more steps, another dropout): the run says what it changes, the
+    // warmup too (10% of the steps: 0 of 3, 1 of 5).
+    c = run(mixed + " -o " + out + " -y --max-steps 5 --dropout 0.2");
+    th::report(exited(c, 0) && c.text.find("resume: this run changes warmup_steps 0 -> 1, steps 3 -> 5, hidden_dropout "
+                                           "0.1 -> 0.2, attention_dropout 0 -> 0.2 (") != std::string::npos,
+               "resume: the changed steps and dropout are said", "%s", line_of(c.text, "resume: ").c_str());
+    c = run(mixed + " --attention-dropout 0.3");
+    th::report(exited(c, 0) && c.text.find("; dropout 0.1 hidden, 0.3 attention, 0.2 classifier;") != std::string::npos,
+               "dropout: --attention-dropout alone overrides config.json's attention dropout", "%s",
+               line_of(c.text, "batch: ").c_str());
+    c = run(mixed + " --dropout 0.05 --attention-dropout 0");
+    th::report(exited(c, 0) && c.text.find("; dropout 0.05 hidden, 0 attention, 0.05 classifier;") != std::string::npos,
+               "dropout: --dropout sets all three, --attention-dropout then the attention's", "%s",
+               line_of(c.text, "batch: ").c_str());
+    set("attention_probs_dropout_prob", "1.0");
+    save();
+    expect_error("refused: a config.json dropout of 1", mixed, "attention_probs_dropout_prob 1 and classifier_dropout "
+                 "0.2 must be probabilities below 1");
 }
 
 // --max-steps 0: no training. A fine-tuned checkpoint evaluated on validation shards alone (they
@@ -503,7 +569,7 @@ void test_dropout_gradients(BertHead head) {
     const int B = 4, T = 32;
     matmul_init(false);
     BERT<float> m;
-    m.dropout = 0.2f;
+    m.dropout = BertDropout::all(0.2f);
     m.dropout_seed = 99;
     m.dropout_pass = 7;
     m.build(c, p);
@@ -539,7 +605,7 @@ void test_dropout_gradients(BertHead head) {
     }
     double fd = (loss_at(plus) - loss_at(minus)) / (2 * h);
     // and the same at p = 0 (the eval-mode model): the two must differ, or no mask was applied
-    m.dropout = 0.f;
+    m.dropout = BertDropout::all(0.f);
     double no_drop = (loss_at(plus) - loss_at(minus)) / (2 * h);
     double err = std::fabs(gv - fd) / std::fabs(fd);
     char name[128];
@@ -632,13 +698,16 @@ int main(int argc, char** argv) {
     // fp32: one epoch (24 steps) with --lr and --max-steps left at auto (the resumed run must take the
     // first part's values, though it no longer starts from a pretrained checkpoint); bf16: gradient
     // accumulation, 5 steps.
-    test_resume("fp32", fixture + " --epochs 1", 24, 4);
-    test_resume("bf16", fixture + " -l 1e-3 --precision bf16 -d 8 --max-steps 5", 5, 2);
+    test_resume("fp32", fixture + " --epochs 1", " --dropout 0.1", 24, 4);
+    test_resume("bf16", fixture + " -l 1e-3 --precision bf16 -d 8 --max-steps 5",
+                " --dropout 0.1 --attention-dropout 0.05", 5, 2);
+    test_dropout_from_config(cls3);
     test_resume_refusals(cls3, mlm);
     test_no_training(cls3, cls3_val);
-    test_cuda_graphs("classify", fixture + " -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0");
+    test_cuda_graphs("classify", fixture + " -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0 --dropout 0.1");
     test_cuda_graphs("mlm", "--task mlm --init " + kFixtures + "bert_tiny_mlm -i " + mlm + " -j " + mlm_val +
-                                " -b 4 -t 48 -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0 --mask-rate 0.3");
+                                " -b 4 -t 48 -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0 "
+                                "--mask-rate 0.3 --dropout 0.1");
     test_seeds("--config tiny -i " + cls3 + " -b 4 -t 32 --max-steps 4 --eval-first 0 -l 1e-3");
     test_mlm(mlm, mlm_val);
     test_no_masked_tokens();
