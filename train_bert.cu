@@ -71,6 +71,7 @@
 #include "llmc/schedulers.h"          // learning-rate schedules
 #include "llmc/staging.h"             // pinned slots for the micro-batches a step uploads
 #include "llmc/tanh.cuh"              // the pooler's tanh
+#include "llmc/wordpiece.h"           // the model's vocab.txt, to compare with the shards' vocabulary
 
 // ----------------------------------------------------------------------------
 // Parameters: the 26 tensors of llmc/bert_config.h in one allocation
@@ -1205,6 +1206,24 @@ inline std::string bert_absolute_path(const std::string& path) {
     return abs;
 }
 
+// The fingerprint (WordPiece::fingerprint) of the vocab.txt beside a checkpoint (spec: its directory
+// or its model file, as --init takes it), and that file's path; 0 and "" when there is none. A vocab.txt that is there
+// but unreadable or malformed stops the run, naming it.
+inline uint64_t bert_checkpoint_vocab(const std::string& spec, std::string* path) {
+    struct stat info;
+    bool dir = stat(spec.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+    size_t slash = spec.rfind('/');
+    *path = (dir ? spec : slash == std::string::npos ? std::string(".") : spec.substr(0, slash)) + "/vocab.txt";
+    if (stat(path->c_str(), &info) != 0) {
+        path->clear();
+        return 0;
+    }
+    WordPiece vocab;
+    std::string err;
+    if (!vocab.load(*path, &err)) data_error("the model's vocabulary: %s", err.c_str());
+    return vocab.fingerprint();
+}
+
 // A resumed run takes its model from the checkpoint and must keep its task: refuses --task other than
 // the run's, and --config or --init other than what the run started from (the same value is
 // accepted: the command line that started the run can resume it). saved: the run's config.json
@@ -1360,7 +1379,10 @@ int train_bert_main(int argc, char** argv) {
     lo.rank = dist.rank;
     lo.world = dist.world;
     BertDataLoader train(o.train_pattern, lo);
-    // The shards must be of the task and the model's vocabulary (a random init takes the shards').
+    // The shards must be of the task and the model's vocabulary (a random init takes the shards'): its
+    // size, and where both record it (the shards' header, a vocab.txt beside the checkpoint) its tokens.
+    std::string model_vocab;
+    const uint64_t model_fingerprint = o.init_path.empty() ? 0 : bert_checkpoint_vocab(o.init_path, &model_vocab);
     auto check_data = [&](const BertDataLoader& d, const std::string& pattern) {
         if (d.is_mlm() != mlm)
             data_error("%s: %s shards, but --task %s needs %s shards (build/bert_data %s)", pattern.c_str(),
@@ -1370,6 +1392,10 @@ int train_bert_main(int argc, char** argv) {
             data_error("%s: tokenized with a vocabulary of %d tokens, the model (%s) has %d: the token ids would mean "
                        "other words (tokenize with the model's vocab.txt)", pattern.c_str(), d.vocab_size(),
                        model_name.c_str(), config.vocab_size);
+        if (model_fingerprint && d.vocab_fingerprint() && d.vocab_fingerprint() != model_fingerprint)
+            data_error("%s: tokenized with another vocabulary than the model's %s (both %d tokens, but other tokens or "
+                       "another order): the token ids would mean other words (tokenize with %s)", pattern.c_str(),
+                       model_vocab.c_str(), config.vocab_size, model_vocab.c_str());
     };
     check_data(train, o.train_pattern);
     if (random) {
@@ -1385,6 +1411,9 @@ int train_bert_main(int argc, char** argv) {
         if (val->vocab_size() != train.vocab_size())
             data_error("%s: tokenized with a vocabulary of %d tokens, the training shards with %d", o.val_pattern.c_str(),
                        val->vocab_size(), train.vocab_size());
+        if (val->vocab_fingerprint() && train.vocab_fingerprint() && val->vocab_fingerprint() != train.vocab_fingerprint())
+            data_error("%s: tokenized with another vocabulary than the training shards (both %d tokens, but other "
+                       "tokens or another order)", o.val_pattern.c_str(), val->vocab_size());
         // A label is a number in the shards and its name in the header: the same numbers must mean the
         // same labels, or accuracy and F1 count hits as misses.
         if (!mlm && val->label_names() != train.label_names())

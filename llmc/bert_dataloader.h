@@ -53,7 +53,9 @@
 //               is longer; >= 3), [5] vocab_size of the WordPiece vocabulary the ids come from
 //               (<= 65536), [6] num_labels (classification: >= 1; MLM: 0), [7] total tokens (the sum of
 //               the lengths), [8] label-name bytes (classification; MLM: 0), [9..13] the ids of [CLS]
-//               [SEP] [PAD] [MASK] [UNK], [14] flags (bit 0: text was lower-cased), [15..255] zero.
+//               [SEP] [PAD] [MASK] [UNK], [14] flags (bit 0: text was lower-cased), [15..16] the
+//               vocabulary's fingerprint (WordPiece::fingerprint(), low word first; 0: not recorded,
+//               as in shards written before it was), [17..255] zero.
 //   tokens      total x uint16: the sequences one after the other, each [CLS] ... [SEP]
 //   lengths     N x int32: each sequence's length, in [2, max_len]
 //   labels      N x int32 (classification only): each sequence's label, in [0, num_labels)
@@ -116,6 +118,7 @@ struct BertShard {
     int vocab_size = 0;
     int cls_id = 0, sep_id = 0, pad_id = 0, mask_id = 0, unk_id = 0;
     bool lower_case = true;
+    uint64_t vocab_fingerprint = 0;        // WordPiece::fingerprint() of the vocabulary (0: not recorded)
     std::vector<uint16_t> tokens;          // every sequence, concatenated
     std::vector<int32_t> lengths;          // (N)
     std::vector<int32_t> labels;           // (N) classification only
@@ -128,7 +131,7 @@ struct BertShard {
 
 namespace bert_shard_detail {
 enum Field { MAGIC, VERSION, KIND, NUM_SEQS, MAX_LEN, VOCAB, NUM_LABELS, TOTAL, NAME_BYTES, CLS, SEP, PAD, MASK, UNK,
-             FLAGS, NUM_FIELDS };
+             FLAGS, FINGERPRINT_LO, FINGERPRINT_HI, NUM_FIELDS };
 
 inline bool fail(std::string* err, const std::string& why) {
     *err = why;
@@ -194,6 +197,7 @@ inline bool parse_bert_shard_header(const uint8_t* bytes, size_t file_size, Bert
     s->mask_id = h[MASK];
     s->unk_id = h[UNK];
     s->lower_case = h[FLAGS] & 1;
+    s->vocab_fingerprint = (uint64_t)(uint32_t)h[FINGERPRINT_LO] | (uint64_t)(uint32_t)h[FINGERPRINT_HI] << 32;
     *num_seqs = (size_t)h[NUM_SEQS];
     *total = (size_t)h[TOTAL];
     size_t expected = header_bytes + 2 * *total + 4 * *num_seqs * (cls ? 2 : 1) + (size_t)h[NAME_BYTES];
@@ -313,6 +317,8 @@ inline bool write_bert_shard(const std::string& path, const BertShard& s, std::s
     h[MASK] = s.mask_id;
     h[UNK] = s.unk_id;
     h[FLAGS] = s.lower_case ? 1 : 0;
+    h[FINGERPRINT_LO] = (int32_t)(uint32_t)s.vocab_fingerprint;
+    h[FINGERPRINT_HI] = (int32_t)(uint32_t)(s.vocab_fingerprint >> 32);
     FILE* f = fopen(path.c_str(), "wb");
     if (!f) return fail(err, "cannot write " + path + ": " + strerror(errno));
     bool ok = fwrite(h, sizeof(h), 1, f) == 1;
@@ -413,6 +419,10 @@ class BertDataLoader {
             else if (s.vocab_size != info_.vocab_size || s.cls_id != info_.cls_id || s.sep_id != info_.sep_id ||
                      s.pad_id != info_.pad_id || s.mask_id != info_.mask_id || s.unk_id != info_.unk_id)
                 why = "built with another vocabulary than " + files_[0] + " (vocab_size or special ids differ)";
+            else if (s.vocab_fingerprint && info_.vocab_fingerprint && s.vocab_fingerprint != info_.vocab_fingerprint)
+                why = "built with another vocabulary than " + files_[0] + " (the same size, other tokens: their "
+                      "fingerprints differ)";
+            if (!info_.vocab_fingerprint) info_.vocab_fingerprint = s.vocab_fingerprint;
             if (!why.empty()) bert_data_error("%s: %s", path.c_str(), why.c_str());
             if (o.vocab_size > 0 && s.vocab_size > o.vocab_size)
                 bert_data_error("%s: built with a vocabulary of %d tokens, the model has %d", path.c_str(),
@@ -490,6 +500,7 @@ class BertDataLoader {
     const std::string& label_name(int k) const { return info_.label_names.at(k); }
     const std::vector<std::string>& label_names() const { return info_.label_names; }
     int vocab_size() const { return info_.vocab_size; }  // the shards' vocabulary
+    uint64_t vocab_fingerprint() const { return info_.vocab_fingerprint; }  // 0: no shard recorded it
     int pad_id() const { return info_.pad_id; }
     int mask_id() const { return info_.mask_id; }
     size_t num_shards() const { return files_.size(); }

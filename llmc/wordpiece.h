@@ -92,6 +92,19 @@ class WordPiece {
     }
 
     int vocab_size() const { return (int)tokens_.size(); }
+    // A 64-bit fingerprint of the vocabulary (FNV-1a over the tokens in id order, each followed by a
+    // newline; never 0): two vocabularies with the same tokens in the same order have the same one,
+    // whatever their files' line endings. BERT shards record it (llmc/bert_dataloader.h), so that
+    // shards and a model tokenized with vocabularies of the same size but other tokens are told apart.
+    uint64_t fingerprint() const {
+        uint64_t h = 0xcbf29ce484222325ull;
+        auto mix = [&](unsigned char byte) { h = (h ^ byte) * 0x100000001b3ull; };
+        for (const std::string& token : tokens_) {
+            for (unsigned char byte : token) mix(byte);
+            mix('\n');
+        }
+        return h ? h : 1;
+    }
     int pad_id() const { return special_ids_[PAD]; }
     int unk_id() const { return special_ids_[UNK]; }
     int cls_id() const { return special_ids_[CLS]; }

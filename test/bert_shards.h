@@ -9,10 +9,13 @@ namespace th {
 
 // A shard dir/name of n sequences, vocabulary V (bert-base-uncased's special ids): lengths 3 to
 // max_len; classification with `labels` classes, class k's tokens drawn from its own (overlapping)
-// range so that a small model can learn it; MLM (labels = 0): tokens from [999, V).
+// range so that a small model can learn it; MLM (labels = 0): tokens from [999, V). The header records
+// vocab_fingerprint as the vocabulary's (0: none).
 inline std::string write_bert_test_shard(const std::string& dir, const std::string& name, BertShardKind kind, int n,
-                                         int max_len, int V, int labels, uint64_t seed) {
+                                         int max_len, int V, int labels, uint64_t seed,
+                                         uint64_t vocab_fingerprint = 0) {
     BertShard s;
+    s.vocab_fingerprint = vocab_fingerprint;
     s.kind = kind;
     s.max_len = max_len;
     s.vocab_size = V;

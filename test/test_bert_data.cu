@@ -116,6 +116,9 @@ void test_classify_tool(const WordPiece& wp) {
     th::report(ok && shard_matches(wp, s, texts, ids, 32) && s.label_names == std::vector<std::string>{"neg", "neutral", "pos"} &&
                    !std::filesystem::exists(dir + "/plain_val.bin"),
                "bert_data classify: TSV -> ids of wordpiece.h, string labels in sorted order", "%s", error.c_str());
+    th::report(ok && s.vocab_fingerprint == wp.fingerprint() && s.vocab_fingerprint != 0,
+               "bert_data: the shard records the vocabulary's fingerprint", "%016llx",
+               (unsigned long long)s.vocab_fingerprint);
     th::report(ok && s.lengths[3] == 32 && sequence(s, 3).back() == wp.sep_id() && s.lengths[0] < 32,
                "bert_data classify: a long text truncated to --max-len as BertTokenizer's truncation",
                "length %d", ok ? s.lengths[3] : -1);
@@ -750,6 +753,24 @@ void test_loader() {
     write_text(dir + "/ld/short.bin", "BERT");
     expect_exit("loader refuses: a file too short for a header", dir + "/ld/short.bin", loader_options(8, 64),
                 "short.bin: too short for a BERT shard header");
+    // Shards of one pattern whose vocabularies have the same size and special ids but other tokens
+    // (their fingerprints differ); a shard that records none goes with any.
+    {
+        std::string err;
+        BertShard a = synthetic(BertShardKind::Classify, 300, 64, 0, 21, 3), b = a, c = a;
+        a.vocab_fingerprint = 0x1111;
+        b.vocab_fingerprint = 0x2222;
+        c.vocab_fingerprint = 0;
+        std::filesystem::create_directories(dir + "/fp");
+        bool wrote = write_bert_shard(dir + "/fp/a.bin", a, &err) && write_bert_shard(dir + "/fp/c.bin", c, &err);
+        BertDataLoader mixed(dir + "/fp/*.bin", loader_options(8, 64));
+        th::report(wrote && mixed.vocab_fingerprint() == 0x1111,
+                   "loader: a shard without a fingerprint goes with one that has it (the loader's is the recorded one)");
+        write_bert_shard(dir + "/fp/b.bin", b, &err);
+        expect_exit("loader refuses: shards of one pattern from vocabularies with other tokens", dir + "/fp/*.bin",
+                    loader_options(8, 64), "b.bin: built with another vocabulary than " + dir + "/fp/a.bin (the same "
+                    "size, other tokens: their fingerprints differ)");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

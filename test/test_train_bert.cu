@@ -294,6 +294,45 @@ void test_resume(const char* name, const std::string& args, const std::string& d
     th::report(count == "0 ", label.c_str(), "%s", count.c_str());
 }
 
+// A checkpoint with a vocab.txt beside it: shards that record another vocabulary of the same size (two
+// tokens swapped) are refused by name; shards of its own vocabulary, or shards that record none, train.
+void test_vocab_fingerprint(const std::string& cls3) {
+    std::string dir = g_tmp + "/vocab_model";
+    th::run_command("mkdir -p " + dir + " && cp " + kFixtures + "bert_tiny_cls/* " + dir);
+    // 500 tokens with bert-base-uncased's special ids (0 [PAD], 100 [UNK], 101 [CLS], 102 [SEP], 103 [MASK])
+    auto vocab = [](bool swapped) {
+        std::string text;
+        for (int id = 0; id < 500; id++) {
+            const char* special = id == 0     ? "[PAD]"
+                                  : id == 100 ? "[UNK]"
+                                  : id == 101 ? "[CLS]"
+                                  : id == 102 ? "[SEP]"
+                                  : id == 103 ? "[MASK]"
+                                              : nullptr;
+            int name = swapped && (id == 200 || id == 201) ? 401 - id : id;
+            text += (special ? std::string(special) : "w" + std::to_string(name)) + "\n";
+        }
+        return text;
+    };
+    WordPiece own, swapped;
+    std::string err, own_text = vocab(false), swapped_text = vocab(true);
+    bool loaded = write_file_atomic(dir + "/vocab.txt", {{own_text.data(), own_text.size()}}, &err) &&
+                  own.load(dir + "/vocab.txt", &err) && swapped.load_from_memory(swapped_text.data(), swapped_text.size(), &err);
+    std::string mine = th::write_bert_test_shard(g_tmp, "fp_own.bin", BertShardKind::Classify, 64, 32, 500, 3, 31,
+                                                 own.fingerprint());
+    std::string theirs = th::write_bert_test_shard(g_tmp, "fp_swapped.bin", BertShardKind::Classify, 64, 32, 500, 3, 31,
+                                                   swapped.fingerprint());
+    const std::string args = "--init " + dir + " -j '' -b 4 -t 32 --max-steps 1 --eval-first 0 -i ";
+    th::ChildOutput refused = run(args + theirs, true);
+    bool ok = loaded && !th::exited_ok(refused) &&
+              refused.text.find(theirs + ": tokenized with another vocabulary than the model's " + dir + "/vocab.txt "
+                                "(both 500 tokens, but other tokens or another order)") != std::string::npos;
+    th::report(ok, "refused: shards of another vocabulary of the same size as the model's vocab.txt", "%s%s",
+               err.c_str(), th::last_lines(refused.text).c_str());
+    th::ChildOutput a = run(args + mine), b = run(args + cls3);
+    th::report(exited(a, 0) && exited(b, 0), "shards of the model's vocab.txt, or recording none, train beside it");
+}
+
 // The line of out that starts with `prefix` ("" if none).
 std::string line_of(const std::string& out, const std::string& prefix) {
     size_t at = out.rfind(prefix, 0) == 0 ? 0 : out.find("\n" + prefix);
@@ -702,6 +741,7 @@ int main(int argc, char** argv) {
     test_resume("bf16", fixture + " -l 1e-3 --precision bf16 -d 8 --max-steps 5",
                 " --dropout 0.1 --attention-dropout 0.05", 5, 2);
     test_dropout_from_config(cls3);
+    test_vocab_fingerprint(cls3);
     test_resume_refusals(cls3, mlm);
     test_no_training(cls3, cls3_val);
     test_cuda_graphs("classify", fixture + " -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0 --dropout 0.1");

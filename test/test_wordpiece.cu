@@ -349,6 +349,8 @@ void test_vocab_files(const std::string& dir) {
     std::string lf = specials + "hello\n##s\n\xef\xbf\xbd\n";
     std::vector<int> want;
     bool same = true;
+    uint64_t fingerprint = 0;
+    bool same_fingerprint = true;
     for (std::string body : {lf, std::string(lf, 0, lf.size() - 1)}) {
         for (const char* eol : {"\n", "\r\n", "\r"}) {
             std::string b = body;
@@ -359,9 +361,22 @@ void test_vocab_files(const std::string& dir) {
             std::vector<int> got = wp.encode("[CLS] hellos helloss");
             if (want.empty()) want = got;
             same &= ok && wp.vocab_size() == 8 && got == want && wp.token(7) == "\xef\xbf\xbd";
+            if (!fingerprint) fingerprint = wp.fingerprint();
+            same_fingerprint &= ok && wp.fingerprint() == fingerprint;
         }
     }
     th::report(same && want == std::vector<int>{2, 5, 6, 5, 6, 6}, "wordpiece: \\n, \\r\\n, \\r line ends and no final newline load alike");
+    // The fingerprint: the same for those files, another for the same tokens in another order or one
+    // token changed (the same size either way).
+    WordPiece swapped, changed;
+    std::string error;
+    bool loaded = swapped.load(write_file(dir, "swapped.txt", specials + "##s\nhello\n\xef\xbf\xbd\n"), &error) &&
+                  changed.load(write_file(dir, "changed.txt", specials + "hello\n##t\n\xef\xbf\xbd\n"), &error);
+    th::report(same_fingerprint && fingerprint != 0 && loaded && swapped.fingerprint() != fingerprint &&
+                   changed.fingerprint() != fingerprint && swapped.fingerprint() != changed.fingerprint(),
+               "wordpiece: the vocabulary's fingerprint ignores line ends, and tells tokens in another order or a "
+               "changed token apart", "%016llx %016llx %016llx", (unsigned long long)fingerprint,
+               (unsigned long long)swapped.fingerprint(), (unsigned long long)changed.fingerprint());
 }
 
 // The bundled vocabulary, the API around encode(), and English speed.

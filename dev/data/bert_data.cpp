@@ -218,6 +218,7 @@ class ShardWriter {
         shard_.mask_id = wp.mask_id();
         shard_.unk_id = wp.unk_id();
         shard_.lower_case = o.lower_case;
+        shard_.vocab_fingerprint = wp.fingerprint();
     }
 
     bool add(const std::vector<int>& ids, int label, std::string* error) {
