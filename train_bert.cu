@@ -891,6 +891,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, dist.device));
     matmul_init(o.tf32);
+    matmul_set_autotune(o.gemm_autotune);
     BERT<floatX> model;
     model.dist = &dist;
     model.zero = o.zero;

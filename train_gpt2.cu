@@ -1092,6 +1092,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, dist.device));
     matmul_init(o.tf32);
+    matmul_set_autotune(o.gemm_autotune);
     GPT2<floatX> model;
     model.dist = &dist;
     model.zero = o.zero;

@@ -37,6 +37,8 @@
 
 #include <cublasLt.h>
 
+#include <chrono>
+#include <cmath>
 #include <initializer_list>
 #include <map>
 #include <set>
@@ -166,6 +168,11 @@ struct MatmulContext {
     // Which of the heuristic's ranked algorithms a new plan takes: 0, its first choice, everywhere
     // but dev/cuda/matmul.cu, which times the others (matmul_set_algo_rank).
     int algo_rank = 0;
+    // --gemm-autotune: a new plan times the heuristic's first kMatmulAutotuneCandidates algorithms on
+    // its first call and keeps the fastest (matmul_autotune); the counts say what that did.
+    bool autotune = false;
+    int autotuned = 0, autotune_changed = 0;  // plans timed; of them, plans that took another than the first
+    double autotune_ms = 0;                   // host time spent timing them
     long long calls = 0;  // cublasLtMatmul calls so far (each is at least one GPU kernel)
     std::map<MatmulCacheKey, MatmulPlan> plans;
 
@@ -209,6 +216,9 @@ inline void matmul_set_algo_rank(int rank) {
     matmul_context().algo_rank = rank;
 }
 
+// Turns --gemm-autotune on or off for the plans made from now on (see matmul_autotune).
+inline void matmul_set_autotune(bool on) { matmul_context().autotune = on; }
+
 inline void matmul_destroy() {
     MatmulContext& ctx = matmul_context();
     if (!ctx.handle) return;
@@ -236,6 +246,86 @@ inline uint32_t pointer_alignment(const void* p) {
 // Sets a pointer attribute of a descriptor.
 inline void set_desc_pointer(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* ptr) {
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, attr, &ptr, sizeof(ptr)));
+}
+
+// How many of the heuristic's algorithms a new plan times under --gemm-autotune, and the timed runs of
+// each (after one untimed run that warms it up).
+constexpr int kMatmulAutotuneCandidates = 8;
+constexpr int kMatmulAutotuneRuns = 3;
+
+// Bytes of a matrix layout's storage (ld x columns of its type; column-major, as every layout here).
+inline size_t matmul_layout_bytes(cublasLtMatrixLayout_t layout) {
+    uint64_t cols = 0;
+    int64_t ld = 0;
+    uint32_t type = 0;
+    size_t written;
+    cublasCheck(cublasLtMatrixLayoutGetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols), &written));
+    cublasCheck(cublasLtMatrixLayoutGetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_LD, &ld, sizeof(ld), &written));
+    cublasCheck(cublasLtMatrixLayoutGetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_TYPE, &type, sizeof(type), &written));
+    size_t bytes = type == CUDA_R_32F ? 4 : type == CUDA_R_16BF || type == CUDA_R_16F ? 2 : 1;
+    return (size_t)ld * cols * bytes;
+}
+
+// --gemm-autotune: times the heuristic's `found` algorithms for a new plan on this call's own
+// operands (kMatmulAutotuneRuns runs each, after a warm-up run) and sets plan.algo to the fastest.
+// cuBLASLt's heuristic picks from a performance model; timing its candidates finds the kernels it
+// misjudges for a shape. The trial runs write D (and any aux or bias-gradient output; the real call
+// that follows writes them again); when beta != 0 D is also the input C, so it is saved first and
+// put back before every run (skipped, keeping the heuristic's choice, if the device has no memory
+// for the copy). Each trial waits for the GPU: a plan made inside a CUDA graph capture is not
+// timed. Algorithms whose split of K differs add in another order, so a tuned run's results may
+// differ from an untuned one's in the last bits, and a resumed run tunes again.
+inline void matmul_autotune(MatmulPlan& plan, const cublasLtMatmulHeuristicResult_t* results, int found, float alpha,
+                            const void* a, const void* b, float beta, void* d, cudaStream_t stream) {
+    MatmulContext& ctx = matmul_context();
+    cudaStreamCaptureStatus capture;
+    cudaCheck(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone || found < 2) return;
+    auto t_start = std::chrono::steady_clock::now();
+    const size_t d_bytes = beta != 0.f ? matmul_layout_bytes(plan.d) : 0;
+    void* saved = nullptr;
+    if (d_bytes > 0) {
+        if (cudaMalloc(&saved, d_bytes) != cudaSuccess) {
+            (void)cudaGetLastError();  // no room for the copy: the heuristic's choice stands
+            return;
+        }
+        cudaCheck(cudaMemcpyAsync(saved, d, d_bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    int best = 0;
+    float best_ms = INFINITY;
+    for (int i = 0; i < found; i++) {
+        float total_ms = 0.f;
+        bool ran = true;
+        for (int run = 0; run <= kMatmulAutotuneRuns && ran; run++) {
+            if (d_bytes > 0) cudaCheck(cudaMemcpyAsync(d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
+            cudaCheck(cudaEventRecord(start, stream));
+            ran = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d, plan.d,
+                                 &results[i].algo, ctx.workspace, ctx.workspace_size, stream) == CUBLAS_STATUS_SUCCESS;
+            cudaCheck(cudaEventRecord(stop, stream));
+            cudaCheck(cudaEventSynchronize(stop));
+            float ms = 0.f;
+            cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+            if (run > 0) total_ms += ms;
+        }
+        if (ran && total_ms < best_ms) {
+            best_ms = total_ms;
+            best = i;
+        }
+    }
+    if (d_bytes > 0) {
+        cudaCheck(cudaMemcpyAsync(d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+        cudaCheck(cudaFree(saved));
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    plan.algo = results[best].algo;
+    ctx.autotuned++;
+    ctx.autotune_changed += best != 0;
+    ctx.autotune_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
 }
 
 // The end of every cuBLASLt call here: the cached plan for (key, layout) and the pointers'
@@ -274,13 +364,15 @@ bool cublaslt_run(const MatmulKey& key, const MatmulLayoutKey& layout, Make&& ma
             {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
         for (const auto& [attr, bytes] : aligns)
             cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)));
-        std::vector<cublasLtMatmulHeuristicResult_t> results(ctx.algo_rank + 1);
+        const bool tune = ctx.autotune && ctx.algo_rank == 0;
+        std::vector<cublasLtMatmulHeuristicResult_t> results(tune ? kMatmulAutotuneCandidates : ctx.algo_rank + 1);
         int found = 0;
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
-                                                           ctx.algo_rank + 1, results.data(), &found);
+                                                           (int)results.size(), results.data(), &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
         plan.ok = st == CUBLAS_STATUS_SUCCESS && found > ctx.algo_rank;
         if (plan.ok) plan.algo = results[ctx.algo_rank].algo;
+        if (plan.ok && tune) matmul_autotune(plan, results.data(), found, alpha, a, b, beta, d, stream);
     }
     if (plan.ok) {
         cublasStatus_t st = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d,

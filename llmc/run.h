@@ -290,6 +290,10 @@ inline double print_first_step_figures(long long launches0, long long matmuls0, 
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     double used = (total_b - free_b) / 1048576.0;
     printf("device memory in use after the first step: %.1f MiB of %.1f MiB\n", used, total_b / 1048576.0);
+    const MatmulContext& mc = matmul_context();
+    if (mc.autotune)
+        printf("GEMM autotune: %d shapes timed (%d took another algorithm than the heuristic's first), %.0f ms\n",
+               mc.autotuned, mc.autotune_changed, mc.autotune_ms);
     print_launch_figures("", launches0, matmuls0, ops0);
     return used;
 }

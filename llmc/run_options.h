@@ -41,6 +41,7 @@ struct RunOptions {
     int loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
     Recompute recompute = Recompute::None;
     AttentionBackward attention_backward = AttentionBackward::Auto;  // --attention-backward
+    bool gemm_autotune = false;  // time cuBLASLt's candidate algorithms per GEMM shape (llmc/matmul.cuh)
     uint64_t seed = 42;
     // Checkpoints and export
     std::string output_dir;     // log.jsonl and checkpoints go here ("" = nowhere)
@@ -215,6 +216,9 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
                    {{"auto", AttentionBackward::Auto},
                     {"mma", AttentionBackward::Mma},
                     {"wgmma", AttentionBackward::Wgmma}});
+    cli.add("gemm-autotune", nullptr, "0", "time up to 8 of cuBLASLt's algorithms for each GEMM shape at its first "
+            "call (the first step) and keep the fastest (1), or take the heuristic's first choice (0); a tuned run "
+            "may differ in the last bits from an untuned one, and a resumed run tunes again", &o->gemm_autotune);
     cli.add("seed", nullptr, "INT", "42", t.seed_help, &o->seed, 0, LLONG_MAX);
     // Checkpoints and export
     cli.add("output-dir", "o", "DIR", "", "write log.jsonl and checkpoints here (none: no files written)",

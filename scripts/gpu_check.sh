@@ -15,8 +15,8 @@
 # (a lent GPU's time limit): a part whose usual time would end past S seconds is skipped and named in
 # the JSON, and each command's time limit is cut to what is left of S. The JSON is rewritten after every
 # part, so a run cut short keeps what it measured. --parts a,b,... runs (and builds for) only those
-# parts: attention gpt2_bf16 gpt2_bf16_64k pytorch profile tests gemm gpt2_fp32 gpt2_tf32 gpt2_fp16
-# gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a budgeted one).
+# parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_autotune pytorch profile tests gemm gpt2_fp32 gpt2_tf32
+# gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a budgeted one).
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
 set -u
 cd "$(dirname "$0")/.."
@@ -27,7 +27,7 @@ sanitize=1
 torch_bench=1
 budget=0
 parts=
-all_parts="attention gpt2_bf16 gpt2_bf16_64k pytorch profile tests gemm gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
+all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_autotune pytorch profile tests gemm gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --json) json_out="${2:?--json needs a file}"; shift 2 ;;
@@ -100,7 +100,7 @@ done
 targets=()  # what the asked-for parts run
 wants tests && targets+=("${tests[@]/#/build/gpu/test_}")
 wants sanitizer && ! wants tests && targets+=(build/gpu/test_{attention,layernorm,matmul,fused_classifier})
-for part in gpt2_bf16 gpt2_bf16_64k profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
+for part in gpt2_bf16 gpt2_bf16_64k gpt2_autotune profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
     wants $part && targets+=(build/gpu/train_gpt2) && break
 done
 wants bert && targets+=(build/gpu/train_bert)
@@ -279,6 +279,23 @@ if [[ $arch == 90 ]] && fits gpt2_bf16_64k 60; then
         read -r ok dd <<< "$verdict"
         [[ $ok != ok ]] && failures=$((failures + 1)) && echo "  the wgmma backward disagrees with mma's: step-1" \
             "losses ${loss1[bf16_64k]} vs ${loss1[bf16_64k_mma]} (must be equal), decrease off by $dd (bound 0.05)"
+    fi
+    write_json
+fi
+# The 65536-token run again with --gemm-autotune 1 (each GEMM shape takes the fastest of cuBLASLt's
+# candidates, timed at the first step): its ms per step against the heuristic's. Other algorithms may
+# add in another order, so the losses are compared as the precisions are: the decrease within 5%.
+if fits gpt2_autotune 60; then
+    echo "GPT-2 d12, the 65536-token run with --gemm-autotune 1 ..."
+    gpt2_run bf16_64k_autotune bf16 -b auto -d 65536 --gemm-autotune 1
+    grep -m1 "^GEMM autotune:" "$logs/gpt2_bf16_64k_autotune.log" | sed 's/^/  /'
+    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[bf16_64k_autotune]:-}" ]]; then
+        verdict=$(awk -v a1="${loss1[bf16_64k]}" -v aN="${lossN[bf16_64k]}" -v b1="${loss1[bf16_64k_autotune]}" \
+            -v bN="${lossN[bf16_64k_autotune]}" 'BEGIN { dec = a1 - aN; dd = ((b1 - bN) - dec) / dec; if (dd < 0) dd = -dd
+            printf "%s %.3f", dd <= 0.05 ? "ok" : "DISAGREES", dd }')
+        read -r ok dd <<< "$verdict"
+        [[ $ok != ok ]] && failures=$((failures + 1)) && echo "  the autotuned run disagrees: loss decrease off by" \
+            "$dd of the untuned run's (bound 0.05)"
     fi
     write_json
 fi

@@ -260,6 +260,17 @@ int main(int argc, char** argv) {
              changed.text.find(notice) != std::string::npos;
         th::report(ok, "train_gpt2 -y: a changed --lr and --grad-clip are said at resume, the run's own command line "
                    "says nothing", "%s", th::last_lines(changed.text).c_str());
+        // --gemm-autotune 1: the first step times the GEMMs' candidate algorithms and says so; on the
+        // CPU backend, whose candidates compute the same values, the losses are the untuned run's.
+        th::ChildOutput untuned = th::run_command(tiny + "-x 3 2>&1"), tuned = th::run_command(tiny + "-x 3 "
+                                                                                                "--gemm-autotune 1 2>&1");
+        size_t at = tuned.text.find("GEMM autotune: ");
+        std::string line = at == std::string::npos ? "" : tuned.text.substr(at, tuned.text.find('\n', at) - at);
+        ok = th::exited_ok(untuned) && th::exited_ok(tuned) && line.find(" shapes timed (") != std::string::npos &&
+             untuned.text.find("GEMM autotune") == std::string::npos && th::step_losses(tuned.text).size() == 3 &&
+             (kernel_launch_count() < 0 || th::step_losses(tuned.text) == th::step_losses(untuned.text));
+        th::report(ok, "train_gpt2 --gemm-autotune 1: the first step times the GEMMs and says so; the same losses",
+                   "%s", line.c_str());
         FILE* f = fopen((g_tmp + "/a_file").c_str(), "wb");
         if (f) fclose(f);
         th::ChildOutput exp = th::run_command(tiny + "--export-hf " + g_tmp + "/a_file/hf 2>&1");

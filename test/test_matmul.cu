@@ -1,7 +1,7 @@
 // test/test_matmul.cu — the linear layers of llmc/matmul.cuh (cuBLASLt with bias/GELU epilogues,
 // input/weight/bias gradients, the bias gradient fused into the weight GEMM or by the reduction
 // kernels) against a double-precision reference, for fp32, bf16 and fp16; the plan cache; the
-// heuristic's other algorithm ranks.
+// heuristic's other algorithm ranks; --gemm-autotune's choice among them.
 #include "../llmc/matmul.cuh"
 #include "harness.h"
 
@@ -283,7 +283,7 @@ void check_plan_cache() {
 // The heuristic's other algorithms (matmul_set_algo_rank; dev/cuda/matmul.cu times them): a bf16
 // GEMM with bias at every rank offered (up to 8) against the double reference, within the forward's
 // budget of check_linear; the first rank past those offered is refused with nothing written (the CPU
-// backend offers one); back at rank 0 the GEMM runs again.
+// backend offers two, which compute the same values); back at rank 0 the GEMM runs again.
 void check_algo_ranks() {
     using bf16 = __nv_bfloat16;
     const int N = 64, C = 128, OC = 96;
@@ -326,7 +326,7 @@ void check_algo_ranks() {
         th::check_close(name, ref.data(), out.host().data(), ref.size(), tol);
     }
 #if defined(SIMT_CPU)
-    th::report(offered == 1 && untouched, "cuBLASLt algorithm ranks: the CPU backend offers one; rank 1 is refused, "
+    th::report(offered == 2 && untouched, "cuBLASLt algorithm ranks: the CPU backend offers two; rank 2 is refused, "
                "nothing written", "offered %d, output untouched: %d", offered, untouched);
 #else
     th::report(offered >= 1 && (offered == 8 || untouched), "cuBLASLt algorithm ranks: past those offered, refused "
@@ -340,10 +340,79 @@ void check_algo_ranks() {
     if (again) th::check_close("... and matches the reference", ref.data(), out.host().data(), ref.size(), tol);
 }
 
+// --gemm-autotune (matmul_autotune): a new plan times the heuristic's candidates at its first call
+// and keeps the fastest. A forward with bias and the GELU aux output, and a weight gradient that adds
+// into dweight (beta 1: D is also C, so the trial runs must start from a copy of it), against the
+// same calls untuned: on the CPU backend, whose candidates compute the same values, bit for bit (a
+// trial run left in D would double the gradient); on a GPU, where another algorithm may add in
+// another order, within 1e-5 of the largest output. Both new plans are timed on the CPU backend. A
+// plan made while a stream is captured into a CUDA graph is not timed (a trial waits for the GPU),
+// and the replayed graph computes the same values.
+void check_autotune() {
+    const int N = 48, C = 64, OC = 80;
+    auto inp = th::random_tensor<float>((size_t)N * C, 71), w = th::random_tensor<float>((size_t)OC * C, 72),
+         dout = th::random_tensor<float>((size_t)N * OC, 73), dw0 = th::random_tensor<float>((size_t)OC * C, 74);
+    th::DeviceBuffer<float> d_inp(inp), d_w(w), d_b(th::random_tensor<float>(OC, 75)), d_dout(dout);
+    auto run = [&](bool tune) {
+        matmul_forget_plans();
+        matmul_set_autotune(tune);
+        th::DeviceBuffer<float> out((size_t)N * OC), pre((size_t)N * OC), dw(dw0);
+        matmul_forward(out.ptr, pre.ptr, d_inp.ptr, d_w.ptr, d_b.ptr, N, C, OC, GeluKind::Tanh, 0);
+        matmul_backward_weight(dw.ptr, d_dout.ptr, d_inp.ptr, N, C, OC, 0);
+        std::vector<float> all = out.host(), p = pre.host(), g = dw.host();
+        all.insert(all.end(), p.begin(), p.end());
+        all.insert(all.end(), g.begin(), g.end());
+        return all;
+    };
+    std::vector<float> plain = run(false);
+    const int tuned0 = matmul_context().autotuned;
+    std::vector<float> tuned = run(true);
+    const int timed = matmul_context().autotuned - tuned0;
+    double largest = 0, diff = 0;
+    for (size_t i = 0; i < plain.size(); i++) {
+        largest = std::max(largest, (double)std::fabs(plain[i]));
+        diff = std::max(diff, (double)std::fabs(plain[i] - tuned[i]));
+    }
+#if defined(SIMT_CPU)
+    th::report(diff == 0 && timed == 2, "--gemm-autotune: GELU-aux forward and accumulating weight gradient as "
+               "untuned, bit for bit; both plans timed", "max diff %g, %d plans timed", diff, timed);
+#else
+    th::report(diff <= 1e-5 * largest, "--gemm-autotune: GELU-aux forward and accumulating weight gradient as "
+               "untuned, within 1e-5 of the largest output", "max diff %g of %g, %d plans timed", diff, largest, timed);
+#endif
+    // A new plan inside a capture: not timed; the graph's replay computes the untuned values.
+    matmul_forget_plans();
+    matmul_set_autotune(true);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    th::DeviceBuffer<float> out((size_t)N * OC), pre((size_t)N * OC);
+    const int before = matmul_context().autotuned;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    matmul_forward(out.ptr, pre.ptr, d_inp.ptr, d_w.ptr, d_b.ptr, N, C, OC, GeluKind::Tanh, stream);
+    cudaCheck(cudaStreamEndCapture(stream, &graph));
+    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+    cudaCheck(cudaGraphLaunch(exec, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    std::vector<float> replayed = out.host(), plain_out(plain.begin(), plain.begin() + (size_t)N * OC);
+    double rdiff = 0;
+    for (size_t i = 0; i < replayed.size(); i++) rdiff = std::max(rdiff, (double)std::fabs(replayed[i] - plain_out[i]));
+    th::report(matmul_context().autotuned == before && rdiff <= 1e-5 * largest,
+               "--gemm-autotune: a plan made during a CUDA graph capture is not timed; the replay computes the GEMM",
+               "%d timed, max diff %g", matmul_context().autotuned - before, rdiff);
+    cudaCheck(cudaGraphExecDestroy(exec));
+    cudaCheck(cudaGraphDestroy(graph));
+    cudaCheck(cudaStreamDestroy(stream));
+    matmul_set_autotune(false);
+    matmul_forget_plans();
+}
+
 int main() {
     matmul_init();
     check_plan_cache();
     check_algo_ranks();
+    check_autotune();
     check_backward_nonfinite_fp16();
     for (auto [N, C, OC] : {std::make_tuple(37, 72, 100), std::make_tuple(64, 64, 256), std::make_tuple(130, 48, 24)}) {
         for (bool bias : {false, true}) {

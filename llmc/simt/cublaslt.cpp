@@ -887,8 +887,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulP
 // ----------------------------------------------------------------------------
 // Heuristic and matmul
 
-// Offers the one CPU algorithm (needing no workspace) when the configuration is supported;
-// otherwise returns no algorithm and the reason (NOT_SUPPORTED or INVALID_VALUE).
+// Offers the CPU algorithm (needing no workspace) when the configuration is supported, twice when
+// more than one is asked for (algo.data[0] 0 and 1, computing the same values), so that code choosing
+// among the offered algorithms (matmul_autotune) runs here as on a GPU; otherwise returns no algorithm
+// and the reason (NOT_SUPPORTED or INVALID_VALUE).
 cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle,
                                                            cublasLtMatmulDesc_t operationDesc,
                                                            cublasLtMatrixLayout_t Adesc,
@@ -907,11 +909,14 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t ligh
     Problem p;
     cublasStatus_t s = plan(operationDesc, Adesc, Bdesc, Cdesc, Ddesc, &p);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    heuristicResultsArray[0] = cublasLtMatmulHeuristicResult_t{};
-    heuristicResultsArray[0].workspaceSize = 0;
-    heuristicResultsArray[0].state = CUBLAS_STATUS_SUCCESS;
-    heuristicResultsArray[0].wavesCount = 1.0f;
-    *returnAlgoCount = 1;
+    *returnAlgoCount = std::min(requestedAlgoCount, 2);
+    for (int i = 0; i < *returnAlgoCount; i++) {
+        heuristicResultsArray[i] = cublasLtMatmulHeuristicResult_t{};
+        heuristicResultsArray[i].algo.data[0] = (uint64_t)i;
+        heuristicResultsArray[i].workspaceSize = 0;
+        heuristicResultsArray[i].state = CUBLAS_STATUS_SUCCESS;
+        heuristicResultsArray[i].wavesCount = 1.0f;
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
