@@ -15,8 +15,9 @@
 # (a lent GPU's time limit): a part whose usual time would end past S seconds is skipped and named in
 # the JSON, and each command's time limit is cut to what is left of S. The JSON is rewritten after every
 # part, so a run cut short keeps what it measured. --parts a,b,... runs (and builds for) only those
-# parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_autotune pytorch profile tests gemm gpt2_fp32 gpt2_tf32
-# gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a budgeted one).
+# parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_autotune pytorch profile tests gemm kernels gpt2_fp32
+# gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a
+# budgeted one).
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
 set -u
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ sanitize=1
 torch_bench=1
 budget=0
 parts=
-all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_autotune pytorch profile tests gemm gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
+all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_autotune pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --json) json_out="${2:?--json needs a file}"; shift 2 ;;
@@ -106,6 +107,8 @@ done
 wants bert && targets+=(build/gpu/train_bert)
 { wants attention || wants profile; } && targets+=(build/gpu/dev_attention)
 wants gemm && targets+=(build/gpu/dev_matmul)
+memory_benches="layernorm fused_classifier adamw"  # the memory-bound kernels of a step (part kernels)
+if wants kernels; then for b in $memory_benches; do targets+=("build/gpu/dev_$b"); done; fi
 echo "building ${#targets[@]} programs for sm_$arch ..."
 build_failures=0
 if [[ ${#targets[@]} -gt 0 ]] && ! make --no-print-directory -k -j"$(nproc)" GPU=1 CUDA_ARCHS="$arch" "${targets[@]}" > "$logs/build.log" 2>&1; then
@@ -121,7 +124,7 @@ echo "built in $(elapsed) s"
 jstr() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "${s//$'\t'/ }"; }
 jnum() { [[ "$1" =~ ^-?[0-9.]+([eE][-+]?[0-9]+)?$ ]] && printf '%s' "$1" || printf 'null'; }
 join() { local IFS=,; echo "$*"; }
-test_json=() san_json=() gpt_json=() agree_json=() bert_json=() sweep_json=() moe_json=() skipped_json=()
+test_json=() san_json=() gpt_json=() mem_json=() agree_json=() bert_json=() sweep_json=() moe_json=() skipped_json=()
 tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metrics_json=null
 ours_fwd= ours_bwd= ours_gemm= fp8_accum= gemm_heur= gemm_best= bgrad_fused= bgrad_kernels= fcb_bgradb= fcb_dgelu=
 ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd6= mma_sweep= ours_bwd7= defer_sweep= ours_fwd8= fwd8_sweep= ours_slices_gpt2=
@@ -164,6 +167,7 @@ write_json() {  # "final" once every part has run or been skipped
             "$(jnum "${bgrad_fused:-}")" "$(jnum "${bgrad_kernels:-}")"
         printf '  "gpt2_step_fc_bias_grad_ms":{"bgradb_in_fc_dweight":%s,"dgelu_bgrad_in_fcproj_dinp":%s},\n' \
             "$(jnum "${fcb_bgradb:-}")" "$(jnum "${fcb_dgelu:-}")"
+        printf '  "memory_bound_kernels":[%s],\n' "$(join "${mem_json[@]}")"
         printf '  "attention_sweep":[%s]},\n' "$(join "${sweep_json[@]}")"
         printf ' "moe_gpt2_124m":{"batch":8,"seq":1024,"steps":20,"rows":[%s]},\n' "$(join "${moe_json[@]}")"
         printf ' "pytorch":%s,\n "failures":%s}\n' "$torch_json" "$failures"
@@ -417,6 +421,30 @@ if fits gemm 60; then
         "$logs/dev_matmul.log")
     echo "ours: bf16 GEMM ${ours_gemm:-?} TFLOP/s, fp8 GEMM sums exact to 2^-${fp8_accum:-?} beside 1;" \
          "a GPT-2 step's GEMMs ${gemm_heur:-?} ms (fastest algorithms: ${gemm_best:-?} ms)"
+    write_json
+fi
+
+# --------------------------------------------------------------------------------------------------
+# The memory-bound kernels of a training step (LayerNorm, the fused classifier, AdamW), each variant of
+# their dev/cuda benchmarks: time, GB/s and the share of the GPU's DRAM peak. A line is one JSON entry
+# with the shape line it is under; a benchmark whose validation fails counts as a failure.
+if fits kernels 60; then
+    echo "memory-bound kernels (dev/cuda: ${memory_benches// /, }) ..."
+    for b in $memory_benches; do
+        out_of_budget kernels && break
+        timeout "$(cap 120)" "build/gpu/dev_$b" > "$logs/dev_$b.log" 2>&1 || { failures=$((failures + 1)); echo "  dev_$b: failed ($logs/dev_$b.log)"; }
+        # "  NAME   0.0123 ms   2950.1 GB/s   88.1% of peak 3352 GB/s", under a line naming the shape
+        while IFS=$'\t' read -r shape name ms gbps share; do
+            mem_json+=("{\"bench\":$(jstr "$b"),\"shape\":$(jstr "$shape"),\"kernel\":$(jstr "$name"),\"ms\":$(jnum "$ms"),\"gb_per_s\":$(jnum "$gbps"),\"peak_percent\":$(jnum "$share")}")
+        done < <(awk '/^[^ ].*=/ { shape = $0; sub(/:$/, "", shape) }
+            / ms +[0-9.]+ GB\/s +[0-9.]+% of peak/ { line = $0; sub(/^ +/, "", line)
+                n = split(line, f, / +/); for (i = 1; i <= n; i++) if (f[i] == "ms") break
+                name = f[1]; for (j = 2; j < i - 1; j++) name = name " " f[j]
+                share = f[i + 3]; sub(/%/, "", share)
+                printf "%s\t%s\t%s\t%s\t%s\n", shape, name, f[i - 1], f[i + 1], share }' "$logs/dev_$b.log")
+        grep -E "^[^ ].*=|% of peak" "$logs/dev_$b.log" | sed 's/^/  /'
+    done
+    echo "  ${#mem_json[@]} kernel timings (JSON ours.memory_bound_kernels)"
     write_json
 fi
 
