@@ -902,6 +902,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     model.opt = o.opt;
     model.dropout = config.dropout;  // the model's config.json or the options (train_bert_main resolves them)
     model.recompute = o.recompute;
+    model.eager_first_use = o.gemm_autotune;  // a graphed key runs eagerly once: its new GEMM shapes are timed
     const char* attention_kernel =
         apply_attention_backward(o, config.channels / config.num_heads, config.dropout.attention);
     model.dropout_seed = o.seed * 0x9E3779B97F4A7C15ull + 0xD20F;  // a key of its own, not the init's

@@ -1110,6 +1110,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     model.fp8 = o.fp8;
     model.opt = o.opt;
     model.recompute = o.recompute;
+    model.eager_first_use = o.gemm_autotune;  // a graphed key runs eagerly once: its new GEMM shapes are timed
     model.gelu_fusion = o.gelu_fusion;
     const char* attention_kernel = apply_attention_backward(o, config.channels / config.num_heads, 0.f);
     model.build(config, init);

@@ -172,6 +172,7 @@ struct MatmulContext {
     // its first call and keeps the fastest (matmul_autotune); the counts say what that did.
     bool autotune = false;
     int autotuned = 0, autotune_changed = 0;  // plans timed; of them, plans that took another than the first
+    int autotune_captured = 0;                // plans made during a CUDA graph capture: not timed
     double autotune_ms = 0;                   // host time spent timing them
     long long calls = 0;  // cublasLtMatmul calls so far (each is at least one GPU kernel)
     std::map<MatmulCacheKey, MatmulPlan> plans;
@@ -273,13 +274,15 @@ inline size_t matmul_layout_bytes(cublasLtMatrixLayout_t layout) {
 // that follows writes them again); when beta != 0 D is also the input C, so it is saved first and
 // put back before every run (skipped, keeping the heuristic's choice, if the device has no memory
 // for the copy). Each trial waits for the GPU: a plan made inside a CUDA graph capture is not
-// timed. Algorithms whose split of K differs add in another order, so a tuned run's results may
+// timed (counted in autotune_captured; the trainers run each new graph key eagerly once first,
+// ModelState::eager_first_use, so that none is). Algorithms whose split of K differs add in another order, so a tuned run's results may
 // differ from an untuned one's in the last bits, and a resumed run tunes again.
 inline void matmul_autotune(MatmulPlan& plan, const cublasLtMatmulHeuristicResult_t* results, int found, float alpha,
                             const void* a, const void* b, float beta, void* d, cudaStream_t stream) {
     MatmulContext& ctx = matmul_context();
     cudaStreamCaptureStatus capture;
     cudaCheck(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) ctx.autotune_captured++;
     if (capture != cudaStreamCaptureStatusNone || found < 2) return;
     auto t_start = std::chrono::steady_clock::now();
     const size_t d_bytes = beta != 0.f ? matmul_layout_bytes(plan.d) : 0;

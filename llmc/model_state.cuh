@@ -40,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <type_traits>
 #include <vector>
 
@@ -377,12 +378,18 @@ struct ModelState {
     // graph; a trainer that reads the weight from device memory passes a constant.
     // Nothing the work does may allocate or synchronize (CUDA refuses both while capturing): the
     // trainer runs its first step eagerly, which allocates, plans the GEMMs and primes fp8; a shape
-    // seen later is captured on first use (a GEMM plan for it is host work only). The stream must
-    // not be the legacy stream, which cannot capture.
+    // seen later is captured on first use (a GEMM plan for it is host work only), or with
+    // eager_first_use on its second (the first runs eagerly: --gemm-autotune times a new GEMM shape,
+    // which a capture does not allow). The stream must not be the legacy stream, which cannot capture.
+    bool eager_first_use = false;  // run a new key eagerly once, capture it at its second use
     template <class Work>
     void graphed_micro_step(uint64_t key, float dloss, Work&& work) {
         if (dloss != micro_graphs_dloss) destroy_micro_graphs();
         micro_graphs_dloss = dloss;
+        if (!micro_graphs.count(key) && eager_first_use && eager_keys.insert(key).second) {
+            work();
+            return;
+        }
         cudaGraphExec_t& exec = micro_graphs[key];
         if (!exec) {
             cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
@@ -727,4 +734,5 @@ struct ModelState {
   private:
     std::map<uint64_t, cudaGraphExec_t> micro_graphs;  // graphed_micro_step's, by key
     float micro_graphs_dloss = 0.f;
+    std::set<uint64_t> eager_keys;  // the keys graphed_micro_step has run eagerly (eager_first_use)
 };

@@ -434,11 +434,14 @@ void check_cuda_graphs(float dropout, BertHead head) {
         long long waits = 0, ops_last = 0;
         size_t graphs = 0;
     };
-    auto run = [&](bool graphed) {
+    auto run = [&](bool graphed, bool autotune) {
         Run r;
         BERT<float> m;
         cudaStream_t stream;
         cudaCheck(cudaStreamCreate(&stream));  // the legacy stream cannot capture
+        matmul_forget_plans();
+        matmul_set_autotune(autotune);
+        m.eager_first_use = autotune;
         m.stream = stream;
         m.dropout = BertDropout::all(dropout);
         m.dropout_seed = 77;
@@ -472,9 +475,10 @@ void check_cuda_graphs(float dropout, BertHead head) {
         cudaCheck(cudaFreeHost(losses));
         m.free_all();
         cudaCheck(cudaStreamDestroy(stream));
+        matmul_set_autotune(false);
         return r;
     };
-    Run eager = run(false), graphed = run(true);
+    Run eager = run(false, false), graphed = run(true, false);
     bool same = eager.params == graphed.params && eager.losses == graphed.losses;
     bool fewer = !on_cpu_backend() || graphed.ops_last * 3 < eager.ops_last;
     std::string rows;
@@ -486,6 +490,17 @@ void check_cuda_graphs(float dropout, BertHead head) {
                "losses and parameters %s; head rows %s; %zu graphs; %lld host waits in the graphed steps; step 3 "
                "issued %lld stream operations (eager %lld)", same ? "bit-identical" : "differ", rows.c_str(),
                graphed.graphs, graphed.waits, graphed.ops_last, eager.ops_last);
+    // --gemm-autotune with graphs: a new key's first micro-step runs eagerly (eager_first_use), so
+    // the GEMM shapes of width 24, first seen in a graphed step, are timed too, none planned inside a
+    // capture. On the CPU backend, whose candidate algorithms compute the same values, bit-identical.
+    if (dropout > 0.f || head != BertHead::Classify) return;
+    const int timed0 = matmul_context().autotuned, captured0 = matmul_context().autotune_captured;
+    Run tuned = run(true, true);
+    const int timed = matmul_context().autotuned - timed0, captured = matmul_context().autotune_captured - captured0;
+    bool tuned_same = !on_cpu_backend() || (tuned.params == eager.params && tuned.losses == eager.losses);
+    th::report(tuned_same && timed > 0 && captured == 0 && tuned.graphs == 2, "CUDA graphs with --gemm-autotune: "
+               "each key's first micro-step eager, every GEMM shape timed outside a capture; == eager (CPU backend)",
+               "%d shapes timed, %d planned inside a capture, %zu graphs", timed, captured, tuned.graphs);
 }
 
 // The memory anatomy's figures are what is allocated: the device's bytes in use grow by its total
