@@ -127,6 +127,22 @@ __device__ inline int ln_acc_channel(int pos) {
     return j * 32 * P + (r % 32) * P + r / 32;
 }
 
+// The end of layernorm_backward_kernel (and of its dev/cuda variants), once every warp's accumulators
+// (n_warps x (n_sums, padded_C) floats at the start of dynamic shared memory) are complete: their
+// sum in warp order, this block's (n_sums, C) row of partials (dweight, dbias[, dinp]).
+template <int P>
+__device__ inline void ln_backward_block_partials(float* partials, int C, int padded_C, int n_sums, int n_warps) {
+    const float* acc = dynamic_shared<float>();
+    float* block_partials = partials + (size_t)blockIdx.x * n_sums * C;
+    for (int pos = threadIdx.x; pos < n_sums * padded_C; pos += blockDim.x) {  // in position order: no bank conflicts
+        int which = pos / padded_C, c = ln_acc_channel<P>(pos % padded_C);
+        if (c >= C) continue;
+        float total = 0.f;
+        for (int v = 0; v < n_warps; v++) total += acc[(size_t)v * n_sums * padded_C + pos];
+        block_partials[which * C + c] = total;
+    }
+}
+
 // LayerNorm backward, one warp per row, over the rows [blockIdx.x * rows_per_block, + rows_per_block).
 // Accumulates into dinp: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), with
 // xhat = (x - mean) * rstd and dnorm = dout * weight, from the forward pass's mean and rstd.
@@ -199,15 +215,7 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partials, const T* dou
     }
 
     block.sync();  // every warp's accumulators are complete
-    const float* acc = dynamic_shared<float>();
-    float* block_partials = partials + (size_t)blockIdx.x * n_sums * C;  // (n_sums,C): dweight, dbias[, dinp]
-    for (int pos = threadIdx.x; pos < n_sums * padded_C; pos += blockDim.x) {  // in position order: no bank conflicts
-        int which = pos / padded_C, c = ln_acc_channel<P>(pos % padded_C);
-        if (c >= C) continue;
-        float total = 0.f;
-        for (int v = 0; v < n_warps; v++) total += acc[(size_t)v * n_sums * padded_C + pos];
-        block_partials[which * C + c] = total;
-    }
+    ln_backward_block_partials<P>(partials, C, padded_C, n_sums, n_warps);
 }
 
 // dweight += sum over blocks of partials[g][0], dbias += sum of partials[g][1] (and dinp_colsum +=

@@ -261,15 +261,7 @@ __global__ void layernorm_backward_kernel2(T* dinp, float* partials, const T* do
     }
 
     block.sync();
-    const float* acc = dynamic_shared<float>();
-    float* block_partials = partials + (size_t)blockIdx.x * n_sums * C;
-    for (int pos = threadIdx.x; pos < n_sums * padded_C; pos += blockDim.x) {
-        int which = pos / padded_C, c = ln_acc_channel<P>(pos % padded_C);
-        if (c >= C) continue;
-        float total = 0.f;
-        for (int v = 0; v < n_warps; v++) total += acc[(size_t)v * n_sums * padded_C + pos];
-        block_partials[which * C + c] = total;
-    }
+    ln_backward_block_partials<P>(partials, C, padded_C, n_sums, n_warps);
 }
 
 // Whether variant 2 holds a row of C channels in its registers (at most 4 chunks of 32 packs).
