@@ -1208,20 +1208,18 @@ inline std::string bert_absolute_path(const std::string& path) {
     return abs;
 }
 
-// The fingerprint (WordPiece::fingerprint) of the vocab.txt beside a checkpoint (spec: its directory
-// or its model file, as --init takes it), and that file's path; 0 and "" when there is none. A vocab.txt that is there
-// but unreadable or malformed stops the run, naming it.
+// The fingerprint (WordPiece::fingerprint) of the vocab.txt beside a checkpoint's weights (spec as
+// --init takes it), and that file's path; 0 and "" when there is none. A vocab.txt that is there but
+// unreadable or malformed stops the run, naming it.
 inline uint64_t bert_checkpoint_vocab(const std::string& spec, std::string* path) {
+    std::string weights, err;
     struct stat info;
-    bool dir = stat(spec.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-    size_t slash = spec.rfind('/');
-    *path = (dir ? spec : slash == std::string::npos ? std::string(".") : spec.substr(0, slash)) + "/vocab.txt";
-    if (stat(path->c_str(), &info) != 0) {
-        path->clear();
-        return 0;
-    }
+    path->clear();
+    if (!hf_weights_file(spec, &weights, &err)) return 0;
+    std::string candidate = hf_file_beside(weights, "vocab.txt");
+    if (stat(candidate.c_str(), &info) != 0) return 0;
+    *path = candidate;
     WordPiece vocab;
-    std::string err;
     if (!vocab.load(*path, &err)) data_error("the model's vocabulary: %s", err.c_str());
     return vocab.fingerprint();
 }

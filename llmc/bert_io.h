@@ -334,6 +334,12 @@ inline BertParts read_bert_tensors(const SafeTensors& st, const std::string& fil
     return parts;
 }
 
+// The file `name` in the directory of a checkpoint's weights file (its config.json, its vocab.txt).
+inline std::string hf_file_beside(const std::string& file, const char* name) {
+    size_t slash = file.rfind('/');
+    return (slash == std::string::npos ? std::string(".") : file.substr(0, slash)) + "/" + name;
+}
+
 // Reads a transformers BERT checkpoint: path is a directory save_pretrained wrote (model.safetensors,
 // or a sharded model.safetensors.index.json and its shards), or one of those files, with
 // transformers' config.json beside it. F32, F16 and BF16 tensors are read (widened exactly). Returns
@@ -348,8 +354,7 @@ inline std::vector<float> load_hf_bert(const std::string& path, BertConfig* c, B
     if (!hf_weights_file(path, &file, &err)) data_error("%s", err.c_str());
     struct stat info;
     if (stat(file.c_str(), &info) != 0) data_error("%s: cannot open: %s", file.c_str(), strerror(errno));
-    size_t slash = file.rfind('/');
-    std::string config_path = (slash == std::string::npos ? std::string(".") : file.substr(0, slash)) + "/config.json";
+    std::string config_path = hf_file_beside(file, "config.json");
     if (stat(config_path.c_str(), &info) != 0)
         data_error("%s: no config.json beside it (%s): it is needed for the number of attention heads and the "
                    "activation, which the tensors do not tell", file.c_str(), config_path.c_str());
@@ -426,15 +431,7 @@ inline std::string bert_config_json(const BertConfig& c, const char* arch, bool 
     std::string labels = "  \"id2label\": {" + id2label + "},\n  \"label2id\": {" + label2id + "},\n";
     if (!strcmp(arch, "BertForSequenceClassification"))
         labels += "  \"problem_type\": \"single_label_classification\",\n";
-    // Floats in their shortest form that reads back as the same float (1e-12, not 9.99999996e-13).
-    auto shortest = [](float x) {
-        char buf[32];
-        for (int digits = 1; digits <= 9; digits++) {
-            snprintf(buf, sizeof(buf), "%.*g", digits, x);
-            if (strtof(buf, nullptr) == x) break;
-        }
-        return std::string(buf);
-    };
+    using json::shortest_float;
     char body[1024];
     snprintf(body, sizeof(body),
              "  \"attention_probs_dropout_prob\": %s,\n"
@@ -455,10 +452,10 @@ inline std::string bert_config_json(const BertConfig& c, const char* arch, bool 
              "  \"type_vocab_size\": %d,\n"
              "  \"use_cache\": true,\n"
              "  \"vocab_size\": %d\n",
-             shortest(c.dropout.attention).c_str(),
-             c.dropout.classifier == c.dropout.hidden ? "null" : shortest(c.dropout.classifier).c_str(),
-             shortest(c.dropout.hidden).c_str(), c.channels, shortest(c.initializer_range).c_str(),
-             c.intermediate, shortest(c.layernorm_eps).c_str(),
+             shortest_float(c.dropout.attention).c_str(),
+             c.dropout.classifier == c.dropout.hidden ? "null" : shortest_float(c.dropout.classifier).c_str(),
+             shortest_float(c.dropout.hidden).c_str(), c.channels, shortest_float(c.initializer_range).c_str(),
+             c.intermediate, shortest_float(c.layernorm_eps).c_str(),
              c.max_seq_len, c.num_heads, c.num_layers, bf16 ? "bfloat16" : "float32", c.type_vocab_size, c.vocab_size);
     return std::string("{\n  \"architectures\": [\"") + arch + "\"],\n" + labels + extra + body + "}\n";
 }

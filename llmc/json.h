@@ -1,5 +1,6 @@
 // llmc/json.h — a small, strict JSON reader (RFC 8259) for safetensors headers and Hugging Face
-// config.json files, plus the string quoting a JSON writer needs. Host C++17, standard library only.
+// config.json files, plus the string quoting and float formatting a JSON writer needs. Host C++17,
+// standard library only.
 //
 // Strict means: one value, surrounded by nothing but whitespace; UTF-8 validated (no overlong forms,
 // no surrogates, nothing above U+10FFFF); escapes checked, \uXXXX surrogate pairs joined and lone
@@ -326,6 +327,16 @@ class Parser {
 inline bool parse(const char* text, size_t n, Value* out, std::string* err, int max_depth = 64) {
     *out = Value();
     return detail::Parser(text, n, max_depth).document(out, err);
+}
+
+// x in its shortest form that reads back as the same float (1e-12, not 9.99999996e-13); finite x.
+inline std::string shortest_float(float x) {
+    char buf[32];
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(buf, sizeof(buf), "%.*g", digits, x);
+        if (strtof(buf, nullptr) == x) break;
+    }
+    return buf;
 }
 
 // s as a JSON string literal: quotes added; quote, backslash and control characters escaped;

@@ -127,6 +127,18 @@ __device__ inline int ln_acc_channel(int pos) {
     return j * 32 * P + (r % 32) * P + r / 32;
 }
 
+// The start of layernorm_backward_kernel (and of its dev/cuda variants): warp w's n_sums column-sum
+// accumulators (dweight, dbias[, dinp]), each padded_C floats of dynamic shared memory laid out as
+// ln_acc_channel says, zeroed where this lane updates them; returns the first (the others follow).
+template <int P>
+__device__ inline float* ln_backward_accumulators(int C, int padded_C, int n_sums, int w, int lane) {
+    float* acc = dynamic_shared<float>() + (size_t)w * n_sums * padded_C;
+    for (int c = lane * P; c < C; c += 32 * P)
+        for (int k = 0; k < P; k++)
+            for (int s = 0; s < n_sums; s++) acc[s * padded_C + c - lane * P + k * 32 + lane] = 0.f;
+    return acc;
+}
+
 // The end of layernorm_backward_kernel (and of its dev/cuda variants), once every warp's accumulators
 // (n_warps x (n_sums, padded_C) floats at the start of dynamic shared memory) are complete: their
 // sum in warp order, this block's (n_sums, C) row of partials (dweight, dbias[, dinp]).
@@ -162,17 +174,9 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partials, const T* dou
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
     int lane = warp.thread_rank(), w = warp.meta_group_rank(), n_warps = warp.meta_group_size();
     int padded_C = CEIL_DIV(C, 32 * P) * 32 * P;
-    float* dweight_acc = dynamic_shared<float>() + (size_t)w * n_sums * padded_C;  // (padded_C), see ln_acc_channel
+    float* dweight_acc = ln_backward_accumulators<P>(C, padded_C, n_sums, w, lane);  // (padded_C), see ln_acc_channel
     float* dbias_acc = dweight_acc + padded_C;
     float* dinp_acc = n_sums == 3 ? dbias_acc + padded_C : nullptr;
-    for (int c = lane * P; c < C; c += 32 * P) {
-        for (int k = 0; k < P; k++) {
-            int pos = c - lane * P + k * 32 + lane;
-            dweight_acc[pos] = 0.f;
-            dbias_acc[pos] = 0.f;
-            if (dinp_acc) dinp_acc[pos] = 0.f;
-        }
-    }
 
     int row_end = min(N, (int)(blockIdx.x + 1) * rows_per_block);
     for (int row = blockIdx.x * rows_per_block + w; row < row_end; row += n_warps) {

@@ -275,8 +275,9 @@ inline size_t matmul_layout_bytes(cublasLtMatrixLayout_t layout) {
 // put back before every run (skipped, keeping the heuristic's choice, if the device has no memory
 // for the copy). Each trial waits for the GPU: a plan made inside a CUDA graph capture is not
 // timed (counted in autotune_captured; the trainers run each new graph key eagerly once first,
-// ModelState::eager_first_use, so that none is). Algorithms whose split of K differs add in another order, so a tuned run's results may
-// differ from an untuned one's in the last bits, and a resumed run tunes again.
+// ModelState::eager_first_use, so that none is). Algorithms whose split of K differs add in another
+// order, so a tuned run's results may differ from an untuned one's in the last bits, and a resumed
+// run tunes again.
 inline void matmul_autotune(MatmulPlan& plan, const cublasLtMatmulHeuristicResult_t* results, int found, float alpha,
                             const void* a, const void* b, float beta, void* d, cudaStream_t stream) {
     MatmulContext& ctx = matmul_context();

@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "dataloader.h"  // data_error
 #include "distributed.h"
+#include "json.h"  // shortest_float
 #include "model_state.cuh"
 #include "precision.cuh"
 #include "schedulers.h"
@@ -67,22 +68,16 @@ struct RunOptions {
     }
 };
 
-// A training-state recipe (llmc/checkpoint.h): "key=value" pairs one space apart, numbers in the
-// shortest form that reads back as the same float.
+// A training-state recipe (llmc/checkpoint.h): "key=value" pairs one space apart, numbers as the
+// shortest text of their float value.
 class Recipe {
   public:
     Recipe& add(const char* key, const std::string& value) {
         text_ += std::string(text_.empty() ? "" : " ") + key + "=" + value;
         return *this;
     }
-    Recipe& add(const char* key, double value) {
-        char buf[32];
-        for (int digits = 1; digits <= 17; digits++) {
-            snprintf(buf, sizeof(buf), "%.*g", digits, value);
-            if (strtod(buf, nullptr) == value || (float)strtod(buf, nullptr) == (float)value) break;
-        }
-        return add(key, std::string(buf));
-    }
+    Recipe& add(const char* key, double value) { return add(key, json::shortest_float((float)value)); }
+    Recipe& add(const char* key, int value) { return add(key, std::to_string(value)); }
     const std::string& text() const { return text_; }
 
   private:

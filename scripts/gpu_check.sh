@@ -269,6 +269,15 @@ if fits gpt2_bf16_64k 60; then
     gpt2_run bf16_64k bf16 -b auto -d 65536
     write_json
 fi
+# Run $1 against bf16_64k: "ok" or "DISAGREES", and how far its loss decrease is from bf16_64k's (as a
+# share of it; at most 0.05, the precision runs' criterion below), with $2 = 1 also step 1's loss equal;
+# nothing (status 1) unless both ran.
+bf16_64k_agreement() {
+    [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[$1]:-}" ]] || return 1
+    awk -v a1="${loss1[bf16_64k]}" -v aN="${lossN[bf16_64k]}" -v b1="${loss1[$1]}" -v bN="${lossN[$1]}" -v same1="$2" \
+        'BEGIN { dec = a1 - aN; dd = ((b1 - bN) - dec) / dec; if (dd < 0) dd = -dd
+                 printf "%s %.3f\n", ((!same1 || a1 == b1) && dd <= 0.05) ? "ok" : "DISAGREES", dd }'
+}
 # On an H100/H200 (compute capability 9.0, built sm_90a) the attention backward above is on wgmma; the
 # same with it on mma.sync, as on other GPUs (--attention-backward mma).
 if [[ $arch == 90 ]] && fits gpt2_bf16_64k 60; then
@@ -276,11 +285,7 @@ if [[ $arch == 90 ]] && fits gpt2_bf16_64k 60; then
     gpt2_run bf16_64k_mma bf16 -b auto -d 65536 --attention-backward mma
     # The forward is unchanged, so step 1's loss must be the wgmma run's exactly; the decrease after it
     # within 5% of it (the precision runs' criterion below).
-    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[bf16_64k_mma]:-}" ]]; then
-        verdict=$(awk -v a1="${loss1[bf16_64k]}" -v aN="${lossN[bf16_64k]}" -v b1="${loss1[bf16_64k_mma]}" \
-            -v bN="${lossN[bf16_64k_mma]}" 'BEGIN { dec = a1 - aN; dd = ((b1 - bN) - dec) / dec; if (dd < 0) dd = -dd
-            printf "%s %.3f", (a1 == b1 && dd <= 0.05) ? "ok" : "DISAGREES", dd }')
-        read -r ok dd <<< "$verdict"
+    if read -r ok dd < <(bf16_64k_agreement bf16_64k_mma 1); then
         [[ $ok != ok ]] && failures=$((failures + 1)) && echo "  the wgmma backward disagrees with mma's: step-1" \
             "losses ${loss1[bf16_64k]} vs ${loss1[bf16_64k_mma]} (must be equal), decrease off by $dd (bound 0.05)"
     fi
@@ -293,11 +298,7 @@ if fits gpt2_autotune 60; then
     echo "GPT-2 d12, the 65536-token run with --gemm-autotune 1 ..."
     gpt2_run bf16_64k_autotune bf16 -b auto -d 65536 --gemm-autotune 1
     grep -m1 "^GEMM autotune:" "$logs/gpt2_bf16_64k_autotune.log" | sed 's/^/  /'
-    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[bf16_64k_autotune]:-}" ]]; then
-        verdict=$(awk -v a1="${loss1[bf16_64k]}" -v aN="${lossN[bf16_64k]}" -v b1="${loss1[bf16_64k_autotune]}" \
-            -v bN="${lossN[bf16_64k_autotune]}" 'BEGIN { dec = a1 - aN; dd = ((b1 - bN) - dec) / dec; if (dd < 0) dd = -dd
-            printf "%s %.3f", dd <= 0.05 ? "ok" : "DISAGREES", dd }')
-        read -r ok dd <<< "$verdict"
+    if read -r ok dd < <(bf16_64k_agreement bf16_64k_autotune 0); then
         [[ $ok != ok ]] && failures=$((failures + 1)) && echo "  the autotuned run disagrees: loss decrease off by" \
             "$dd of the untuned run's (bound 0.05)"
     fi
@@ -432,7 +433,10 @@ if fits kernels 60; then
     echo "memory-bound kernels (dev/cuda: ${memory_benches// /, }) ..."
     for b in $memory_benches; do
         out_of_budget kernels && break
-        timeout "$(cap 120)" "build/gpu/dev_$b" > "$logs/dev_$b.log" 2>&1 || { failures=$((failures + 1)); echo "  dev_$b: failed ($logs/dev_$b.log)"; }
+        if ! timeout "$(cap 120)" "build/gpu/dev_$b" > "$logs/dev_$b.log" 2>&1; then
+            failures=$((failures + 1))
+            echo "  dev_$b: failed ($logs/dev_$b.log)"
+        fi
         # "  NAME   0.0123 ms   2950.1 GB/s   88.1% of peak 3352 GB/s", under a line naming the shape
         while IFS=$'\t' read -r shape name ms gbps share; do
             mem_json+=("{\"bench\":$(jstr "$b"),\"shape\":$(jstr "$shape"),\"kernel\":$(jstr "$name"),\"ms\":$(jnum "$ms"),\"gb_per_s\":$(jnum "$gbps"),\"peak_percent\":$(jnum "$share")}")

@@ -193,16 +193,9 @@ __global__ void layernorm_backward_kernel2(T* dinp, float* partials, const T* do
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
     int lane = warp.thread_rank(), w = warp.meta_group_rank(), n_warps = warp.meta_group_size();
     int padded_C = CEIL_DIV(C, 32 * P) * 32 * P;
-    float* dweight_acc = dynamic_shared<float>() + (size_t)w * n_sums * padded_C;
+    float* dweight_acc = ln_backward_accumulators<P>(C, padded_C, n_sums, w, lane);
     float* dbias_acc = dweight_acc + padded_C;
     float* dinp_acc = n_sums == 3 ? dbias_acc + padded_C : nullptr;
-    for (int c = lane * P; c < C; c += 32 * P)
-        for (int k = 0; k < P; k++) {
-            int pos = c - lane * P + k * 32 + lane;
-            dweight_acc[pos] = 0.f;
-            dbias_acc[pos] = 0.f;
-            if (dinp_acc) dinp_acc[pos] = 0.f;
-        }
 
     // A row's packs: chunk j is channels lane * P + j * 32 * P .. + P - 1 (production's loop order).
     struct Row {
