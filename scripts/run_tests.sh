@@ -201,6 +201,11 @@ if [[ -n "${NVCC:-}" && -n "${CU_SOURCES:-}" ]]; then
     gencode=$(for a in $targets; do printf -- ' -gencode arch=compute_%s,code=sm_%s' "$a" "$a"; done)
     archs="sm_${targets// /+sm_}"
     checked=$(for f in $CU_SOURCES; do grep -qE '#include "((gpt2|bert)_trainer\.h|test_[a-z0-9_]+\.cu)"' "$f" || echo "$f"; done)
+    # The files that compile the attention kernels (the trainers, and those including
+    # llmc/attention.cuh) take half a minute to a minute and a half each where the others take
+    # seconds: started first, they do not end the check running alone on one core.
+    heavy=$(for f in $checked; do [[ $f != */* ]] || grep -q 'llmc/attention.cuh"' "$f" && echo "$f"; done)
+    checked=$(echo "$heavy"; for f in $checked; do [[ " "$(echo $heavy)" " == *" $f "* ]] || echo "$f"; done)
     echo "$checked" |
         xargs -P "$(nproc)" -L 1 sh -c '
             out="'"$results"'/$(echo "$0" | tr / _)"
