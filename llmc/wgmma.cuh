@@ -32,7 +32,8 @@
 //       region: call it on the accumulators before the batch's wgmma_fence and after its wait.
 //   fence_proxy_async_shared()  makes this thread's ordinary writes to shared memory (st.shared,
 //       cp.async) visible to wgmma, which reads through the async proxy: after writing operand
-//       tiles, before the barrier that lets the warpgroup use them.
+//       tiles, before the barrier that lets the warpgroup use them (the CPU backend stops a wgmma
+//       that reads bytes stored without it).
 //
 // Descriptors. wgmma_descriptor(tile, swizzle, lbo, sbo) describes a 16-bit operand tile. Its
 // elements are grouped in "core matrices" of 8 rows × 16 bytes; with T8 = 8 elements (16 bytes):

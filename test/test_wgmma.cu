@@ -451,21 +451,33 @@ static void test_groups() {
 #if defined(SIMT_CPU)
 // Variants of a minimal wgmma: 0 no fence, 1 a tile 112 bytes into its 128B pattern, 2 lane 5
 // passes another descriptor, 3 exits without waiting, 4 B past the dynamic shared memory, 5 a
-// nonzero base offset, 6 a descriptor of static shared memory.
+// nonzero base offset, 6 a descriptor of static shared memory, 7 tiles stored without
+// fence_proxy_async_shared, 8 warp 2 passes another B, 9 warp 3 skips the wgmma, 10 B overwritten
+// (and fenced) before the wait. Without variant 7's stores the tiles hold the block's initial bytes.
 __global__ void wgmma_fault_kernel(int variant) {
     char* smem = aligned_shared(dynamic_shared<char>());
     alignas(1024) __shared__ char static_tile[2048];
     static_tile[threadIdx.x] = 0;
+    if (variant == 7) {
+        for (int i = threadIdx.x; i < 16384; i += blockDim.x) smem[i] = 0;
+        __syncthreads();
+    }
     float acc[32] = {};
     uint32_t a_off = variant == 1 ? 112 : 0, b_off = variant == 4 ? 12288 : 8192;  // tiles of 8192 bytes
     if (variant == 2 && threadIdx.x % 32 == 5) a_off = 1024;
+    if (variant == 8 && threadIdx.x / 32 == 2) b_off = 9216;
     uint64_t da = variant == 6 ? wgmma_descriptor(static_tile, WgmmaSwizzle::B128, 16, 1024)
                                : wgmma_descriptor(smem + a_off, WgmmaSwizzle::B128, 16, 1024);
     if (variant == 5) da |= 1ull << 49;
     uint64_t db = wgmma_descriptor(smem + b_off, WgmmaSwizzle::B128, 16, 1024);
+    if (variant == 9 && threadIdx.x / 32 == 3) return;
     if (variant != 0) wgmma_fence();
     wgmma_ss<64, __nv_bfloat16>(acc, da, db, false);
     wgmma_commit();
+    if (variant == 10) {  // each warp stores into row 0 of B, whose first 32 bytes its lane 0 reads
+        smem[8192 + threadIdx.x % 32 * 2] = 0x11;
+        fence_proxy_async_shared();
+    }
     if (variant != 3) wgmma_wait<0>();
 }
 __global__ void wgmma_two_warps_kernel() {
@@ -495,6 +507,10 @@ static void test_faults() {
         {4, "fault: B past the dynamic shared memory", "past the"},
         {5, "fault: descriptor with a base offset", "base offset 1"},
         {6, "fault: descriptor of static shared memory", "not in this block's dynamic shared memory"},
+        {7, "fault: tiles stored without fence_proxy_async_shared", "stored without fence_proxy_async_shared()"},
+        {8, "fault: one warp of the warpgroup passes another descriptor", "differs from warp"},
+        {9, "fault: one warp of the warpgroup skips the wgmma", "but never by warp(s) 3"},
+        {10, "fault: an operand tile overwritten before the wait", "overwritten before its wait"},
     };
     for (auto& c : cases)
         th::expect_fault(c.name, c.expect, [&] { cudaLaunchKernelEx(&cfg, wgmma_fault_kernel, c.variant); });

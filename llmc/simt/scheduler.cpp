@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +77,16 @@ struct AsyncCopy {
 struct AsyncMma {
     std::function<void()> complete;
     uint64_t group;
+};
+
+// A warpgroup's k-th wgmma.mma_async as the first of its warps to issue it passed it (its operands,
+// shape and flags, wgmma_simt.h's key), and which of the four warps have issued their k-th since.
+struct WarpgroupMma {
+    uint64_t key[3];
+    unsigned warps = 0;  // bit w % 4 for warp w
+    int first_warp = 0;
+    const char* file = nullptr;
+    int line = 0;
 };
 
 // One CUDA thread of the running block: who it is and what it waits at.
@@ -150,6 +161,14 @@ struct Worker {
     uint64_t rng = 0;            // for Order::Random
     void* dyn_smem = nullptr;    // this launch's dynamic shared memory, exactly sized
     size_t dyn_smem_size = 0;
+    // wgmma (see "wgmma" below): the dynamic shared memory as wgmma reads it (through the async
+    // proxy; set up at the block's first wgmma), whether a fence.proxy.async came since that copy
+    // was last brought up to date, each warp's count of wgmma.mma_async, and the warpgroup MMAs
+    // some but not yet all warps of their warpgroup issued, by (warpgroup, k).
+    std::vector<char> async_view;
+    bool view_ready = false, proxy_fenced = false;
+    std::vector<uint64_t> warp_wgmmas;
+    std::map<std::pair<int, uint64_t>, WarpgroupMma> warpgroup_mmas;
     std::vector<char> altstack;  // signal stack, so a stack overflow can still be reported
 };
 
@@ -577,6 +596,23 @@ void release_barrier(Worker* w) {
 }
 
 // Nothing can proceed: describe who waits for whom and stop.
+// A warpgroup's wgmma.mma_async is one instruction of all its 128 threads: a block that ends with
+// one that only some of the warps issued (warp_wgmma_issue below) stops the run.
+[[noreturn]] void report_partial_warpgroup_mma(Worker* w) {
+    const auto& [at, mma] = *w->warpgroup_mmas.begin();
+    std::string issued, missing;
+    for (int i = 0; i < 4; i++) {
+        std::string& to = mma.warps >> i & 1 ? issued : missing;
+        to += (to.empty() ? "" : ", ") + std::to_string(4 * at.first + i);
+    }
+    const char* slash = strrchr(mma.file, '/');
+    die(w, nullptr,
+        "wgmma.mma_async #" + std::to_string(at.second + 1) + " of warpgroup " + std::to_string(at.first) +
+            " (at " + (slash ? slash + 1 : mma.file) + ":" + std::to_string(mma.line) + ") was issued by warp(s) " +
+            issued + " but never by warp(s) " + missing +
+            ": all four warps of a warpgroup execute each wgmma.mma_async together");
+}
+
 [[noreturn]] void report_deadlock(Worker* w) {
     for (int i = 0; i < w->nthreads; i++) {
         const Thread& t = w->threads[i];
@@ -613,6 +649,9 @@ void run_block(Worker* w, uint3 bid) {
     }
     w->n_exited = w->n_at_barrier = 0;
     memset(w->warp_waiting, 0, sizeof(w->warp_waiting));
+    w->view_ready = w->proxy_fenced = false;
+    w->warp_wgmmas.assign(nwarps, 0);
+    w->warpgroup_mmas.clear();
     // Uninitialised shared memory reads as NaN (all-ones bytes), deterministically.
     if (w->dyn_smem_size) memset(w->dyn_smem, 0xff, w->dyn_smem_size);
     w->order_kind = order_setting().order;
@@ -639,6 +678,7 @@ void run_block(Worker* w, uint3 bid) {
         report_deadlock(w);
     }
     w->current = nullptr;
+    if (!w->warpgroup_mmas.empty()) report_partial_warpgroup_mma(w);
 }
 
 // ----------------------------------------------------------------------------
@@ -1041,7 +1081,25 @@ void cp_async_wait(int pending_groups, const char* file, int line) {
 // the wait, gets different numbers here. A thread must have executed wgmma.fence since its last
 // wait (or its start) before it issues one, and must wait for all it issued before it exits.
 
+//
+// wgmma reads shared memory through the async proxy, which sees a thread's ordinary stores and
+// cp.async copies only after that thread's fence.proxy.async. Here wgmma reads a copy of the
+// dynamic shared memory (async_view), brought up to date when the first warp of a warpgroup issues a
+// wgmma after any thread's fence since the last update: a wgmma whose operand bytes differ between
+// that copy and the shared memory when it computes stops the run (a store not fenced before the
+// wgmma was issued, or an operand tile overwritten before the wait). That one thread's fence stands
+// for the whole block's is this model's leniency.
+//
+// A warpgroup's four warps execute each wgmma.mma_async together: each warp's k-th is compared with
+// the first k-th its warpgroup issued (warp_wgmma_issue), and a block ending with a wgmma only some
+// of the four issued stops the run.
+
 void wgmma_fence(const char* file, int line) { async_caller("wgmma.fence", file, line)->mma_fenced = true; }
+
+void fence_proxy_async(const char* file, int line) {
+    async_caller("fence.proxy.async", file, line);
+    tw->proxy_fenced = true;
+}
 
 void wgmma_issue(std::function<void()> complete, const char* file, int line) {
     Thread* t = async_caller("wgmma.mma_async", file, line);
@@ -1050,6 +1108,43 @@ void wgmma_issue(std::function<void()> complete, const char* file, int line) {
               "PTX ISA requires one before the first wgmma.mma_async and after the accumulators or A "
               "registers are accessed by other instructions", file, line);
     t->async_mmas.push_back({std::move(complete), t->mma_groups});
+}
+
+const void* async_proxy_shared_memory() { return tw && tw->view_ready ? tw->async_view.data() : nullptr; }
+
+void warp_wgmma_issue(const uint64_t key[3], const char* what, const char* file, int line) {
+    Thread* t = async_caller(what, file, line);
+    Worker* w = tw;
+    int warp = t->index / 32, group = warp / 4;
+    uint64_t k = w->warp_wgmmas[warp]++;
+    auto [it, first] = w->warpgroup_mmas.try_emplace({group, k});
+    WarpgroupMma& m = it->second;
+    if (first) {
+        memcpy(m.key, key, sizeof(m.key));
+        m.first_warp = warp;
+        m.file = file;
+        m.line = line;
+        if (!w->view_ready || w->proxy_fenced) {
+            // The operands as of the warpgroup's first issue: before any fence the block's initial
+            // bytes (NaN-poisoned, as run_block leaves the shared memory), after one all stores so far.
+            w->async_view.resize(w->dyn_smem_size);
+            if (w->proxy_fenced) memcpy(w->async_view.data(), w->dyn_smem, w->dyn_smem_size);
+            else memset(w->async_view.data(), 0xff, w->dyn_smem_size);
+            w->view_ready = true;
+            w->proxy_fenced = false;
+        }
+    } else if (memcmp(m.key, key, sizeof(m.key)) != 0) {
+        const char* slash = strrchr(m.file, '/');
+        fault((std::string(what) + ": warp " + std::to_string(warp) + "'s wgmma #" + std::to_string(k + 1) +
+               " differs from warp " + std::to_string(m.first_warp) + "'s (at " + (slash ? slash + 1 : m.file) + ":" +
+               std::to_string(m.line) +
+               ") in its descriptors, shape, types or accumulate flag: the four warps of a warpgroup execute "
+               "each wgmma.mma_async together")
+                  .c_str(),
+              file, line);
+    }
+    m.warps |= 1u << (warp % 4);
+    if (m.warps == 0xF) w->warpgroup_mmas.erase(it);
 }
 
 void wgmma_commit(const char* file, int line) { async_caller("wgmma.commit_group", file, line)->mma_groups++; }

@@ -97,11 +97,17 @@ size_t dynamic_shared_memory_size();
 void cp_async_16(void* dst, const void* src, int src_bytes, const char* file, int line);
 void cp_async_commit(const char* file, int line);
 void cp_async_wait(int pending_groups, const char* file, int line);
-// wgmma for llmc/wgmma.cuh (implemented in scheduler.cpp): wgmma.fence, issuing a warpgroup MMA whose
-// `complete` computes its result (run by the wait), commit_group, and wait_group (runs the
-// completions of all but the newest pending_groups groups, oldest first).
+// wgmma for llmc/wgmma.cuh (implemented in scheduler.cpp): wgmma.fence; fence.proxy.async (stores
+// made visible to wgmma); issuing a warpgroup MMA whose `complete` computes its result (run by the
+// wait); the async proxy's copy of the dynamic shared memory that completions read (null before
+// the block's first wgmma); the warpgroup check of a warp's wgmma (called once per warp, with what
+// identifies the instruction); commit_group; and wait_group (runs the completions of all but the
+// newest pending_groups groups, oldest first).
 void wgmma_fence(const char* file, int line);
+void fence_proxy_async(const char* file, int line);
 void wgmma_issue(std::function<void()> complete, const char* file, int line);
+const void* async_proxy_shared_memory();
+void warp_wgmma_issue(const uint64_t key[3], const char* what, const char* file, int line);
 void wgmma_commit(const char* file, int line);
 void wgmma_wait(int pending_groups, const char* file, int line);
 // prefetch.global.L2 for llmc/tensor_core.cuh: no cache to warm here; a fault unless p is global memory.

@@ -9,9 +9,13 @@
 // Asynchrony, strictly. Issuing records the MMA (scheduler.cpp, "wgmma"); the wait computes it,
 // reading the operand tiles and A's registers then, and only then writes the accumulators. A kernel
 // that reads its accumulators before the wait, changes A's registers, or overwrites a tile before
-// the wait therefore gets other numbers here, as it may on a GPU. Issuing also checks what a GPU
-// leaves undefined: a warp with missing lanes, a warpgroup with missing warps, lanes passing
-// different descriptors, descriptor fields out of range, swizzled tiles off their pattern.
+// the wait therefore gets other numbers here, as it may on a GPU. The tiles are read as the async
+// proxy sees them (scheduler.cpp keeps that copy): an operand element that differs from the shared
+// memory then, a store not fenced by fence_proxy_async_shared() before the issue or a tile
+// overwritten before the wait, stops the run. Issuing also checks what a GPU leaves undefined: a
+// warp with missing lanes, a warpgroup with missing warps, lanes or warps of one warpgroup passing
+// different descriptors, shapes or flags (and a warp that skips a wgmma its warpgroup issued, when
+// the block ends), descriptor fields out of range, swizzled tiles off their pattern.
 //
 // Addresses. A descriptor's start address is the tile's offset in the block's dynamic shared
 // memory (shared_address below), so operand tiles must live there; the allocation is 1024-byte
@@ -112,10 +116,23 @@ inline Operand decode(uint64_t desc, bool mn_major, const char* which, const cha
     return o;
 }
 
+// Element (mn, k) of operand `which` at `offset`, as the async proxy sees it (`view`); a fault when
+// the shared memory holds other bytes there (`smem`).
 template <class T>
-inline float shared_element(const char* smem, uint32_t offset) {
-    uint16_t bits;
-    std::memcpy(&bits, smem + offset, 2);
+inline float operand_element(const char* smem, const char* view, uint32_t offset, const char* which, int mn, int k,
+                             const char* file, int line) {
+    uint16_t bits, live;
+    std::memcpy(&bits, view + offset, 2);
+    std::memcpy(&live, smem + offset, 2);
+    if (bits != live) {
+        char msg[400];
+        snprintf(msg, sizeof(msg),
+                 "wgmma: element (%d, %d) of %s at shared offset %u is 0x%04x in shared memory but 0x%04x as wgmma "
+                 "reads it (the async proxy): stored without fence_proxy_async_shared() before the wgmma was "
+                 "issued, or overwritten before its wait",
+                 mn, k, which, offset, live, bits);
+        fault(msg, file, line);
+    }
     T v;
     std::memcpy(static_cast<void*>(&v), &bits, 2);
     return tc_detail::widen(v);
@@ -130,10 +147,11 @@ struct IssueArgs {
 };
 inline thread_local IssueArgs issue_args[32][32];
 
-// Stops the run unless the caller's warp is whole and its whole warpgroup exists, and all lanes
-// pass the same descriptors and flag; returns the warp's A register pointers (wgmma_rs).
-inline std::array<const uint32_t*, 32> check_issue(const IssueArgs& mine, const char* what, const char* file,
-                                                   int line) {
+// Stops the run unless the caller's warp is whole and its whole warpgroup exists, all lanes pass
+// the same descriptors and flag, and this is the same wgmma as the rest of its warpgroup's
+// (`shape`: N, the type and the layout flags); returns the warp's A register pointers (wgmma_rs).
+inline std::array<const uint32_t*, 32> check_issue(const IssueArgs& mine, uint64_t shape, const char* what,
+                                                   const char* file, int line) {
     tc_detail::require_full_warp(what, file, line);
     unsigned threads = blockDim.x * blockDim.y * blockDim.z, warp = tc_detail::warp_index();
     char msg[256];
@@ -156,6 +174,10 @@ inline std::array<const uint32_t*, 32> check_issue(const IssueArgs& mine, const 
             fault(msg, file, line);
         }
         a[l] = args[l].a;
+    }
+    if (lane == 0) {
+        const uint64_t key[3] = {mine.desc_a, mine.desc_b, shape << 1 | (mine.accumulate ? 1 : 0)};
+        warp_wgmma_issue(key, what, file, line);
     }
     __syncwarp(0xffffffffu, file, line);  // nobody overwrites the scratch while a lane still reads it
     return a;
@@ -183,7 +205,9 @@ inline void check_in_bounds(const Operand& o, int mn_first, int mn_step, int mn_
 template <int N, class T>
 inline void issue(float* d, bool reg_a, uint64_t desc_a, bool trans_a, const uint32_t* a, uint64_t desc_b,
                   bool trans_b, bool accumulate, const char* what, const char* file, int line) {
-    std::array<const uint32_t*, 32> a_regs = check_issue({desc_a, desc_b, accumulate, a}, what, file, line);
+    const uint64_t shape = (uint64_t)N << 4 | (std::is_same<T, __half>::value ? 8 : 0) | (reg_a ? 4 : 0) |
+                           (trans_a ? 2 : 0) | (trans_b ? 1 : 0);
+    std::array<const uint32_t*, 32> a_regs = check_issue({desc_a, desc_b, accumulate, a}, shape, what, file, line);
     int row0 = 16 * (tc_detail::warp_index() % 4);
     int lane = (int)lane_id(), g = lane / 4, t = lane % 4;
     Operand A = reg_a ? Operand{} : decode(desc_a, trans_a, "A", file, line);
@@ -193,6 +217,7 @@ inline void issue(float* d, bool reg_a, uint64_t desc_a, bool trans_a, const uin
     wgmma_issue(
         [=] {
             const char* smem = static_cast<const char*>(dynamic_shared_memory());
+            const char* view = static_cast<const char*>(async_proxy_shared_memory());
             float a_rows[2][16];  // A(row0 + g + 8h, k)
             for (int h = 0; h < 2; h++)
                 for (int k = 0; k < 16; k++) {
@@ -201,12 +226,16 @@ inline void issue(float* d, bool reg_a, uint64_t desc_a, bool trans_a, const uin
                         uint32_t reg = a_regs[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)];
                         a_rows[h][k] = tc_detail::element<T>(reg, k % 2);
                     } else {
-                        a_rows[h][k] = shared_element<T>(smem, A.offset(row0 + g + 8 * h, k));
+                        int r = row0 + g + 8 * h;
+                        a_rows[h][k] = operand_element<T>(smem, view, A.offset(r, k), "A", r, k, file, line);
                     }
                 }
             float b_cols[N / 4][16];  // B(k, 8j + 2t + e) at [2j + e][k]: the columns this lane's outputs use
             for (int c = 0; c < N / 4; c++)
-                for (int k = 0; k < 16; k++) b_cols[c][k] = shared_element<T>(smem, B.offset(8 * (c / 2) + 2 * t + c % 2, k));
+                for (int k = 0; k < 16; k++) {
+                    int col = 8 * (c / 2) + 2 * t + c % 2;
+                    b_cols[c][k] = operand_element<T>(smem, view, B.offset(col, k), "B", col, k, file, line);
+                }
             for (int i = 0; i < N / 2; i++) {
                 const int h = (i / 2) % 2, c = 2 * (i / 4) + i % 2;  // rows g + 8h; column 8 (i / 4) + 2t + i % 2
                 float acc = accumulate ? d[i] : 0.f;
@@ -253,7 +282,9 @@ inline void wgmma_wait(const char* file = __builtin_FILE(), int line = __builtin
 }
 template <int M>
 inline void wgmma_fence_operand(float (&)[M]) {}
-inline void fence_proxy_async_shared() {}
+inline void fence_proxy_async_shared(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    simt::fence_proxy_async(file, line);
+}
 
 template <int N, class T, bool TransA = false, bool TransB = false>
 inline void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate,
