@@ -156,6 +156,16 @@ class Cli {
                 opt->value = inline_value;
             } else {
                 if (i + 1 >= argc) fail("option --%s needs a value (%s)", opt->long_name, opt->value_name);
+                // A value left out would take the next option as the value (-o -y: a directory "-y").
+                // A value that spells one of this program's options is refused; --name=VALUE gives
+                // such a value on purpose.
+                std::string next = argv[i + 1];
+                bool is_option = next.rfind("--", 0) == 0 ? find_long(next.substr(2, next.find('=') - 2)) != nullptr
+                                 : next.size() >= 2 && next[0] == '-' && find_short(next.substr(1)) != nullptr;
+                if (is_option)
+                    fail("option --%s needs a value (%s), but the next argument is the option '%s' (to give "
+                         "that as the value, write --%s=%s)",
+                         opt->long_name, opt->value_name, next.c_str(), opt->long_name, next.c_str());
                 opt->value = argv[++i];
             }
             opt->given = true;

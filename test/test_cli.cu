@@ -126,6 +126,22 @@ int main() {
     expect_error("stray argument", "unexpected argument 'data.bin'", [] { parse({"data.bin"}); });
     expect_error("missing value", "option --batch-size needs a value (INT)", [] { parse({"-b"}); });
     expect_error("switch given a value", "option --shuffle takes no value", [] { parse({"--shuffle=1"}); });
+    // A value left out takes no option as the value; a negative number or other dash text is a value.
+    expect_error("value left out before a short flag",
+                 "option --train-data needs a value (GLOB), but the next argument is the option '-y' (to give that "
+                 "as the value, write --train-data=-y)",
+                 [] { parse({"-i", "-y"}); });
+    expect_error("value left out before a long option", "but the next argument is the option '--shuffle'",
+                 [] { parse({"--label", "--shuffle"}); });
+    expect_error("value left out before --name=value", "but the next argument is the option '--lr=0.1'",
+                 [] { parse({"--label", "--lr=0.1"}); });
+    {
+        Cli c = parse({"--label=-y", "-nk", "-1", "--train-data", "-data.bin"});
+        th::report(c.str("label") == "-y" && c.integer("keep-checkpoints") == -1 && c.str("train-data") == "-data.bin",
+                   "values starting with a dash: --name=-y, a negative number, a file name", "label '%s', nk %s, "
+                   "train-data '%s'", c.str("label").c_str(), c.str("keep-checkpoints").c_str(),
+                   c.str("train-data").c_str());
+    }
     expect_error("not an integer", "option --batch-size: '4x' is not an integer",
                  [] { parse({"-b", "4x"}).integer("batch-size", 1, 100); });
     expect_error("integer out of range", "option --batch-size: 0 is out of range [1, 100]",
