@@ -142,6 +142,37 @@ int main() {
                    ntrain, error.c_str());
     }
 
+    // Each "wrote" line names what its shard holds, the val shards' too (completed after a train
+    // shard was opened): the counts of the headers.
+    {
+        Options o;
+        o.tokenizer = TOKENIZER_FILE;
+        o.out = dir + "/out_said/tiny";
+        o.inputs = {dir + "/in"};
+        o.val_fraction = 0.3;
+        o.shard_tokens = 16;
+        o.eot_between_files = true;
+        th::ChildOutput c = th::run_in_child([&] {
+            dup2(2, 1);  // the child's stdout, where the lines go, into what run_in_child keeps
+            Stats st;
+            std::string e;
+            run(o, &st, &e);
+            fflush(stdout);
+        });
+        int lines = 0, right = 0;
+        for (size_t at = c.text.find("tokenize: wrote "); at != std::string::npos;
+             at = c.text.find("tokenize: wrote ", at + 1)) {
+            size_t path_at = at + 16, paren = c.text.find(" (", path_at), eol = c.text.find('\n', path_at);
+            if (paren == std::string::npos || paren > eol) break;
+            std::string path = c.text.substr(path_at, paren - path_at);
+            std::vector<int> tokens = read_shard(path);
+            right += c.text.compare(paren, eol - paren, " (" + std::to_string(tokens.size()) + " tokens)") == 0;
+            lines++;
+        }
+        th::report(lines > 2 && right == lines, "tokenize: every \"wrote\" line says its shard's token count",
+                   "%d of %d lines right%s", right, lines, right == lines ? "" : (": " + c.text).c_str());
+    }
+
     // The shards load through the DataLoader: its first batch is the first train tokens.
     {
         std::string prefix = dir + "/out5/tiny";

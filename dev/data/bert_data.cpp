@@ -188,7 +188,7 @@ class PendingShards {
         if (!folder_made_ && !make_parent(o_.out, error)) return false;
         folder_made_ = true;
         const std::string tmp = files_.add(path);
-        files_.describe(std::to_string(shard.lengths.size()) + " sequences, " + std::to_string(shard.tokens.size()) +
+        files_.describe(tmp, std::to_string(shard.lengths.size()) + " sequences, " + std::to_string(shard.tokens.size()) +
                         " tokens");
         return write_bert_shard(tmp, shard, error);
     }

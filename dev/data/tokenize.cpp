@@ -123,7 +123,7 @@ class ShardWriter {
         ok &= fclose(f_) == 0;
         f_ = nullptr;
         if (!ok) return fail(error);
-        files_->describe(std::to_string(count_) + " tokens");
+        files_->describe(path_, std::to_string(count_) + " tokens");
         index_++;
         return true;
     }

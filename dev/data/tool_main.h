@@ -94,8 +94,12 @@ class PendingFiles {
         pending_.push_back(Pending{path, ""});
         return path + ".tmp";
     }
-    // What the last file added holds, for its "wrote" line (e.g. "1000 tokens").
-    void describe(std::string what) { pending_.back().what = std::move(what); }
+    // What the file add() named `tmp` holds, for its "wrote" line (e.g. "1000 tokens"). By that name,
+    // not "the last one added": a split's shard may be completed after another split's was added.
+    void describe(const std::string& tmp, std::string what) {
+        for (Pending& p : pending_)
+            if (p.path + ".tmp" == tmp) p.what = std::move(what);
+    }
 
     // Renames every file added into place, in the order added, and appends its path to *done.
     bool commit(std::vector<std::string>* done, std::string* error) {
