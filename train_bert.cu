@@ -1252,6 +1252,20 @@ inline void check_bert_resume(const Cli& cli, const BertTrainOptions& o, const B
                  ? "a random init" : "a model its config.json does not record");
 }
 
+// The run writes its own config.json into --output-dir (what --resume reads back) and the export's
+// into --export-hf: neither may replace a model's config.json, nor the one the other writes.
+inline void check_bert_output_dirs(const Cli& cli, const BertTrainOptions& o) {
+    if (o.output_dir.empty()) return;
+    if (holds_foreign_config(o.output_dir))
+        cli.fail("option --output-dir: %s holds a config.json that is not a train_bert run's (a model's?), which "
+                 "the run's own config.json would replace: give another directory", o.output_dir.c_str());
+    struct stat a, b;
+    if (!o.export_hf.empty() && stat(o.output_dir.c_str(), &a) == 0 && stat(o.export_hf.c_str(), &b) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        cli.fail("option --export-hf: %s is the run's --output-dir, whose config.json (what --resume reads) the "
+                 "export's would replace: give another directory", o.export_hf.c_str());
+}
+
 int train_bert_main(int argc, char** argv) {
     // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
     Distributed dist = distributed_init(&argc, &argv);
@@ -1265,6 +1279,7 @@ int train_bert_main(int argc, char** argv) {
     use_all_cpu_cores(dist.local_world);
     const bool cpu = on_cpu_backend();
     check_bert_options(cli, &o, dist);
+    check_bert_output_dirs(cli, o);
     const bool mlm = o.head == BertHead::MLM;
     std::string task = cli.str("task");
 

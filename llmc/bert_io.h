@@ -520,6 +520,17 @@ inline bool write_bert_run_config(const std::string& dir, const BertConfig& c, B
     return write_file_atomic(dir + "/config.json", {{json.data(), json.size()}}, err);
 }
 
+// Whether dir holds a config.json that is not a train_bert run's (no llmc_run, or not JSON): a
+// model's (e.g. the directory --init read), which a run writing its own config.json there would
+// replace. No config.json: false.
+inline bool holds_foreign_config(const std::string& dir) {
+    std::vector<uint8_t> bytes;
+    json::Value root;
+    std::string err;
+    if (!read_whole_file(dir + "/config.json", &bytes, &err)) return false;
+    return !json::parse((const char*)bytes.data(), bytes.size(), &root, &err) || !root.get("llmc_run");
+}
+
 // The llmc_run settings of the run's config.json in dir, those present; all "" if the file cannot be
 // read or parsed. A file without llmc_run's task (written before it was recorded) gives the task of
 // its architecture.

@@ -6,6 +6,8 @@
 // "step" counts completed optimizer steps. A resumed run (resume_step >= 0) keeps what the log
 // holds up to its checkpoint and drops the rest, which the resumed run writes again: lines after
 // the checkpoint's step, and the validation at that step (evaluated again before the next step).
+// A fresh run that finds a log (an earlier run stopped before its first checkpoint, which a fresh
+// run is allowed to start over) keeps it under the first free name PATH.1, PATH.2, ... and says so.
 #pragma once
 #include <cerrno>
 #include <cstdarg>
@@ -66,6 +68,18 @@ class RunLog {
                 if (sscanf(line.c_str(), "{\"event\":\"%31[a-z_]\",\"step\":%lld", event, &step) != 2) continue;
                 if (step < resume_step || (step == resume_step && strcmp(event, "val") != 0)) kept.push_back(line);
             }
+        }
+        std::ifstream old(path);
+        if (resume_step < 0 && old && old.peek() != std::ifstream::traits_type::eof()) {
+            old.close();
+            std::string aside;
+            for (int n = 1; aside.empty() || std::ifstream(aside); n++) aside = path + "." + std::to_string(n);
+            if (rename(path.c_str(), aside.c_str()) != 0) {
+                *err = "cannot keep the earlier log " + path + " as " + aside + ": " + strerror(errno);
+                return false;
+            }
+            printf("log: %s held an earlier run's log (no checkpoint to resume from): kept as %s\n", path.c_str(),
+                   aside.c_str());
         }
         f_ = fopen(path.c_str(), "w");
         if (!f_) {

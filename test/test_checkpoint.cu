@@ -245,6 +245,22 @@ int main(int argc, char** argv) {
                                   "with --resume") != std::string::npos;
         th::report(ok, "train_gpt2 -o DIR without --resume, DIR holding a run's checkpoints: refused, its log kept",
                    "%s", th::last_lines(again.text).c_str());
+        // A run stopped before its first checkpoint leaves only its log: the next run, fresh or with
+        // --resume (nothing to resume), starts over and keeps that log as log.jsonl.1, then .2.
+        const std::string ldir = g_tmp + "/log_only";
+        th::run_command("mkdir -p " + ldir + " && printf '{\"event\":\"step\",\"step\":1}\\n' > " + ldir +
+                        "/log.jsonl");
+        const std::string earlier = slurp(ldir + "/log.jsonl");
+        th::ChildOutput fresh = th::run_command(tiny + "-o " + ldir + " -n 0 2>&1");
+        std::string kept1 = slurp(ldir + "/log.jsonl.1"), run1 = slurp(ldir + "/log.jsonl");
+        th::run_command("rm -f " + ldir + "/model_* " + ldir + "/state_* " + ldir + "/DONE_*");
+        th::ChildOutput resumed = th::run_command(tiny + "-o " + ldir + " -n 0 -y 2>&1");
+        ok = th::exited_ok(fresh) && th::exited_ok(resumed) && earlier.rfind("{\"event\":\"step\"", 0) == 0 &&
+             kept1 == earlier && slurp(ldir + "/log.jsonl.2") == run1 &&
+             fresh.text.find("held an earlier run's log (no checkpoint to resume from): kept as " + ldir +
+                             "/log.jsonl.1") != std::string::npos;
+        th::report(ok, "a log without a checkpoint in -o DIR: kept as log.jsonl.1, .2 by the runs that start over",
+                   "%s", th::last_lines(fresh.text + resumed.text).c_str());
         // A resumed run says what it changes of the recipe its checkpoint recorded (the learning rate
         // and clipping here), and nothing when its command line is the run's.
         const std::string rdir = g_tmp + "/recipe_run";

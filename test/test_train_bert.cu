@@ -169,6 +169,21 @@ void test_refusals(const std::string& cls3, const std::string& cls4, const std::
                  "option --nesterov: applies to --optimizer sgd only (this run's optimizer is adamw)");
     expect_error("refused: --profile-step past the run's steps", base + "--config tiny -i " + cls3 +
                  " --profile-step 2", "option --profile-step: 2 is past the 1 step this run takes");
+    // The run's config.json would replace a model's (-o the directory --init read), or the export's
+    // the run's (--export-hf the run's -o): refused, the model's config.json untouched.
+    {
+        const std::string model = g_tmp + "/model_copy";
+        th::run_command("rm -rf " + model + " && cp -r " + kFixtures + "bert_tiny_cls " + model);
+        const std::string before = slurp(model + "/config.json");
+        expect_error("refused: -o holding a model's config.json (not a run's)",
+                     base + "--init " + model + " -i " + cls3 + " -o " + model,
+                     "holds a config.json that is not a train_bert run's");
+        th::report(slurp(model + "/config.json") == before && before.find("\"architectures\"") != std::string::npos,
+                   "the refused run left the model's config.json as it was", "%zu bytes", before.size());
+        const std::string run = g_tmp + "/run_and_export", said = "option --export-hf: " + run + "/. is the run's";
+        expect_error("refused: --export-hf the run's -o",
+                     base + "--config tiny -i " + cls3 + " -o " + run + " --export-hf " + run + "/.", said.c_str());
+    }
 }
 
 // A balanced slice of a classification shard: its first per_label sequences of each label, written to
