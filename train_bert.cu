@@ -1069,6 +1069,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             if (c.num_labels == 2) fields.number("f1", e.f1());
         }
         log.write("val", step, fields);
+        if (e.rows > 0) stop_on_nonfinite_val_loss(step, e.loss());
     };
     const bool validate = val != nullptr && !o.bench;
     // Whether to evaluate before step `step`: the first step, every eval_every, each epoch's end.

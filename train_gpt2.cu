@@ -978,6 +978,8 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
         cudaCheck(cudaMemcpyAsync(row.data(), logits, row.size() * sizeof(floatX), cudaMemcpyDeviceToHost, model.stream));
         cudaCheck(cudaStreamSynchronize(model.stream));
         int next = sample_token(row, V, o.temperature, o.top_k, &rng);
+        if (next < 0)
+            data_error("generation: the logits for token %d are not finite: the model holds non-finite values", i + 1);
         if (sampled) sampled->push_back(next);
         const std::string& text = next == tok.eot() ? std::string("\n<|endoftext|>\n") : tok.decode(next);
         fwrite(text.data(), 1, text.size(), stdout);
@@ -1315,6 +1317,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         printf("step %d | val loss %.6f\n", step, val);
         fflush(stdout);
         log.write("val", step, JsonFields().number("loss", val));
+        stop_on_nonfinite_val_loss(step, val);
     };
     int end_step = o.stop_after > 0 ? std::min(steps, start_step + o.stop_after) : steps;
     check_profile_step(o.profile_step, end_step - start_step);

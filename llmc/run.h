@@ -138,6 +138,14 @@ inline void stop_on_nonfinite_loss(int step, double loss) {
                    "non-finite values; stopped, nothing saved from this step on", step, loss);
 }
 
+// The same for an evaluation: weights that hold non-finite values (a model file's, with -x 0 nothing
+// else shows them) give a non-finite validation loss, which stops the run rather than report it.
+inline void stop_on_nonfinite_val_loss(int step, double loss) {
+    if (!std::isfinite(loss))
+        data_error("step %d: the validation loss is %g: the model holds non-finite values (or training diverged); "
+                   "stopped, nothing saved from this step on", step, loss);
+}
+
 struct ResumeNames {
     const char* seq_len_option;   // "--seq-len" (GPT-2) or "--max-len" (BERT)
     const char* per_step;         // "tokens per step", "sequences per step"

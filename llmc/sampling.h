@@ -14,7 +14,8 @@
 // xorshift generator *rng per token (so a seed gives the same sample whatever computed the logits).
 // margin, if given, receives how far the draw lies from the nearest edge of the chosen token's
 // interval, as a fraction of the total probability: how much the probabilities may move (from
-// rounding differences in the logits) before the same draw picks another token.
+// rounding differences in the logits) before the same draw picks another token. -1 when the row holds
+// a non-finite logit (a model with non-finite weights): there is no distribution to draw from.
 template <class floatX>
 int sample_token(const std::vector<floatX>& row, int V, float temperature, int top_k, uint64_t* rng,
                  double* margin = nullptr) {
@@ -34,6 +35,7 @@ int sample_token(const std::vector<floatX>& row, int V, float temperature, int t
         probs[v] = l < cutoff ? 0.f : std::exp((l - maxl) / temperature);
         sum += probs[v];
     }
+    if (!(sum > 0 && std::isfinite(sum))) return -1;  // a non-finite logit: no distribution to draw from
     uint64_t r = *rng;
     r ^= r << 13; r ^= r >> 7; r ^= r << 17;
     *rng = r;

@@ -1,7 +1,7 @@
 // test/gpt2_trainer.h — train_gpt2.cu as its tests include it: with TESTING (the program's main is
 // train_gpt2_main) and its cudaMalloc calls counted (counted_malloc.h). Once per binary, so that the
 // GPT-2 tests can also be built together as one (test/gpt2_suite.cu). Also the token shards the
-// tests train on.
+// tests train on, and a tokenizer for their small vocabularies.
 #pragma once
 #define TESTING
 #include "counted_malloc.h"
@@ -32,6 +32,23 @@ inline std::string write_token_shard(const std::string& path, size_t n, int V, u
     bool ok = f && fwrite(header.data(), 4, 256, f) == 256 && fwrite(tokens.data(), 2, n, f) == n;
     if (f) ok = fclose(f) == 0 && ok;
     if (!ok) data_error("cannot write the token shard %s", path.c_str());
+    return path;
+}
+
+// Writes a llm.c tokenizer (version 2) of V tokens " t0", " t1", ... with <|endoftext|> = V-1 to
+// `path`: sampling from a test's small-vocabulary model needs one.
+inline std::string write_numbered_tokenizer(const std::string& path, int V) {
+    int32_t h[256] = {TOKENIZER_MAGIC, 2, V, V - 1};
+    std::string body((const char*)h, sizeof(h));
+    for (int i = 0; i < V; i++) {
+        std::string t = " t" + std::to_string(i);
+        body += (char)t.size();
+        body += t;
+    }
+    FILE* f = fopen(path.c_str(), "wb");
+    bool ok = f && fwrite(body.data(), 1, body.size(), f) == body.size();
+    if (f) ok = fclose(f) == 0 && ok;
+    if (!ok) data_error("cannot write %s", path.c_str());
     return path;
 }
 

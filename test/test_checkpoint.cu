@@ -261,6 +261,30 @@ int main(int argc, char** argv) {
                              "/log.jsonl.1") != std::string::npos;
         th::report(ok, "a log without a checkpoint in -o DIR: kept as log.jsonl.1, .2 by the runs that start over",
                    "%s", th::last_lines(fresh.text + resumed.text).c_str());
+        // A model file whose weights hold a NaN (wpe[0][0], which every sequence reads): evaluating it
+        // (-x 0) or sampling from it stops with one line, not a NaN loss or a text of one token.
+        {
+        std::string bytes = slurp("test/fixtures/gpt2_tiny_model.bin");
+        int32_t header[8];
+        memcpy(header, bytes.data(), sizeof(header));
+        const float nan = NAN;
+        memcpy(&bytes[1024 + 4 * (size_t)header[7] * header[6]], &nan, 4);  // after wte (Vp, C)
+        const std::string nan_model = g_tmp + "/nan_model.bin";
+        FILE* f = fopen(nan_model.c_str(), "wb");
+        fwrite(bytes.data(), 1, bytes.size(), f);
+        fclose(f);
+        const std::string eval_only = self + " --train-gpt2 -e " + nan_model + " -x 0 -t 16 -b 2 -i " + train;
+        th::ChildOutput val = th::run_command(eval_only + " -j " + train + " -g 0 2>&1");
+        const std::string tokens = th::write_numbered_tokenizer(g_tmp + "/tokenizer.bin", header[3]);
+        th::ChildOutput gen = th::run_command(eval_only + " -j '' -g 4 --tokenizer " + tokens + " 2>&1");
+        ok = WIFEXITED(val.status) && WEXITSTATUS(val.status) == 1 &&
+             val.text.find("step 0: the validation loss is nan: the model holds non-finite values") != std::string::npos &&
+             WIFEXITED(gen.status) && WEXITSTATUS(gen.status) == 1 &&
+             gen.text.find("generation: the logits for token 1 are not finite") != std::string::npos;
+        th::report(ok, "a model file with a NaN weight: -x 0's evaluation and sampling stop with one line, exit 1",
+                   "exit %d, %d | %s | %s", WEXITSTATUS(val.status), WEXITSTATUS(gen.status),
+                   th::last_lines(val.text).c_str(), th::last_lines(gen.text).c_str());
+        }
         // A resumed run says what it changes of the recipe its checkpoint recorded (the learning rate
         // and clipping here), and nothing when its command line is the run's.
         const std::string rdir = g_tmp + "/recipe_run";

@@ -219,22 +219,6 @@ double check_decode(const char* tname, const GPT2Config& config, const std::vect
 // ----------------------------------------------------------------------------
 // 3: generate() vs sampling from the full forward pass
 
-// Writes a llm.c tokenizer (version 2) of V tokens " t0", " t1", ... with <|endoftext|> = V-1.
-std::string write_tokenizer(int V) {
-    std::string path = "/tmp/test_generate_tokenizer_" + std::to_string(getpid()) + ".bin";
-    int32_t h[256] = {TOKENIZER_MAGIC, 2, V, V - 1};
-    std::string body((const char*)h, sizeof(h));
-    for (int i = 0; i < V; i++) {
-        std::string t = " t" + std::to_string(i);
-        body += (char)t.size();
-        body += t;
-    }
-    FILE* f = fopen(path.c_str(), "wb");
-    if (!f || fwrite(body.data(), 1, body.size(), f) != body.size()) data_error("cannot write %s", path.c_str());
-    fclose(f);
-    return path;
-}
-
 // The tokens and text generate() should give: the same window policy (<|endoftext|>, the prompt's last
 // maxT-1 tokens, slide to the last maxT/2 when full) with the full forward pass over a (1, maxT)
 // window for every token, advancing *rng. *min_margin: the smallest distance of a draw from an edge.
@@ -340,7 +324,8 @@ int main(int argc, char** argv) {
     check_decode<__nv_bfloat16>("bf16", config, init, Recompute::None, true);
     check_decode<__nv_bfloat16>("bf16", config, init, Recompute::Gelu, true);
 
-    std::string tokenizer = write_tokenizer(config.vocab_size);
+    std::string tokenizer = th::write_numbered_tokenizer(
+        "/tmp/test_generate_tokenizer_" + std::to_string(getpid()) + ".bin", config.vocab_size);
     TrainOptions o;
     o.tokenizer_path = tokenizer;
     o.gen_tokens = 70;  // the window (11 tokens at first) is full after 53: one slide
@@ -352,6 +337,20 @@ int main(int argc, char** argv) {
     o.prompt_tokens = random_tokens(70, config.vocab_size - 1, 12);  // longer than the window: truncated,
     check_generate("T=0.8 top-k 20, 70-token prompt", config, init, o, diff);  // and a slide at once
     remove(tokenizer.c_str());
+
+    // A row with a non-finite logit has no distribution: -1, whatever the top-k.
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+        std::vector<float> row(8, 0.5f);
+        row[3] = bad;
+        uint64_t rng = 1;
+        int all = sample_token(row, 8, 1.f, 0, &rng), top2 = sample_token(row, 8, 1.f, 2, &rng);
+        bool neg_inf = bad < 0;  // -inf is a probability of 0, a valid row
+        char name[96];
+        snprintf(name, sizeof(name), "sample_token: a logit of %g %s", bad,
+                 neg_inf ? "draws one of the others" : "gives -1");
+        th::report(neg_inf ? all >= 0 && all != 3 && top2 >= 0 && top2 != 3 : all == -1 && top2 == -1, name,
+                   "full %d, top-2 %d", all, top2);
+    }
     matmul_destroy();
     return th::finish();
 }
