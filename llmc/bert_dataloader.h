@@ -522,6 +522,8 @@ class BertDataLoader {
     // Reads and checks shard path's header (and its file size) into *s, *n sequences, *total tokens.
     static void read_header(const std::string& path, BertShard* s, size_t* n, size_t* total) {
         uint8_t header[BERT_SHARD_HEADER_INTS * 4] = {};
+        std::string why = not_a_regular_file(path);
+        if (!why.empty()) bert_data_error("%s: BERT shards are files", why.c_str());
         FILE* f = fopen(path.c_str(), "rb");
         if (!f) bert_data_error("cannot open %s: %s", path.c_str(), strerror(errno));
         bool ok = fread(header, 1, sizeof(header), f) > 0 || !ferror(f);  // a short file is refused by its size
@@ -682,6 +684,7 @@ inline int bert_shards_max_len(const std::string& pattern) {
     if (glob(pattern.c_str(), 0, nullptr, &g) != 0) return 0;
     for (size_t i = 0; i < g.gl_pathc; i++) {
         uint8_t header[BERT_SHARD_HEADER_INTS * 4] = {};
+        if (!not_a_regular_file(g.gl_pathv[i]).empty()) continue;  // the loader refuses it by name
         FILE* f = fopen(g.gl_pathv[i], "rb");
         if (!f) continue;
         size_t got = fread(header, 1, sizeof(header), f);

@@ -32,6 +32,7 @@
 
 #include "cuda_common.h"
 #include "encoder_plan.h"
+#include "file_io.h"
 
 constexpr int SHARD_MAGIC = 20240520;
 constexpr int SHARD_VERSION = 1;
@@ -120,6 +121,8 @@ class DataLoader {
         if (files_.empty()) data_error("no token shards match '%s'", pattern.c_str());
         size_t window = (size_t)world * B * T;
         for (const auto& path : files_) {
+            std::string why = not_a_regular_file(path);
+            if (!why.empty()) data_error("%s: token shards are files", why.c_str());
             FILE* f = fopen(path.c_str(), "rb");
             if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
             size_t ntok = read_shard_header(path, f);

@@ -7,10 +7,22 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <sys/stat.h>
 #include <vector>
 
-// Reads the file at path into *out; false with "cannot open PATH: reason" or "reading PATH failed".
+// "" when path is a regular file (or nothing: opening it then says why), else what it is instead:
+// a directory, or a pipe, socket or device, whose open or read would block or never end.
+inline std::string not_a_regular_file(const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
+    return path + (S_ISDIR(st.st_mode) ? " is a directory" : " is not a regular file (a pipe, socket or device)");
+}
+
+// Reads the file at path into *out; false with "cannot open PATH: reason", "PATH is a directory"
+// (or not a regular file) or "reading PATH failed".
 inline bool read_whole_file(const std::string& path, std::vector<uint8_t>* out, std::string* err) {
+    *err = not_a_regular_file(path);
+    if (!err->empty()) return false;
     FILE* f = fopen(path.c_str(), "rb");
     if (!f) {
         *err = "cannot open " + path + ": " + strerror(errno);

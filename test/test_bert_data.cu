@@ -9,6 +9,7 @@
 #include "../dev/data/bert_data.cpp"
 #include "harness.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -831,6 +832,15 @@ void test_format() {
     th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 1 &&
                    child.text.find("error: " + dir + "/fmt_bad.bin: sequence 0 has length 1") == 0,
                "loader refuses a corrupt shard with one line naming it", "%s", child.text.c_str());
+    // A pipe matching the pattern is refused before it is opened (the open would block forever).
+    std::string fifo = dir + "/fmt_pipe.bin";
+    mkfifo(fifo.c_str(), 0600);
+    child = th::run_in_child([&] { BertDataLoader l(fifo, loader_options(2, 16)); });
+    while (!child.text.empty() && child.text.back() == '\n') child.text.pop_back();
+    th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 1 &&
+                   child.text.find(fifo + " is not a regular file (a pipe, socket or device): BERT shards are files") !=
+                       std::string::npos,
+               "loader refuses a pipe with one line naming it", "%s", child.text.c_str());
 }
 
 // ---------------------------------------------------------------------------------------------

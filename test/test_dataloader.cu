@@ -6,6 +6,8 @@
 #include "../llmc/dataloader.h"
 #include "harness.h"
 
+#include <sys/stat.h>
+
 #include <set>
 #include <string>
 #include <vector>
@@ -200,6 +202,13 @@ void test_errors() {
     expect_error("dataloader error: token >= vocab size", "token 777 at position 57 is outside the vocabulary", open(bad_token));
     expect_error("dataloader error: too few tokens for one batch", "too few for one batch", open(tiny));
     expect_error("dataloader error: no file matches", "no token shards match", open(tmpdir + "/nothing_*.bin"));
+    // What is not a file is refused by name before it is opened: a pipe would block the open forever.
+    std::string fifo = tmpdir + "/pipe.bin", folder = tmpdir + "/folder.bin";
+    mkfifo(fifo.c_str(), 0600);
+    mkdir(folder.c_str(), 0700);
+    expect_error("dataloader error: a pipe matching the pattern", fifo + " is not a regular file (a pipe, socket or "
+                 "device): token shards are files", open(fifo));
+    expect_error("dataloader error: a directory matching the pattern", folder + " is a directory", open(folder));
 }
 
 int main() {
