@@ -1126,8 +1126,9 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         // collective under ZeRO-2), and GPUs differ in free memory. A B that fits one rank fits any
         // rank with more room, and divides the same tokens.
         o.B = -all_reduce_max_scalar(dist, -auto_batch_size(model, o.T, o.total_batch / dist.world));
-        printf("batch size auto: B=%d (the largest multiple of 8 that fits and divides %lld tokens per step%s)\n",
-               o.B, o.total_batch / dist.world, dist.world > 1 ? " and rank" : "");
+        printf("batch size auto: B=%d (the largest %s that fits and divides %lld tokens per step%s)\n", o.B,
+               o.B % 8 == 0 ? "multiple of 8" : "power of two below 8 (no multiple of 8 does)",
+               o.total_batch / dist.world, dist.world > 1 ? " and rank" : "");
     }
     model.allocate_activations(o.B, o.T);
     const GPT2Config& c = model.config;

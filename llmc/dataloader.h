@@ -73,7 +73,11 @@ inline bool parse_shard_header(const uint8_t* header_bytes, size_t file_size, si
     int32_t header[SHARD_HEADER_INTS];
     memcpy(header, header_bytes, sizeof(header));
     if (header[0] != SHARD_MAGIC) {
-        *err = "bad magic " + std::to_string(header[0]) + " (a llm.c token shard starts with " +
+        // The llm.c files that sit beside shards, which a broad -i pattern also matches, by name.
+        const char* what = header[0] == 20240328   ? ": a llm.c tokenizer file, not a token shard"  // llmc/tokenizer.h
+                           : header[0] == 20240326 ? ": a llm.c model file, not a token shard"      // llmc/gpt2_io.h
+                                                   : "";
+        *err = "bad magic " + std::to_string(header[0]) + what + " (a llm.c token shard starts with " +
                std::to_string(SHARD_MAGIC) + ")";
         return false;
     }

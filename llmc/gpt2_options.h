@@ -71,7 +71,7 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     t.beta2 = "0.95";
     t.weight_decay = "0.0";
     t.recompute_help = "recompute in the backward pass instead of storing: none | gelu | ln (gelu + layernorms) | "
-                       "layer (whole blocks); llm.c's 0/1/2 also work";
+                       "layer (whole blocks); 0-3 also work (llm.c's -r 0/1/2, and 3 for layer)";
     t.seed_help = "seed for initialization, shuffling and sampling";
     add_run_options(cli, o, t);
     // GPT-2's own

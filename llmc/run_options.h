@@ -2,8 +2,10 @@
 // bound to RunOptions: data and batch, schedule, optimizer, precision, recompute, seed, checkpoints,
 // ranks and the log. Each trainer adds its own options (the model, sampling, the task) around them.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <sys/stat.h>
 
 #include "attention.cuh"
 #include "checkpoint.h"
@@ -282,7 +284,9 @@ inline const char* apply_attention_backward(const RunOptions& o, int head_size, 
 // The checks of the shared options that involve more than one of them, after cli.parse() (and the
 // trainer's resolve_auto calls): each failure is one error naming the option.
 inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& dist) {
-    if (o->total_batch == 0) cli.fail("option --total-batch-size: 0 per step (-1: one micro-batch on every rank)");
+    if (o->total_batch == 0)
+        cli.fail("option --total-batch-size: 0 leaves nothing to train on per step (give a positive count, or -1 "
+                 "for one micro-batch on every rank)");
     if (o->warmup >= 1 && o->warmup != std::floor(o->warmup))
         cli.fail("option --warmup: %g is neither a fraction below 1 nor a whole number of steps", o->warmup);
     AdafactorConfig& af = o->opt.adafactor;
@@ -328,6 +332,24 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
         if (opt.eps <= 0) cli.fail("option --adam-eps: must be above 0 (AdamW divides by sqrt(v) + eps, and v can be 0)");
     }
     if (o->resume && o->output_dir.empty()) cli.fail("option --resume: needs --output-dir (where the checkpoints are)");
+    if (cli.given("init") && cli.str("init").empty())
+        cli.fail("option --init: an empty path (give a checkpoint, or leave --init out for the default)");
+    // A training pattern that also matches the validation shards (-i 'dir/name_*.bin' next to
+    // name_val.bin) is legal, and sometimes meant (a check that a model can fit its data), but
+    // mostly not: said once, by file.
+    if (!o->val_pattern.empty()) {
+        auto same_file = [](const std::string& a, const std::string& b) {
+            struct stat x, y;
+            return stat(a.c_str(), &x) == 0 && stat(b.c_str(), &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+        };
+        std::vector<std::string> train = glob_files(o->train_pattern), val = glob_files(o->val_pattern);
+        for (const std::string& v : val)
+            if (std::any_of(train.begin(), train.end(), [&](const std::string& t) { return same_file(t, v); })) {
+                printf("warning: %s is both a training shard (-i %s) and a validation shard (-j): the validation "
+                       "loss measures data the model trains on\n", v.c_str(), o->train_pattern.c_str());
+                break;
+            }
+    }
     // A fresh run would truncate the log of the run whose checkpoints the directory holds and mix its
     // own checkpoints with that run's, which --resume would then take for one run.
     if (!o->resume && !o->output_dir.empty()) {

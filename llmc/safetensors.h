@@ -81,6 +81,11 @@ class SafeTensors {
         if (is_lfs_pointer(data, n)) return fail(err, kLfsPointer);
         uint64_t header_len = 0;
         memcpy(&header_len, data, 8);
+        // Text read as a length is absurd or past the file; a JSON file's first byte names it (a real
+        // length of 123 + 256·k also starts with '{', but fits).
+        if (data[0] == '{' && (header_len > MAX_HEADER_BYTES || header_len > n - 8))
+            return fail(err, "a JSON file (config.json?), not a safetensors file: for a Hugging Face checkpoint "
+                             "give its directory");
         if (header_len > MAX_HEADER_BYTES)
             return fail(err, "header length " + std::to_string(header_len) + " is absurd (the format's limit is " +
                                  std::to_string(MAX_HEADER_BYTES) + " bytes)");

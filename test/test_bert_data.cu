@@ -308,6 +308,23 @@ void test_tool_errors() {
     std::filesystem::create_directories(dir + "/err/nofiles/sub");
     std::filesystem::create_directories(dir + "/err/notrain/test/pos");
 
+    {  // A --val-fraction that leaves validation nothing is said (train_bert's default -j expects one).
+        write_text(dir + "/err/two.tsv", "pos\tfine\nneg\tbad\n");
+        bd::Options two = classify_options(dir + "/err/two.tsv", "err/two");
+        two.val_fraction = 0.1;
+        two.quiet = false;
+        th::ChildOutput c = th::run_in_child([&] {
+            dup2(2, 1);  // the tool's stdout, where the warning goes, into what run_in_child keeps
+            std::string e;
+            run_tool(two, &e);
+            fflush(stdout);
+        });
+        th::report(c.text.find("bert_data: warning: --val-fraction 0.1 of 2 examples is none: no _val.bin is "
+                               "written") != std::string::npos &&
+                       !std::filesystem::exists(dir + "/err/two_val.bin"),
+                   "bert_data: a --val-fraction that gives validation no example is said, no _val.bin", "%s",
+                   c.text.c_str());
+    }
     bd::Options o = classify_options(dir + "/err/train.tsv", "err/out");
     o.vocab = dir + "/nope/vocab.txt";
     expect_error("bert_data refuses: missing vocab", o, "cannot open " + dir + "/nope/vocab.txt");

@@ -261,6 +261,14 @@ int main(int argc, char** argv) {
                              "/log.jsonl.1") != std::string::npos;
         th::report(ok, "a log without a checkpoint in -o DIR: kept as log.jsonl.1, .2 by the runs that start over",
                    "%s", th::last_lines(fresh.text + resumed.text).c_str());
+        // Validation shards the training pattern also matches: trained on, and said so (once).
+        th::ChildOutput overlap = th::run_command(tiny + "-j " + train + " -x 1 2>&1");
+        const std::string warned = "warning: " + train + " is both a training shard (-i " + train +
+                                   ") and a validation shard (-j)";
+        th::report(th::exited_ok(overlap) && overlap.text.find(warned) != std::string::npos &&
+                       first.text.find("warning:") == std::string::npos,
+                   "a validation shard among the training shards: trained on, with one warning line", "%s",
+                   th::last_lines(overlap.text).c_str());
         // A model file whose weights hold a NaN (wpe[0][0], which every sequence reads): evaluating it
         // (-x 0) or sampling from it stops with one line, not a NaN loss or a text of one token.
         {

@@ -196,6 +196,9 @@ void test_errors() {
     std::string tiny = write_shard("tiny.bin", counting_tokens(10, V));
     auto open = [&](const std::string& p) { return [=] { DataLoader dl(p, B, T, 0, 1, false, 0, V); }; };
     expect_error("dataloader error: bad magic", "bad magic 12345", open(bad_magic));
+    expect_error("dataloader error: the tokenizer beside the shards, matched by -i",
+                 "bad magic 20240328: a llm.c tokenizer file, not a token shard",
+                 open("dev/data/shakespeare/gpt2_tokenizer.bin"));
     expect_error("dataloader error: bad version", "unsupported shard version 2", open(bad_version));
     expect_error("dataloader error: truncated file", "truncated or corrupt", open(truncated));
     expect_error("dataloader error: file shorter than a header", "too short for a token shard header", open(short_header));

@@ -344,6 +344,16 @@ void test_malformed() {
     expect_refused("safetensors refuses: absurd header length (> 100 MB)", make_file("{}", 0, 200000000),
                    "header length 200000000 is absurd");
     expect_refused("safetensors refuses: invalid JSON", make_file("{\"t\":", 0), "header: JSON error at byte 5");
+    const std::string config = "{\n  \"architectures\": [\"BertModel\"],\n  \"hidden_size\": 384\n}\n";
+    expect_refused("safetensors refuses: a config.json, named as such", std::vector<uint8_t>(config.begin(), config.end()),
+                   "a JSON file (config.json?), not a safetensors file: for a Hugging Face checkpoint give its directory");
+    {  // a real header of 123 bytes: its length's first byte is '{' too
+        std::vector<uint8_t> f = make_file("{}" + std::string(121, ' '), 0);
+        SafeTensors st;
+        std::string err;
+        th::report(f[0] == '{' && st.parse(f.data(), f.size(), &err), "safetensors: a 123-byte header (length byte "
+                   "'{') is not taken for a JSON file", "%s", err.c_str());
+    }
     expect_refused("safetensors refuses: invalid UTF-8 in a name",
                    make_file("{\"\xff\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", 4), "invalid UTF-8");
     expect_refused("safetensors refuses: a header that is not an object", make_file("[1, 2]", 0),

@@ -145,6 +145,7 @@ void test_refusals(const std::string& cls3, const std::string& cls4, const std::
     expect_error("refused: an unknown --config", base + "--config huge -i " + cls3,
                  "option --config: 'huge' is not one of tiny, mini, small, base, large");
     expect_error("refused: --init with --config", "--init x --config tiny", "excludes --init");
+    expect_error("refused: an empty --init", "--init ''", "option --init: an empty path");
     expect_error("refused: --resume without --output-dir", "--resume", "option --resume: needs --output-dir");
     expect_error("refused: --total-batch-size not a multiple of B",
                  base + "--config tiny -i " + cls3 + " -d 6", "--total-batch-size 6 is not a multiple");

@@ -604,6 +604,10 @@ inline bool run_classify(const Options& o, const WordPiece& wp, Stats* stats, st
         }
         train.swap(rest);
         if (train.empty()) return fail(error, "--val-fraction " + fraction_text(o.val_fraction) + " leaves no training examples");
+        if (val.empty() && !o.quiet)
+            printf("bert_data: warning: --val-fraction %s of %zu examples is none: no _val.bin is written (train with "
+                   "-j '', or give more examples or a larger --val-fraction)\n",
+                   fraction_text(o.val_fraction).c_str(), train.size());
     }
 
     // Label ids: --labels, else integers as themselves, else names in sorted order (from the
