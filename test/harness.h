@@ -406,6 +406,17 @@ ChildOutput run_in_child(F body) {
     return child;
 }
 
+// run_in_child with the child's stdout going where its stderr goes: the text of a tool that prints
+// its results, for a test of what it says.
+template <class F>
+ChildOutput run_in_child_with_stdout(F body) {
+    return run_in_child([&] {
+        dup2(2, 1);
+        body();
+        fflush(stdout);
+    });
+}
+
 // A replay that reaches the end of the test never met its call (the test's calls differ between
 // runs): it says so and fails.
 inline void end_replay() {

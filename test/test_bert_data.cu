@@ -313,11 +313,9 @@ void test_tool_errors() {
         bd::Options two = classify_options(dir + "/err/two.tsv", "err/two");
         two.val_fraction = 0.1;
         two.quiet = false;
-        th::ChildOutput c = th::run_in_child([&] {
-            dup2(2, 1);  // the tool's stdout, where the warning goes, into what run_in_child keeps
+        th::ChildOutput c = th::run_in_child_with_stdout([&] {
             std::string e;
             run_tool(two, &e);
-            fflush(stdout);
         });
         th::report(c.text.find("bert_data: warning: --val-fraction 0.1 of 2 examples is none: no _val.bin is "
                                "written") != std::string::npos &&

@@ -152,12 +152,10 @@ int main() {
         o.val_fraction = 0.3;
         o.shard_tokens = 16;
         o.eot_between_files = true;
-        th::ChildOutput c = th::run_in_child([&] {
-            dup2(2, 1);  // the child's stdout, where the lines go, into what run_in_child keeps
+        th::ChildOutput c = th::run_in_child_with_stdout([&] {
             Stats st;
             std::string e;
             run(o, &st, &e);
-            fflush(stdout);
         });
         int lines = 0, right = 0;
         for (size_t at = c.text.find("tokenize: wrote "); at != std::string::npos;
