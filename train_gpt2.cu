@@ -949,6 +949,11 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
                "vocabulary of %d\n", outside, o.tokenizer_path.c_str(), V);
         return "";
     }
+    // A model whose vocabulary is larger than the tokenizer's (--vocab-size) can sample ids without text.
+    const int tok_V = tok.vocab_size();
+    if (V > tok_V)
+        printf("(the model's vocabulary of %d is larger than %s's %d: a sampled id past it prints as <|id|>)\n", V,
+               o.tokenizer_path.c_str(), tok_V);
     GPT2Decoder<floatX> decoder(model);
     // The tokens at positions 0, 1, ... of the cache: <|endoftext|> and the prompt (its last maxT-1
     // tokens if it is longer).
@@ -981,7 +986,9 @@ std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_s
         if (next < 0)
             data_error("generation: the logits for token %d are not finite: the model holds non-finite values", i + 1);
         if (sampled) sampled->push_back(next);
-        const std::string& text = next == tok.eot() ? std::string("\n<|endoftext|>\n") : tok.decode(next);
+        const std::string text = next == tok.eot() ? std::string("\n<|endoftext|>\n")
+                                 : next < tok_V      ? tok.decode(next)
+                                                     : "<|" + std::to_string(next) + "|>";
         fwrite(text.data(), 1, text.size(), stdout);
         fflush(stdout);
         sample += text;

@@ -338,6 +338,38 @@ int main(int argc, char** argv) {
     check_generate("T=0.8 top-k 20, 70-token prompt", config, init, o, diff);  // and a slide at once
     remove(tokenizer.c_str());
 
+    // A tokenizer smaller than the model's vocabulary: a sampled id past it is printed as <|id|>, not
+    // as nothing.
+    {
+        GPT2<float> m;
+        m.build(config, init);
+        TrainOptions small = o;
+        small.prompt_tokens.clear();
+        small.gen_tokens = 40;
+        small.tokenizer_path = th::write_numbered_tokenizer(
+            "/tmp/test_generate_small_tokenizer_" + std::to_string(getpid()) + ".bin", config.vocab_size - 100);
+        uint64_t rng = 7;
+        std::vector<int> sampled;
+        fflush(stdout);
+        int saved = dup(1), devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        close(devnull);
+        std::string text = generate(m, small, &rng, &sampled);
+        fflush(stdout);
+        dup2(saved, 1);
+        close(saved);
+        remove(small.tokenizer_path.c_str());
+        int past = 0, shown = 0;
+        for (int id : sampled)
+            if (id >= config.vocab_size - 100) {
+                past++;
+                shown += text.find("<|" + std::to_string(id) + "|>") != std::string::npos;
+            }
+        th::report(past > 0 && shown == past, "generate: ids past a smaller tokenizer's vocabulary print as <|id|>",
+                   "%d of %d sampled ids past it shown", shown, past);
+        m.free_all();
+    }
+
     // A row with a non-finite logit has no distribution: -1, whatever the top-k.
     for (float bad : {NAN, INFINITY, -INFINITY}) {
         std::vector<float> row(8, 0.5f);
