@@ -1291,6 +1291,7 @@ int train_bert_main(int argc, char** argv) {
     BertParts parts;
     std::string model_name, config_name = cli.str("config");
     ResumePoint from = find_resume_point(o.resume, o.output_dir);
+    check_resume_trainer(from, "train_bert");
     struct stat info;
     bool minilm = stat((std::string(kBertMinilmDir) + "/model.safetensors").c_str(), &info) == 0;
     std::string spec = cli.str("init");

@@ -1432,6 +1432,7 @@ int train_gpt2_main(int argc, char** argv) {
     GPT2Config config;
     std::vector<float> init;
     ResumePoint from = find_resume_point(o.resume, o.output_dir);
+    check_resume_trainer(from, "train_gpt2");
     std::string spec = cli.str("init");
     bool tiny = spec == "tiny";
     std::string from_file;  // the checkpoint the model comes from ("" for a random init)

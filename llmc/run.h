@@ -242,6 +242,24 @@ inline ResumePoint find_resume_point(bool resume, const std::string& output_dir)
     return r;
 }
 
+// Stops a resume with a run directory of the other trainer, from its newest model file: a llm.c
+// model file (train_gpt2's) or safetensors (train_bert's), rather than let the loader misread it.
+inline void check_resume_trainer(const ResumePoint& r, const char* trainer) {
+    if (!r.found()) return;
+    uint8_t head[9] = {};
+    FILE* f = fopen(r.model_path.c_str(), "rb");
+    size_t got = f ? fread(head, 1, sizeof(head), f) : 0;
+    if (f) fclose(f);
+    int32_t magic;
+    memcpy(&magic, head, 4);
+    const char* owner = got == 9 && magic == 20240326 ? "train_gpt2"  // a llm.c model file (llmc/gpt2_io.h)
+                        : got == 9 && head[8] == '{' ? "train_bert"    // safetensors: a length, then JSON
+                                                     : nullptr;
+    if (owner && strcmp(owner, trainer) != 0)
+        data_error("%s: the run in this directory is a %s run (its newest checkpoint, step %d): resume it with %s, "
+                   "or give %s another --output-dir", r.model_path.c_str(), owner, r.step, owner, trainer);
+}
+
 // Loads the optimizer state of a resumed run into model (a ModelState, e.g. GPT2 or BERT): its own
 // file (first: state file 0, which the trainer read to learn the step, or this rank's shard), or —
 // when the checkpoint's partition differs (another number of ranks or ZeRO stage) — every old shard,

@@ -245,6 +245,25 @@ int main(int argc, char** argv) {
                                   "with --resume") != std::string::npos;
         th::report(ok, "train_gpt2 -o DIR without --resume, DIR holding a run's checkpoints: refused, its log kept",
                    "%s", th::last_lines(again.text).c_str());
+        // The run directory of the other trainer (its newest model file safetensors, as train_bert's):
+        // refused by name, not misread.
+        const std::string bert_dir = g_tmp + "/bert_run";
+        th::run_command("rm -rf " + bert_dir + " && cp -r " + dir + " " + bert_dir);
+        const std::string bert_model = bert_dir + checkpoint_file("", "model", 2);
+        std::string st = slurp(bert_model);
+        const uint64_t json_len = 2;
+        memcpy(&st[0], &json_len, 8);
+        st[8] = '{';
+        st[9] = '}';
+        FILE* bf = fopen(bert_model.c_str(), "wb");
+        fwrite(st.data(), 1, st.size(), bf);
+        fclose(bf);
+        th::ChildOutput other = th::run_command(tiny + "-o " + bert_dir + " -y 2>&1");
+        th::report(WIFEXITED(other.status) && WEXITSTATUS(other.status) == 1 &&
+                       other.text.find(bert_model + ": the run in this directory is a train_bert run (its newest "
+                                       "checkpoint, step 2): resume it with train_bert") != std::string::npos,
+                   "train_gpt2 -y on a train_bert run's directory: refused, naming the trainer", "%s",
+                   th::last_lines(other.text).c_str());
         // A run stopped before its first checkpoint leaves only its log: the next run, fresh or with
         // --resume (nothing to resume), starts over and keeps that log as log.jsonl.1, then .2.
         const std::string ldir = g_tmp + "/log_only";

@@ -485,6 +485,19 @@ void test_resume_refusals(const std::string& cls3, const std::string& mlm) {
                line_of(second.text, "batch: ").c_str());
     th::report(label, "the resumed run keeps its log label (bert-tiny classify fp32)", "%s",
                at == std::string::npos ? "no resume line" : log.substr(at, log.find('\n', at) - at).c_str());
+    // The run directory of the other trainer: its newest model file a llm.c GPT-2 one (magic 20240326).
+    const std::string gpt2_dir = g_tmp + "/gpt2_run";
+    th::run_command("rm -rf " + gpt2_dir + " && cp -r " + dir + " " + gpt2_dir);
+    std::string model = gpt2_dir + checkpoint_file("", "model", 3), bytes = slurp(model);
+    const int32_t gpt2_magic = 20240326;
+    memcpy(&bytes[0], &gpt2_magic, 4);
+    FILE* f = fopen(model.c_str(), "wb");
+    fwrite(bytes.data(), 1, bytes.size(), f);
+    fclose(f);
+    const std::string said = model + ": the run in this directory is a train_gpt2 run (its newest checkpoint, step "
+                                     "3): resume it with train_gpt2";
+    expect_error("refused on resume: a train_gpt2 run's directory", "-y -i " + cls3 + " -j '' -b 16 -t 32 -o " +
+                 gpt2_dir, said.c_str());
 }
 
 // The bundled task with -j '': the task line names the shards used, and no validation.
