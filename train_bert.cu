@@ -1260,9 +1260,7 @@ inline void check_bert_output_dirs(const Cli& cli, const BertTrainOptions& o) {
     if (holds_foreign_config(o.output_dir))
         cli.fail("option --output-dir: %s holds a config.json that is not a train_bert run's (a model's?), which "
                  "the run's own config.json would replace: give another directory", o.output_dir.c_str());
-    struct stat a, b;
-    if (!o.export_hf.empty() && stat(o.output_dir.c_str(), &a) == 0 && stat(o.export_hf.c_str(), &b) == 0 &&
-        a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+    if (!o.export_hf.empty() && same_file(o.output_dir, o.export_hf))
         cli.fail("option --export-hf: %s is the run's --output-dir, whose config.json (what --resume reads) the "
                  "export's would replace: give another directory", o.export_hf.c_str());
 }

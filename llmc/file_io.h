@@ -18,6 +18,12 @@ inline std::string not_a_regular_file(const std::string& path) {
     return path + (S_ISDIR(st.st_mode) ? " is a directory" : " is not a regular file (a pipe, socket or device)");
 }
 
+// Whether paths a and b name the same existing file or directory (device and inode).
+inline bool same_file(const std::string& a, const std::string& b) {
+    struct stat x, y;
+    return stat(a.c_str(), &x) == 0 && stat(b.c_str(), &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 // Reads the file at path into *out; false with "cannot open PATH: reason", "PATH is a directory"
 // (or not a regular file) or "reading PATH failed".
 inline bool read_whole_file(const std::string& path, std::vector<uint8_t>* out, std::string* err) {

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <sys/stat.h>
 
 #include "attention.cuh"
 #include "checkpoint.h"
 #include "cli.h"
 #include "dataloader.h"  // data_error
 #include "distributed.h"
+#include "file_io.h"  // same_file
 #include "json.h"  // shortest_float
 #include "model_state.cuh"
 #include "precision.cuh"
@@ -338,10 +338,6 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
     // name_val.bin) is legal, and sometimes meant (a check that a model can fit its data), but
     // mostly not: said once, by file.
     if (!o->val_pattern.empty()) {
-        auto same_file = [](const std::string& a, const std::string& b) {
-            struct stat x, y;
-            return stat(a.c_str(), &x) == 0 && stat(b.c_str(), &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-        };
         std::vector<std::string> train = glob_files(o->train_pattern), val = glob_files(o->val_pattern);
         for (const std::string& v : val)
             if (std::any_of(train.begin(), train.end(), [&](const std::string& t) { return same_file(t, v); })) {

@@ -89,6 +89,24 @@ int resume_train(const TrainOptions& o) {
 
 using th::slurp;
 
+// Writes bytes to path; false if it cannot.
+bool write_bytes(const std::string& path, const std::string& bytes) {
+    FILE* f = fopen(path.c_str(), "wb");
+    bool ok = f && fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    if (f) ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
+// A copy of model file src at dst whose float at byte `at` is NaN; false if src is too short or dst
+// cannot be written.
+bool write_nan_model(const std::string& src, const std::string& dst, size_t at) {
+    std::string bytes = slurp(src);
+    const float nan = NAN;
+    if (bytes.size() < at + 4) return false;
+    memcpy(&bytes[at], &nan, 4);
+    return write_bytes(dst, bytes);
+}
+
 // The log's lines of the given events ("step" and "val"), which hold every loss.
 std::string losses_of(const std::string& dir) {
     std::string log = slurp(dir + "/log.jsonl"), out;
@@ -255,9 +273,7 @@ int main(int argc, char** argv) {
         memcpy(&st[0], &json_len, 8);
         st[8] = '{';
         st[9] = '}';
-        FILE* bf = fopen(bert_model.c_str(), "wb");
-        fwrite(st.data(), 1, st.size(), bf);
-        fclose(bf);
+        write_bytes(bert_model, st);
         th::ChildOutput other = th::run_command(tiny + "-o " + bert_dir + " -y 2>&1");
         th::report(WIFEXITED(other.status) && WEXITSTATUS(other.status) == 1 &&
                        other.text.find(bert_model + ": the run in this directory is a train_bert run (its newest "
@@ -291,26 +307,22 @@ int main(int argc, char** argv) {
         // A model file whose weights hold a NaN (wpe[0][0], which every sequence reads): evaluating it
         // (-x 0) or sampling from it stops with one line, not a NaN loss or a text of one token.
         {
-        std::string bytes = slurp("test/fixtures/gpt2_tiny_model.bin");
-        int32_t header[8];
-        memcpy(header, bytes.data(), sizeof(header));
-        const float nan = NAN;
-        memcpy(&bytes[1024 + 4 * (size_t)header[7] * header[6]], &nan, 4);  // after wte (Vp, C)
-        const std::string nan_model = g_tmp + "/nan_model.bin";
-        FILE* f = fopen(nan_model.c_str(), "wb");
-        fwrite(bytes.data(), 1, bytes.size(), f);
-        fclose(f);
-        const std::string eval_only = self + " --train-gpt2 -e " + nan_model + " -x 0 -t 16 -b 2 -i " + train;
-        th::ChildOutput val = th::run_command(eval_only + " -j " + train + " -g 0 2>&1");
-        const std::string tokens = th::write_numbered_tokenizer(g_tmp + "/tokenizer.bin", header[3]);
-        th::ChildOutput gen = th::run_command(eval_only + " -j '' -g 4 --tokenizer " + tokens + " 2>&1");
-        ok = WIFEXITED(val.status) && WEXITSTATUS(val.status) == 1 &&
-             val.text.find("step 0: the validation loss is nan: the model holds non-finite values") != std::string::npos &&
-             WIFEXITED(gen.status) && WEXITSTATUS(gen.status) == 1 &&
-             gen.text.find("generation: the logits for token 1 are not finite") != std::string::npos;
-        th::report(ok, "a model file with a NaN weight: -x 0's evaluation and sampling stop with one line, exit 1",
-                   "exit %d, %d | %s | %s", WEXITSTATUS(val.status), WEXITSTATUS(gen.status),
-                   th::last_lines(val.text).c_str(), th::last_lines(gen.text).c_str());
+            const std::string fixture = "test/fixtures/gpt2_tiny_model.bin", nan_model = g_tmp + "/nan_wpe_model.bin";
+            int32_t header[8];
+            memcpy(header, slurp(fixture).data(), sizeof(header));
+            bool planted = write_nan_model(fixture, nan_model, 1024 + 4 * (size_t)header[7] * header[6]);  // after wte
+            const std::string eval_only = self + " --train-gpt2 -e " + nan_model + " -x 0 -t 16 -b 2 -i " + train;
+            th::ChildOutput val = th::run_command(eval_only + " -j " + train + " -g 0 2>&1");
+            const std::string tokens = th::write_numbered_tokenizer(g_tmp + "/tokenizer.bin", header[3]);
+            th::ChildOutput gen = th::run_command(eval_only + " -j '' -g 4 --tokenizer " + tokens + " 2>&1");
+            ok = planted && WIFEXITED(val.status) && WEXITSTATUS(val.status) == 1 &&
+                 val.text.find("step 0: the validation loss is nan: the model holds non-finite values") !=
+                     std::string::npos &&
+                 WIFEXITED(gen.status) && WEXITSTATUS(gen.status) == 1 &&
+                 gen.text.find("generation: the logits for token 1 are not finite") != std::string::npos;
+            th::report(ok, "a model file with a NaN weight: -x 0's evaluation and sampling stop with one line, exit 1",
+                       "exit %d, %d | %s | %s", WEXITSTATUS(val.status), WEXITSTATUS(gen.status),
+                       th::last_lines(val.text).c_str(), th::last_lines(gen.text).c_str());
         }
         // A resumed run says what it changes of the recipe its checkpoint recorded (the learning rate
         // and clipping here), and nothing when its command line is the run's.
@@ -390,15 +402,8 @@ int main(int argc, char** argv) {
         // A model whose first weight (token 0's embedding, tied to the classifier) is NaN: every
         // logits row and so the loss is NaN at step 1. The run stops there, before any checkpoint.
         {
-            std::string bytes = slurp(model), nan_model = g_tmp + "/nan_model.bin";
-            const float nan = NAN;
-            bool planted = bytes.size() > 1028;
-            if (planted) memcpy(&bytes[1024], &nan, 4);  // after llm.c's 256-int header
-            FILE* f = fopen(nan_model.c_str(), "wb");
-            if (f) {
-                planted = fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && planted;
-                fclose(f);
-            }
+            std::string nan_model = g_tmp + "/nan_model.bin";
+            bool planted = write_nan_model(model, nan_model, 1024);  // after llm.c's 256-int header
             th::ChildOutput c = th::run_command(tiny + "-e " + nan_model + " -n 1 -o " + g_tmp + "/nan_run 2>&1");
             bool ok = planted && !th::exited_ok(c) &&
                       c.text.find("step 1: the loss is nan: training diverged") != std::string::npos &&

@@ -205,10 +205,12 @@ const char* barrier_op_name(int op) {
     _exit(kFaultExit);
 }
 
-std::string site(const Thread& t) {
-    const char* slash = strrchr(t.file ? t.file : "?", '/');
-    return std::string(slash ? slash + 1 : (t.file ? t.file : "?")) + ":" + std::to_string(t.line);
+// "file.cu:line", the file without its directories.
+std::string site(const char* file, int line) {
+    const char* slash = strrchr(file ? file : "?", '/');
+    return std::string(slash ? slash + 1 : (file ? file : "?")) + ":" + std::to_string(line);
 }
+std::string site(const Thread& t) { return site(t.file, t.line); }
 std::string waiting_at(const Thread& t) {
     if (t.state == State::AtBarrier) return std::string(barrier_op_name(t.op)) + " at " + site(t);
     if (t.state == State::AtWarp) {
@@ -605,11 +607,10 @@ void release_barrier(Worker* w) {
         std::string& to = mma.warps >> i & 1 ? issued : missing;
         to += (to.empty() ? "" : ", ") + std::to_string(4 * at.first + i);
     }
-    const char* slash = strrchr(mma.file, '/');
     die(w, nullptr,
         "wgmma.mma_async #" + std::to_string(at.second + 1) + " of warpgroup " + std::to_string(at.first) +
-            " (at " + (slash ? slash + 1 : mma.file) + ":" + std::to_string(mma.line) + ") was issued by warp(s) " +
-            issued + " but never by warp(s) " + missing +
+            " (at " + site(mma.file, mma.line) + ") was issued by warp(s) " + issued + " but never by warp(s) " +
+            missing +
             ": all four warps of a warpgroup execute each wgmma.mma_async together");
 }
 
@@ -1134,10 +1135,8 @@ void warp_wgmma_issue(const uint64_t key[3], const char* what, const char* file,
             w->proxy_fenced = false;
         }
     } else if (memcmp(m.key, key, sizeof(m.key)) != 0) {
-        const char* slash = strrchr(m.file, '/');
         fault((std::string(what) + ": warp " + std::to_string(warp) + "'s wgmma #" + std::to_string(k + 1) +
-               " differs from warp " + std::to_string(m.first_warp) + "'s (at " + (slash ? slash + 1 : m.file) + ":" +
-               std::to_string(m.line) +
+               " differs from warp " + std::to_string(m.first_warp) + "'s (at " + site(m.file, m.line) +
                ") in its descriptors, shape, types or accumulate flag: the four warps of a warpgroup execute "
                "each wgmma.mma_async together")
                   .c_str(),
@@ -1165,8 +1164,7 @@ void wgmma_wait(int pending_groups, const char* file, int line) {
 
 void fault(const char* what, const char* file, int line) {
     Worker* w = tw;
-    const char* slash = strrchr(file, '/');
-    die(w, w ? w->current : nullptr, std::string(what) + " at " + (slash ? slash + 1 : file) + ":" + std::to_string(line));
+    die(w, w ? w->current : nullptr, std::string(what) + " at " + site(file, line));
 }
 
 void set_order(Order order, uint64_t seed) {
