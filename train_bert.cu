@@ -70,6 +70,7 @@
 #include "llmc/run.h"                 // loss scaling, memory report, resume checks, the step reporter
 #include "llmc/schedulers.h"          // learning-rate schedules
 #include "llmc/staging.h"             // pinned slots for the micro-batches a step uploads
+#include "llmc/stop_signal.h"         // Ctrl-C / SIGTERM / SIGUSR1: stop after the step, with a checkpoint
 #include "llmc/tanh.cuh"              // the pooler's tanh
 #include "llmc/wordpiece.h"           // the model's vocab.txt, to compare with the shards' vocabulary
 
@@ -1092,6 +1093,8 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     // replayed from its graph, captured on its width's first use.
     if (graphs) reporter.report_launches_at(start_step + 3, " with CUDA graphs (the run's step 3)");
     reporter.profile_at(o.profile_step);
+    StopOnSignal stop(dist);  // Ctrl-C, SIGTERM, SIGUSR1: stop after the step, with a checkpoint
+    int stopped_by = 0, stopped_after = 0;
     for (int step = start_step; step < end_step; step++) {
         if (eval_due(step)) evaluate(step);
         reporter.begin();
@@ -1158,7 +1161,8 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         if (rows > 0) stop_on_nonfinite_loss(f.done, f.loss);  // an MLM step without masked tokens has no loss
         int done = f.done;
         bool last = done == end_step;
-        if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) {
+        int stop_sig = stop.requested(dist);
+        if (!o.output_dir.empty() && (last || stop_sig || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) {
             TrainState st = now;
             st.step = done;
             st.data_position = train.position();
@@ -1167,14 +1171,22 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             save_bert_checkpoint(o.output_dir, done, model, st, o.keep_checkpoints, dist);
             log.write("checkpoint", done, JsonFields().text("path", checkpoint_file(o.output_dir, "model", done)));
         }
+        if (stop_sig) {
+            stopped_by = stop_sig;
+            stopped_after = done;
+            break;
+        }
     }
-    if (o.bench) {  // mean over the steps after the first (warm-up)
+    if (o.bench && !stopped_by) {  // mean over the steps after the first (warm-up)
         double mean = end_step - start_step > 1 ? reporter.mean_ms() : NAN;
         printf("bench | %s T=%d | %s%s | %.2f samples/s | %.1f ms/step | %.1f MiB\n",
                head == BertHead::MLM ? "mlm" : "classify", o.max_len, precision_name(o.precision),
                o.tf32 ? "+tf32" : "", total / (mean / 1000.0), mean, reporter.first_step_mib());
     }
-    if (end_step < steps) {
+    int status = 0;
+    if (stopped_by) {
+        status = report_stop_on_signal(stopped_by, stopped_after, steps, o.output_dir, !o.output_dir.empty());
+    } else if (end_step < steps) {
         printf("stopped after step %d of %d (--stop-after %d)%s\n", end_step, steps, o.stop_after,
                o.output_dir.empty() ? "" : "; continue with --resume");
     } else {
@@ -1190,7 +1202,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     model.free_all();
     if (graph_stream) cudaCheck(cudaStreamDestroy(graph_stream));
     matmul_destroy();
-    return 0;
+    return status;
 }
 
 // ----------------------------------------------------------------------------

@@ -60,6 +60,7 @@
 #include "llmc/sampling.h"            // sample_token: the next token from a row of logits
 #include "llmc/schedulers.h"          // learning-rate schedules
 #include "llmc/staging.h"             // pinned slots for the micro-batches a step uploads
+#include "llmc/stop_signal.h"         // Ctrl-C / SIGTERM / SIGUSR1: stop after the step, with a checkpoint
 #include "llmc/tokenizer.h"           // GPT-2's BPE tokenizer (prompts and samples)
 
 // ----------------------------------------------------------------------------
@@ -1335,6 +1336,8 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     // the graphs, the third only replays them.
     if (graphs) reporter.report_launches_at(start_step + 3, " with CUDA graphs (the run's step 3)");
     reporter.profile_at(o.profile_step);
+    StopOnSignal stop(dist);  // Ctrl-C, SIGTERM, SIGUSR1: stop after the step, with a checkpoint
+    int stopped_by = 0, stopped_after = 0;
     for (int step = start_step; step < end_step; step++) {
         if (validate && step % o.val_every == 0) evaluate(step);
         reporter.begin();
@@ -1382,11 +1385,21 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         stop_on_nonfinite_loss(f.done, f.loss);
         int done = f.done;
         bool last = done == end_step;
-        if (!o.output_dir.empty() && (last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) save(done);
+        int stop_sig = stop.requested(dist);
+        if (!o.output_dir.empty() && (last || stop_sig || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0)))
+            save(done);
+        if (stop_sig) {
+            stopped_by = stop_sig;
+            stopped_after = done;
+            break;
+        }
         if (o.sample_every > 0 && done % o.sample_every == 0 && done < steps && o.gen_tokens > 0 && dist.rank == 0)
             log.write("sample", done, JsonFields().text("text", generate(model, o, &rng)));
     }
-    if (end_step < steps) {
+    int status = 0;
+    if (stopped_by) {
+        status = report_stop_on_signal(stopped_by, stopped_after, steps, o.output_dir, !o.output_dir.empty());
+    } else if (end_step < steps) {
         printf("stopped after step %d of %d (--stop-after %d)%s\n", end_step, steps, o.stop_after,
                o.output_dir.empty() ? "" : "; continue with --resume");
     } else {
@@ -1407,7 +1420,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     distributed_comm_destroy(model.moe_par.comm);
     if (graphs) cudaCheck(cudaStreamDestroy(model.stream));
     matmul_destroy();
-    return 0;
+    return status;
 }
 
 // ----------------------------------------------------------------------------

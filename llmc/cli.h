@@ -43,6 +43,9 @@ class Cli {
   public:
     explicit Cli(const char* program, const char* summary) : program_(program), summary_(summary) {}
 
+    // Text --help prints after the options (e.g. the exit statuses).
+    void set_epilog(const char* text) { epilog_ = text; }
+
     // Declares an option taking a value, with its default (shown in --help), read by name.
     void add(const char* long_name, const char* short_name, const char* value_name, const char* default_value,
              const std::string& help) {
@@ -231,6 +234,7 @@ class Cli {
             if (o.value_name) printf(" [%s]", o.value.empty() ? "none" : o.value.c_str());
             printf("\n");
         }
+        if (epilog_) printf("\n%s\n", epilog_);
     }
 
   private:
@@ -252,5 +256,6 @@ class Cli {
     }
     const char* program_;
     const char* summary_;
+    const char* epilog_ = nullptr;
     std::vector<CliOption> options_;
 };

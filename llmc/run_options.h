@@ -242,6 +242,11 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
     cli.add("profile-step", nullptr, "N", "0", "bracket the run's Nth step with cudaProfilerStart/Stop, so that a "
             "profiler started with collection off records that step alone, e.g. ncu --profile-from-start off (0: "
             "none; with CUDA graphs, step 3 is the first that only replays them)", &o->profile_step, 0, 1 << 30);
+    cli.set_epilog(
+        "exit status: 0 the run finished; 1 it stopped on an error, named in one line (data, a file, the\n"
+        "device, a loss that is not finite); 2 a bad option; 128+N stopped by signal N: Ctrl-C (SIGINT, 130),\n"
+        "SIGTERM (143) or SIGUSR1 (138) end the run after the step in progress, with a checkpoint of it when\n"
+        "-o is given (continue with --resume); a second signal ends it at once.");
 }
 
 // --max-steps 0 (no training: the model as loaded is evaluated, and exported with --export-hf)

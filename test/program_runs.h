@@ -1,6 +1,7 @@
 // test/program_runs.h — running a trainer program from a test, as a user runs it (one process, or
 // several under mpirun), and reading what it printed and wrote.
 #pragma once
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,6 +78,40 @@ inline std::string slurp(const std::string& path) {
     std::string err;
     if (!read_whole_file(path, &b, &err)) return "<missing " + path + ">";
     return std::string(b.begin(), b.end());
+}
+
+// Runs `sh -c "exec COMMAND > out_file 2>&1"` (COMMAND's own pid, to send it signals) until its
+// output holds `text`, then sends it sig; returns its wait status and output. If the text does not
+// come (COMMAND ends first, or two minutes pass) the signal is not sent, and a COMMAND still running
+// is killed. The command line is built before fork(): on a GPU the test's CUDA threads may hold
+// malloc's lock, which the child's copy would never see released.
+inline ChildOutput signal_when(const std::string& command, const std::string& out_file, const std::string& text,
+                               int sig) {
+    const std::string line = "exec " + command + " > " + out_file + " 2>&1";
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", line.c_str(), (char*)nullptr);
+        _exit(127);
+    }
+    int status = 0;
+    bool ended = false, seen = false;
+    for (int waited_ms = 0; !ended && !seen && waited_ms < 120000; waited_ms += 10) {
+        seen = slurp(out_file).find(text) != std::string::npos;
+        ended = !seen && waitpid(pid, &status, WNOHANG) == pid;
+        if (!seen && !ended) usleep(10000);
+    }
+    if (!ended) {
+        kill(pid, seen ? sig : SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    return {seen ? status : -1, slurp(out_file)};
+}
+
+// The first number after `prefix` in text; -1 if prefix is not there.
+inline long long number_after(const std::string& text, const std::string& prefix) {
+    size_t at = text.find(prefix);
+    return at == std::string::npos ? -1 : atoll(text.c_str() + at + prefix.size());
 }
 
 // The end of a run's output, for a failure's detail.

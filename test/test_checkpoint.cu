@@ -1,6 +1,7 @@
 // test/test_checkpoint.cu — checkpoints and resuming (train_gpt2.cu + llmc/checkpoint.h): a run
 // stopped and resumed is bit-identical to an uninterrupted one (fp32, bf16, shuffling across
-// epochs, gradient accumulation), also after kill -9 at random moments; a checkpoint without its
+// epochs, gradient accumulation), also after kill -9 at random moments and after Ctrl-C (the run
+// stops after its step with a checkpoint; llmc/stop_signal.h); a checkpoint without its
 // DONE marker is never picked; keep-last-K; refusals; llm.c model files round trip byte for byte.
 // Also whole runs with the micro-step replayed from CUDA graphs against eager launches.
 #include "gpt2_trainer.h"
@@ -227,6 +228,11 @@ int main(int argc, char** argv) {
         th::report(th::exited_ok(c) && diff.empty(),
                    "train_gpt2 --help lists the options, values and defaults of test/fixtures/train_gpt2_options.txt",
                    "%s", diff.c_str());
+        th::report(c.text.find("\nexit status: 0 the run finished; 1 it stopped on an error") != std::string::npos &&
+                       c.text.find("SIGTERM (143) or SIGUSR1 (138) end the run after the step in progress") !=
+                           std::string::npos,
+                   "train_gpt2 --help ends with the exit statuses, signals included", "%s",
+                   th::last_lines(c.text).c_str());
         // --profile-step 3 brackets the run's third step, the first that only replays CUDA graphs: the
         // kernels counted between cudaProfilerStart and cudaProfilerStop are those of that step alone.
         std::string run = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
@@ -589,6 +595,70 @@ int main(int argc, char** argv) {
         if (!ok) th::run_command("diff " + straight + "/log.jsonl " + resumed + "/log.jsonl >&2");
         th::report(ok && kills > 0, "kill -9 at random moments, resume each time", "%d kills: %s", kills,
                    ok ? "final model, state and losses bit-identical to the uninterrupted run" : why.c_str());
+    }
+
+    // Ctrl-C in the middle of a run with -o and no checkpoint due (-n 0): the run stops after the step
+    // in progress with a checkpoint of it and exit status 130, and resuming from that checkpoint gives
+    // the model, optimizer state and losses of a run never interrupted. SIGTERM without -o: the run
+    // stops after its step, says nothing was saved, exit status 143.
+    {
+        const std::string self = th::self_path(argv[0]);
+        const std::string run = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                "--vocab-size 64 -t 16 -b 2 -x 5000 -v 0 -g 0 -n 0 -i " + train + " -j '' ";
+        const std::string dir = g_tmp + "/sigint_run", straight = g_tmp + "/sigint_straight";
+        th::ChildOutput c = th::signal_when(run + "-o " + dir, g_tmp + "/sigint_run.txt", "/5000 | loss", SIGINT);
+        long long stopped = th::number_after(c.text, "stopped by SIGINT (Ctrl-C) after step ");
+        bool told = c.text.find("signal received: stopping after the step in progress") != std::string::npos &&
+                    c.text.find(" of 5000; continue with --resume (checkpoint in " + dir + ")") != std::string::npos;
+        std::vector<int> done = complete_checkpoints(dir);
+        bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 130 && told && stopped >= 1 &&
+                  done == std::vector<int>{(int)stopped};
+        std::string why = ok ? "" : th::last_lines(c.text);
+        if (ok) {
+            th::ChildOutput resumed = th::run_command(run + "-o " + dir + " -y --stop-after 2 2>&1");
+            th::ChildOutput whole = th::run_command(run + "-o " + straight + " --stop-after " +
+                                                    std::to_string(stopped + 2) + " 2>&1");
+            ok = th::exited_ok(resumed) && th::exited_ok(whole) && same_run(straight, dir, (int)stopped + 2, &why);
+        }
+        th::report(ok, "Ctrl-C mid-run: stops after the step with a checkpoint (exit 130); resumed == uninterrupted",
+                   "stopped after step %lld, %zu checkpoint(s), the newest %d; %s", stopped, done.size(),
+                   done.empty() ? 0 : done.back(), ok ? "2 steps on: model, state and losses bit-identical" : why.c_str());
+
+        const std::string no_output = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                      "--vocab-size 64 -t 16 -b 2 -x 5000 -v 0 -g 0 -i " + train + " -j ''";
+        c = th::signal_when(no_output, g_tmp + "/sigterm_run.txt", "/5000 | loss", SIGTERM);
+        ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 143 &&
+             th::number_after(c.text, "stopped by SIGTERM after step ") >= 1 &&
+             c.text.find(" of 5000; nothing saved (no --output-dir)") != std::string::npos;
+        th::report(ok, "SIGTERM mid-run without -o: stops after the step, says nothing was saved (exit 143)", "%s",
+                   th::last_lines(c.text).c_str());
+    }
+    // The handler itself: a second signal ends the process at once (the signal's default action);
+    // the handlers found are restored when the run's StopOnSignal goes.
+    {
+        th::ChildOutput twice = th::run_in_child([] {
+            Distributed one;
+            StopOnSignal stop(one);
+            raise(SIGINT);
+            if (stop.requested(one) != SIGINT) exit(3);
+            raise(SIGINT);
+            exit(4);  // not reached
+        });
+        th::report(WIFSIGNALED(twice.status) && WTERMSIG(twice.status) == SIGINT &&
+                       twice.text.find("again to stop at once") != std::string::npos,
+                   "a second SIGINT ends the process at once", "status %d: %s", twice.status, twice.text.c_str());
+        bool restored = true;
+        for (int sig : {SIGINT, SIGTERM, SIGUSR1}) {
+            struct sigaction before, after;
+            sigaction(sig, nullptr, &before);
+            {
+                Distributed one;
+                StopOnSignal stop(one);
+            }
+            sigaction(sig, nullptr, &after);
+            restored &= before.sa_handler == after.sa_handler;
+        }
+        th::report(restored, "StopOnSignal restores the SIGINT, SIGTERM and SIGUSR1 handlers it found", "");
     }
 
     // A checkpoint whose DONE marker is missing (killed between files) or whose files are still

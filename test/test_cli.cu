@@ -107,6 +107,23 @@ int main() {
         th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0 && every,
                    "--help lists every option, its llm.c flag and its default, exit 0", "%zu bytes", out.size());
     }
+    {  // The epilog comes after the options, as given.
+        th::ChildOutput child = th::run_in_child([] {
+            dup2(2, 1);
+            Cli cli = make_cli();
+            cli.set_epilog("exit status: 0 done\n2 a bad option");
+            char prog[] = "prog", help[] = "--help";
+            char* argv[] = {prog, help};
+            cli.parse(2, argv);
+        });
+        const std::string& out = child.text;
+        const std::string epilog = "\nexit status: 0 done\n2 a bad option\n";
+        size_t last_option = out.rfind("--shuffle"), at = out.find(epilog);
+        th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0 && last_option != std::string::npos &&
+                       at != std::string::npos && at > last_option && out.size() == at + epilog.size(),
+                   "--help ends with the epilog (set_epilog), after the options", "%s",
+                   out.substr(out.size() > 200 ? out.size() - 200 : 0).c_str());
+    }
     {  // A reader bound after another option's declaration stops the program at the binding.
         th::ChildOutput child = th::run_in_child([] {
             Cli cli("t", "test");

@@ -1,8 +1,9 @@
 // test/test_distributed.cu — llmc/distributed.h, run under mpirun with 2 and 3 ranks: start-up
 // (rank, world, local rank, communicator), the launch checks on made-up environments, scalar
-// reductions, chunked all-reduce / reduce-scatter / all-gather (llmc/zero.h's partition, chunk sizes
-// that do and do not divide by the world; rank-local chunks copied, not communicated; the blocks of
-// all_gather_blocks) against a serial computation, and the failure paths:
+// reductions (and the ranks' agreement on a stop signal, llmc/stop_signal.h), chunked all-reduce /
+// reduce-scatter / all-gather (llmc/zero.h's partition, chunk sizes that do and do not divide by the
+// world; rank-local chunks copied, not communicated; the blocks of all_gather_blocks) against a
+// serial computation, and the failure paths:
 // after MPI_Finalize rank 0 starts this binary again — alone without a launcher (a world of one, no
 // MPI at all), under a made-up srun environment (refused), and under `mpirun -np 2` in helper modes
 // where rank 1 fails — and checks that the job ends, non-zero, with the rank named.
@@ -11,6 +12,7 @@
 // the verdicts and prints one line per test. Every rank exits non-zero when anything failed.
 #include "../llmc/adamw.cuh"  // ParamTensor, the table the optimizers take
 #include "../llmc/distributed.h"
+#include "../llmc/stop_signal.h"
 #include "harness.h"
 #include "harness_mpi.h"
 
@@ -148,6 +150,17 @@ static void test_scalars() {
     float nan_any = all_reduce_max_scalar(d, d.rank == d.world - 1 ? NAN : 1.f);
     th::report_all(g_d, "scalars: max (int flags, float) and NaN on any rank gives NaN", mi == want_mi && mf == 2.f &&
                std::isnan(nan_any), "max int %d, max float %g, with one NaN: %g", mi, mf, nan_any);
+}
+
+// A stop signal one rank received stops every rank after the same step (llmc/stop_signal.h): the
+// last rank raises SIGUSR1 on itself, and every rank's requested() says SIGUSR1 (0 before it).
+static void test_stop_signal_agreement() {
+    StopOnSignal stop(g_d);
+    int before = stop.requested(g_d);
+    if (g_d.rank == g_d.world - 1) raise(SIGUSR1);
+    int after = stop.requested(g_d);
+    th::report_all(g_d, "stop signal: one rank's SIGUSR1 is every rank's request to stop after the step",
+                   before == 0 && after == SIGUSR1, "before %d, after %d", before, after);
 }
 
 // ----------------------------------------------------------------------------
@@ -586,6 +599,7 @@ int main(int argc, char** argv) {
     test_init();
     test_launch_env();
     test_scalars();
+    test_stop_signal_agreement();
     test_all_reduce_chunks<float>();
     test_all_reduce_chunks<__nv_bfloat16>();
     test_reduce_scatter_all_gather<float>(1);

@@ -10,7 +10,8 @@
 //   shards with other label names) and keeps the run's epochs and log label; a short classification run on the bundled task's sentences lowers the loss and reports
 //   accuracy, the majority-class rate and F1; a run stopped with --stop-after and resumed is
 //   bit-identical to an uninterrupted one (fp32 and bf16, dropout on: the same losses, the same final
-//   model and optimizer state, byte for byte); two runs with the same seed are identical and different
+//   model and optimizer state, byte for byte), and so is a run SIGUSR1 stopped (with a checkpoint of
+//   its step) and resumed; two runs with the same seed are identical and different
 //   seeds differ (dropout on); the dropout is the checkpoint's config.json's (hidden, attention and
 //   classifier) unless --dropout / --attention-dropout set it, and the run's config.json records it;
 //   CUDA graphs on and off are bit-identical (fp16, accumulation, dropout
@@ -278,18 +279,24 @@ void test_default_task() {
 // A run of `steps` steps stopped after `stop` and resumed equals an uninterrupted one: losses, final
 // model and state bit for bit. `dropout` (options) is given to the first part only: the resumed part
 // takes the dropout from the run's config.json.
+// How the runs in directories a and b differ at step `step`: "" when their model and state files are
+// identical byte for byte and so are their logged losses, else what differs.
+std::string run_differences(const std::string& a, const std::string& b, int step) {
+    for (std::string f : {checkpoint_file("", "model", step), state_file("", step, 0)}) {
+        std::string x = slurp(a + f), y = slurp(b + f);
+        if (x.rfind("<missing", 0) == 0 || x != y) return f.substr(1) + " differs";
+    }
+    if (losses_of(a) != losses_of(b) || losses_of(a).empty()) return "the logged losses differ";
+    return "";
+}
+
 void test_resume(const char* name, const std::string& args, const std::string& dropout, int steps, int stop) {
     std::string a = g_tmp + "/resume_" + name + "_straight", b = g_tmp + "/resume_" + name + "_parts";
     std::string common = args + " -n 3 ";
     th::ChildOutput straight = run(common + dropout + " -o " + a);
     th::ChildOutput first = run(common + dropout + " -o " + b + " --stop-after " + std::to_string(stop));
     th::ChildOutput second = run(common + "-o " + b + " -y");
-    std::string why;
-    for (std::string f : {checkpoint_file("", "model", steps), state_file("", steps, 0)}) {
-        std::string x = slurp(a + f), y = slurp(b + f);
-        if (x.rfind("<missing", 0) == 0 || x != y) why = f.substr(1) + " differs";
-    }
-    if (why.empty() && (losses_of(a) != losses_of(b) || losses_of(a).empty())) why = "the logged losses differ";
+    std::string why = run_differences(a, b, steps);
     bool resumed = second.text.find("resuming from") != std::string::npos &&
                    first.text.find("stopped after step " + std::to_string(stop)) != std::string::npos;
     bool ok = exited(straight, 0) && exited(first, 0) && exited(second, 0) && resumed && why.empty();
@@ -308,6 +315,31 @@ void test_resume(const char* name, const std::string& args, const std::string& d
     size_t at = straight.text.find(waits);
     std::string count = at == std::string::npos ? "none printed" : straight.text.substr(at + waits.size(), 2);
     th::report(count == "0 ", label.c_str(), "%s", count.c_str());
+}
+
+// SIGUSR1 (a scheduler's warning before its time limit) in the middle of a run with -o and no
+// checkpoint due (-n 0): the run stops after the step in progress with a checkpoint of it and exit
+// status 138, and resuming from it gives what a run never interrupted gives (model, state, losses).
+void test_stop_on_signal(const std::string& cls3) {
+    std::string args = "--config tiny -i " + cls3 + " -j '' -b 4 -t 32 --max-steps 5000 --eval-first 0 -l 1e-3 -n 0 ";
+    std::string dir = g_tmp + "/signal_run", straight = g_tmp + "/signal_straight";
+    th::ChildOutput c = th::signal_when(g_self + " --train-bert " + args + "-o " + dir, g_tmp + "/signal_run.txt",
+                                        "/5000 | loss", SIGUSR1);
+    long long stopped = th::number_after(c.text, "stopped by SIGUSR1 after step ");
+    bool told = c.text.find(" of 5000; continue with --resume (checkpoint in " + dir + ")") != std::string::npos;
+    std::vector<int> done = complete_checkpoints(dir);
+    bool ok = exited(c, 138) && told && stopped >= 1 && done == std::vector<int>{(int)stopped};
+    std::string why = ok ? "" : th::last_lines(c.text);
+    if (ok) {
+        th::ChildOutput resumed = run(args + "-o " + dir + " -y --stop-after 2");
+        th::ChildOutput whole = run(args + "-o " + straight + " --stop-after " + std::to_string(stopped + 2));
+        why = exited(resumed, 0) && exited(whole, 0) ? run_differences(straight, dir, (int)stopped + 2)
+                                                     : th::last_lines(resumed.text + whole.text);
+        ok = why.empty();
+    }
+    th::report(ok, "SIGUSR1 mid-run: stops after the step with a checkpoint (exit 138); resumed == uninterrupted",
+               "stopped after step %lld; %s", stopped,
+               ok ? "2 steps on: model, state and losses bit-identical" : why.c_str());
 }
 
 // A checkpoint with a vocab.txt beside it: shards that record another vocabulary of the same size (two
@@ -769,6 +801,7 @@ int main(int argc, char** argv) {
     test_resume("fp32", fixture + " --epochs 1", " --dropout 0.1", 24, 4);
     test_resume("bf16", fixture + " -l 1e-3 --precision bf16 -d 8 --max-steps 5",
                 " --dropout 0.1 --attention-dropout 0.05", 5, 2);
+    test_stop_on_signal(cls3);
     test_dropout_from_config(cls3);
     test_vocab_fingerprint(cls3);
     test_resume_refusals(cls3, mlm);
