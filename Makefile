@@ -141,9 +141,16 @@ help:
 	@echo "make tokenize       build the text -> token shards tool, $(BUILD)/tokenize (dev/data/README.md)"
 	@echo "make bert_data      build the text -> BERT shards tool (MLM, classification), $(BUILD)/bert_data"
 	@echo "make fuzz-NAME      build and run the libFuzzer target test/fuzz/fuzz_NAME.cpp for FUZZ_SECONDS (test/fuzz/README.md)"
-	@echo "variables: GPU=1 CPU=1 CUDA_ARCHS='80 90' NCCL_HOME=dir"
+	@echo "make test-gpu       the kernel tests on this machine's GPU (make test runs them too where it finds one)"
+	@echo "make clean          remove $(BUILD)/ (the trainers in the root stay)"
+	@echo "make $(BUILD)/cpu/test_NAME, $(BUILD)/cpu/dev_NAME, $(BUILD)/gpu/...   one test (test/test_NAME.cu) or kernel"
+	@echo "                    benchmark (dev/cuda/NAME.cu) for the CPU backend or the GPU"
+	@echo "variables: GPU=1 CPU=1 CUDA_ARCHS='80 90' NCCL_HOME=dir CUDA_HOME=$(CUDA_HOME) BUILD=$(BUILD)"
+	@echo "  DEBUG_INFO=-g1 (-g: gdb sees variables) REQUIRE_ORACLE=1 (make test fails without the Python oracle)"
+	@echo "  FUZZ_SECONDS=60 FUZZ_SEEDS=dir FUZZ_ARGS='libFuzzer options' (test/fuzz/README.md)"
 	@echo "CPU backend (environment): SIMT_THREADS=n SIMT_ORDER=forward|reverse|random[:seed] SIMT_DEVICE=h100|a100|rtx3090|l4"
-	@echo "  SIMT_STREAMS=inorder|adversarial SIMT_FRAGMENT_ORDER=identity|seed (llmc/simt/README.md)"
+	@echo "  SIMT_STREAMS=inorder|adversarial SIMT_FRAGMENT_ORDER=identity|seed SIMT_DEVICE_MEMORY=80G SIMT_STACK_KB=256"
+	@echo "  SIMT_FP8_ACCUMULATION_BITS=n SIMT_COVERAGE_DIR=dir (llmc/simt/README.md)"
 
 # ----------------------------------------------------------------------------
 # CPU backend builds

@@ -1282,8 +1282,8 @@ int train_bert_main(int argc, char** argv) {
     Distributed dist = distributed_init(&argc, &argv);
     route_run_output(dist);
     Cli cli("train_bert", "Fine-tunes BERT for sequence classification, or pretrains it with masked-language "
-            "modeling, on BERT shards (GPU, or the CPU backend when built with CPU=1). With no arguments: the "
-            "bundled default task, from the real all-MiniLM-L6-v2 if dev/data/bert/fetch_minilm.sh fetched it.");
+            "modeling, on BERT shards, on a GPU or on the CPU backend (make builds for it where it finds no GPU). "
+            "With no arguments: the bundled default task, from the real all-MiniLM-L6-v2 if dev/data/bert/fetch_minilm.sh fetched it.");
     BertTrainOptions o;
     add_bert_options(cli, &o);
     cli.parse(argc, argv);

@@ -1430,8 +1430,9 @@ int train_gpt2_main(int argc, char** argv) {
     // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
     Distributed dist = distributed_init(&argc, &argv);
     route_run_output(dist);
-    Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards (GPU, or the CPU backend when built with CPU=1). "
-                          "Data parallel on N GPUs: mpirun -np N ./train_gpt2 ... (scripts/run_multi_gpu.sh).");
+    Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards, on a GPU or on the CPU backend (make builds for "
+                          "it where it finds no GPU). Data parallel on N GPUs: mpirun -np N ./train_gpt2 ... "
+                          "(scripts/run_multi_gpu.sh).");
     TrainOptions o;
     add_gpt2_options(cli, &o);
     cli.parse(argc, argv);

@@ -153,9 +153,10 @@ inline void resolve_gpt2_options(Cli& cli, TrainOptions* o, const Distributed& d
     if (!o->prompt.empty()) {  // encoded now, so a bad tokenizer stops the run before training, not after
         Tokenizer tok;
         std::string err;
-        if (!tok.load(o->tokenizer_path, &err)) cli.fail("option --prompt: cannot load the tokenizer: %s", err.c_str());
+        if (!tok.load(o->tokenizer_path, &err))
+            data_error("option --prompt: cannot load the tokenizer: %s", err.c_str());
         if (!tok.can_encode())
-            cli.fail("option --prompt: %s cannot encode text (not a byte-level BPE)", o->tokenizer_path.c_str());
+            data_error("option --prompt: %s cannot encode text (not a byte-level BPE)", o->tokenizer_path.c_str());
         o->prompt_tokens = tok.encode(o->prompt);
     } else if (o->gen_tokens > 0 && cli.given("tokenizer")) {
         // Samples come after training: a tokenizer named on the command line that cannot be read
@@ -163,7 +164,7 @@ inline void resolve_gpt2_options(Cli& cli, TrainOptions* o, const Distributed& d
         // from another directory: then the run trains, and says at the end that it skipped them.)
         Tokenizer tok;
         std::string err;
-        if (!tok.load(o->tokenizer_path, &err)) cli.fail("option --tokenizer: %s", err.c_str());
+        if (!tok.load(o->tokenizer_path, &err)) data_error("option --tokenizer: %s", err.c_str());
     }
     std::string why;
     if (o->fp8 && !fp8_supported(0, &why)) cli.fail("option --precision: %s", why.c_str());

@@ -431,6 +431,23 @@ int main(int argc, char** argv) {
             th::report(!th::exited_ok(c) && c.text.find(r[1]) != std::string::npos && th::step_losses(c.text).empty(),
                        ("train_gpt2 " + r[0] + ": refused").c_str(), "%s", th::last_lines(c.text).c_str());
         }
+        // A --tokenizer file that is not one stops the run as every bad file does: one line, exit 1
+        // (exit 2 is for a bad option), before training.
+        {
+            const std::string bad = g_tmp + "/garbage_tokenizer.bin";
+            write_bytes(bad, "garbage\n");
+            for (const std::string& use : {"-g 4 --tokenizer " + bad, "-g 4 --tokenizer " + bad + " --prompt hi"}) {
+                th::ChildOutput c = th::run_command(tiny + use + " 2>&1");
+                th::report(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1 &&
+                               c.text.find("error: option --") != std::string::npos &&
+                               c.text.find(bad + ": too short for a tokenizer header") != std::string::npos &&
+                               th::step_losses(c.text).empty(),
+                           use.find("--prompt") == std::string::npos
+                               ? "train_gpt2 --tokenizer GARBAGE: one line, exit 1"
+                               : "train_gpt2 --tokenizer GARBAGE --prompt hi: one line, exit 1",
+                           "exit %d: %s", WEXITSTATUS(c.status), th::last_lines(c.text).c_str());
+            }
+        }
         // The attention backward on a model of head size 64 (bf16): by default (auto) the wgmma kernel
         // where the device has it, and the start-up line says which. The first step's loss (the forward
         // alone) is --attention-backward mma's bit for bit, and the next ones, after updates from

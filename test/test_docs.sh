@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test/test_docs.sh — checks the documentation a newcomer reads:
 #   - README.md is at most 16 KiB (16384 bytes);
-#   - every relative markdown link `](path)` in README.md, llmc/simt/README.md, dev/cuda/README.md and
-#     doc/*.md resolves to a file or folder, relative to the folder of the file that holds it
-#     (http(s) and other scheme links are skipped; a #anchor is cut off, a bare #anchor skipped);
+#   - every relative markdown link `](path)` in the project's markdown files (all *.md outside build/)
+#     resolves to a file or folder, relative to the folder of the file that holds it (http(s) and
+#     other scheme links are skipped), and its #anchor, if any, to a heading of the markdown file it
+#     names (or of its own file, for a bare #anchor), as GitHub makes a heading's anchor: lower case,
+#     punctuation but '-' and '_' dropped, spaces to '-';
 #   - every repository path README.md names in backticks (inline code, and the commands of its sh
 #     code blocks) exists: words that start with llmc/, dev/, test/, scripts/ or doc/ and contain a
 #     '/', and train_gpt2.cu, train_bert.cu, Makefile. Trailing punctuation is stripped; words with a
@@ -15,7 +17,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 
 readme_limit=16384
-docs=(README.md llmc/simt/README.md dev/cuda/README.md doc/*.md)
+mapfile -t docs < <(find . -name '*.md' -not -path './build/*' -not -path './.git/*' | sed 's|^\./||' | sort)
 passed=0
 failed=0
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
@@ -44,6 +46,12 @@ else
     fi
 fi
 
+# The anchors of a markdown file's headings (outside code blocks), one per line, as GitHub makes them.
+anchors() {
+    prose "$1" | sed -n 's/^#\{1,6\}[[:space:]]\{1,\}//p' | tr '[:upper:]' '[:lower:]' |
+        sed 's/[^a-z0-9 _-]//g; s/ /-/g'
+}
+
 # 2. Relative links in each documentation file.
 for f in "${docs[@]}"; do
     if [[ ! -f $f ]]; then
@@ -56,12 +64,21 @@ for f in "${docs[@]}"; do
     while IFS= read -r target; do
         [[ -z $target ]] && continue
         [[ $target =~ ^[A-Za-z][A-Za-z0-9+.-]*: ]] && continue  # http:, https:, mailto:, ...
-        [[ $target == \#* ]] && continue                        # an anchor in the same file
         path=${target%%#*}
         path=${path%%\?*}
-        [[ $path == /* ]] && resolved=.$path || resolved=$dir/$path
+        anchor=
+        [[ $target == *\#* ]] && anchor=${target#*#}
+        if [[ -z $path ]]; then
+            resolved=$f
+        else
+            [[ $path == /* ]] && resolved=.$path || resolved=$dir/$path
+        fi
         n=$((n + 1))
-        [[ -e $resolved ]] || bad+=("$target (no $resolved)")
+        if [[ ! -e $resolved ]]; then
+            bad+=("$target (no $resolved)")
+        elif [[ -n $anchor && $resolved == *.md ]] && ! anchors "$resolved" | grep -qxF -- "$anchor"; then
+            bad+=("$target (no heading of $resolved has the anchor #$anchor)")
+        fi
     done < <(prose "$f" | grep -oE '\]\([^)[:space:]]+' | sed 's/^](//; s/^<//; s/>$//')
     if ((${#bad[@]} == 0)); then
         pass "links in $f ($n relative, all resolve)"

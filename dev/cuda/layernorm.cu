@@ -472,7 +472,8 @@ void benchmark(int N, int C, int reps) {
 int main(int argc, char** argv) {
     dev_command_line(argc, argv,
         "LayerNorm forward and backward, the residual add, and the two fused: variants 1 and production\n"
-        "(llmc/layernorm.cuh), timed in GB/s.\n" DEV_VALIDATES);
+        "(llmc/layernorm.cuh), and backward variants 2 (a row in registers) and 3 (the next row loading),\n"
+        "timed in GB/s.\n" DEV_VALIDATES);
     // Validation: GPT-2 124M's C at a few rows, and a C that is neither a multiple of 32 nor of 8.
     validate<float>(64, 768, 1e-5f);
     validate<__nv_bfloat16>(64, 768, 1e-5f);
