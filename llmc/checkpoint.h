@@ -11,7 +11,7 @@
 // without its marker, which is never picked for resuming.
 //
 // Training-state file: a 256 x int32 header (64-bit values take two slots, low word first)
-//   [0] magic 20261101  [1] version 1  [2] world size  [3] rank  [4] 1 if master weights follow
+//   [0] magic 20261101  [1] version 2  [2] world size  [3] rank  [4] 1 if master weights follow
 //   [5] shuffle  [6] precision code (the trainer's)  [7] B  [8] T
 //   [10..11] completed steps  [12..13] N: parameters (master weights) in this file
 //   [14..15] seed  [16..17] tokens per optimizer step  [18..19] data position (batches read)
@@ -20,6 +20,8 @@
 //   [26..27] bytes of optimizer state  [28] element alignment of the ZeRO shard layout (llmc/zero.h)
 //   [29] processes of the run (data-parallel ranks; 0 in files written before they existed: 1)
 //   [30] bytes of the recipe text at [32..255] (at most 896; 0 in files written before it existed)
+//   [9] and [31] the low and high words of the file's Checksum64 (llmc/file_io.h), taken with these
+//   two slots 0 (version 2; version 1 files, which have none, are read unchecked)
 // The recipe: the settings a resumed run may change on purpose (learning rate, schedule, optimizer
 // hyperparameters, clipping, dropout, ...) as "key=value" pairs one space apart, so that a resumed run
 // can say what it changes (llmc/run.h's report_recipe_changes).
@@ -45,7 +47,7 @@
 #include "file_io.h"
 
 constexpr int TRAIN_STATE_MAGIC = 20261101;
-constexpr int TRAIN_STATE_VERSION = 1;
+constexpr int TRAIN_STATE_VERSION = 2;
 constexpr size_t TRAIN_STATE_RECIPE_BYTES = 1024 - 32 * 4;  // the header's slots 32..255
 
 inline std::string checkpoint_file(const std::string& dir, const char* kind, int step) {
@@ -206,10 +208,12 @@ inline bool write_train_state(const std::string& path, const TrainState& s, std:
     }
     h[30] = (int32_t)s.recipe.size();
     memcpy(&h[32], s.recipe.data(), s.recipe.size());
-    std::vector<std::pair<const void*, size_t>> parts = {{h, sizeof(h)}};
-    if (s.has_master) parts.push_back({s.master.data(), s.master.size() * sizeof(float)});
-    parts.push_back({s.optimizer_state.data(), s.optimizer_state.size()});
-    return write_file_atomic(path, parts, err);
+    const std::pair<const void*, size_t> master = {s.master.data(), s.has_master ? s.master.size() * sizeof(float) : 0},
+                                         state = {s.optimizer_state.data(), s.optimizer_state.size()};
+    uint64_t check = header_file_checksum(h, {9, 31}, {master, state});
+    h[9] = (int32_t)(uint32_t)check;
+    h[31] = (int32_t)(uint32_t)(check >> 32);
+    return write_file_atomic(path, {{h, sizeof(h)}, master, state}, err);
 }
 
 // Parses a training-state file's bytes into *s; false with a reason naming the problem.
@@ -226,7 +230,7 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
                std::to_string(TRAIN_STATE_MAGIC) + ")";
         return false;
     }
-    if (h[1] != TRAIN_STATE_VERSION) {
+    if (h[1] != 1 && h[1] != TRAIN_STATE_VERSION) {
         *err = "unsupported training-state version " + std::to_string(h[1]);
         return false;
     }
@@ -246,6 +250,13 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
                " bytes of optimizer state (" + std::to_string(1024 + master_bytes + opt_bytes) +
                " bytes in all): truncated or corrupt";
         return false;
+    }
+    if (h[1] >= 2) {  // the checksum, last: a damaged header or size has its own message above
+        uint64_t stored = (uint64_t)(uint32_t)h[9] | (uint64_t)(uint32_t)h[31] << 32;
+        if (header_file_checksum(h, {9, 31}, {{data + 1024, size - 1024}}) != stored) {
+            *err = "checksum mismatch: the file's bytes are not those the run wrote (damaged on disk or in a copy)";
+            return false;
+        }
     }
     s->world = h[2];
     s->rank = h[3];

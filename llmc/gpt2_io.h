@@ -40,6 +40,11 @@ constexpr int GPT2_CHECKPOINT_MAGIC = 20240326;
 // than misread them. A model without experts is always written as llm.c's 3 or 5.
 constexpr int GPT2_MOE_VERSION_OFFSET = 100;
 constexpr int GPT2_MOE_HEADER_SLOT = 16;
+// Also this trainer's: the file's Checksum64 (llmc/file_io.h), taken with slots 253..255 zero, in
+// slots 254 (low word) and 255 (high), with GPT2_CHECKSUM_MARK in slot 253 saying they hold one. llm.c
+// leaves them zero and ignores them, so its files are read unchecked and it reads ours.
+constexpr int GPT2_CHECKSUM_SLOT = 253;
+constexpr int32_t GPT2_CHECKSUM_MARK = 20261128;
 
 inline int32_t float_bits(float f) {
     int32_t b;
@@ -148,6 +153,14 @@ inline bool parse_gpt2_checkpoint(const uint8_t* data, size_t size, GPT2Config* 
         *err = "file is " + std::to_string(size) + " bytes, the header's model needs " + std::to_string(1024 + n * elem);
         return false;
     }
+    const int at = GPT2_CHECKSUM_SLOT;
+    if (h[at] == GPT2_CHECKSUM_MARK) {  // written by this trainer: its checksum
+        uint64_t stored = (uint64_t)(uint32_t)h[at + 1] | (uint64_t)(uint32_t)h[at + 2] << 32;
+        if (header_file_checksum(h, {at, at + 1, at + 2}, {{data + 1024, size - 1024}}) != stored) {
+            *err = "checksum mismatch: the file's bytes are not those the trainer wrote (damaged on disk or in a copy)";
+            return false;
+        }
+    }
     params->resize(n);
     const uint8_t* body = data + 1024;
     if (dtype_version == 3) {
@@ -187,6 +200,11 @@ inline bool write_gpt2_checkpoint(const std::string& path, const GPT2Config& c, 
                               float_bits(c.moe_aux), float_bits(c.moe_z), c.moe_hidden()};
         memcpy(h + GPT2_MOE_HEADER_SLOT, m, sizeof(m));
     }
+    const int at = GPT2_CHECKSUM_SLOT;
+    uint64_t check = header_file_checksum(h, {at, at + 1, at + 2}, {{params, n * (bf16 ? 2 : 4)}});
+    h[at] = GPT2_CHECKSUM_MARK;
+    h[at + 1] = (int32_t)(uint32_t)check;
+    h[at + 2] = (int32_t)(uint32_t)(check >> 32);
     return write_file_atomic(path, {{h, sizeof(h)}, {params, n * (bf16 ? 2 : 4)}}, err);
 }
 

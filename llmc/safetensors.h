@@ -26,6 +26,11 @@
 // every shard it names, and refuses a shard missing a tensor the map puts there, a tensor the map
 // does not list, and a tensor in two shards. hf_weights_file() finds the weights of a save_pretrained
 // directory.
+//
+// Checksum: the writer records the data's Checksum64 (llmc/file_io.h) in __metadata__ as
+// "llmc_checksum" (16 hex digits), which the reader verifies where a file has one (this project's
+// files: a checkpoint damaged on disk is refused), not where it has none (everyone else's). Other
+// readers (transformers) ignore the key.
 #pragma once
 #include "checkpoint.h"  // complete_checkpoints: a run's output directory
 #include "file_io.h"
@@ -136,7 +141,19 @@ class SafeTensors {
             covered = t.end;
         }
         if (covered != data_len) return fail(err, hole(covered, data_len));
+        auto recorded = metadata_.find(kChecksumKey);
+        if (recorded != metadata_.end() && recorded->second != checksum_text(Checksum64::of(data_start, data_len)))
+            return fail(err, "checksum mismatch: the tensors' bytes are not those that were written (damaged on "
+                             "disk or in a copy)");
         return true;
+    }
+
+    // The __metadata__ key of the data's checksum, and the checksum as its value: 16 hex digits.
+    static constexpr const char* kChecksumKey = "llmc_checksum";
+    static std::string checksum_text(uint64_t sum) {
+        char text[17];
+        snprintf(text, sizeof(text), "%016llx", (unsigned long long)sum);
+        return text;
     }
 
     // Reads the file at path (the whole of it, kept in memory) and parses it; errors start with path.
@@ -463,9 +480,13 @@ class SafeTensorsWriter {
 
     // The whole file as bytes: length, header padded with spaces to a multiple of 8, data.
     std::vector<uint8_t> serialize() const {
+        Checksum64 sum;
+        for (const Entry* e : data_order()) sum.add(e->bytes.data(), e->bytes.size());
+        std::map<std::string, std::string> metadata = metadata_;
+        metadata[SafeTensors::kChecksumKey] = SafeTensors::checksum_text(sum.value());
         std::string header = "{\"__metadata__\":{";
         bool first = true;
-        for (const auto& kv : metadata_) {
+        for (const auto& kv : metadata) {
             header += (first ? "" : ",") + json::quote(kv.first) + ":" + json::quote(kv.second);
             first = false;
         }
@@ -491,24 +512,13 @@ class SafeTensorsWriter {
         return out;
     }
 
-    // Writes the file to path + ".tmp", then renames it to path (a crash never leaves a partial
-    // file under the real name). On failure returns false with one line in *err.
+    // Writes the file crash-safely (write_file_atomic: path + ".tmp", flushed to disk, renamed), so
+    // a crash never leaves a partial file under the real name. On failure returns false with one line
+    // in *err.
     bool write(const std::string& path, std::string* err) const {
         std::vector<uint8_t> bytes = serialize();
-        std::string tmp = path + ".tmp";
-        FILE* f = fopen(tmp.c_str(), "wb");
-        if (!f) return fail(err, "cannot write " + tmp + ": " + strerror(errno));
-        bool ok = fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-        ok = (fclose(f) == 0) && ok;
-        if (!ok) {
-            remove(tmp.c_str());
-            return fail(err, "cannot write " + tmp + ": " + strerror(errno));
-        }
-        if (rename(tmp.c_str(), path.c_str()) != 0) {
-            std::string why = strerror(errno);
-            remove(tmp.c_str());
-            return fail(err, "cannot rename " + tmp + " to " + path + ": " + why);
-        }
+        std::string why;
+        if (!write_file_atomic(path, {{bytes.data(), bytes.size()}}, &why)) return fail(err, why);
         return true;
     }
 

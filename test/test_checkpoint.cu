@@ -2,7 +2,8 @@
 // stopped and resumed is bit-identical to an uninterrupted one (fp32, bf16, shuffling across
 // epochs, gradient accumulation), also after kill -9 at random moments and after Ctrl-C (the run
 // stops after its step with a checkpoint; llmc/stop_signal.h); a checkpoint without its
-// DONE marker is never picked; keep-last-K; refusals; llm.c model files round trip byte for byte.
+// DONE marker is never picked; keep-last-K; refusals; llm.c model files round trip byte for byte
+// (but for our checksum's header slots); a bit flipped in a model or state file is refused (checksums).
 // Also whole runs with the micro-step replayed from CUDA graphs against eager launches.
 #include "gpt2_trainer.h"
 #include "harness.h"
@@ -98,13 +99,21 @@ bool write_bytes(const std::string& path, const std::string& bytes) {
     return ok;
 }
 
-// A copy of model file src at dst whose float at byte `at` is NaN; false if src is too short or dst
-// cannot be written.
+// A copy of model file src at dst whose float at byte `at` is NaN, as a model that diverged would be
+// saved: with its checksum, if it has one, made anew. False if src is too short or dst cannot be
+// written.
 bool write_nan_model(const std::string& src, const std::string& dst, size_t at) {
     std::string bytes = slurp(src);
     const float nan = NAN;
-    if (bytes.size() < at + 4) return false;
+    if (bytes.size() < at + 4 || at < 1024) return false;
     memcpy(&bytes[at], &nan, 4);
+    int32_t h[256];
+    memcpy(h, bytes.data(), sizeof(h));
+    const int slot = GPT2_CHECKSUM_SLOT;
+    if (h[slot] == GPT2_CHECKSUM_MARK) {
+        uint64_t check = header_file_checksum(h, {slot, slot + 1, slot + 2}, {{&bytes[1024], bytes.size() - 1024}});
+        memcpy(&bytes[4 * (slot + 1)], &check, 8);  // low word, then high (little-endian)
+    }
     return write_bytes(dst, bytes);
 }
 
@@ -769,7 +778,8 @@ int main(int argc, char** argv) {
     }
 
     // llm.c model files: the oracle's fixture (written in llm.c's format) read and written back is
-    // the same file byte for byte; bf16 (version 5) round trips exactly.
+    // the same file byte for byte but for the 3 header slots of the checksum (which llm.c leaves 0
+    // and ignores); bf16 (version 5) round trips exactly.
     {
         GPT2Config c;
         std::string fixture = "test/fixtures/gpt2_tiny_model.bin";
@@ -778,8 +788,12 @@ int main(int argc, char** argv) {
         m32.build(c, p);
         std::string err, out = g_tmp + "/fp32.bin";
         bool wrote = save_checkpoint(out, m32, &err);
-        std::string a = slurp(fixture), b = slurp(out);
-        th::report(wrote && a == b && a.size() > 1024, "llm.c v3 (fp32) model file: read + write = same bytes",
+        std::string a = slurp(fixture), b = slurp(out), b_unmarked = b;
+        const size_t at = 4 * GPT2_CHECKSUM_SLOT;
+        bool marked = b.size() > 1024 && memcmp(&b[at], &GPT2_CHECKSUM_MARK, 4) == 0;
+        if (b.size() > 1024) memset(&b_unmarked[at], 0, 12);
+        th::report(wrote && marked && a == b_unmarked && a.size() > 1024,
+                   "llm.c v3 (fp32) model file: read + write = same bytes but the checksum's header slots",
                    "%zu bytes", b.size());
         GPT2<__nv_bfloat16> m16;
         m16.build(c, p);
@@ -840,6 +854,51 @@ int main(int argc, char** argv) {
         std::string err, path = variant("state_magic.bin", set(0, 77));
         th::report(!read_train_state(path, &st, &err) && err.find("bad magic 77") != std::string::npos,
                    "state file: bad magic", "%s", err.c_str());
+    }
+    // Checksums: one bit flipped in the weights of a model file this trainer wrote (fp32.bin above),
+    // or in the body or header of a state file, is refused by name; a state file of version 1 (before
+    // checksums) is still read.
+    {
+        std::string model = slurp(g_tmp + "/fp32.bin");
+        model[1024 + 4 * 1000 + 3] ^= 0x01;  // the low bit of a weight's top byte
+        write_bytes(g_tmp + "/flipped_model.bin", model);
+        th::ChildOutput child = th::run_in_child([&] {
+            GPT2Config cfg;
+            load_checkpoint(g_tmp + "/flipped_model.bin", &cfg);
+        });
+        th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 1 &&
+                       child.text.find(g_tmp + "/flipped_model.bin: checksum mismatch") != std::string::npos,
+                   "model file: one bit flipped in a weight: refused, checksum mismatch", "%s", child.text.c_str());
+
+        const std::string state_path = state_file(g_tmp + "/resume_straight", 4, 0);
+        const std::string state = slurp(state_path);
+        TrainState orig, st;
+        std::string err;
+        bool read = read_train_state(state_path, &orig, &err);
+        std::string flips;
+        bool refused = read && state.size() > 2048;
+        for (size_t at : {state.size() - 1, (size_t)2048, (size_t)4 * 14}) {  // the body's last byte and one early, the seed
+            if (!refused) break;
+            std::string bytes = state;
+            bytes[at] ^= 0x10;
+            write_bytes(g_tmp + "/flipped_state.bin", bytes);
+            refused = !read_train_state(g_tmp + "/flipped_state.bin", &st, &err) &&
+                      err.find("checksum mismatch") != std::string::npos;
+            flips += " byte " + std::to_string(at) + ": " + (refused ? "checksum mismatch" : err) + ";";
+        }
+        std::string v1 = state;
+        const int32_t one = 1, zero = 0;
+        if (v1.size() > 1024) {
+            memcpy(&v1[4], &one, 4);
+            memcpy(&v1[4 * 9], &zero, 4);
+            memcpy(&v1[4 * 31], &zero, 4);
+        }
+        write_bytes(g_tmp + "/v1_state.bin", v1);
+        TrainState old;
+        bool v1_read = read_train_state(g_tmp + "/v1_state.bin", &old, &err) && old.step == 4 &&
+                       old.optimizer_state == orig.optimizer_state;
+        th::report(refused && v1_read, "state file: a bit flipped in its body or header: refused (checksum); version "
+                   "1 (none) still read", "%s", flips.c_str());
     }
     return th::finish();
 }

@@ -139,9 +139,36 @@ void test_round_trip() {
          SafeTensors::to_float(*ta, &ra, &err) && SafeTensors::to_float(*ts, &rs, &err) &&
          SafeTensors::to_float(*te, &re, &err) && SafeTensors::to_float(*tb, &rb, &err) && re.empty() &&
          memcmp(ra.data(), a.data(), 24) == 0 && rs[0] == -3.25f && memcmp(rb.data(), big.data(), 4000) == 0;
-    ok = ok && st.metadata().size() == 2 && st.metadata().at("format") == "pt" && st.metadata().at("note") == "x\ty";
+    ok = ok && st.metadata().size() == 3 && st.metadata().at("format") == "pt" && st.metadata().at("note") == "x\ty" &&
+         st.metadata().count(SafeTensors::kChecksumKey);
     th::report(ok, "safetensors: F32 round trip is bit-exact (matrix, scalar, empty tensor, escaped name, metadata)",
                "%s", err.c_str());
+    // The data's checksum (llmc_checksum, 16 hex digits): one bit flipped anywhere in the data is
+    // refused by name; without the key (a file of transformers') nothing is checked.
+    {
+        const std::string recorded = st.metadata().count(SafeTensors::kChecksumKey)
+                                         ? st.metadata().at(SafeTensors::kChecksumKey) : "";
+        size_t refused = 0, flips = 0;
+        std::string why;
+        for (size_t at = 8 + n; at < file.size(); at += 397, flips++) {
+            std::vector<uint8_t> bad = file;
+            bad[at] ^= (uint8_t)(1u << (at % 8));
+            SafeTensors check;
+            if (!check.parse(bad.data(), bad.size(), &why) && why.find("checksum mismatch") != std::string::npos)
+                refused++;
+        }
+        // The same file with the key renamed (same length, so the header still parses), then a flip.
+        std::string header((const char*)file.data() + 8, n);
+        size_t key = header.find(SafeTensors::kChecksumKey);
+        std::vector<uint8_t> unkeyed = file;
+        if (key != std::string::npos) unkeyed[8 + key] = 'L';
+        unkeyed.back() ^= 0x01;
+        SafeTensors plain;
+        bool unchecked = key != std::string::npos && plain.parse(unkeyed.data(), unkeyed.size(), &why);
+        th::report(recorded.size() == 16 && flips > 5 && refused == flips && unchecked,
+                   "safetensors: llmc_checksum recorded; a flipped data bit refused; no key, no check",
+                   "%zu of %zu flips refused (%s)", refused, flips, recorded.c_str());
+    }
     ok = true;
     for (const SafeTensor& t : st.tensors()) ok &= (size_t)(t.data - file.data()) % t.elem_size == 0;
     th::report(ok, "safetensors: every tensor's data starts aligned to its element size in the file");
