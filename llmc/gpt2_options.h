@@ -139,6 +139,10 @@ inline void resolve_gpt2_options(Cli& cli, TrainOptions* o, const Distributed& d
     // bf16 where the GPU has bf16 tensor cores, as llm.c; fp32 on the CPU backend, which has no bf16
     // arithmetic (slower there) and where fp32 is the exact reference.
     cli.resolve_auto("precision", !cpu && prop.major >= 8 ? "bf16" : "fp32");
+    // The bundled defaults, found from any working directory.
+    if (!cli.given("train-data")) o->train_pattern = bundled_path(o->train_pattern);
+    if (!cli.given("val-data")) o->val_pattern = bundled_path(o->val_pattern);
+    if (!cli.given("tokenizer")) o->tokenizer_path = bundled_path(o->tokenizer_path);
     check_run_options(cli, o, dist);
     if (o->max_steps == 0) {
         check_no_training_options(cli, *o, o->gen_tokens > 0 || (!o->val_pattern.empty() && o->val_every > 0),

@@ -2,6 +2,7 @@
 // disjoint tokens that together equal one rank's, shuffling is a seeded permutation, the prefetch
 // thread's embedding-backward plans are the batches' own, and every
 // malformed input stops with one clear message and a non-zero exit (checked in child processes).
+// Also bundled_path (llmc/file_io.h), how the trainers find their default data from any directory.
 #include "../llmc/cuda_common.h"
 #include "../llmc/dataloader.h"
 #include "harness.h"
@@ -214,6 +215,31 @@ void test_errors() {
     expect_error("dataloader error: a directory matching the pattern", folder + " is a directory", open(folder));
 }
 
+// bundled_path: a relative path that exists from the working directory stays as given; one that
+// exists only beside the program (a file made there for the test) becomes that file's path; one that
+// exists nowhere, or an absolute one, stays as given.
+void test_bundled_path() {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    exe[n > 0 ? n : 0] = 0;
+    const std::string dir(exe, strrchr(exe, '/') ? strrchr(exe, '/') - exe : 0);
+    const std::string probe = "bundled_path_probe_" + std::to_string(getpid()) + ".bin";
+    FILE* f = fopen((dir + "/" + probe).c_str(), "wb");
+    if (f) fclose(f);
+    char cwd[4096];
+    bool moved = getcwd(cwd, sizeof(cwd)) && chdir(tmpdir.c_str()) == 0;  // where the probe is not
+    FILE* here = fopen("here.bin", "wb");
+    if (here) fclose(here);
+    std::string beside = bundled_path(probe), as_here = bundled_path("here.bin"), nowhere = bundled_path("no/such.bin"),
+                absolute = bundled_path("/no/such.bin");
+    bool back = moved && chdir(cwd) == 0;
+    unlink((dir + "/" + probe).c_str());
+    th::report(f && back && beside == dir + "/" + probe && as_here == "here.bin" && nowhere == "no/such.bin" &&
+                   absolute == "/no/such.bin",
+               "bundled_path: from here if it is here, else beside the program, else as given",
+               "beside: %s", beside.c_str());
+}
+
 int main() {
     char tmpl[] = "/tmp/llmc_dataloader_XXXXXX";
     tmpdir = mkdtemp(tmpl);
@@ -230,5 +256,6 @@ int main() {
     test_seek();
     test_encoder_plans();
     test_errors();
+    test_bundled_path();
     return th::finish();
 }
