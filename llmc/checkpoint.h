@@ -162,6 +162,7 @@ struct TrainState {
     int shard_align = 0;                  // the shard layout's alignment (llmc/zero.h)
     int ranks = 1;                        // processes of the run that saved it (data parallel)
     uint64_t num_params = 0;              // N, or the shard's size S
+    uint64_t optimizer_bytes = 0;         // the optimizer state's size (optimizer_state holds it, when read)
     std::string recipe;                   // "key=value ..." (see the format above; "" when not recorded)
     std::vector<float> master;            // (N) when has_master
     std::vector<uint8_t> optimizer_state;  // the optimizer's device state, byte for byte
@@ -216,15 +217,11 @@ inline bool write_train_state(const std::string& path, const TrainState& s, std:
     return write_file_atomic(path, {{h, sizeof(h)}, master, state}, err);
 }
 
-// Parses a training-state file's bytes into *s; false with a reason naming the problem.
-inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, std::string* err) {
-    using namespace checkpoint_detail;
-    if (size < 1024) {
-        *err = "too short for a training-state header (" + std::to_string(size) + " bytes, need 1024)";
-        return false;
-    }
-    int32_t h[256];
-    memcpy(h, data, sizeof(h));
+namespace checkpoint_detail {
+// Checks a training-state header h (256 slots) against the size of its file and fills *s from it:
+// every field but the two arrays, whose sizes it sets in s->num_params, s->has_master and
+// s->optimizer_bytes. False with a reason naming the problem.
+inline bool parse_train_state_header(const int32_t* h, uint64_t size, TrainState* s, std::string* err) {
     if (h[0] != TRAIN_STATE_MAGIC) {
         *err = "bad magic " + std::to_string(h[0]) + " (a training-state file starts with " +
                std::to_string(TRAIN_STATE_MAGIC) + ")";
@@ -251,13 +248,6 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
                " bytes in all): truncated or corrupt";
         return false;
     }
-    if (h[1] >= 2) {  // the checksum, last: a damaged header or size has its own message above
-        uint64_t stored = (uint64_t)(uint32_t)h[9] | (uint64_t)(uint32_t)h[31] << 32;
-        if (header_file_checksum(h, {9, 31}, {{data + 1024, size - 1024}}) != stored) {
-            *err = "checksum mismatch: the file's bytes are not those the run wrote (damaged on disk or in a copy)";
-            return false;
-        }
-    }
     s->world = h[2];
     s->rank = h[3];
     s->has_master = h[4];
@@ -277,23 +267,105 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
     s->shard_align = h[28];
     s->ranks = h[29] > 0 ? h[29] : 1;
     s->num_params = n;
+    s->optimizer_bytes = opt_bytes;
     s->recipe.assign((const char*)&h[32], (size_t)h[30]);
-    const uint8_t* body = data + 1024;  // memcpy: the buffer need not be float-aligned
-    s->master.resize(s->has_master ? n : 0);
-    s->optimizer_state.resize(opt_bytes);
-    // (an empty vector's data() may be null, which memcpy must not get even for 0 bytes)
-    if (master_bytes) memcpy(s->master.data(), body, master_bytes);
-    if (opt_bytes) memcpy(s->optimizer_state.data(), body + master_bytes, opt_bytes);
     return true;
 }
 
-// Reads a training-state file; false with a reason (prefixed with the path) if it is unusable.
-inline bool read_train_state(const std::string& path, TrainState* s, std::string* err) {
-    std::vector<uint8_t> bytes;
-    if (!read_whole_file(path, &bytes, err)) return false;
-    if (!parse_train_state(bytes.data(), bytes.size(), s, err)) {
-        *err = path + ": " + *err;
+// Whether a version-2 header's checksum (slots 9, 31) matches the file's bytes, `sum` having taken
+// the header with those slots zero and then the body; version 1 files have none to check.
+inline bool train_state_checksum_ok(const int32_t* h, const Checksum64& sum, std::string* err) {
+    if (h[1] < 2) return true;
+    uint64_t stored = (uint64_t)(uint32_t)h[9] | (uint64_t)(uint32_t)h[31] << 32;
+    if (sum.value() == stored) return true;
+    *err = "checksum mismatch: the file's bytes are not those the run wrote (damaged on disk or in a copy)";
+    return false;
+}
+
+// A Checksum64 that has taken header h with its checksum slots zero.
+inline Checksum64 train_state_header_sum(const int32_t* h) {
+    int32_t zeroed[256];
+    memcpy(zeroed, h, sizeof(zeroed));
+    zeroed[9] = zeroed[31] = 0;
+    Checksum64 sum;
+    sum.add(zeroed, sizeof(zeroed));
+    return sum;
+}
+}  // namespace checkpoint_detail
+
+// Parses a training-state file's bytes into *s; false with a reason naming the problem. The
+// checksum is checked last: a damaged header or size has its own message first.
+inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, std::string* err) {
+    using namespace checkpoint_detail;
+    if (size < 1024) {
+        *err = "too short for a training-state header (" + std::to_string(size) + " bytes, need 1024)";
         return false;
     }
+    int32_t h[256];
+    memcpy(h, data, sizeof(h));
+    if (!parse_train_state_header(h, size, s, err)) return false;
+    Checksum64 sum = train_state_header_sum(h);
+    sum.add(data + 1024, size - 1024);
+    if (!train_state_checksum_ok(h, sum, err)) return false;
+    size_t master_bytes = s->has_master ? s->num_params * 4 : 0;
+    const uint8_t* body = data + 1024;  // memcpy: the buffer need not be float-aligned
+    s->master.resize(s->has_master ? s->num_params : 0);
+    s->optimizer_state.resize(s->optimizer_bytes);
+    // (an empty vector's data() may be null, which memcpy must not get even for 0 bytes)
+    if (master_bytes) memcpy(s->master.data(), body, master_bytes);
+    if (s->optimizer_bytes) memcpy(s->optimizer_state.data(), body + master_bytes, s->optimizer_bytes);
     return true;
+}
+
+// Reads a training-state file; false with a reason (prefixed with the path) if it is unusable. The
+// arrays are read straight into *s (a GPT-2 1.5B's fp32 AdamW state is 18 GB: held once, not twice).
+// header_only: the header's fields alone (the arrays left empty, their sizes set), checked against
+// the file's size but not its checksum, which reading the whole file checks.
+inline bool read_train_state(const std::string& path, TrainState* s, std::string* err, bool header_only = false) {
+    using namespace checkpoint_detail;
+    *err = not_a_regular_file(path);
+    if (!err->empty()) return false;
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) {
+        *err = "cannot open " + path + ": " + strerror(errno);
+        return false;
+    }
+    struct stat st;
+    int32_t h[256];
+    bool ok = fstat(fileno(f), &st) == 0;
+    if (ok && (uint64_t)st.st_size < sizeof(h)) {
+        *err = path + ": too short for a training-state header (" + std::to_string(st.st_size) + " bytes, need 1024)";
+        fclose(f);
+        return false;
+    }
+    ok = ok && fread(h, 1, sizeof(h), f) == sizeof(h);
+    if (ok && !parse_train_state_header(h, (uint64_t)st.st_size, s, err)) {
+        *err = path + ": " + *err;
+        fclose(f);
+        return false;
+    }
+    s->master.clear();
+    s->optimizer_state.clear();
+    if (ok && !header_only) {
+        s->master.resize(s->has_master ? s->num_params : 0);
+        s->optimizer_state.resize(s->optimizer_bytes);
+        size_t master_bytes = s->master.size() * sizeof(float);
+        ok = (!master_bytes || fread(s->master.data(), 1, master_bytes, f) == master_bytes) &&
+             (!s->optimizer_bytes || fread(s->optimizer_state.data(), 1, s->optimizer_bytes, f) == s->optimizer_bytes);
+        if (ok) {
+            Checksum64 sum = train_state_header_sum(h);
+            sum.add(s->master.data(), master_bytes);
+            sum.add(s->optimizer_state.data(), s->optimizer_bytes);
+            if (!train_state_checksum_ok(h, sum, err)) {
+                *err = path + ": " + *err;
+                s->master.clear();
+                s->optimizer_state.clear();
+                fclose(f);
+                return false;
+            }
+        }
+    }
+    fclose(f);
+    if (!ok) *err = "reading " + path + " failed";
+    return ok;
 }

@@ -79,6 +79,7 @@ class Checksum64 {
         for (int i = 0; i < 4; i++) lanes_[i] = kK1 * (uint64_t)(i + 1);
     }
     void add(const void* data, size_t n) {
+        if (n == 0) return;  // (data may then be null, which memcpy must not get)
         const uint8_t* p = static_cast<const uint8_t*>(data);
         total_ += n;
         if (pending_n_ > 0) {  // complete the pending block first

@@ -180,10 +180,10 @@ inline void check_resumable(const TrainState& saved, const TrainState& now, size
         refuse("--optimizer", optimizer_name((OptimizerKind)s.optimizer), optimizer_name((OptimizerKind)now.optimizer));
     // Under the same partition the state must fit exactly; another partition is re-sharded by the caller.
     if (s.world != now.world) return;
-    if (s.num_params != now.num_params || s.has_master != now.has_master || s.optimizer_state.size() != state_bytes)
-        data_error("%s: state for %llu parameters%s and %zu bytes of optimizer state does not fit the model (%llu "
+    if (s.num_params != now.num_params || s.has_master != now.has_master || s.optimizer_bytes != state_bytes)
+        data_error("%s: state for %llu parameters%s and %llu bytes of optimizer state does not fit the model (%llu "
                    "parameters, %zu bytes of %s state)", path.c_str(), (unsigned long long)s.num_params,
-                   s.has_master ? " with master weights" : "", s.optimizer_state.size(),
+                   s.has_master ? " with master weights" : "", (unsigned long long)s.optimizer_bytes,
                    (unsigned long long)now.num_params, state_bytes, optimizer_name((OptimizerKind)now.optimizer));
 }
 
@@ -214,7 +214,8 @@ inline void report_recipe_changes(const std::string& saved, const std::string& n
 }
 
 // Where a run with --resume starts: the newest complete checkpoint in its output directory, with the
-// training state rank 0 wrote (the step, data position, optimizer state); found() is false when
+// header of the training state rank 0 wrote (the step, data position, the optimizer state's size; not
+// the arrays, which the run would otherwise hold in host memory to its end); found() is false when
 // there is none (the run starts from scratch, and says so) or the run does not resume.
 struct ResumePoint {
     int step = -1;
@@ -235,8 +236,8 @@ inline ResumePoint find_resume_point(bool resume, const std::string& output_dir)
     r.step = done.back();
     r.model_path = checkpoint_file(output_dir, "model", r.step);
     r.state_path = state_file(output_dir, r.step, 0);
-    std::string err;
-    if (!read_train_state(r.state_path, &r.state, &err)) data_error("%s", err.c_str());
+    std::string err;  // the header: restore_optimizer_state reads the arrays (and checks the checksum)
+    if (!read_train_state(r.state_path, &r.state, &err, true)) data_error("%s", err.c_str());
     if (r.state.step != r.step)
         data_error("%s: holds step %lld, its name says %d", r.state_path.c_str(), r.state.step, r.step);
     return r;
@@ -261,22 +262,23 @@ inline void check_resume_trainer(const ResumePoint& r, const char* trainer) {
 }
 
 // Loads the optimizer state of a resumed run into model (a ModelState, e.g. GPT2 or BERT): its own
-// file (first: state file 0, which the trainer read to learn the step, or this rank's shard), or —
-// when the checkpoint's partition differs (another number of ranks or ZeRO stage) — every old shard,
-// re-sharded (llmc/zero.h); optimizers whose state cannot be re-sharded are refused by name.
+// file (state file 0, whose header `first` the trainer read to learn the step, or this rank's shard),
+// or — when the checkpoint's partition differs (another number of ranks or ZeRO stage) — every old
+// shard, re-sharded (llmc/zero.h); optimizers whose state cannot be re-sharded are refused by name.
+// The files' arrays are held in host memory only while they go to the device.
 template <class Model>
 void restore_optimizer_state(Model& model, const TrainState& first, const std::string& dir, const std::string& path) {
     auto read = [&](int r) {
         TrainState st;
         std::string err, file = state_file(dir, (int)first.step, r);
         if (!read_train_state(file, &st, &err)) data_error("%s", err.c_str());
-        if (st.step != first.step || st.world != first.world || st.rank != r || st.optimizer_state.size() !=
-            first.optimizer_state.size())
+        if (st.step != first.step || st.world != first.world || st.rank != r ||
+            st.optimizer_bytes != first.optimizer_bytes)
             data_error("%s: does not belong with %s (step, shard or size differ)", file.c_str(), path.c_str());
         return st;
     };
     if (first.world == model.plan.world) {
-        model.set_optimizer_state(model.plan.world > 1 && model.rank() > 0 ? read(model.rank()) : first);
+        model.set_optimizer_state(read(model.plan.world > 1 ? model.rank() : 0));
         return;
     }
     if (!model.can_reshard())
@@ -285,8 +287,7 @@ void restore_optimizer_state(Model& model, const TrainState& first, const std::s
                    "ranks and --zero", path.c_str(), first.world, first.world > 1 ? "s" : "", model.plan.world,
                    optimizer_name(model.opt.kind));
     std::vector<TrainState> old(first.world);
-    old[0] = first;
-    for (int r = 1; r < first.world; r++) old[r] = read(r);
+    for (int r = 0; r < first.world; r++) old[r] = read(r);
     model.set_optimizer_state_resharded(old);
     printf("re-sharded the optimizer state of %d rank%s onto %d\n", first.world, first.world > 1 ? "s" : "",
            model.plan.world);
