@@ -11,7 +11,9 @@ BUILD      ?= build
 
 comma      := ,
 HAVE_NVCC  := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
-GPU_INFO   := $(shell nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null | head -1)
+# (A driver older than the compute_cap field prints a complaint instead, which is no GPU to build for.)
+GPU_INFO   := $(shell nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null | head -1 | \
+                grep -E ', [0-9]+\.[0-9]+$$')
 # With a GPU, build for its architecture (compute capability 8.9 -> 89); else for A100 and H100.
 GPU_ARCH   := $(subst .,,$(lastword $(subst $(comma), ,$(GPU_INFO))))
 CUDA_ARCHS ?= $(or $(GPU_ARCH),80 90)
@@ -76,8 +78,16 @@ endif
 # ----------------------------------------------------------------------------
 # Flags
 
-MPI_CFLAGS := $(if $(MULTI),$(shell mpicxx --showme:compile) -DUSE_MPI $(if $(NCCL_HOME),-I$(NCCL_INC)))
-MPI_LIBS   := $(if $(MULTI),$(shell mpicxx --showme:link))
+# The MPI wrapper's flags: Open MPI's --showme:compile/link, else MPICH's -compile_info/-link_info (its
+# whole command line, of which the flags that matter are kept).
+MPI_CFLAGS := $(if $(MULTI),$(or $(shell mpicxx --showme:compile 2>/dev/null),$(filter -I% -D% -pthread,\
+                $(shell mpicxx -compile_info 2>/dev/null))) -DUSE_MPI $(if $(NCCL_HOME),-I$(NCCL_INC)))
+MPI_LIBS   := $(if $(MULTI),$(or $(shell mpicxx --showme:link 2>/dev/null),$(filter -L% -l% -Wl$(comma)% -pthread,\
+                $(shell mpicxx -link_info 2>/dev/null))))
+# The same for nvcc, which takes -I, -D, -L and -l itself but not the g++ options some MPI installs
+# print (-pthread, -Wl,-rpath,DIR): a -Wl,... goes on through -Xlinker, anything else through -Xcompiler.
+nvcc_flags = $(foreach f,$(1),$(if $(filter -I% -D% -L% -l%,$(f)),$(f),$(if $(filter -Wl$(comma)%,$(f)),\
+               -Xlinker $(patsubst -Wl$(comma)%,%,$(f)),-Xcompiler $(f))))
 BLAS_CFLAGS := -I$(or $(dir $(BLAS_DIR)),/usr/include/x86_64-linux-gnu/openblas-pthread/)
 
 # CPU backend: the shadow headers in llmc/simt/include come before the toolkit's.
@@ -98,14 +108,15 @@ ASAN_LDLIBS   := -fsanitize=address,undefined $(CPU_LDLIBS)
 # a newer GPU (instead of failing with "no kernel image is available"); 9.0 as sm_90a (SM_TARGET).
 GENCODE      := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(call SM_TARGET,$(a)),code=sm_$(call SM_TARGET,$(a))) \
                 -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
-NVCC_FLAGS   := -std=c++17 -O3 --use_fast_math -Xcompiler -Wall $(GENCODE) $(MPI_CFLAGS)
+NVCC_FLAGS   := -std=c++17 -O3 --use_fast_math -Xcompiler -Wall $(GENCODE) $(call nvcc_flags,$(MPI_CFLAGS))
 # A pip wheel's lib/ holds only libnccl.so.2, so NCCL_HOME's library is named by path.
 NCCL_LIB     := $(if $(NCCL_HOME),$(firstword $(wildcard $(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib/libnccl.so.2)) \
                   -Xlinker -rpath=$(NCCL_HOME)/lib,-lnccl)
-NVCC_LDLIBS  := -lcublasLt -lcublas $(if $(MULTI),$(NCCL_LIB)) $(MPI_LIBS)
+NVCC_LDLIBS  := -lcublasLt -lcublas $(if $(MULTI),$(NCCL_LIB)) $(call nvcc_flags,$(MPI_LIBS))
 # Compile-only check of every .cu for each architecture with the shipped flags: warnings are errors,
 # spills are warned.
-NVCC_CHECK_FLAGS := -std=c++17 -O3 --use_fast_math --Werror all-warnings -Xptxas -warn-spills $(MPI_CFLAGS)
+NVCC_CHECK_FLAGS := -std=c++17 -O3 --use_fast_math --Werror all-warnings -Xptxas -warn-spills \
+                    $(call nvcc_flags,$(MPI_CFLAGS))
 
 # ----------------------------------------------------------------------------
 # Sources
@@ -190,12 +201,28 @@ $(SUITE_bert:%=$(BUILD)/asan/test_%): $(BUILD)/asan/bert_suite
 $(foreach m,gpt2 bert,$(foreach b,cpu asan,$(SUITE_$(m):%=$(BUILD)/$(b)/test_%))):
 	ln -sf $(notdir $<) $@
 
+# What the GPU binaries and the trainers in the root were built for: stamp files whose content is the
+# architectures (and the root trainers' target, GPU or CPU backend), rewritten only when that changes,
+# so that make rebuilds what was built for another GPU, or a trainer built for the CPU backend now on a
+# GPU machine, instead of calling it up to date.
+GPU_STAMP     := $(BUILD)/gpu/.built-for
+TRAINER_STAMP := $(BUILD)/.trainers-built-for
+TRAINERS_FOR  := $(if $(filter gpu,$(TARGET)),gpu $(GENCODE),cpu)
+$(GPU_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(GENCODE)" ] || echo "$(GENCODE)" > $@
+$(TRAINER_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(TRAINERS_FOR)" ] || echo "$(TRAINERS_FOR)" > $@
+.PHONY: FORCE
+FORCE:
+
 # GPU builds of the tests (run by `make test` when a GPU is present).
-$(BUILD)/gpu/test_%: test_%.cu
+$(BUILD)/gpu/test_%: test_%.cu $(GPU_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -MMD -MP $< $(NVCC_LDLIBS) -o $@
 
-$(BUILD)/gpu/dev_%: dev/cuda/%.cu
+$(BUILD)/gpu/dev_%: dev/cuda/%.cu $(GPU_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -MMD -MP $< $(NVCC_LDLIBS) -o $@
 
@@ -214,19 +241,19 @@ $(BUILD)/cpu/bench_simt: dev/cuda/bench_simt.cu $(CPU_SIMT_OBJS)
 TRAINER_DEPS := $(wildcard llmc/*.cuh llmc/*.h)
 
 # The trainers built for the GPU whatever the machine (make gpu-check runs these).
-$(BUILD)/gpu/train_%: train_%.cu $(TRAINER_DEPS)
+$(BUILD)/gpu/train_%: train_%.cu $(TRAINER_DEPS) $(GPU_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
 
 ifeq ($(TARGET),gpu)
-train_gpt2: train_gpt2.cu $(TRAINER_DEPS)
+train_gpt2: train_gpt2.cu $(TRAINER_DEPS) $(TRAINER_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
-train_bert: train_bert.cu $(TRAINER_DEPS)
+train_bert: train_bert.cu $(TRAINER_DEPS) $(TRAINER_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LDLIBS) -o $@
 else
-train_gpt2: train_gpt2.cu $(TRAINER_DEPS) $(CPU_SIMT_OBJS)
+train_gpt2: train_gpt2.cu $(TRAINER_DEPS) $(CPU_SIMT_OBJS) $(TRAINER_STAMP)
 	$(CXX) $(filter-out -MMD -MP,$(CPU_CXXFLAGS)) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
-train_bert: train_bert.cu $(TRAINER_DEPS) $(CPU_SIMT_OBJS)
+train_bert: train_bert.cu $(TRAINER_DEPS) $(CPU_SIMT_OBJS) $(TRAINER_STAMP)
 	$(CXX) $(filter-out -MMD -MP,$(CPU_CXXFLAGS)) -x c++ $< -x none $(CPU_SIMT_OBJS) $(CPU_LDLIBS) -o $@
 endif
 

@@ -333,22 +333,33 @@ struct GPT2 : ModelState<floatX> {
         mem.activations += moe.size() * moe_layer_bytes<floatX>(moe_config(config), B * T, moe_par.ranks);
         mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, config.channels, config.vocab_size, 0, stream);
         reserve_batch_slots(1);
-        if (fp8 && !fp8_scratch) {  // one buffer for the largest of the four GEMMs of a block
-            size_t C = config.channels, BT = (size_t)B * T;
-            size_t bytes = std::max({matmul_fp8_scratch_bytes((int)BT, (int)C, (int)(3 * C)),
-                                     matmul_fp8_scratch_bytes((int)BT, (int)C, (int)C),
-                                     matmul_fp8_scratch_bytes((int)BT, (int)C, (int)(4 * C)),
-                                     matmul_fp8_scratch_bytes((int)BT, (int)(4 * C), (int)C)});
-            cudaCheck(cudaMalloc(&fp8_scratch, bytes));
+        if (fp8 && !fp8_scratch) {
+            size_t bytes = fp8_scratch_bytes(B, T);
+            if (cudaMalloc(&fp8_scratch, bytes) != cudaSuccess)
+                data_error("not enough device memory for the fp8 GEMMs' operand copies: B=%d T=%d needs %.1f MiB more "
+                           "(lower --batch-size and keep the tokens per step with --total-batch-size, or --batch-size "
+                           "auto)", B, T, bytes / 1048576.0);
             mem.other += bytes;
         }
     }
 
-    // Device bytes allocate_activations(B, T) needs: the activations and the embedding backward's plan.
+    // fp8 (--precision fp8): the scratch of the fp8 copies of a GEMM's operands, one buffer for the
+    // largest of a block's four GEMMs at micro-batch (B, T); 0 in other precisions.
+    size_t fp8_scratch_bytes(int B_, int T_) const {
+        if (!fp8) return 0;
+        size_t C = config.channels, BT = (size_t)B_ * T_;
+        return std::max({matmul_fp8_scratch_bytes((int)BT, (int)C, (int)(3 * C)),
+                         matmul_fp8_scratch_bytes((int)BT, (int)C, (int)C),
+                         matmul_fp8_scratch_bytes((int)BT, (int)C, (int)(4 * C)),
+                         matmul_fp8_scratch_bytes((int)BT, (int)(4 * C), (int)C)});
+    }
+
+    // Device bytes allocate_activations(B, T) needs: the activations, the embedding backward's plan,
+    // the MoE blocks' buffers and fp8's operand copies.
     size_t activation_bytes(int B_, int T_) {
         size_t plan = encoder_plan_device_bytes(B_, T_, config.channels, false);
         size_t experts = config.moe_blocks() * moe_layer_bytes<floatX>(moe_config(config), B_ * T_, moe_par.ranks);
-        return regions_bytes(activation_regions(B_, T_)) + plan + experts;
+        return regions_bytes(activation_regions(B_, T_)) + plan + experts + fp8_scratch_bytes(B_, T_);
     }
 
     // The activation regions for micro-batch (B, T), in allocation order.

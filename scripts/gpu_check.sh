@@ -15,9 +15,10 @@
 # (a lent GPU's time limit): a part whose usual time would end past S seconds is skipped and named in
 # the JSON, and each command's time limit is cut to what is left of S. The JSON is rewritten after every
 # part, so a run cut short keeps what it measured. --parts a,b,... runs (and builds for) only those
-# parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_autotune pytorch profile tests gemm kernels gpt2_fp32
-# gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a
-# budgeted one).
+# parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma (H100/H200: the backward on mma.sync)
+# gpt2_autotune pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer
+# moe (a second, shorter run on the same machine finishes a budgeted one). The build counts against
+# --budget too.
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
 set -u
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ sanitize=1
 torch_bench=1
 budget=0
 parts=
-all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_autotune pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
+all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_autotune pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --json) json_out="${2:?--json needs a file}"; shift 2 ;;
@@ -49,6 +50,9 @@ for part in $parts; do
 done
 wants() { [[ -z $parts || " $parts " == *" $1 "* ]]; }  # whether part $1 is asked for
 
+# CUDA numbers the GPUs as nvidia-smi does (by PCI bus, not fastest first), so that the programs' device
+# 0 is the GPU described here and built for.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
 gpu=$(nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
 if [[ -z "$gpu" ]]; then
     echo "gpu_check: no NVIDIA GPU found (nvidia-smi lists none); this check runs on a GPU machine only" >&2
@@ -56,6 +60,10 @@ if [[ -z "$gpu" ]]; then
 fi
 IFS=',' read -r gpu_name gpu_cc gpu_mem gpu_driver <<< "$gpu"
 gpu_name=$(echo $gpu_name) gpu_cc=$(echo $gpu_cc) gpu_mem=$(echo $gpu_mem) gpu_driver=$(echo $gpu_driver)
+if [[ ! $gpu_cc =~ ^[0-9]+\.[0-9]+$ ]]; then  # a driver older than compute_cap prints its complaint instead
+    echo "gpu_check: nvidia-smi gives no compute capability ('$gpu'): the driver is too old for this CUDA" >&2
+    exit 1
+fi
 arch=${gpu_cc/./}
 logs=build/gpu-check
 mkdir -p "$logs" "$(dirname "$json_out")"
@@ -101,7 +109,7 @@ done
 targets=()  # what the asked-for parts run
 wants tests && targets+=("${tests[@]/#/build/gpu/test_}")
 wants sanitizer && ! wants tests && targets+=(build/gpu/test_{attention,layernorm,matmul,fused_classifier})
-for part in gpt2_bf16 gpt2_bf16_64k gpt2_autotune profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
+for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_autotune profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
     wants $part && targets+=(build/gpu/train_gpt2) && break
 done
 wants bert && targets+=(build/gpu/train_bert)
@@ -111,7 +119,10 @@ memory_benches="layernorm fused_classifier adamw"  # the memory-bound kernels of
 if wants kernels; then for b in $memory_benches; do targets+=("build/gpu/dev_$b"); done; fi
 echo "building ${#targets[@]} programs for sm_$arch ..."
 build_failures=0
-if [[ ${#targets[@]} -gt 0 ]] && ! make --no-print-directory -k -j"$(nproc)" GPU=1 CUDA_ARCHS="$arch" "${targets[@]}" > "$logs/build.log" 2>&1; then
+# The build counts against --budget too, and a build that overruns it stops there (the parts then run
+# with what was built).
+if [[ ${#targets[@]} -gt 0 ]] && ! timeout "$(cap 1200)" make --no-print-directory -k -j"$(nproc)" GPU=1 \
+        CUDA_ARCHS="$arch" "${targets[@]}" > "$logs/build.log" 2>&1; then
     grep -m5 -E "error" "$logs/build.log"
     for t in "${targets[@]}"; do [[ -x $t ]] || { echo "  did not build: $t"; build_failures=$((build_failures + 1)); }; done
     [[ $build_failures -eq 0 ]] && build_failures=1
@@ -200,7 +211,8 @@ if fits attention 60; then
     ours_bwd7=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 7")
     sweep_of() {  # the "$1-sweep" lines
         awk -v tag="$1-sweep" '$1 == tag && $2 == "bf16" && $12 == "TFLOP/s" {
-            printf "%s\"%s %s\":[%s,%s]", sep, $4, substr($5, 3), $9, $11; sep = "," }' "$logs/dev_attention.log"
+            printf "%s\"%s %s\":[%s,%s]", sep, $4, substr($5, 3), num($9), num($11); sep = "," }
+            function num(x) { return x ~ /^[0-9]+([.][0-9]+)?$/ ? x : "null" }' "$logs/dev_attention.log"
     }
     mma_sweep=$(sweep_of mma)
     defer_sweep=$(sweep_of defer)
@@ -213,7 +225,7 @@ if fits attention 60; then
             in_sec && /backward \(llmc, flash\), dQ in [0-9]+ slice/ {
                 n = v = ""
                 for (i = 1; i < NF; i++) { if ($i == "in") n = $(i + 1); if ($(i + 1) == "TFLOP/s" && v == "") v = $i }
-                printf "%s\"%s\":%s", sep, n, v; sep = "," }' "$logs/dev_attention.log"
+                printf "%s\"%s\":%s", sep, n, v ~ /^[0-9]+([.][0-9]+)?$/ ? v : "null"; sep = "," }' "$logs/dev_attention.log"
     }
     ours_slices=$(slices_of "bf16 B=8 T=1024 NH=12 HS=64 causal")
     ours_slices_b16=$(slices_of "bf16 B=16 T=1024 NH=32 HS=64 causal, the backward by dQ slices")
@@ -280,7 +292,7 @@ bf16_64k_agreement() {
 }
 # On an H100/H200 (compute capability 9.0, built sm_90a) the attention backward above is on wgmma; the
 # same with it on mma.sync, as on other GPUs (--attention-backward mma).
-if [[ $arch == 90 ]] && fits gpt2_bf16_64k 60; then
+if [[ $arch == 90 ]] && fits gpt2_bf16_64k_mma 60; then
     echo "GPT-2 d12, the same with --attention-backward mma ..."
     gpt2_run bf16_64k_mma bf16 -b auto -d 65536 --attention-backward mma
     # The forward is unchanged, so step 1's loss must be the wgmma run's exactly; the decrease after it
@@ -501,34 +513,36 @@ if fits bert 80; then
 fi
 
 # --------------------------------------------------------------------------------------------------
-# compute-sanitizer over the kernels' own tests, all at once (they share the GPU; each has a limit).
+# compute-sanitizer over the kernels' own tests: one tool at a time, its 4 runs side by side (they
+# share the GPU; each has a limit). A run that times out checked nothing: it is listed as skipped.
 if ! wants sanitizer; then
     :
 elif [[ -z $sanitize ]] || ! command -v compute-sanitizer >/dev/null 2>&1; then
     echo "compute-sanitizer: skipped ($([[ -n $sanitize ]] && echo 'not on PATH' || echo '--skip-sanitizer'))"
-elif fits sanitizer 160; then
+elif fits sanitizer 300; then
     echo "compute-sanitizer memcheck, racecheck, synccheck over attention, layernorm, matmul, fused_classifier ..."
-    pids=()
     for tool in memcheck racecheck synccheck; do
+        out_of_budget "sanitizer $tool" && break
+        pids=()
         for t in attention layernorm matmul fused_classifier; do
             timeout "$(cap 150)" compute-sanitizer --tool "$tool" --error-exitcode 99 "build/gpu/test_$t" \
                 > "$logs/san_${tool}_$t.log" 2>&1 &
             pids+=("$!:$tool:$t")
         done
-    done
-    for entry in "${pids[@]}"; do
-        IFS=: read -r pid tool t <<< "$entry"
-        wait "$pid"
-        rc=$?
-        errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$logs/san_${tool}_$t.log" | awk '{print $3}' | tail -1)
-        case $rc in
-            0) verdict=clean ;;
-            124) verdict="timed out (not checked)" ;;
-            99) verdict="${errors:-some} errors"; failures=$((failures + 1)) ;;
-            *) verdict="exit $rc"; failures=$((failures + 1)) ;;
-        esac
-        [[ $verdict != clean ]] && echo "  $tool test_$t: $verdict ($logs/san_${tool}_$t.log)"
-        san_json+=("{\"tool\":$(jstr "$tool"),\"test\":$(jstr "test_$t"),\"exit\":$rc,\"errors\":$(jnum "${errors:-}"),\"verdict\":$(jstr "$verdict")}")
+        for entry in "${pids[@]}"; do
+            IFS=: read -r pid tool t <<< "$entry"
+            wait "$pid"
+            rc=$?
+            errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$logs/san_${tool}_$t.log" | awk '{print $3}' | tail -1)
+            case $rc in
+                0) verdict=clean ;;
+                124) verdict="timed out (not checked)"; skipped+=("sanitizer $tool test_$t (timed out)") ;;
+                99) verdict="${errors:-some} errors"; failures=$((failures + 1)) ;;
+                *) verdict="exit $rc"; failures=$((failures + 1)) ;;
+            esac
+            [[ $verdict != clean ]] && echo "  $tool test_$t: $verdict ($logs/san_${tool}_$t.log)"
+            san_json+=("{\"tool\":$(jstr "$tool"),\"test\":$(jstr "test_$t"),\"exit\":$rc,\"errors\":$(jnum "${errors:-}"),\"verdict\":$(jstr "$verdict")}")
+        done
     done
     echo "sanitizers done ($(elapsed) s)"
     write_json

@@ -534,6 +534,23 @@ void check_auto_batch() {
     simt::set_device_memory(saved);
     m.free_all();
 }
+
+// What allocate_activations takes from the device is what activation_bytes says, by which --batch-size
+// auto sizes the batch: with fp8's operand copies too (--precision fp8).
+void check_activation_bytes_fp8() {
+    Fixture f = load_fixture();
+    GPT2<__nv_bfloat16> m;
+    m.fp8 = true;
+    m.build(f.config, f.init);
+    size_t free0, free1, total;
+    cudaCheck(cudaMemGetInfo(&free0, &total));
+    m.allocate_activations(8, f.s.T);
+    cudaCheck(cudaMemGetInfo(&free1, &total));
+    size_t taken = free0 - free1, said = m.activation_bytes(8, f.s.T), fp8 = m.fp8_scratch_bytes(8, f.s.T);
+    th::report(taken == said && fp8 > 0, "fp8: activation_bytes (batch size auto's measure) is what the activations take",
+               "B=8: %zu bytes allocated, %zu said (fp8 operand copies %zu)", taken, said, fp8);
+    m.free_all();
+}
 #endif
 
 int main(int argc, char** argv) {
@@ -568,6 +585,7 @@ int main(int argc, char** argv) {
     check_adamw8bit_trajectory();
 #if defined(SIMT_CPU)
     check_auto_batch();
+    check_activation_bytes_fp8();
 #endif
     check_fp16_overflow_skips();
     check_recompute<float>("fp32", 16);
