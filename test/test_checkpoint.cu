@@ -899,6 +899,12 @@ int main(int argc, char** argv) {
                        old.optimizer_state == orig.optimizer_state;
         th::report(refused && v1_read, "state file: a bit flipped in its body or header: refused (checksum); version "
                    "1 (none) still read", "%s", flips.c_str());
+        // The resume point holds the header alone: the arrays would stay in host memory to the run's end.
+        ResumePoint r = find_resume_point(true, g_tmp + "/resume_straight");
+        th::report(r.found() && r.state.optimizer_bytes == orig.optimizer_bytes && r.state.optimizer_bytes > 0 &&
+                       r.state.optimizer_state.empty() && r.state.master.empty(),
+                   "the resume point reads the state file's header, not its arrays", "step %d, %llu bytes of state",
+                   r.step, (unsigned long long)r.state.optimizer_bytes);
     }
     return th::finish();
 }
