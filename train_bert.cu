@@ -1278,14 +1278,15 @@ inline void check_bert_output_dirs(const Cli& cli, const BertTrainOptions& o) {
 }
 
 int train_bert_main(int argc, char** argv) {
-    // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
-    Distributed dist = distributed_init(&argc, &argv);
-    route_run_output(dist);
     Cli cli("train_bert", "Fine-tunes BERT for sequence classification, or pretrains it with masked-language "
             "modeling, on BERT shards, on a GPU or on the CPU backend (make builds for it where it finds no GPU). "
             "With no arguments: the bundled default task, from the real all-MiniLM-L6-v2 if dev/data/bert/fetch_minilm.sh fetched it.");
     BertTrainOptions o;
     add_bert_options(cli, &o);
+    cli.help_if_asked(argc, argv);
+    // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
+    Distributed dist = distributed_init(&argc, &argv);
+    route_run_output(dist);
     cli.parse(argc, argv);
     use_all_cpu_cores(dist.local_world);
     const bool cpu = on_cpu_backend();

@@ -1438,14 +1438,15 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
 // main: the program (tests that include this file with -DTESTING run it as train_gpt2_main)
 
 int train_gpt2_main(int argc, char** argv) {
-    // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
-    Distributed dist = distributed_init(&argc, &argv);
-    route_run_output(dist);
     Cli cli("train_gpt2", "Trains GPT-2 on llm.c token shards, on a GPU or on the CPU backend (make builds for "
                           "it where it finds no GPU). Data parallel on N GPUs: mpirun -np N ./train_gpt2 ... "
                           "(scripts/run_multi_gpu.sh).");
     TrainOptions o;
     add_gpt2_options(cli, &o);
+    cli.help_if_asked(argc, argv);
+    // One process per GPU under mpirun/srun (data parallel), else a single process without MPI.
+    Distributed dist = distributed_init(&argc, &argv);
+    route_run_output(dist);
     cli.parse(argc, argv);
     use_all_cpu_cores(dist.local_world);
     cudaDeviceProp prop;

@@ -119,6 +119,16 @@ class Cli {
         };
     }
 
+    // Prints help and exits 0 if argv holds -h or --help, before anything else runs: a program built for
+    // the GPU answers --help on a machine without one (a login node).
+    void help_if_asked(int argc, char** argv) const {
+        for (int i = 1; i < argc; i++)
+            if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+                print_help();
+                exit(0);
+            }
+    }
+
     // Parses argv; prints help and exits 0 for -h/--help; exits 2 with one message on any error.
     void parse(int argc, char** argv) {
         for (int i = 1; i < argc; i++) {

@@ -280,7 +280,11 @@ inline Distributed distributed_init(int* argc, char*** argv) {
     }
 #endif
     int device_count = 0;
-    cudaCheck(cudaGetDeviceCount(&device_count));
+    cudaError_t count_status = cudaGetDeviceCount(&device_count);
+    if (count_status == cudaErrorNoDevice || count_status == cudaErrorInsufficientDriver)  // a GPU build, no GPU
+        distributed_fatal("this program was built for the GPU and CUDA finds none here (%s): on a machine without a "
+                          "GPU, build it for the CPU backend (make CPU=1 ...)", cudaGetErrorString(count_status));
+    cudaCheck(count_status);
     std::string err;
     d.device = distributed_pick_device(d.local_rank, d.local_world, device_count, on_cpu_backend(), &err);
     if (d.device < 0) distributed_fatal("%s", err.c_str());

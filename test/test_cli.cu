@@ -107,6 +107,28 @@ int main() {
         th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0 && every,
                    "--help lists every option, its llm.c flag and its default, exit 0", "%zu bytes", out.size());
     }
+    {  // help_if_asked (before the device is touched): -h anywhere prints the help and exits 0; no -h, nothing.
+        th::ChildOutput asked = th::run_in_child([] {
+            dup2(2, 1);
+            Cli cli = make_cli();
+            char prog[] = "prog", b[] = "-b", eight[] = "8", h[] = "-h";
+            char* argv[] = {prog, b, eight, h};
+            cli.help_if_asked(4, argv);
+            exit(3);  // not reached
+        });
+        th::ChildOutput not_asked = th::run_in_child([] {
+            dup2(2, 1);
+            Cli cli = make_cli();
+            char prog[] = "prog", b[] = "-b", eight[] = "8";
+            char* argv[] = {prog, b, eight};
+            cli.help_if_asked(3, argv);
+            exit(3);
+        });
+        th::report(WIFEXITED(asked.status) && WEXITSTATUS(asked.status) == 0 &&
+                       asked.text.rfind("usage: prog", 0) == 0 && WIFEXITED(not_asked.status) &&
+                       WEXITSTATUS(not_asked.status) == 3 && not_asked.text.empty(),
+                   "help_if_asked: -h after other options prints the help (exit 0); without it, nothing", "");
+    }
     {  // The epilog comes after the options, as given.
         th::ChildOutput child = th::run_in_child([] {
             dup2(2, 1);
