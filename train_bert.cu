@@ -974,11 +974,16 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             data_error("%s: the checkpoint is at step %d, past the run's %d steps (raise --epochs or --max-steps to go "
                        "on)", resume_path.c_str(), start_step, steps);
     }
-    RunLog log;  // rank 0's, with the global losses
-    if (!o.output_dir.empty() && dist.rank == 0) {
+    // The log: rank 0's log.jsonl (global losses), and with --log-ranks every other rank's own.
+    RunLog log;
+    if (!o.output_dir.empty() && (dist.rank == 0 || o.log_ranks)) {
         std::string err;
         if (!make_dirs(o.output_dir, &err)) data_error("option --output-dir: %s", err.c_str());
-        if (!log.open(o.output_dir + "/log.jsonl", resume ? start_step : -1, &err)) data_error("%s", err.c_str());
+        std::string name = dist.rank == 0 ? "/log.jsonl" : "/log_rank" + std::to_string(dist.rank) + ".jsonl";
+        if (!log.open(o.output_dir + name, resume ? start_step : -1, &err)) data_error("%s", err.c_str());
+    }
+    if (!o.output_dir.empty() && dist.rank == 0) {
+        std::string err;
         // config.json, with what a resumed run takes from it or must keep (llmc_run)
         char lr[32];
         snprintf(lr, sizeof(lr), "%.9g", o.lr);
@@ -1031,6 +1036,10 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
                       .text("model", "bert")
                       .text("task", head == BertHead::MLM ? "mlm" : "classify")
                       .integer("params", model.num_parameters)
+                      .integer("rank", dist.rank)
+                      .integer("ranks", dist.world)
+                      .integer("zero", o.zero)
+                      .raw("memory", memory_json(model.mem))
                       .text("precision", std::string(precision_name(o.precision)) + (o.tf32 ? "+tf32" : ""))
                       .integer("B", o.B)
                       .integer("T", o.max_len)
@@ -1156,7 +1165,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         f.flops = flops;
         JsonFields extra;
         extra.integer("rows", rows);
-        if (dist.world > 1) extra.number("rank0_loss", loss);
+        if (dist.world > 1) extra.number(dist.rank == 0 ? "rank0_loss" : "rank_loss", loss);
         reporter.report(f, extra);
         if (rows > 0) stop_on_nonfinite_loss(f.done, f.loss);  // an MLM step without masked tokens has no loss
         int done = f.done;

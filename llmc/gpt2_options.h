@@ -27,7 +27,6 @@ struct TrainOptions : RunOptions {
     std::vector<int> prompt_tokens;  // its GPT-2 tokens (resolve_gpt2_options encodes it)
     bool gelu_fusion = true;
     bool cuda_graphs = true;         // replay the micro-step from a CUDA graph (GPT2::train_micro_step)
-    bool log_ranks = false;          // with --output-dir: every rank writes its own log (log_rank<r>.jsonl)
     bool tf32_flag = false;          // llm.c's -f 1: --precision tf32 by another name
     // Mixture of Experts (--moe-*): the model's settings as the command line gives them; the model's
     // own are GPT2Config's (resolve_moe_options).
@@ -117,8 +116,6 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     cli.add_flag("expert-parallel", nullptr, "under mpirun -np P: shard each MoE block's experts over the P ranks "
                  "(E/P each; tokens exchanged by all-to-all, capacity counted per rank); needs E divisible by P, "
                  "--zero 0 or 1 and --gen-tokens 0", &o->expert_parallel);
-    cli.add_flag("log-ranks", nullptr, "with --output-dir and several ranks: every rank also writes its own "
-                 "log_rank<R>.jsonl (its loss and memory)", &o->log_ranks);
     cli.add_flag("shuffle", nullptr, "shuffle the order of batches and shards every epoch (seeded)", &o->shuffle);
     cli.add_flag("overfit-batch", "a", "train on the first batch only (debugging)", &o->overfit_batch);
 }

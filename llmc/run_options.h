@@ -55,6 +55,7 @@ struct RunOptions {
     bool resume = false;        // continue from the newest complete checkpoint in output_dir
     // Ranks and the log
     int zero = 0;               // data parallel: ZeRO stage (llmc/model_state.cuh)
+    bool log_ranks = false;     // with output_dir: every rank also writes its own log (log_rank<R>.jsonl)
     std::string label;          // the run's name in the log
     int profile_step = 0;       // bracket this step of the run with cudaProfilerStart/Stop (0: none)
 
@@ -237,6 +238,8 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
     cli.add("zero", "z", "0|1|2", "0", "data parallel (several ranks): 0 all-reduces the gradients; 1 also shards "
             "the optimizer state and master weights across ranks (ZeRO-1); 2 also the gradients (ZeRO-2)", &o->zero,
             0, 2);
+    cli.add_flag("log-ranks", nullptr, "with --output-dir and several ranks: every rank also writes its own "
+                 "log_rank<R>.jsonl (its loss and memory)", &o->log_ranks);
     cli.add("label", nullptr, "NAME", "", "the run's name in the log and plots (default: the model and precision)",
             &o->label);
     cli.add("profile-step", nullptr, "N", "0", "bracket the run's Nth step with cudaProfilerStart/Stop, so that a "
@@ -373,4 +376,5 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
                  cli.given("checkpoint-every") ? "checkpoint-every" : "keep-checkpoints");
     if (o->stop_after > 0 && o->output_dir.empty())
         cli.fail("option --stop-after: needs --output-dir (the checkpoint that --resume continues from goes there)");
+    if (o->log_ranks && o->output_dir.empty()) cli.fail("option --log-ranks: needs --output-dir (where the logs go)");
 }

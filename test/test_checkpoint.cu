@@ -400,6 +400,7 @@ int main(int argc, char** argv) {
             {"-e " + model + " --moe-capacity 2", "option --moe-capacity: the model has no experts (none in " + model +
                                                   ")"},
             {"--stop-after 1", "option --stop-after: needs --output-dir"},
+            {"--log-ranks", "option --log-ranks: needs --output-dir"},
             {"-x 0", "option --max-steps: 0 (no training) leaves nothing to do; ask for a validation loss (-j), a "
                      "sample (-g) or --export-hf"},
             {"-x 0 -g 4 -o " + g_tmp + "/eval_only", "option --output-dir: --max-steps 0 trains nothing, so it "

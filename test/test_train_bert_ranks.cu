@@ -10,7 +10,8 @@
 //   2 ranks x B=3 resumed on 3 ranks x B=2 re-shard the optimizer state and go on with the
 //   uninterrupted run's losses; another ranks x B is refused by name; a failing rank brings the job
 //   down with its rank in the message;
-//   --cuda-graphs 1 == 0 on 2 ranks with 2 micro-steps and dropout on, for ZeRO 0 and 1, bit for bit.
+//   --cuda-graphs 1 == 0 on 2 ranks with 2 micro-steps and dropout on, for ZeRO 0 and 1, bit for bit;
+//   --log-ranks gives rank 1 its own log.
 #include "bert_trainer.h"
 #include "bert_shards.h"
 #include "trainer_ranks.h"
@@ -103,6 +104,7 @@ static void checks() {
     test_cuda_graphs();
     ranks::check_reshard_2_to_3(g_args + "--zero 1 ");
     ranks::check_failing_rank("--init " + tmp + "/no_such_model.safetensors -b 4", "no_such_model");
+    ranks::check_log_ranks(g_args + "-b 4 --zero 1");
 }
 
 int main(int argc, char** argv) { return ranks::main(argc, argv, "--train-bert", train_bert_main, checks); }

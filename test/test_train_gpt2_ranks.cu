@@ -146,14 +146,7 @@ static void test_cuda_graphs() {
 // --log-ranks: every rank logs its own losses and memory; a failing rank names itself; Adafactor and
 // --zero are refused together.
 static void test_logs_and_failures() {
-    std::string dir = tmp + "/logs";
-    th::ChildOutput c = run(2, model_args() + "-b 2 --zero 2 --log-ranks -x 2 -o " + dir);
-    std::string r0 = slurp(dir + "/log.jsonl"), r1 = slurp(dir + "/log_rank1.jsonl");
-    bool ok = exited_ok(c) && r0.find("\"memory\":{") != std::string::npos &&
-              r1.find("\"memory\":{") != std::string::npos && r1.find("\"rank_loss\":") != std::string::npos &&
-              r1.find("\"rank\":1") != std::string::npos;
-    th::report(ok, "--log-ranks: rank 1 writes log_rank1.jsonl with its memory anatomy and its own loss", "%s",
-               ok ? "" : last_lines(c.text + r1).c_str());
+    th::ChildOutput c = ranks::check_log_ranks(model_args() + "-b 2 --zero 2 -x 2");
     size_t at = c.text.find("CUDA graphs: ");
     std::string said = at == std::string::npos ? "no CUDA graphs line" : c.text.substr(at, c.text.find('\n', at) - at);
     th::report(said.rfind("CUDA graphs: off (--zero 2: ", 0) == 0,

@@ -78,6 +78,21 @@ inline void check_reshard_2_to_3(const std::string& args) {
                exited_ok(b2) ? "" : (" | " + last_lines(b2.text)).c_str());
 }
 
+// --log-ranks on 2 ranks given `args` (a short run): rank 0 writes log.jsonl and rank 1 its own
+// log_rank1.jsonl, each with its memory anatomy, rank 1's with its rank and its own loss. Returns the
+// run, for what else its output shows.
+inline th::ChildOutput check_log_ranks(const std::string& args) {
+    std::string dir = tmp + "/log_ranks";
+    th::ChildOutput c = run(2, args + " --log-ranks -o " + dir);
+    std::string r0 = th::slurp(dir + "/log.jsonl"), r1 = th::slurp(dir + "/log_rank1.jsonl");
+    bool ok = th::exited_ok(c) && r0.find("\"memory\":{") != std::string::npos &&
+              r1.find("\"memory\":{") != std::string::npos && r1.find("\"rank_loss\":") != std::string::npos &&
+              r1.find("\"rank\":1") != std::string::npos;
+    th::report(ok, "--log-ranks: rank 1 writes log_rank1.jsonl with its memory anatomy and its own loss", "%s",
+               ok ? "" : th::last_lines(c.text + r1).c_str());
+    return c;
+}
+
 // A run on 2 ranks given `args` that name the missing file `missing`: it must fail, and the message
 // that stops the job must say which rank failed and why.
 inline void check_failing_rank(const std::string& args, const char* missing) {
