@@ -272,24 +272,15 @@ inline bool parse_train_state_header(const int32_t* h, uint64_t size, TrainState
     return true;
 }
 
-// Whether a version-2 header's checksum (slots 9, 31) matches the file's bytes, `sum` having taken
-// the header with those slots zero and then the body; version 1 files have none to check.
-inline bool train_state_checksum_ok(const int32_t* h, const Checksum64& sum, std::string* err) {
+// Whether a version-2 header's checksum (slots 9, 31) matches the file whose header is h and whose
+// body is `body` (its parts, in order); version 1 files have none to check.
+inline bool train_state_checksum_ok(const int32_t* h, std::initializer_list<std::pair<const void*, size_t>> body,
+                                    std::string* err) {
     if (h[1] < 2) return true;
     uint64_t stored = (uint64_t)(uint32_t)h[9] | (uint64_t)(uint32_t)h[31] << 32;
-    if (sum.value() == stored) return true;
+    if (header_file_checksum(h, {9, 31}, body) == stored) return true;
     *err = "checksum mismatch: the file's bytes are not those the run wrote (damaged on disk or in a copy)";
     return false;
-}
-
-// A Checksum64 that has taken header h with its checksum slots zero.
-inline Checksum64 train_state_header_sum(const int32_t* h) {
-    int32_t zeroed[256];
-    memcpy(zeroed, h, sizeof(zeroed));
-    zeroed[9] = zeroed[31] = 0;
-    Checksum64 sum;
-    sum.add(zeroed, sizeof(zeroed));
-    return sum;
 }
 }  // namespace checkpoint_detail
 
@@ -304,9 +295,7 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
     int32_t h[256];
     memcpy(h, data, sizeof(h));
     if (!parse_train_state_header(h, size, s, err)) return false;
-    Checksum64 sum = train_state_header_sum(h);
-    sum.add(data + 1024, size - 1024);
-    if (!train_state_checksum_ok(h, sum, err)) return false;
+    if (!train_state_checksum_ok(h, {{data + 1024, size - 1024}}, err)) return false;
     size_t master_bytes = s->has_master ? s->num_params * 4 : 0;
     const uint8_t* body = data + 1024;  // memcpy: the buffer need not be float-aligned
     s->master.resize(s->has_master ? s->num_params : 0);
@@ -352,17 +341,13 @@ inline bool read_train_state(const std::string& path, TrainState* s, std::string
         size_t master_bytes = s->master.size() * sizeof(float);
         ok = (!master_bytes || fread(s->master.data(), 1, master_bytes, f) == master_bytes) &&
              (!s->optimizer_bytes || fread(s->optimizer_state.data(), 1, s->optimizer_bytes, f) == s->optimizer_bytes);
-        if (ok) {
-            Checksum64 sum = train_state_header_sum(h);
-            sum.add(s->master.data(), master_bytes);
-            sum.add(s->optimizer_state.data(), s->optimizer_bytes);
-            if (!train_state_checksum_ok(h, sum, err)) {
-                *err = path + ": " + *err;
-                s->master.clear();
-                s->optimizer_state.clear();
-                fclose(f);
-                return false;
-            }
+        if (ok && !train_state_checksum_ok(h, {{s->master.data(), master_bytes},
+                                                {s->optimizer_state.data(), s->optimizer_bytes}}, err)) {
+            *err = path + ": " + *err;
+            s->master.clear();
+            s->optimizer_state.clear();
+            fclose(f);
+            return false;
         }
     }
     fclose(f);
