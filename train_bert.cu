@@ -1171,7 +1171,8 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
         int done = f.done;
         bool last = done == end_step;
         int stop_sig = stop.requested(dist);
-        if (!o.output_dir.empty() && (last || stop_sig || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0))) {
+        bool due = last || stop_sig || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0);
+        if (!o.output_dir.empty() && due) {
             TrainState st = now;
             st.step = done;
             st.data_position = train.position();
@@ -1289,7 +1290,8 @@ inline void check_bert_output_dirs(const Cli& cli, const BertTrainOptions& o) {
 int train_bert_main(int argc, char** argv) {
     Cli cli("train_bert", "Fine-tunes BERT for sequence classification, or pretrains it with masked-language "
             "modeling, on BERT shards, on a GPU or on the CPU backend (make builds for it where it finds no GPU). "
-            "With no arguments: the bundled default task, from the real all-MiniLM-L6-v2 if dev/data/bert/fetch_minilm.sh fetched it.");
+            "With no arguments: the bundled default task, from the real all-MiniLM-L6-v2 if "
+            "dev/data/bert/fetch_minilm.sh fetched it.");
     BertTrainOptions o;
     add_bert_options(cli, &o);
     cli.help_if_asked(argc, argv);

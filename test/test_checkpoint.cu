@@ -649,7 +649,8 @@ int main(int argc, char** argv) {
         }
         th::report(ok, "Ctrl-C mid-run: stops after the step with a checkpoint (exit 130); resumed == uninterrupted",
                    "stopped after step %lld, %zu checkpoint(s), the newest %d; %s", stopped, done.size(),
-                   done.empty() ? 0 : done.back(), ok ? "2 steps on: model, state and losses bit-identical" : why.c_str());
+                   done.empty() ? 0 : done.back(),
+                   ok ? "2 steps on: model, state and losses bit-identical" : why.c_str());
 
         const std::string no_output = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
                                       "--vocab-size 64 -t 16 -b 2 -x 5000 -v 0 -g 0 -i " + train + " -j ''";
@@ -878,7 +879,7 @@ int main(int argc, char** argv) {
         bool read = read_train_state(state_path, &orig, &err);
         std::string flips;
         bool refused = read && state.size() > 2048;
-        for (size_t at : {state.size() - 1, (size_t)2048, (size_t)4 * 14}) {  // the body's last byte and one early, the seed
+        for (size_t at : {state.size() - 1, (size_t)2048, (size_t)4 * 14}) {  // body: last byte, an early one; the seed
             if (!refused) break;
             std::string bytes = state;
             bytes[at] ^= 0x10;

@@ -547,7 +547,8 @@ void check_activation_bytes_fp8() {
     m.allocate_activations(8, f.s.T);
     cudaCheck(cudaMemGetInfo(&free1, &total));
     size_t taken = free0 - free1, said = m.activation_bytes(8, f.s.T), fp8 = m.fp8_scratch_bytes(8, f.s.T);
-    th::report(taken == said && fp8 > 0, "fp8: activation_bytes (batch size auto's measure) is what the activations take",
+    th::report(taken == said && fp8 > 0,
+               "fp8: activation_bytes (batch size auto's measure) is what the activations take",
                "B=8: %zu bytes allocated, %zu said (fp8 operand copies %zu)", taken, said, fp8);
     m.free_all();
 }
