@@ -1187,6 +1187,9 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             break;
         }
     }
+    // What follows the steps (the final evaluation, export) ends at once on a signal: the last step's
+    // checkpoint is written, and --resume does the rest again.
+    stop.uninstall();
     if (o.bench && !stopped_by) {  // mean over the steps after the first (warm-up)
         double mean = end_step - start_step > 1 ? reporter.mean_ms() : NAN;
         printf("bench | %s T=%d | %s%s | %.2f samples/s | %.1f ms/step | %.1f MiB\n",
@@ -1322,7 +1325,11 @@ int train_bert_main(int argc, char** argv) {
     BertRunSettings saved;  // what the resumed run recorded (config.json's llmc_run)
     if (from.found()) {
         printf("init: resuming %s from %s (step %d)\n", o.output_dir.c_str(), from.model_path.c_str(), from.step);
+        check_bert_run_config(o.output_dir, from.state.version >= 2);
         init = load_hf_bert(from.model_path, &config, &parts, o.seed);
+        if (from.state.version >= 2 && !parts.checksummed)
+            data_error("%s: checksum mismatch: no llmc_checksum in its metadata, which the run that wrote this "
+                       "checkpoint puts there (damaged on disk or in a copy)", from.model_path.c_str());
         model_name = "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels);
         saved = read_bert_run_settings(o.output_dir);
         check_bert_resume(cli, o, saved, config, parts.config_path);

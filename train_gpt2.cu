@@ -1396,17 +1396,21 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         stop_on_nonfinite_loss(f.done, f.loss);
         int done = f.done;
         bool last = done == end_step;
-        int stop_sig = stop.requested(dist);
-        if (!o.output_dir.empty() && (last || stop_sig || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0)))
-            save(done);
-        if (stop_sig) {
+        bool due = last || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0);
+        if (!o.output_dir.empty() && due) save(done);
+        if (o.sample_every > 0 && done % o.sample_every == 0 && done < steps && o.gen_tokens > 0 && dist.rank == 0)
+            log.write("sample", done, JsonFields().text("text", generate(model, o, &rng)));
+        // After the sample: a signal during it stops the run here, not a step later.
+        if (int stop_sig = stop.requested(dist)) {
+            if (!o.output_dir.empty() && !due) save(done);
             stopped_by = stop_sig;
             stopped_after = done;
             break;
         }
-        if (o.sample_every > 0 && done % o.sample_every == 0 && done < steps && o.gen_tokens > 0 && dist.rank == 0)
-            log.write("sample", done, JsonFields().text("text", generate(model, o, &rng)));
     }
+    // What follows the steps (the final validation, samples, export) ends at once on a signal: the last
+    // step's checkpoint is written, and --resume does the rest again.
+    stop.uninstall();
     int status = 0;
     if (stopped_by) {
         status = report_stop_on_signal(stopped_by, stopped_after, steps, o.output_dir, !o.output_dir.empty());
@@ -1467,7 +1471,7 @@ int train_gpt2_main(int argc, char** argv) {
         !config_from_depth(spec, &config))
         cli.fail("option --init: %s is not a depth from d1 to d128", spec.c_str());
     if (from.found()) {
-        init = load_checkpoint(from.model_path, &config);
+        init = load_checkpoint(from.model_path, &config, from.state.version >= 2);
         from_file = from.model_path;
     } else if (tiny || config_from_depth(spec, &config)) {
         if (tiny) {

@@ -100,6 +100,7 @@ struct BertParts {
     // config.json's id2label in label order, when it has one entry per label (num_labels); else empty.
     std::vector<std::string> label_names;
     std::string config_path;  // the config.json read
+    bool checksummed = false;  // the weights file records its checksum (this project's own files)
 };
 
 // The name transformers gives label k when nobody named it (and bert_config_json writes): LABEL_k.
@@ -395,6 +396,7 @@ inline std::vector<float> load_hf_bert(const std::string& path, BertConfig* c, B
     bert_init_parts(*c, seed, absent, &p);
     found.label_names = label_names;
     found.config_path = config_path;
+    found.checksummed = st.metadata().count(SafeTensors::kChecksumKey) > 0;
     if (parts) *parts = found;
     return p;
 }
@@ -509,15 +511,54 @@ struct BertRunSettings {
 // Writes the run's config.json into dir, when the run starts (and again when it resumes): transformers'
 // config of the run's architecture (BertForMaskedLM or BertForSequenceClassification) and llmc_run,
 // the run's settings. False with *err if it cannot write.
+// The run's config.json records its own checksum, as the checkpoint files do (a resumed run takes the
+// model's shape and the run's settings from it): llmc_run's "checksum", 16 hex digits, the Checksum64
+// of the file's text with those digits 0.
+constexpr const char kRunConfigChecksum[] = "\"checksum\": \"";
+inline bool run_config_checksum_at(const std::string& text, size_t* at) {
+    size_t key = text.find(kRunConfigChecksum);
+    *at = key + sizeof(kRunConfigChecksum) - 1;
+    return key != std::string::npos && *at + 16 <= text.size();
+}
+inline std::string run_config_checksum(std::string text, size_t at) {
+    text.replace(at, 16, 16, '0');
+    char hex[17];
+    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)Checksum64::of(text.data(), text.size()));
+    return hex;
+}
+
 inline bool write_bert_run_config(const std::string& dir, const BertConfig& c, BertHead head,
                                   const std::vector<std::string>& label_names, const BertRunSettings& r,
                                   std::string* err) {
     std::string run = "  \"llmc_run\": {\"lr\": " + json::quote(r.lr) + ", \"max_steps\": " + json::quote(r.max_steps) +
                       ", \"epochs\": " + json::quote(r.epochs) + ", \"task\": " + json::quote(r.task) +
-                      ", \"init\": " + json::quote(r.init) + ", \"label\": " + json::quote(r.label) + "},\n";
+                      ", \"init\": " + json::quote(r.init) + ", \"label\": " + json::quote(r.label) + ", " +
+                      kRunConfigChecksum + std::string(16, '0') + "\"},\n";
     std::string json = bert_config_json(c, head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification",
                                         false, label_names, run);
+    size_t at;
+    if (run_config_checksum_at(json, &at)) json.replace(at, 16, run_config_checksum(json, at));
     return write_file_atomic(dir + "/config.json", {{json.data(), json.size()}}, err);
+}
+
+// Checks the run's config.json in dir against its checksum before a resumed run reads it; `required`
+// (a checkpoint that carries checksums: its run wrote this file with one) makes a missing checksum an
+// error too. Exits with one line naming the file.
+inline void check_bert_run_config(const std::string& dir, bool required) {
+    std::vector<uint8_t> bytes;
+    std::string err, path = dir + "/config.json";
+    if (!read_whole_file(path, &bytes, &err)) data_error("%s", err.c_str());
+    std::string text(bytes.begin(), bytes.end());
+    size_t at;
+    if (!run_config_checksum_at(text, &at)) {
+        if (required)
+            data_error("%s: checksum mismatch: llmc_run has no checksum, which the run wrote (damaged on disk or in "
+                       "a copy)", path.c_str());
+        return;
+    }
+    if (text.compare(at, 16, run_config_checksum(text, at)) != 0)
+        data_error("%s: checksum mismatch: the file's bytes are not those the run wrote (damaged on disk or in a "
+                   "copy, or edited)", path.c_str());
 }
 
 // Whether dir holds a config.json that is not a train_bert run's (no llmc_run, or not JSON): a

@@ -147,6 +147,7 @@ inline void prune_checkpoints(const std::string& dir, int keep, int world) {
 
 // Everything a run needs besides the model to continue exactly where it stopped.
 struct TrainState {
+    int version = TRAIN_STATE_VERSION;  // the file's: 2 and later carry checksums (as do their model files)
     int world = 1, rank = 0;
     bool has_master = false, shuffle = false;
     int precision = 0, B = 0, T = 0;
@@ -248,6 +249,7 @@ inline bool parse_train_state_header(const int32_t* h, uint64_t size, TrainState
                " bytes in all): truncated or corrupt";
         return false;
     }
+    s->version = h[1];
     s->world = h[2];
     s->rank = h[3];
     s->has_master = h[4];
@@ -272,13 +274,10 @@ inline bool parse_train_state_header(const int32_t* h, uint64_t size, TrainState
     return true;
 }
 
-// Whether a version-2 header's checksum (slots 9, 31) matches the file whose header is h and whose
-// body is `body` (its parts, in order); version 1 files have none to check.
-inline bool train_state_checksum_ok(const int32_t* h, std::initializer_list<std::pair<const void*, size_t>> body,
-                                    std::string* err) {
-    if (h[1] < 2) return true;
-    uint64_t stored = (uint64_t)(uint32_t)h[9] | (uint64_t)(uint32_t)h[31] << 32;
-    if (header_file_checksum(h, {9, 31}, body) == stored) return true;
+// Whether `sum`, the Checksum64 of a state file taken with header slots 9 and 31 zero, is the one its
+// header h records there (version 2; version 1 files have none to check).
+inline bool train_state_checksum_ok(const int32_t* h, uint64_t sum, std::string* err) {
+    if (h[1] < 2 || sum == ((uint64_t)(uint32_t)h[9] | (uint64_t)(uint32_t)h[31] << 32)) return true;
     *err = "checksum mismatch: the file's bytes are not those the run wrote (damaged on disk or in a copy)";
     return false;
 }
@@ -295,7 +294,8 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
     int32_t h[256];
     memcpy(h, data, sizeof(h));
     if (!parse_train_state_header(h, size, s, err)) return false;
-    if (!train_state_checksum_ok(h, {{data + 1024, size - 1024}}, err)) return false;
+    if (h[1] >= 2 && !train_state_checksum_ok(h, header_file_checksum(h, {9, 31}, {{data + 1024, size - 1024}}), err))
+        return false;
     size_t master_bytes = s->has_master ? s->num_params * 4 : 0;
     const uint8_t* body = data + 1024;  // memcpy: the buffer need not be float-aligned
     s->master.resize(s->has_master ? s->num_params : 0);
@@ -308,8 +308,9 @@ inline bool parse_train_state(const uint8_t* data, size_t size, TrainState* s, s
 
 // Reads a training-state file; false with a reason (prefixed with the path) if it is unusable. The
 // arrays are read straight into *s (a GPT-2 1.5B's fp32 AdamW state is 18 GB: held once, not twice).
-// header_only: the header's fields alone (the arrays left empty, their sizes set), checked against
-// the file's size but not its checksum, which reading the whole file checks.
+// header_only: the header's fields alone (the arrays left empty, their sizes set), the checksum checked
+// by streaming the body through a small buffer: the fields are trusted, and compared with a run's
+// settings, only once the file is known to be undamaged.
 inline bool read_train_state(const std::string& path, TrainState* s, std::string* err, bool header_only = false) {
     using namespace checkpoint_detail;
     *err = not_a_regular_file(path);
@@ -335,14 +336,32 @@ inline bool read_train_state(const std::string& path, TrainState* s, std::string
     }
     s->master.clear();
     s->optimizer_state.clear();
+    if (ok && header_only && h[1] >= 2) {
+        int32_t zeroed[256];
+        memcpy(zeroed, h, sizeof(zeroed));
+        zeroed[9] = zeroed[31] = 0;
+        Checksum64 sum;
+        sum.add(zeroed, sizeof(zeroed));
+        std::vector<uint8_t> buf(1 << 20);
+        size_t got;
+        while ((got = fread(buf.data(), 1, buf.size(), f)) > 0) sum.add(buf.data(), got);
+        ok = !ferror(f);
+        if (ok && !train_state_checksum_ok(h, sum.value(), err)) {
+            *err = path + ": " + *err;
+            fclose(f);
+            return false;
+        }
+    }
     if (ok && !header_only) {
         s->master.resize(s->has_master ? s->num_params : 0);
         s->optimizer_state.resize(s->optimizer_bytes);
         size_t master_bytes = s->master.size() * sizeof(float);
         ok = (!master_bytes || fread(s->master.data(), 1, master_bytes, f) == master_bytes) &&
              (!s->optimizer_bytes || fread(s->optimizer_state.data(), 1, s->optimizer_bytes, f) == s->optimizer_bytes);
-        if (ok && !train_state_checksum_ok(h, {{s->master.data(), master_bytes},
-                                                {s->optimizer_state.data(), s->optimizer_bytes}}, err)) {
+        if (ok && h[1] >= 2 &&
+            !train_state_checksum_ok(h, header_file_checksum(h, {9, 31}, {{s->master.data(), master_bytes},
+                                                                          {s->optimizer_state.data(), s->optimizer_bytes}}),
+                                     err)) {
             *err = path + ": " + *err;
             s->master.clear();
             s->optimizer_state.clear();

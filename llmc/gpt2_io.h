@@ -42,7 +42,8 @@ constexpr int GPT2_MOE_VERSION_OFFSET = 100;
 constexpr int GPT2_MOE_HEADER_SLOT = 16;
 // Also this trainer's: the file's Checksum64 (llmc/file_io.h), taken with slots 253..255 zero, in
 // slots 254 (low word) and 255 (high), with GPT2_CHECKSUM_MARK in slot 253 saying they hold one. llm.c
-// leaves them zero and ignores them, so its files are read unchecked and it reads ours.
+// leaves them zero and ignores them, so its files are read unchecked and it reads ours; slots that
+// hold anything else (a damaged mark) are refused.
 constexpr int GPT2_CHECKSUM_SLOT = 253;
 constexpr int32_t GPT2_CHECKSUM_MARK = 20261128;
 
@@ -84,7 +85,7 @@ inline std::string not_a_checkpoint(const uint8_t* data, size_t size) {
 // 103/105 with experts, above): a 256 x int32 header [magic, version, maxT, V, L, NH, C, Vp] then
 // the tensors in order. Fills *c and the parameters as fp32 values; false with a reason naming the problem.
 inline bool parse_gpt2_checkpoint(const uint8_t* data, size_t size, GPT2Config* c, std::vector<float>* params,
-                                  std::string* err) {
+                                  std::string* err, bool* checksummed = nullptr) {
     int32_t h[256];
     std::string other = not_a_checkpoint(data, size);
     if (!other.empty()) {
@@ -154,12 +155,17 @@ inline bool parse_gpt2_checkpoint(const uint8_t* data, size_t size, GPT2Config* 
         return false;
     }
     const int at = GPT2_CHECKSUM_SLOT;
+    if (checksummed) *checksummed = h[at] == GPT2_CHECKSUM_MARK;
     if (h[at] == GPT2_CHECKSUM_MARK) {  // written by this trainer: its checksum
         uint64_t stored = (uint64_t)(uint32_t)h[at + 1] | (uint64_t)(uint32_t)h[at + 2] << 32;
         if (header_file_checksum(h, {at, at + 1, at + 2}, {{data + 1024, size - 1024}}) != stored) {
             *err = "checksum mismatch: the file's bytes are not those the trainer wrote (damaged on disk or in a copy)";
             return false;
         }
+    } else if (h[at] != 0 || h[at + 1] != 0 || h[at + 2] != 0) {  // neither llm.c's zeros nor our mark
+        *err = "checksum mismatch: header slots 253-255 hold neither llm.c's zeros nor this trainer's checksum "
+               "(damaged on disk or in a copy)";
+        return false;
     }
     params->resize(n);
     const uint8_t* body = data + 1024;
@@ -175,12 +181,19 @@ inline bool parse_gpt2_checkpoint(const uint8_t* data, size_t size, GPT2Config* 
 }
 
 // Reads a llm.c model checkpoint file into fp32 values (exits with one line if it is unusable).
-inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
+// require_checksum: the file must carry this trainer's checksum (a resumed checkpoint whose state file
+// says its run wrote one), so that damage to the mark itself does not pass for a llm.c file.
+inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c, bool require_checksum = false) {
     std::vector<uint8_t> bytes;
     std::vector<float> p;
     std::string err;
+    bool checksummed = false;
     if (!read_whole_file(path, &bytes, &err)) data_error("cannot read model checkpoint: %s", err.c_str());
-    if (!parse_gpt2_checkpoint(bytes.data(), bytes.size(), c, &p, &err)) data_error("%s: %s", path.c_str(), err.c_str());
+    if (!parse_gpt2_checkpoint(bytes.data(), bytes.size(), c, &p, &err, &checksummed))
+        data_error("%s: %s", path.c_str(), err.c_str());
+    if (require_checksum && !checksummed)
+        data_error("%s: checksum mismatch: no checksum mark in header slot 253, which the run that wrote this "
+                   "checkpoint puts there (damaged on disk or in a copy)", path.c_str());
     return p;
 }
 

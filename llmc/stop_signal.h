@@ -62,7 +62,8 @@ inline const char* stop_signal_name(int sig) {
 }
 
 // While it lives (a run's training loop), SIGINT, SIGTERM and SIGUSR1 ask the run to stop after
-// the step in progress; it restores the handlers it found when it goes. One at a time.
+// the step in progress; it restores the handlers it found when it goes (or at uninstall()). One at a
+// time.
 class StopOnSignal {
   public:
     explicit StopOnSignal(const Distributed& dist) {
@@ -75,8 +76,12 @@ class StopOnSignal {
         sa.sa_flags = SA_RESTART;  // reads and writes the signal interrupts go on
         for (int i = 0; i < kCount; i++) sigaction(kSignals[i], &sa, &previous_[i]);
     }
-    ~StopOnSignal() {
+    ~StopOnSignal() { uninstall(); }
+    // Restores the handlers it found (once: the destructor then has nothing to do).
+    void uninstall() {
+        if (!installed_) return;
         for (int i = 0; i < kCount; i++) sigaction(kSignals[i], &previous_[i], nullptr);
+        installed_ = false;
     }
     StopOnSignal(const StopOnSignal&) = delete;
     StopOnSignal& operator=(const StopOnSignal&) = delete;
@@ -89,6 +94,7 @@ class StopOnSignal {
     static constexpr int kCount = 3;
     static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGUSR1};
     struct sigaction previous_[kCount];
+    bool installed_ = true;
 };
 
 // Says where a run a signal stopped ended (after step `done` of `steps`) and returns its exit status,

@@ -660,6 +660,22 @@ int main(int argc, char** argv) {
              c.text.find(" of 5000; nothing saved (no --output-dir)") != std::string::npos;
         th::report(ok, "SIGTERM mid-run without -o: stops after the step, says nothing was saved (exit 143)", "%s",
                    th::last_lines(c.text).c_str());
+
+        // Ctrl-C during what follows the last step (here the final validation, long on purpose: a
+        // resumed run whose first step validates nothing) ends the run at once, not with exit 0 after
+        // it: the last step's checkpoint is written, and --resume does the rest again.
+        const std::string big_val = th::write_token_shard(g_tmp + "/big_val.bin", 400000, 64, 9);
+        const std::string tail = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                 "--vocab-size 64 -t 16 -b 2 -x 3 -g 0 -i " + train + " -o " + g_tmp + "/sig_tail ";
+        th::ChildOutput first = th::run_command(tail + "-v 0 -j '' --stop-after 1 2>&1");
+        c = th::signal_when(tail + "-y -v 1000 -m 5000 -j " + big_val, g_tmp + "/sig_tail.txt",
+                            "checkpoint: " + g_tmp + "/sig_tail/model_00000003.bin", SIGINT);
+        std::vector<int> tail_done = complete_checkpoints(g_tmp + "/sig_tail");
+        ok = th::exited_ok(first) && c.status != -1 && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) &&
+             c.text.find("step 3 | val loss") == std::string::npos && tail_done == std::vector<int>({1, 3});
+        th::report(ok, "Ctrl-C during the final validation: the run ends there (not exit 0), its last checkpoint kept",
+                   "status %d, checkpoints %zu, the newest %d", c.status, tail_done.size(),
+                   tail_done.empty() ? -1 : tail_done.back());
     }
     // The handler itself: a second signal ends the process at once (the signal's default action);
     // the handlers found are restored when the run's StopOnSignal goes.
@@ -907,6 +923,53 @@ int main(int argc, char** argv) {
                        r.state.optimizer_state.empty() && r.state.master.empty(),
                    "the resume point reads the state file's header, not its arrays", "step %d, %llu bytes of state",
                    r.step, (unsigned long long)r.state.optimizer_bytes);
+    }
+    // A damaged checkpoint resumed by the program: the first message is the damage, not a setting the
+    // damaged field seems to hold (B, seed) nor a llm.c file's lack of a checksum (a damaged mark).
+    {
+        const std::string self = th::self_path(argv[0]);
+        const std::string run = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                "--vocab-size 64 -t 16 -b 2 -x 4 -v 0 -g 0 -i " + train + " -j '' ";
+        const std::string dir = g_tmp + "/damaged_src";
+        th::ChildOutput made = th::run_command(run + "-o " + dir + " --stop-after 2 2>&1");
+        struct Damage {
+            const char* name;
+            std::string file;  // in the checkpoint of step 2
+            size_t at;         // byte
+            int32_t bits;      // xor-ed into the int32 at `at`
+        };
+        const std::string model = "/model_00000002.bin", state = "/state_00000002_00000.bin";
+        const Damage cases[] = {
+            {"state file's B (slot 7)", state, 4 * 7, 1},
+            {"state file's seed (slot 14)", state, 4 * 14, 1},
+            {"model file's checksum mark (slot 253)", model, 4 * 253, 1 << 20},
+            {"model file's checksum mark and value zeroed (an unmarked, llm.c-like header)", model, 0, 0},
+        };
+        bool all = th::exited_ok(made);
+        std::string said;
+        for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+            const Damage& d = cases[k];
+            const std::string copy = g_tmp + "/damaged_" + std::to_string(k);
+            th::run_command("rm -rf " + copy + " && cp -r " + dir + " " + copy);
+            std::string bytes = slurp(copy + d.file);
+            if (d.bits != 0) {
+                int32_t v;
+                memcpy(&v, &bytes[d.at], 4);
+                v ^= d.bits;
+                memcpy(&bytes[d.at], &v, 4);
+            } else {
+                memset(&bytes[4 * 253], 0, 12);
+            }
+            write_bytes(copy + d.file, bytes);
+            th::ChildOutput c = th::run_command(run + "-o " + copy + " -y 2>&1");
+            bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1 &&
+                      c.text.find(copy + d.file + ": checksum mismatch") != std::string::npos &&
+                      th::step_losses(c.text).empty();
+            if (!ok) said += std::string(d.name) + ": " + th::last_lines(c.text) + " | ";
+            all &= ok;
+        }
+        th::report(all, "resuming a damaged checkpoint (state B, seed; model mark flipped, or zeroed): checksum "
+                   "mismatch first, exit 1", "%s", said.c_str());
     }
     return th::finish();
 }

@@ -10,10 +10,13 @@
 #
 #   test/test_makefile.sh
 set -u
+unset CUDA_ARCHS GPU CPU  # the Makefile's own choices are under test (the test runner exports CUDA_ARCHS)
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root" || exit 1
 passed=0 failed=0
-if ! command -v "${NVCC:-/usr/local/cuda/bin/nvcc}" >/dev/null 2>&1 && ! command -v nvcc >/dev/null 2>&1; then
+# nvcc: NVCC (which the test runner may set empty), else the one on PATH, else the toolkit's.
+nvcc_bin=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+if [[ ! -x $nvcc_bin ]]; then
     echo "SKIP test_makefile (no nvcc: the GPU build is not made here)"
     echo "0 passed, 0 failed"
     exit 0
@@ -45,7 +48,7 @@ X
 
 # The nvcc command `make -n GPU=1` prints for a GPU trainer with the stub install $1 first on PATH.
 nvcc_line() {
-    PATH="$sb/$1:$PATH" make -n --no-print-directory GPU=1 CUDA_ARCHS=80 BUILD="$sb/build" \
+    PATH="$sb/$1:$PATH" make -n --no-print-directory GPU=1 CUDA_ARCHS=80 BUILD="$sb/build" NVCC="$nvcc_bin" \
         "$sb/build/gpu/train_gpt2" 2>/dev/null | grep -E '(^|/)nvcc ' | grep -v '✓' | tail -1
 }
 check() {  # name, the install, words the line must have, words it must not have (| separated)
@@ -80,7 +83,8 @@ check_gpu() {
     printf '#!/bin/sh\necho "%s"\n' "$2" > "$sb/smi-$1/nvidia-smi"
     chmod +x "$sb/smi-$1/nvidia-smi"
     local line
-    line=$(PATH="$sb/smi-$1:$PATH" make -n --no-print-directory BUILD="$sb/build" tokenize 2>&1 | grep '→ building for')
+    line=$(PATH="$sb/smi-$1:$PATH" make -n --no-print-directory BUILD="$sb/build" NVCC="$nvcc_bin" tokenize 2>&1 |
+        grep '→ building for')
     if [[ $line == *"$3"* ]]; then
         echo "PASS $4"
         passed=$((passed + 1))

@@ -342,6 +342,54 @@ void test_stop_on_signal(const std::string& cls3) {
                ok ? "2 steps on: model, state and losses bit-identical" : why.c_str());
 }
 
+// A run directory damaged after it was written is refused on resume with "checksum mismatch", before
+// anything in it is used: one byte of config.json (layer_norm_eps, whose change would otherwise
+// resume silently with another model), and the model file's checksum key (which would otherwise pass
+// the file for one without a checksum).
+void test_damaged_resume(const std::string& cls3) {
+    std::string args = "--config tiny -i " + cls3 + " -j '' -b 4 -t 32 --max-steps 4 --eval-first 0 -l 1e-3 ";
+    std::string dir = g_tmp + "/damage_src";
+    th::ChildOutput made = run(args + "-o " + dir + " --stop-after 2");
+    struct Damage {
+        const char* name;
+        std::string file, text;  // in the run directory: the byte at `skip` bytes into the first `text`
+        size_t skip;             // changes, a digit to another, a letter to a digit
+    };
+    const Damage cases[] = {
+        {"config.json's layer_norm_eps", "/config.json", "\"layer_norm_eps\": 1e-", 20},
+        {"config.json's checksum", "/config.json", "\"checksum\": \"", 13},
+        {"the model file's llmc_checksum key", "/model_00000002.bin", "llmc_checksum", 0},
+    };
+    bool all = exited(made, 0);
+    std::string said;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        const Damage& d = cases[k];
+        std::string copy = g_tmp + "/damage_" + std::to_string(k);
+        th::run_command("rm -rf " + copy + " && cp -r " + dir + " " + copy);
+        std::string bytes = slurp(copy + d.file);
+        size_t at = bytes.find(d.text);
+        if (at == std::string::npos) {
+            all = false;
+            said += std::string(d.name) + ": not found | ";
+            continue;
+        }
+        char& byte = bytes[at + d.skip];
+        byte = byte == '1' ? '2' : '1';
+        FILE* f = fopen((copy + d.file).c_str(), "wb");
+        if (f) {
+            fwrite(bytes.data(), 1, bytes.size(), f);
+            fclose(f);
+        }
+        th::ChildOutput c = run(args + "-o " + copy + " -y");
+        bool ok = exited(c, 1) && c.text.find(copy + d.file + ": checksum mismatch") != std::string::npos &&
+                  step_losses(c.text).empty();
+        if (!ok) said += std::string(d.name) + ": " + th::last_lines(c.text) + " | ";
+        all &= ok;
+    }
+    th::report(all, "resuming a damaged run directory (config.json, the model's checksum key): checksum mismatch, "
+               "exit 1", "%s", said.c_str());
+}
+
 // A checkpoint with a vocab.txt beside it: shards that record another vocabulary of the same size (two
 // tokens swapped) are refused by name; shards of its own vocabulary, or shards that record none, train.
 void test_vocab_fingerprint(const std::string& cls3) {
@@ -802,6 +850,7 @@ int main(int argc, char** argv) {
     test_resume("bf16", fixture + " -l 1e-3 --precision bf16 -d 8 --max-steps 5",
                 " --dropout 0.1 --attention-dropout 0.05", 5, 2);
     test_stop_on_signal(cls3);
+    test_damaged_resume(cls3);
     test_dropout_from_config(cls3);
     test_vocab_fingerprint(cls3);
     test_resume_refusals(cls3, mlm);
