@@ -10,7 +10,10 @@
 #
 #   test/test_makefile.sh
 set -u
-unset CUDA_ARCHS GPU CPU  # the Makefile's own choices are under test (the test runner exports CUDA_ARCHS)
+# The Makefile's own choices are under test, as a make started from a shell makes them: not those of
+# the make that may have started this test (make test exports CUDA_ARCHS, and its MAKELEVEL would hide
+# the "building for" line).
+unset CUDA_ARCHS GPU CPU MAKELEVEL MAKEFLAGS MFLAGS
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root" || exit 1
 passed=0 failed=0
