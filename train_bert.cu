@@ -1198,7 +1198,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     }
     int status = 0;
     if (stopped_by) {
-        status = report_stop_on_signal(stopped_by, stopped_after, steps, o.output_dir, !o.output_dir.empty());
+        status = report_stop_on_signal(stopped_by, stopped_after, steps, o.output_dir);
     } else if (end_step < steps) {
         printf("stopped after step %d of %d (--stop-after %d)%s\n", end_step, steps, o.stop_after,
                o.output_dir.empty() ? "" : "; continue with --resume");

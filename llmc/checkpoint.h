@@ -337,11 +337,7 @@ inline bool read_train_state(const std::string& path, TrainState* s, std::string
     s->master.clear();
     s->optimizer_state.clear();
     if (ok && header_only && h[1] >= 2) {
-        int32_t zeroed[256];
-        memcpy(zeroed, h, sizeof(zeroed));
-        zeroed[9] = zeroed[31] = 0;
-        Checksum64 sum;
-        sum.add(zeroed, sizeof(zeroed));
+        Checksum64 sum = header_checksum(h, {9, 31});
         std::vector<uint8_t> buf(1 << 20);
         size_t got;
         while ((got = fread(buf.data(), 1, buf.size(), f)) > 0) sum.add(buf.data(), got);

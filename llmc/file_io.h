@@ -146,15 +146,21 @@ class Checksum64 {
     uint64_t total_ = 0;
 };
 
-// The Checksum64 of a file made of a 256 x int32 header and then the body's parts, taken with the
-// header slots that hold the checksum (and a mark saying so) as 0: what a writer stores in them.
-inline uint64_t header_file_checksum(const int32_t* header, std::initializer_list<int> slots,
-                                     std::initializer_list<std::pair<const void*, size_t>> body) {
+// A Checksum64 that has taken a file's 256 x int32 header with the slots that hold the checksum (and a
+// mark saying so) as 0; the body follows (add()).
+inline Checksum64 header_checksum(const int32_t* header, std::initializer_list<int> slots) {
     int32_t h[256];
     memcpy(h, header, sizeof(h));
     for (int slot : slots) h[slot] = 0;
     Checksum64 sum;
     sum.add(h, sizeof(h));
+    return sum;
+}
+
+// The Checksum64 of a file made of that header and then the body's parts: what a writer stores.
+inline uint64_t header_file_checksum(const int32_t* header, std::initializer_list<int> slots,
+                                     std::initializer_list<std::pair<const void*, size_t>> body) {
+    Checksum64 sum = header_checksum(header, slots);
     for (const auto& part : body) sum.add(part.first, part.second);
     return sum.value();
 }

@@ -98,9 +98,9 @@ class StopOnSignal {
 };
 
 // Says where a run a signal stopped ended (after step `done` of `steps`) and returns its exit status,
-// 128 + the signal's number. `saved`: a checkpoint of step `done` is in output_dir.
-inline int report_stop_on_signal(int sig, int done, int steps, const std::string& output_dir, bool saved) {
-    if (saved)
+// 128 + the signal's number. With an output_dir, a checkpoint of step `done` is there.
+inline int report_stop_on_signal(int sig, int done, int steps, const std::string& output_dir) {
+    if (!output_dir.empty())
         printf("stopped by %s after step %d of %d; continue with --resume (checkpoint in %s)\n", stop_signal_name(sig),
                done, steps, output_dir.c_str());
     else
