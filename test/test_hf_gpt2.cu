@@ -13,6 +13,7 @@
 // fp32 logits for the fixture batch to OUT.
 #include "gpt2_trainer.h"
 #include "harness.h"
+#include "program_runs.h"
 
 #include <sys/wait.h>
 
@@ -467,10 +468,11 @@ int main(int argc, char** argv) {
     same_params("hf_gpt2: a sharded checkpoint (index + 3 shards) loads the same parameters", tmp + "/sharded", params);
     same_params("hf_gpt2: its model.safetensors.index.json path loads the same parameters",
                 tmp + "/sharded/model.safetensors.index.json", params);
-    {  // train_gpt2 -e takes the index's path as a Hugging Face checkpoint (converted here with -x 0)
+    {  // train_gpt2 -e takes the index's path as a Hugging Face checkpoint (converted here with -x 0, in
+       // fp32: a GPU's default, bf16, would export the bf16-rounded parameters)
         th::ChildOutput c = th::run_command(th::self_path(argv[0]) + " --train-gpt2 -e " + tmp +
                                             "/sharded/model.safetensors.index.json -x 0 -t 8 -b 1 -g 0 -j '' "
-                                            "--export-hf " + tmp + "/sharded_export 2>&1");
+                                            "--precision fp32 --export-hf " + tmp + "/sharded_export 2>&1");
         th::report(th::exited_ok(c), "train_gpt2 -e .../model.safetensors.index.json: read as Hugging Face's", "%s",
                    th::last_lines(c.text).c_str());
         if (th::exited_ok(c))
