@@ -326,6 +326,11 @@ inline Replay start_replay() {
 }
 inline const Replay replay = start_replay();
 
+// Whether this process replays the test for one run_in_child case. A test may skip, when replaying,
+// work that makes no run_in_child call and that no later case depends on (long program runs), so
+// that a replay does not take as long as the whole test.
+inline bool replaying() { return replay.call >= 0; }
+
 // The number of run_in_child calls so far.
 inline long& child_calls() { static long n = 0; return n; }
 

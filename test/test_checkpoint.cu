@@ -521,161 +521,174 @@ int main(int argc, char** argv) {
     }
 
     // Stop and resume, in each precision and with what moves the data position.
-    test_resume<float>("resume fp32 (stop at a checkpoint)", "at", o, 4);
+    // A process replaying the test for one run_in_child case below (th::replaying()) needs only the
+    // "resume" run's checkpoints: it skips the other runs up to the signal handler's case, which would
+    // make every replay nearly as long as the whole test (on a GPU each program run starts a context).
+    const bool replaying = th::replaying();
+    if (!replaying) test_resume<float>("resume fp32 (stop at a checkpoint)", "at", o, 4);
     test_resume<float>("resume fp32 (stop between checkpoints)", "resume", o, 3);
-    test_resume<__nv_bfloat16>("resume bf16 (master weights)", "bf16", o, 5);
-    TrainOptions shuf = o;
-    shuf.shuffle = true;
-    shuf.total_batch = 2 * o.B * o.T;  // 2 micro-steps: 16 batches over 18 per epoch
-    shuf.max_steps = 14;                      // ... so the run crosses into epoch 2
-    test_resume<float>("resume with shuffling, accumulation, epoch boundary", "shuffle", shuf, 9);
-    // fp16 with a planted huge loss scale: the first steps overflow and are skipped, the scale halves
-    // each time, and doubles after every loss_scale_window clean steps; the log counts the skipped
-    // steps. Stopping and resuming keeps the scale, its growth tracker and the skip count.
-    TrainOptions fp16 = o;
-    fp16.loss_scale = 4194304.f;  // 2^22: dlogits of up to 2^22/(B*T) = 2^17 overflow fp16
-    fp16.loss_scale_window = 2;
-    test_resume<__half>("resume fp16 with dynamic loss scaling", "fp16", fp16, 4);
-    {
-        std::string log = slurp(g_tmp + "/fp16_straight/log.jsonl");
-        std::vector<double> scales;
-        std::vector<bool> skipped;
-        for (size_t at = log.find("\"loss_scale\":"); at != std::string::npos; at = log.find("\"loss_scale\":", at + 1)) {
-            scales.push_back(atof(log.c_str() + at + 13));
-            skipped.push_back(log.compare(log.find("\"skipped\":", at) + 10, 4, "true") == 0);
+    if (!replaying) {
+        test_resume<__nv_bfloat16>("resume bf16 (master weights)", "bf16", o, 5);
+        TrainOptions shuf = o;
+        shuf.shuffle = true;
+        shuf.total_batch = 2 * o.B * o.T;  // 2 micro-steps: 16 batches over 18 per epoch
+        shuf.max_steps = 14;                      // ... so the run crosses into epoch 2
+        test_resume<float>("resume with shuffling, accumulation, epoch boundary", "shuffle", shuf, 9);
+        // fp16 with a planted huge loss scale: the first steps overflow and are skipped, the scale halves
+        // each time, and doubles after every loss_scale_window clean steps; the log counts the skipped
+        // steps. Stopping and resuming keeps the scale, its growth tracker and the skip count.
+        TrainOptions fp16 = o;
+        fp16.loss_scale = 4194304.f;  // 2^22: dlogits of up to 2^22/(B*T) = 2^17 overflow fp16
+        fp16.loss_scale_window = 2;
+        test_resume<__half>("resume fp16 with dynamic loss scaling", "fp16", fp16, 4);
+        {
+            std::string log = slurp(g_tmp + "/fp16_straight/log.jsonl");
+            std::vector<double> scales;
+            std::vector<bool> skipped;
+            for (size_t at = log.find("\"loss_scale\":"); at != std::string::npos;
+                 at = log.find("\"loss_scale\":", at + 1)) {
+                scales.push_back(atof(log.c_str() + at + 13));
+                skipped.push_back(log.compare(log.find("\"skipped\":", at) + 10, 4, "true") == 0);
+            }
+            // Expected: halve after each skipped step, double after 2 clean steps in a row.
+            bool ok = scales.size() == 8 && skipped[0];
+            int clean = 0;
+            for (size_t k = 0; ok && k + 1 < scales.size(); k++) {
+                double next = skipped[k] ? scales[k] / 2 : (++clean % 2 == 0 ? scales[k] * 2 : scales[k]);
+                if (skipped[k]) clean = 0;
+                ok = scales[k + 1] == next;
+            }
+            int n_skipped = (int)std::count(skipped.begin(), skipped.end(), true);
+            th::report(ok && n_skipped > 0 && n_skipped < 8,
+                       "fp16 loss scale: halves on overflow (step skipped), doubles "
+                       "after 2 clean steps", "%d of %zu steps skipped, scale %g -> %g", n_skipped, scales.size(),
+                       scales.empty() ? 0 : scales.front(), scales.empty() ? 0 : scales.back());
         }
-        // Expected: halve after each skipped step, double after 2 clean steps in a row.
-        bool ok = scales.size() == 8 && skipped[0];
-        int clean = 0;
-        for (size_t k = 0; ok && k + 1 < scales.size(); k++) {
-            double next = skipped[k] ? scales[k] / 2 : (++clean % 2 == 0 ? scales[k] * 2 : scales[k]);
-            if (skipped[k]) clean = 0;
-            ok = scales[k + 1] == next;
+        // fp8: the GEMMs' amax histories and scales go through the checkpoint too.
+        TrainOptions f8 = o;
+        f8.fp8 = true;
+        test_resume<__nv_bfloat16>("resume fp8 (delayed-scaling states)", "fp8", f8, 3);
+        // Every optimizer's state goes through the checkpoint byte for byte.
+        TrainOptions o8 = o, sgd = o, af = o;
+        o8.opt.kind = OptimizerKind::AdamW8bit;
+        test_resume<__nv_bfloat16>("resume AdamW 8-bit (bf16)", "adamw8bit", o8, 3);
+        sgd.opt.kind = OptimizerKind::SGD;
+        sgd.opt.nesterov = true;
+        test_resume<float>("resume SGD Nesterov momentum", "sgd", sgd, 5);
+        af.opt.kind = OptimizerKind::Adafactor;
+        af.opt.adafactor.use_first_moment = true;
+        af.opt.adafactor.beta1 = 0.9;
+        test_resume<float>("resume Adafactor with first moment", "adafactor", af, 3);
+
+        // CUDA graphs against eager launches, for the techniques a micro-step can use.
+        test_graphs_vs_eager<float>("CUDA graphs == eager: fp32", "graphs_fp32", o);
+        test_graphs_vs_eager<float>("CUDA graphs == eager: gradient accumulation (2 micro-steps)", "graphs_accum",
+                                    shuf);
+        TrainOptions rc = o;
+        rc.recompute = Recompute::Layer;
+        test_graphs_vs_eager<float>("CUDA graphs == eager: --recompute layer", "graphs_recompute", rc);
+        test_graphs_vs_eager<__nv_bfloat16>("CUDA graphs == eager: bf16", "graphs_bf16", o);
+        test_graphs_vs_eager<__half>("CUDA graphs == eager: fp16 with dynamic loss scaling (recaptured per scale)",
+                                     "graphs_fp16", fp16);
+        test_graphs_vs_eager<__nv_bfloat16>("CUDA graphs == eager: fp8", "graphs_fp8", f8);
+        TrainOptions moe = shuf;
+        moe.moe_experts = 4;
+        moe.moe_every = 1;
+        test_graphs_vs_eager<float>("CUDA graphs == eager: Mixture-of-Experts blocks, 2 micro-steps", "graphs_moe",
+                                    moe);
+
+        // kill -9 at random moments while checkpointing every step; each time resume where it died.
+        {
+            std::string straight = g_tmp + "/kill_straight", resumed = g_tmp + "/kill_resumed";
+            auto t0 = std::chrono::steady_clock::now();
+            int status;
+            waitpid(start_kill_run(straight), &status, 0);
+            bool straight_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            // Kill after 10-40% of an uninterrupted run's time (start-up included): on the CPU backend
+            // every attempt gets somewhere, on any machine and under ASan, and most die mid-run or
+            // mid-write. On a GPU the start-up (the CUDA context, cuBLASLt) is most of so short a run,
+            // so while attempts die before checkpointing anything new, the kill moves later by half.
+            double run_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+            double later = 1;
+            uint64_t x = 99;
+            int kills = 0, guard = 0, newest = 0;
+            bool finished = false;
+            while (straight_ok && !finished && guard++ < 40) {
+                pid_t pid = start_kill_run(resumed);
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                usleep((useconds_t)(run_us * later * (0.1 + 0.3 * (x % 1000) / 1000.0)));
+                kill(pid, SIGKILL);
+                waitpid(pid, &status, 0);
+                finished = WIFEXITED(status) && WEXITSTATUS(status) == 0;  // it ended before the kill
+                kills += WIFSIGNALED(status);
+                std::vector<int> done = complete_checkpoints(resumed);
+                int now = done.empty() ? 0 : done.back();
+                if (now == newest) later *= 1.5;
+                newest = now;
+            }
+            std::string why = straight_ok ? "" : "the uninterrupted run failed";
+            bool ok = straight_ok && same_run(straight, resumed, kill_options().max_steps, &why);
+            if (!ok) th::run_command("diff " + straight + "/log.jsonl " + resumed + "/log.jsonl >&2");
+            th::report(ok && kills > 0, "kill -9 at random moments, resume each time", "%d kills: %s", kills,
+                       ok ? "final model, state and losses bit-identical to the uninterrupted run" : why.c_str());
         }
-        int n_skipped = (int)std::count(skipped.begin(), skipped.end(), true);
-        th::report(ok && n_skipped > 0 && n_skipped < 8, "fp16 loss scale: halves on overflow (step skipped), doubles "
-                   "after 2 clean steps", "%d of %zu steps skipped, scale %g -> %g", n_skipped, scales.size(),
-                   scales.empty() ? 0 : scales.front(), scales.empty() ? 0 : scales.back());
-    }
-    // fp8: the GEMMs' amax histories and scales go through the checkpoint too.
-    TrainOptions f8 = o;
-    f8.fp8 = true;
-    test_resume<__nv_bfloat16>("resume fp8 (delayed-scaling states)", "fp8", f8, 3);
-    // Every optimizer's state goes through the checkpoint byte for byte.
-    TrainOptions o8 = o, sgd = o, af = o;
-    o8.opt.kind = OptimizerKind::AdamW8bit;
-    test_resume<__nv_bfloat16>("resume AdamW 8-bit (bf16)", "adamw8bit", o8, 3);
-    sgd.opt.kind = OptimizerKind::SGD;
-    sgd.opt.nesterov = true;
-    test_resume<float>("resume SGD Nesterov momentum", "sgd", sgd, 5);
-    af.opt.kind = OptimizerKind::Adafactor;
-    af.opt.adafactor.use_first_moment = true;
-    af.opt.adafactor.beta1 = 0.9;
-    test_resume<float>("resume Adafactor with first moment", "adafactor", af, 3);
 
-    // CUDA graphs against eager launches, for the techniques a micro-step can use.
-    test_graphs_vs_eager<float>("CUDA graphs == eager: fp32", "graphs_fp32", o);
-    test_graphs_vs_eager<float>("CUDA graphs == eager: gradient accumulation (2 micro-steps)", "graphs_accum", shuf);
-    TrainOptions rc = o;
-    rc.recompute = Recompute::Layer;
-    test_graphs_vs_eager<float>("CUDA graphs == eager: --recompute layer", "graphs_recompute", rc);
-    test_graphs_vs_eager<__nv_bfloat16>("CUDA graphs == eager: bf16", "graphs_bf16", o);
-    test_graphs_vs_eager<__half>("CUDA graphs == eager: fp16 with dynamic loss scaling (recaptured per scale)",
-                                 "graphs_fp16", fp16);
-    test_graphs_vs_eager<__nv_bfloat16>("CUDA graphs == eager: fp8", "graphs_fp8", f8);
-    TrainOptions moe = shuf;
-    moe.moe_experts = 4;
-    moe.moe_every = 1;
-    test_graphs_vs_eager<float>("CUDA graphs == eager: Mixture-of-Experts blocks, 2 micro-steps", "graphs_moe", moe);
+        // Ctrl-C in the middle of a run with -o and no checkpoint due (-n 0): the run stops after the step
+        // in progress with a checkpoint of it and exit status 130, and resuming from that checkpoint gives
+        // the model, optimizer state and losses of a run never interrupted. SIGTERM without -o: the run
+        // stops after its step, says nothing was saved, exit status 143.
+        {
+            const std::string self = th::self_path(argv[0]);
+            const std::string run = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                    "--vocab-size 64 -t 16 -b 2 -x 5000 -v 0 -g 0 -n 0 -i " + train + " -j '' ";
+            const std::string dir = g_tmp + "/sigint_run", straight = g_tmp + "/sigint_straight";
+            th::ChildOutput c = th::signal_when(run + "-o " + dir, g_tmp + "/sigint_run.txt", "/5000 | loss", SIGINT);
+            long long stopped = th::number_after(c.text, "stopped by SIGINT (Ctrl-C) after step ");
+            bool told = c.text.find("signal received: stopping after the step in progress") != std::string::npos &&
+                        c.text.find(" of 5000; continue with --resume (checkpoint in " + dir + ")") !=
+                            std::string::npos;
+            std::vector<int> done = complete_checkpoints(dir);
+            bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 130 && told && stopped >= 1 &&
+                      done == std::vector<int>{(int)stopped};
+            std::string why = ok ? "" : th::last_lines(c.text);
+            if (ok) {
+                th::ChildOutput resumed = th::run_command(run + "-o " + dir + " -y --stop-after 2 2>&1");
+                th::ChildOutput whole = th::run_command(run + "-o " + straight + " --stop-after " +
+                                                        std::to_string(stopped + 2) + " 2>&1");
+                ok = th::exited_ok(resumed) && th::exited_ok(whole) && same_run(straight, dir, (int)stopped + 2, &why);
+            }
+            th::report(ok,
+                       "Ctrl-C mid-run: stops after the step with a checkpoint (exit 130); resumed == uninterrupted",
+                       "stopped after step %lld, %zu checkpoint(s), the newest %d; %s", stopped, done.size(),
+                       done.empty() ? 0 : done.back(),
+                       ok ? "2 steps on: model, state and losses bit-identical" : why.c_str());
 
-    // kill -9 at random moments while checkpointing every step; each time resume where it died.
-    {
-        std::string straight = g_tmp + "/kill_straight", resumed = g_tmp + "/kill_resumed";
-        auto t0 = std::chrono::steady_clock::now();
-        int status;
-        waitpid(start_kill_run(straight), &status, 0);
-        bool straight_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        // Kill after 10-40% of an uninterrupted run's time (start-up included): on the CPU backend
-        // every attempt gets somewhere, on any machine and under ASan, and most die mid-run or
-        // mid-write. On a GPU the start-up (the CUDA context, cuBLASLt) is most of so short a run,
-        // so while attempts die before checkpointing anything new, the kill moves later by half.
-        double run_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-        double later = 1;
-        uint64_t x = 99;
-        int kills = 0, guard = 0, newest = 0;
-        bool finished = false;
-        while (straight_ok && !finished && guard++ < 40) {
-            pid_t pid = start_kill_run(resumed);
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            usleep((useconds_t)(run_us * later * (0.1 + 0.3 * (x % 1000) / 1000.0)));
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            finished = WIFEXITED(status) && WEXITSTATUS(status) == 0;  // it ended before the kill
-            kills += WIFSIGNALED(status);
-            std::vector<int> done = complete_checkpoints(resumed);
-            int now = done.empty() ? 0 : done.back();
-            if (now == newest) later *= 1.5;
-            newest = now;
+            const std::string no_output = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                          "--vocab-size 64 -t 16 -b 2 -x 5000 -v 0 -g 0 -i " + train + " -j ''";
+            c = th::signal_when(no_output, g_tmp + "/sigterm_run.txt", "/5000 | loss", SIGTERM);
+            ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 143 &&
+                 th::number_after(c.text, "stopped by SIGTERM after step ") >= 1 &&
+                 c.text.find(" of 5000; nothing saved (no --output-dir)") != std::string::npos;
+            th::report(ok, "SIGTERM mid-run without -o: stops after the step, says nothing was saved (exit 143)", "%s",
+                       th::last_lines(c.text).c_str());
+
+            // Ctrl-C during what follows the last step (here the final validation, long on purpose: a
+            // resumed run whose first step validates nothing) ends the run at once, not with exit 0 after
+            // it: the last step's checkpoint is written, and --resume does the rest again.
+            const std::string big_val = th::write_token_shard(g_tmp + "/big_val.bin", 400000, 64, 9);
+            const std::string tail = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                     "--vocab-size 64 -t 16 -b 2 -x 3 -g 0 -i " + train + " -o " + g_tmp + "/sig_tail ";
+            th::ChildOutput first = th::run_command(tail + "-v 0 -j '' --stop-after 1 2>&1");
+            c = th::signal_when(tail + "-y -v 1000 -m 5000 -j " + big_val, g_tmp + "/sig_tail.txt",
+                                "checkpoint: " + g_tmp + "/sig_tail/model_00000003.bin", SIGINT);
+            std::vector<int> tail_done = complete_checkpoints(g_tmp + "/sig_tail");
+            ok = th::exited_ok(first) && c.status != -1 && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) &&
+                 c.text.find("step 3 | val loss") == std::string::npos && tail_done == std::vector<int>({1, 3});
+            th::report(ok,
+                       "Ctrl-C during the final validation: the run ends there (not exit 0), its last checkpoint kept",
+                       "status %d, checkpoints %zu, the newest %d", c.status, tail_done.size(),
+                       tail_done.empty() ? -1 : tail_done.back());
         }
-        std::string why = straight_ok ? "" : "the uninterrupted run failed";
-        bool ok = straight_ok && same_run(straight, resumed, kill_options().max_steps, &why);
-        if (!ok) th::run_command("diff " + straight + "/log.jsonl " + resumed + "/log.jsonl >&2");
-        th::report(ok && kills > 0, "kill -9 at random moments, resume each time", "%d kills: %s", kills,
-                   ok ? "final model, state and losses bit-identical to the uninterrupted run" : why.c_str());
-    }
-
-    // Ctrl-C in the middle of a run with -o and no checkpoint due (-n 0): the run stops after the step
-    // in progress with a checkpoint of it and exit status 130, and resuming from that checkpoint gives
-    // the model, optimizer state and losses of a run never interrupted. SIGTERM without -o: the run
-    // stops after its step, says nothing was saved, exit status 143.
-    {
-        const std::string self = th::self_path(argv[0]);
-        const std::string run = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
-                                "--vocab-size 64 -t 16 -b 2 -x 5000 -v 0 -g 0 -n 0 -i " + train + " -j '' ";
-        const std::string dir = g_tmp + "/sigint_run", straight = g_tmp + "/sigint_straight";
-        th::ChildOutput c = th::signal_when(run + "-o " + dir, g_tmp + "/sigint_run.txt", "/5000 | loss", SIGINT);
-        long long stopped = th::number_after(c.text, "stopped by SIGINT (Ctrl-C) after step ");
-        bool told = c.text.find("signal received: stopping after the step in progress") != std::string::npos &&
-                    c.text.find(" of 5000; continue with --resume (checkpoint in " + dir + ")") != std::string::npos;
-        std::vector<int> done = complete_checkpoints(dir);
-        bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 130 && told && stopped >= 1 &&
-                  done == std::vector<int>{(int)stopped};
-        std::string why = ok ? "" : th::last_lines(c.text);
-        if (ok) {
-            th::ChildOutput resumed = th::run_command(run + "-o " + dir + " -y --stop-after 2 2>&1");
-            th::ChildOutput whole = th::run_command(run + "-o " + straight + " --stop-after " +
-                                                    std::to_string(stopped + 2) + " 2>&1");
-            ok = th::exited_ok(resumed) && th::exited_ok(whole) && same_run(straight, dir, (int)stopped + 2, &why);
-        }
-        th::report(ok, "Ctrl-C mid-run: stops after the step with a checkpoint (exit 130); resumed == uninterrupted",
-                   "stopped after step %lld, %zu checkpoint(s), the newest %d; %s", stopped, done.size(),
-                   done.empty() ? 0 : done.back(),
-                   ok ? "2 steps on: model, state and losses bit-identical" : why.c_str());
-
-        const std::string no_output = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
-                                      "--vocab-size 64 -t 16 -b 2 -x 5000 -v 0 -g 0 -i " + train + " -j ''";
-        c = th::signal_when(no_output, g_tmp + "/sigterm_run.txt", "/5000 | loss", SIGTERM);
-        ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 143 &&
-             th::number_after(c.text, "stopped by SIGTERM after step ") >= 1 &&
-             c.text.find(" of 5000; nothing saved (no --output-dir)") != std::string::npos;
-        th::report(ok, "SIGTERM mid-run without -o: stops after the step, says nothing was saved (exit 143)", "%s",
-                   th::last_lines(c.text).c_str());
-
-        // Ctrl-C during what follows the last step (here the final validation, long on purpose: a
-        // resumed run whose first step validates nothing) ends the run at once, not with exit 0 after
-        // it: the last step's checkpoint is written, and --resume does the rest again.
-        const std::string big_val = th::write_token_shard(g_tmp + "/big_val.bin", 400000, 64, 9);
-        const std::string tail = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
-                                 "--vocab-size 64 -t 16 -b 2 -x 3 -g 0 -i " + train + " -o " + g_tmp + "/sig_tail ";
-        th::ChildOutput first = th::run_command(tail + "-v 0 -j '' --stop-after 1 2>&1");
-        c = th::signal_when(tail + "-y -v 1000 -m 5000 -j " + big_val, g_tmp + "/sig_tail.txt",
-                            "checkpoint: " + g_tmp + "/sig_tail/model_00000003.bin", SIGINT);
-        std::vector<int> tail_done = complete_checkpoints(g_tmp + "/sig_tail");
-        ok = th::exited_ok(first) && c.status != -1 && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) &&
-             c.text.find("step 3 | val loss") == std::string::npos && tail_done == std::vector<int>({1, 3});
-        th::report(ok, "Ctrl-C during the final validation: the run ends there (not exit 0), its last checkpoint kept",
-                   "status %d, checkpoints %zu, the newest %d", c.status, tail_done.size(),
-                   tail_done.empty() ? -1 : tail_done.back());
     }
     // The handler itself: a second signal ends the process at once (the signal's default action);
     // the handlers found are restored when the run's StopOnSignal goes.
