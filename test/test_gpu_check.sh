@@ -171,6 +171,8 @@ MAX_LINES=100 check "gpu_check on a stub GPU machine: every part, no failure" 0 
     env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh"
 check "... its JSON: finished, 8 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the fourth with --gemm-autotune 1), 4 agreements, 12 sanitizer runs, the tests" 0 \
     "True 8 51.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_autotune 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], d["gpt2_d12"]["runs"][2]["run"], d["gpt2_d12"]["runs"][3]["run"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+check "... each test program with its exit status, tally and seconds" 0 "True" \
+    json_field 'len(d["tests"]["each"]) > 0 and all(sorted(t) == ["exit", "failed", "name", "passed", "seconds"] and isinstance(t["seconds"], int) for t in d["tests"]["each"])'
 check "... our attention: forward, backward, the forward with 32 rows per warp, the sweep" 0 "150.5 120.25 110.75 1" \
     json_field 'd["ours"]["attention_bf16_causal_fwd_tflops"], d["ours"]["attention_bf16_causal_bwd_tflops"], d["ours"]["attention_bf16_causal_fwd_32_rows_per_warp_tflops"], len(d["ours"]["attention_sweep"])'
 check "... the backward by number of dQ slices (three shapes; a failed line null), adding dQ by atomics; the forward capped for 2 blocks" 0 \
@@ -187,9 +189,9 @@ check "... the attention kernels' ncu sections, per launch" 0 \
     json_field '[(l["kernel"], l["metrics"]) for l in d["profile_attention_bf16_ncu_sections"]]'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --budget 110 on the stub machine skips the parts that would overrun it" 0 \
-    "skipped for --budget 110: pytorch profile sanitizer moe" env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh" \
-    --budget 110
-check "... and names them in its JSON" 0 "True ['pytorch', 'profile', 'sanitizer', 'moe'] None" \
+    "skipped for --budget 110: pytorch profile tests sanitizer moe" env PATH="$sb/m/bin:$PATH" \
+    "$sb/m/scripts/gpu_check.sh" --budget 110
+check "... and names them in its JSON" 0 "True ['pytorch', 'profile', 'tests', 'sanitizer', 'moe'] None" \
     json_field 'd["finished"], d["skipped"], d["profile_gpt2_d12_bf16_step"]'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --parts gpt2_bf16,gemm on the stub machine" 0 "gpu_check: 0 failure(s)" \
