@@ -360,6 +360,36 @@ void test_backward(int N, int C, size_t offset, uint64_t seed, bool orders = tru
     th::check_budget(name, ref.dbias, db, ref.dbias_budget);
 }
 
+// layernorm_backward's two kernels, the rows in registers (Auto, where a row fits) and the streaming
+// one, give the same bits: dinp, dweight, dbias and dinp_colsum, at every chunk count the registers
+// take (1 to kLayernormBackwardRegisterChunks chunks of 32 packs) and past it (where Auto streams).
+template <class T>
+void test_backward_kernels_agree(int N, int C, uint64_t seed) {
+    size_t NC = (size_t)N * C;
+    auto inp = layernorm_input<T>(N, C, seed);
+    auto dout = th::random_tensor<T>(NC, seed + 1), w = th::random_tensor<T>(C, seed + 2);
+    auto dinp0 = th::random_tensor<T>(NC, seed + 3), params0 = th::random_tensor<T>(3 * (size_t)C, seed + 4);
+    auto fwd = layernorm_reference<T>(th::widen(inp), th::widen(w), std::vector<double>(C, 0), N, C, 1e-5);
+    std::vector<float> mean(fwd.mean.begin(), fwd.mean.end()), rstd(fwd.rstd.begin(), fwd.rstd.end());
+    auto run = [&](LayernormBackwardKernel which) {
+        th::DeviceBuffer<T> d_dinp(dinp0), d_params(params0), d_dout(dout), d_inp(inp), d_w(w);
+        th::DeviceBuffer<float> d_mean(mean), d_rstd(rstd);
+        th::DeviceBuffer<char> scratch(layernorm_backward_scratch_bytes(N, C));
+        layernorm_backward(d_dinp.ptr, d_params.ptr, d_params.ptr + C, (void*)scratch.ptr, (const T*)d_dout.ptr,
+                           (const T*)d_inp.ptr, (const T*)d_w.ptr, (const float*)d_mean.ptr, (const float*)d_rstd.ptr,
+                           N, C, 0, d_params.ptr + 2 * C, which);
+        std::vector<T> out = d_dinp.host(), params = d_params.host();
+        out.insert(out.end(), params.begin(), params.end());
+        return out;
+    };
+    std::vector<T> auto_out = run(LayernormBackwardKernel::Auto), streamed = run(LayernormBackwardKernel::Streamed);
+    int chunks = CEIL_DIV(C, 32 * Packed128<T>::size);
+    char name[160];
+    snprintf(name, sizeof(name), "layernorm_backward %s N=%d C=%d (chunks %d: %s) = the streaming kernel, bit for bit",
+             th::dtype_name<T>(), N, C, chunks, chunks <= kLayernormBackwardRegisterChunks ? "rows in registers" : "streamed");
+    th::check_bitwise(name, auto_out.data(), streamed.data(), auto_out.size() * sizeof(T));
+}
+
 // Loss-scaled fp16 gradients: an inf in dout must reach the outputs (its row of dinp, its column of
 // dweight and dbias), and a parameter-gradient sum beyond fp16's range must become inf, not be
 // clamped, so the trainer's overflow check sees both. N = 4, C = 64: dout[1][3] = inf; dout[r][5] =
@@ -431,6 +461,10 @@ int main() {
     test_backward<float>(33000, 8, 0, 23, false);
     test_backward<__nv_bfloat16>(33000, 8, 0, 23, false);
     test_backward<__half>(33000, 8, 0, 23, false);
+
+    for (int C : {256, 512, 768, 1024, 1280}) test_backward_kernels_agree<__nv_bfloat16>(70, C, 24);
+    for (int C : {128, 384, 512, 640}) test_backward_kernels_agree<float>(70, C, 25);
+    test_backward_kernels_agree<__half>(70, 1024, 26);
 
     for (size_t N : {(size_t)2 * 64 * 768, (size_t)1, (size_t)7, (size_t)130, (size_t)8195}) {
         test_residual<float>(N, 0, 31);

@@ -11,13 +11,15 @@
 //   production  instead of 4 or 8, fewer threads for the same bytes
 //   backward 1  dinp with one thread per row (uncoalesced, as forward 1); dweight and dbias with one
 //               thread per channel walking the N rows, a second read of dout and inp
-//   backward    llmc/layernorm.cuh: dweight and dbias folded into the dinp pass (per-warp shared-memory
-//   production  accumulators, per-block partials, a small fixed-order reduction). Faster: one read of
-//               dout and inp, and the whole GPU busy instead of C threads
-//   backward 2  production with each row in registers (C <= 1024 in bf16): dout, inp and dinp loaded at
-//               once, one trip to DRAM per row instead of two waits; bit-identical to production
-//   backward 3  variant 2 with the warp's next row loading while it computes this one (twice the
-//               registers). Variants 2 and 3 not yet timed on a GPU (make gpu-check's part kernels)
+//   backward 2  llmc/layernorm.cuh's streaming kernel: dweight and dbias folded into the dinp pass
+//               (per-warp shared-memory accumulators, per-block partials, a small fixed-order
+//               reduction). Faster than 1: one read of dout and inp, the whole GPU busy instead of C
+//               threads; production where a row does not fit in registers
+//   backward    llmc/layernorm.cuh: variant 2 with each row in registers (C <= 1024 in bf16): dout, inp
+//   production  and dinp loaded at once, one trip to DRAM per row instead of two waits; bit-identical
+//               to variant 2. On an H200 (bf16, N = 8192, C = 768): 0.0308 ms against 0.0385. Tried
+//               too: also loading the warp's next row while it computes this one (196 registers
+//               against 121), 0.0315 ms there: no faster, dropped
 //   fused 1     the residual add, then LayerNorm reading the residual back
 //   fused prod. llmc/layernorm.cuh: the add and the LayerNorm in one pass. Faster: no re-read of the
 //               residual it just wrote
@@ -176,120 +178,6 @@ void layernorm_backward1(T* dinp, T* dweight, T* dbias, const T* dout, const T* 
                             dbias, dout, inp, mean, rstd, N, C));
 }
 
-// Backward variants 2 and 3: production's kernel with each row held in registers. Production makes
-// two trips to DRAM per row (dout and inp for the sums, then dinp for the +=, each a load the warp
-// waits for), the warp idle in between. Variant 2 loads dout, inp and dinp of a row at once: one
-// trip. Variant 3 (kPrefetch) also loads the warp's next row while it computes this one, so its
-// loads overlap its arithmetic and reductions, at more registers (bf16, C = 768, sm_90a: variant 2
-// 121, variant 3 196, production 56). The same operations in the same order as
-// production (its partials and reduce kernel included): bit-identical results. For rows of at most
-// kChunks x 32 packs (kChunks 4: C <= 1024 in bf16, 512 in fp32) with 128-bit access.
-template <class T, int kChunks, bool kPrefetch>
-__global__ void layernorm_backward_kernel2(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
-                                           const float* mean, const float* rstd, int N, int C, int rows_per_block,
-                                           int n_sums) {
-    constexpr int P = Packed128<T>::size;
-    cg::thread_block block = cg::this_thread_block();
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
-    int lane = warp.thread_rank(), w = warp.meta_group_rank(), n_warps = warp.meta_group_size();
-    int padded_C = CEIL_DIV(C, 32 * P) * 32 * P;
-    float* dweight_acc = ln_backward_accumulators<P>(C, padded_C, n_sums, w, lane);
-    float* dbias_acc = dweight_acc + padded_C;
-    float* dinp_acc = n_sums == 3 ? dbias_acc + padded_C : nullptr;
-
-    // A row's packs: chunk j is channels lane * P + j * 32 * P .. + P - 1 (production's loop order).
-    struct Row {
-        Packed128<T> dy[kChunks], x[kChunks], dx[kChunks];
-    };
-    auto load_row = [&](int row, Row& r) {
-        size_t offset = (size_t)row * C;
-        for (int j = 0; j < kChunks; j++) {
-            int c = lane * P + j * 32 * P;
-            if (c >= C) break;
-            r.dy[j] = load128(dout + offset + c);
-            r.x[j] = load128(inp + offset + c);
-            r.dx[j] = load128(dinp + offset + c);
-        }
-    };
-    int row_end = min(N, (int)(blockIdx.x + 1) * rows_per_block);
-    int row = blockIdx.x * rows_per_block + w;
-    Row cur, next;
-    if (kPrefetch && row < row_end) load_row(row, cur);
-    for (; row < row_end; row += n_warps) {
-        if (!kPrefetch) load_row(row, cur);
-        else if (row + n_warps < row_end) load_row(row + n_warps, next);
-        size_t offset = (size_t)row * C;
-        float m = mean[row], s = rstd[row];
-        float sum_dnorm = 0.f, sum_dnorm_xhat = 0.f;
-        for (int j = 0; j < kChunks; j++) {
-            int c = lane * P + j * 32 * P;
-            if (c >= C) break;
-            Packed128<T> wt = load128(weight + c);
-            for (int k = 0; k < P; k++) {
-                float dy = to_float(cur.dy[j][k]), xhat = (to_float(cur.x[j][k]) - m) * s;
-                float dnorm = dy * to_float(wt[k]);
-                sum_dnorm += dnorm;
-                sum_dnorm_xhat += dnorm * xhat;
-                int pos = c - lane * P + k * 32 + lane;
-                dweight_acc[pos] += dy * xhat;
-                dbias_acc[pos] += dy;
-            }
-        }
-        float mean_dnorm = cg::reduce(warp, sum_dnorm, cg::plus<float>()) / C;
-        float mean_dnorm_xhat = cg::reduce(warp, sum_dnorm_xhat, cg::plus<float>()) / C;
-        for (int j = 0; j < kChunks; j++) {
-            int c = lane * P + j * 32 * P;
-            if (c >= C) break;
-            Packed128<T> wt = load128(weight + c), out;
-            for (int k = 0; k < P; k++) {
-                float xhat = (to_float(cur.x[j][k]) - m) * s;
-                float dx = to_float(cur.dx[j][k]);
-                dx += s * (to_float(cur.dy[j][k]) * to_float(wt[k]) - mean_dnorm - xhat * mean_dnorm_xhat);
-                out[k] = from_float<T>(dx);
-                if (dinp_acc) dinp_acc[c - lane * P + k * 32 + lane] += to_float(out[k]);
-            }
-            store128(dinp + offset + c, out);
-        }
-        if (kPrefetch && row + n_warps < row_end) cur = next;
-    }
-
-    block.sync();
-    ln_backward_block_partials<P>(partials, C, padded_C, n_sums, n_warps);
-}
-
-// Whether variant 2 holds a row of C channels in its registers (at most 4 chunks of 32 packs).
-template <class T>
-bool layernorm_backward2_fits(int C) {
-    return CEIL_DIV(C, 32 * Packed128<T>::size) <= 4;
-}
-
-// Variants 2 and 3's launcher (prefetch: variant 3): production's grid, shared memory, partials and
-// reduce kernel; false (nothing run) where the row does not fit the registers or 128-bit access does
-// not apply.
-template <class T, bool kPrefetch = false>
-bool layernorm_backward2(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight,
-                         const float* mean, const float* rstd, int N, int C, cudaStream_t stream,
-                         T* dinp_colsum = nullptr) {
-    constexpr int P = Packed128<T>::size;
-    const int chunks = CEIL_DIV(C, 32 * P);
-    if (N == 0 || !layernorm_backward2_fits<T>(C) || !rows_pack128<T>(C, {dinp, dout, inp, weight})) return false;
-    auto kernel = chunks == 1   ? layernorm_backward_kernel2<T, 1, kPrefetch>
-                  : chunks == 2 ? layernorm_backward_kernel2<T, 2, kPrefetch>
-                  : chunks == 3 ? layernorm_backward_kernel2<T, 3, kPrefetch>
-                                : layernorm_backward_kernel2<T, 4, kPrefetch>;
-    int n_sums = dinp_colsum ? 3 : 2;
-    size_t smem = (size_t)kLayernormBackwardWarps * n_sums * chunks * 32 * P * sizeof(float);
-    reserve_dynamic_smem(kernel, smem, "layernorm_backward2", "C", C);
-    int rows_per_block = layernorm_backward_rows_per_block(N);
-    int n_blocks = CEIL_DIV(N, rows_per_block);
-    float* partials = static_cast<float*>(scratch);
-    cudaCheck(launch_kernel(kernel, dim3(n_blocks), dim3(32 * kLayernormBackwardWarps), smem, stream, dinp, partials,
-                            dout, inp, weight, mean, rstd, N, C, rows_per_block, n_sums));
-    cudaCheck(launch_kernel(layernorm_backward_reduce_kernel<T>, dim3(CEIL_DIV(n_sums * C, 32)), dim3(32, 32), 0,
-                            stream, dweight, dbias, dinp_colsum, (const float*)partials, n_blocks, C, n_sums));
-    return true;
-}
-
 // ----------------------------------------------------------------------------
 // Validation
 
@@ -356,29 +244,24 @@ void validate(int N, int C, float eps) {
         th::check_bitwise(name, d_out.host().data(), residual.data(), NC * sizeof(T));
     }
 
-    // Variant 2 is also compared with production bit for bit (dinp, dweight, dbias and, with a
-    // third column sum, dinp's column sums).
-    std::vector<T> prod_out;
-    for (int variant = 1; variant <= 4; variant++) {
+    // Production is also compared with variant 2 bit for bit (dinp, dweight, dbias and, with a third
+    // column sum, dinp's column sums).
+    std::vector<T> streamed_out;
+    for (int variant = 1; variant <= 3; variant++) {
         const char* label = variant == 1   ? "layernorm_backward variant 1"
-                            : variant == 2 ? "layernorm_backward (llmc)"
-                            : variant == 3 ? "layernorm_backward variant 2 (a row in registers)"
-                                           : "layernorm_backward variant 3 (and the next row loading)";
+                            : variant == 2 ? "layernorm_backward variant 2 (streamed, llmc)"
+                                           : "layernorm_backward (llmc)";
         th::DeviceBuffer<T> d_dinp(dinp0), d_dw(dw0), d_db(db0), d_dout(dout), d_inp(residual), d_w(w),
             d_colsum(C, th::Fill::Zero);
         th::DeviceBuffer<float> d_mean(mean_f), d_rstd(rstd_f);
         th::DeviceBuffer<char> scratch(layernorm_backward_scratch_bytes(N, C), th::Fill::Zero);
-        if (variant == 1) {
+        if (variant == 1)
             layernorm_backward1(d_dinp.ptr, d_dw.ptr, d_db.ptr, d_dout.ptr, d_inp.ptr, d_w.ptr, d_mean.ptr, d_rstd.ptr,
                                 N, C, 0);
-        } else if (variant == 2) {
+        else
             layernorm_backward(d_dinp.ptr, d_dw.ptr, d_db.ptr, (void*)scratch.ptr, d_dout.ptr, d_inp.ptr, d_w.ptr,
-                               d_mean.ptr, d_rstd.ptr, N, C, 0, d_colsum.ptr);
-        } else if (!(variant == 3 ? layernorm_backward2<T, false> : layernorm_backward2<T, true>)(
-                       d_dinp.ptr, d_dw.ptr, d_db.ptr, (void*)scratch.ptr, d_dout.ptr, d_inp.ptr, d_w.ptr, d_mean.ptr,
-                       d_rstd.ptr, N, C, 0, d_colsum.ptr)) {
-            continue;  // a row that does not fit the registers
-        }
+                               d_mean.ptr, d_rstd.ptr, N, C, 0, d_colsum.ptr,
+                               variant == 2 ? LayernormBackwardKernel::Streamed : LayernormBackwardKernel::Auto);
         snprintf(name, sizeof(name), "%s %s N=%d C=%d: dinp", label, th::dtype_name<T>(), N, C);
         th::check_close(name, dinp_ref.data(), d_dinp.host().data(), NC, row_tol);
         snprintf(name, sizeof(name), "%s %s N=%d C=%d: dweight", label, th::dtype_name<T>(), N, C);
@@ -389,10 +272,10 @@ void validate(int N, int C, float eps) {
         all.insert(all.end(), dw.begin(), dw.end());
         all.insert(all.end(), db.begin(), db.end());
         all.insert(all.end(), cs.begin(), cs.end());
-        if (variant == 2) prod_out = all;
-        if (variant >= 3) {
-            snprintf(name, sizeof(name), "%s %s N=%d C=%d: = production, bit for bit", label, th::dtype_name<T>(), N, C);
-            th::check_bitwise(name, all.data(), prod_out.data(), all.size() * sizeof(T));
+        if (variant == 2) streamed_out = all;
+        if (variant == 3) {
+            snprintf(name, sizeof(name), "%s %s N=%d C=%d: = variant 2, bit for bit", label, th::dtype_name<T>(), N, C);
+            th::check_bitwise(name, all.data(), streamed_out.data(), all.size() * sizeof(T));
         }
     }
 }
@@ -437,43 +320,27 @@ void benchmark(int N, int C, int reps) {
                time_ms([&] { layernorm_backward1(dinp.ptr, dw.ptr, db.ptr, a.ptr, b.ptr, w.ptr, mean.ptr, rstd.ptr, N, C, 0); },
                        reps),
                4.0 * NC * S + 2 * params + stats);
-    bench_line("layernorm_backward (llmc)",
-               time_ms([&] { layernorm_backward(dinp.ptr, dw.ptr, db.ptr, (void*)scratch.ptr, a.ptr, b.ptr, w.ptr, mean.ptr,
-                                                rstd.ptr, N, C, 0); }, reps),
+    auto backward = [&](LayernormBackwardKernel which, T* colsum) {
+        layernorm_backward(dinp.ptr, dw.ptr, db.ptr, (void*)scratch.ptr, a.ptr, b.ptr, w.ptr, mean.ptr, rstd.ptr, N, C,
+                           0, colsum, which);
+    };
+    const auto streamed = LayernormBackwardKernel::Streamed, production = LayernormBackwardKernel::Auto;
+    bench_line("layernorm_backward variant 2 (streamed)", time_ms([&] { backward(streamed, nullptr); }, reps),
                4.0 * NC * S + 2 * params + stats);
-    if (layernorm_backward2_fits<T>(C)) {
-        bench_line("layernorm_backward variant 2 (a row in registers)",
-                   time_ms([&] { layernorm_backward2<T, false>(dinp.ptr, dw.ptr, db.ptr, (void*)scratch.ptr, a.ptr, b.ptr,
-                                                               w.ptr, mean.ptr, rstd.ptr, N, C, 0); }, reps),
-                   4.0 * NC * S + 2 * params + stats);
-        bench_line("layernorm_backward variant 3 (and the next row loading)",
-                   time_ms([&] { layernorm_backward2<T, true>(dinp.ptr, dw.ptr, db.ptr, (void*)scratch.ptr, a.ptr, b.ptr,
-                                                              w.ptr, mean.ptr, rstd.ptr, N, C, 0); }, reps),
-                   4.0 * NC * S + 2 * params + stats);
-    }
+    bench_line("layernorm_backward (llmc)", time_ms([&] { backward(production, nullptr); }, reps),
+               4.0 * NC * S + 2 * params + stats);
     // With the third column sum (a residual projection's bias gradient): the same bytes, more
     // shared-memory work per element; what train_gpt2 gains is the projection's bias pass it replaces.
-    bench_line("layernorm_backward (llmc) + dinp column sums",
-               time_ms([&] { layernorm_backward(dinp.ptr, dw.ptr, db.ptr, (void*)scratch.ptr, a.ptr, b.ptr, w.ptr, mean.ptr,
-                                                rstd.ptr, N, C, 0, bias.ptr); }, reps),
+    bench_line("layernorm_backward variant 2 + dinp column sums", time_ms([&] { backward(streamed, bias.ptr); }, reps),
                4.0 * NC * S + 3 * params + stats);
-    if (layernorm_backward2_fits<T>(C)) {
-        bench_line("layernorm_backward variant 2 + dinp column sums",
-                   time_ms([&] { layernorm_backward2<T, false>(dinp.ptr, dw.ptr, db.ptr, (void*)scratch.ptr, a.ptr, b.ptr,
-                                                               w.ptr, mean.ptr, rstd.ptr, N, C, 0, bias.ptr); }, reps),
-                   4.0 * NC * S + 3 * params + stats);
-        bench_line("layernorm_backward variant 3 + dinp column sums",
-                   time_ms([&] { layernorm_backward2<T, true>(dinp.ptr, dw.ptr, db.ptr, (void*)scratch.ptr, a.ptr, b.ptr,
-                                                              w.ptr, mean.ptr, rstd.ptr, N, C, 0, bias.ptr); }, reps),
-                   4.0 * NC * S + 3 * params + stats);
-    }
+    bench_line("layernorm_backward (llmc) + dinp column sums", time_ms([&] { backward(production, bias.ptr); }, reps),
+               4.0 * NC * S + 3 * params + stats);
 }
 
 int main(int argc, char** argv) {
     dev_command_line(argc, argv,
         "LayerNorm forward and backward, the residual add, and the two fused: variants 1 and production\n"
-        "(llmc/layernorm.cuh), and backward variants 2 (a row in registers) and 3 (the next row loading),\n"
-        "timed in GB/s.\n" DEV_VALIDATES);
+        "(llmc/layernorm.cuh), and backward variant 2 (llmc's streaming kernel), timed in GB/s.\n" DEV_VALIDATES);
     // Validation: GPT-2 124M's C at a few rows, and a C that is neither a multiple of 32 nor of 8.
     validate<float>(64, 768, 1e-5f);
     validate<__nv_bfloat16>(64, 768, 1e-5f);
@@ -482,7 +349,8 @@ int main(int argc, char** argv) {
     validate<__nv_bfloat16>(7, 100, 1e-12f);
     validate<__half>(7, 100, 1e-12f);
 
-    // Benchmark: GPT-2 124M at B=8, T=1024 on a GPU; a small slice on the CPU backend.
+    // Benchmark: GPT-2 124M at B=64, T=1024 (65536 rows: 100 MB a bf16 tensor, twice an H100's or
+    // H200's L2, so the figures are DRAM's) on a GPU; a small slice on the CPU backend.
 #if defined(SIMT_CPU)
     printf("benchmark (CPU backend: times are for the simulator, not for any GPU)\n");
     benchmark<__nv_bfloat16>(64, 768, 2);
@@ -490,8 +358,8 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("benchmark on %s\n", prop.name);
-    benchmark<__nv_bfloat16>(8 * 1024, 768, 50);
-    benchmark<float>(8 * 1024, 768, 50);
+    benchmark<__nv_bfloat16>(64 * 1024, 768, 20);
+    benchmark<float>(64 * 1024, 768, 20);
 #endif
     return th::finish();
 }
