@@ -3,8 +3,8 @@
 // forward/reverse/random thread orders: losses, dlogits, vocabulary padding, ignored rows, large
 // logits, loss-only mode, and the report of an out-of-range target; in fp16, that a loss-scaled
 // gradient that overflows, and a NaN logit, reach dlogits as inf and NaN; that the kernel keeping the
-// row in shared memory (one DRAM read per row) and the two-pass kernel agree bit for bit, and which
-// one the device profile (SIMT_DEVICE) gets for GPT-2's vocabulary.
+// row in shared memory (one DRAM read per row) and production's two-pass kernel agree bit for bit, and
+// where the device profile (SIMT_DEVICE) fits GPT-2's row on chip.
 #include "../llmc/fused_classifier.cuh"
 #include "harness.h"
 
@@ -213,10 +213,10 @@ void test_fp16_nonfinite() {
                "loss[2]=%g, dlogits of row 2 all NaN: %s", (double)losses[2], nan_row ? "yes" : "no");
 }
 
-// The row kept on chip changes where the second sweep reads, not what it computes: the production
-// launcher's results (row in shared memory where it fits this device) are bit-identical to the
-// two-pass kernel's. At GPT-2's vocabulary the row (V rounded up to whole packs) fits in bf16 and
-// fp16 on every profile (98.2 KiB of the smallest's 99 KiB) and in fp32 (196.3 KiB) on an H100 only.
+// The row kept on chip (fused_classifier's row_in_shared_memory) changes where the second sweep
+// reads, not what it computes: bit-identical to production's two-pass kernel. At GPT-2's vocabulary
+// the row (V rounded up to whole packs) fits in bf16 and fp16 on every profile (98.2 KiB of the
+// smallest's 99 KiB) and in fp32 (196.3 KiB) on an H100 or H200 only; elsewhere the option reads twice.
 template <class T>
 void test_row_on_chip(int N, int V, int Vp) {
     auto logits = th::random_tensor<T>((size_t)N * Vp, 31, -6.f, 6.f);
@@ -225,28 +225,23 @@ void test_row_on_chip(int N, int V, int Vp) {
     th::DeviceBuffer<T> d_logits((size_t)N * Vp);
     th::DeviceBuffer<float> d_losses(N);
     th::DeviceBuffer<int> d_targets(targets);
-    auto run = [&](bool production) {
+    auto run = [&](bool row_in_shared_memory) {
         d_logits.upload(logits);
-        constexpr int P = Packed128<T>::size;
-        if (production)
-            fused_classifier(d_logits.ptr, d_losses.ptr, d_targets.ptr, N, V, Vp, 1.f / N, -1, true, 0);
-        else
-            cudaCheck(launch_kernel(fused_classifier_kernel<T, P, false>, dim3(N), dim3(CLASSIFIER_BLOCK), 0, 0,
-                                    d_logits.ptr, d_losses.ptr, d_targets.ptr, V, Vp, 1.f / N, (const float*)nullptr, -1,
-                                    true));
+        fused_classifier(d_logits.ptr, d_losses.ptr, d_targets.ptr, N, V, Vp, 1.f / N, -1, true, 0, nullptr,
+                         row_in_shared_memory);
         std::vector<T> out = d_logits.host();
         std::vector<float> losses = d_losses.host();
         const T* l = reinterpret_cast<const T*>(losses.data());
         out.insert(out.end(), l, l + N * sizeof(float) / sizeof(T));
         return out;
     };
-    std::vector<T> production = run(true), two_pass = run(false);
+    std::vector<T> on_chip = run(true), production = run(false);
     int optin = device_smem_optin();
     char name[200];
-    snprintf(name, sizeof(name), "fused_classifier %s V=%d: %s (opt-in %d KiB) bit-identical to the two-pass kernel",
+    snprintf(name, sizeof(name), "fused_classifier %s V=%d: %s (opt-in %d KiB) bit-identical to production",
              th::dtype_name<T>(), V,
              classifier_row_fits_on_chip<T>(V) ? "row in shared memory" : "row does not fit, two reads", optin / 1024);
-    th::check_bitwise(name, two_pass.data(), production.data(), production.size() * sizeof(T));
+    th::check_bitwise(name, production.data(), on_chip.data(), production.size() * sizeof(T));
 }
 
 // dloss read from device memory (what a replayed CUDA graph uses: set_device_scalar before the

@@ -4,15 +4,17 @@
 // Variants:
 //   1           one block per row, three sweeps over the row with element access: the max, the sum
 //               of exp(x - max), then dlogits written in place
-//   2           llmc/fused_classifier.cuh's two-pass kernel: one block per row, an online max/sum in
-//               the first sweep and dlogits in the second, which runs backwards over the row; 16-byte
-//               loads and stores. Faster: the row (100 KB in bf16 at V = 50257) is read twice instead
-//               of three times, the second read starting with what the first left in cache, and a
-//               warp moves 512 bytes per instruction instead of 64-128.
-//   production  llmc/fused_classifier.cuh: variant 2 with the row kept in shared memory by the first
-//               sweep, so the second reads it there: one DRAM read per row, where the row fits the
-//               device's opt-in shared memory (bf16 and fp16 at V = 50257 everywhere, fp32 on an
-//               H100); elsewhere it is variant 2. Same values in the same order: bit-identical.
+//   2           production with the row kept in shared memory by the first sweep, so the second
+//               reads it there: one DRAM read per row by construction, where the row fits the
+//               device's opt-in shared memory (bf16 and fp16 at V = 50257 everywhere, fp32 on an H100
+//               or H200); elsewhere it is production. Bit-identical to production. Slower on an H200
+//               (bf16, N = 8192: 0.542 ms against 0.488): its 98 KiB per block leave room for 2
+//               blocks per SM, where production's second read finds the row in L2 anyway
+//   production  llmc/fused_classifier.cuh: one block per row, an online max/sum in the first sweep
+//               and dlogits in the second, which runs backwards over the row; 16-byte loads and
+//               stores. Faster than 1: the row (100 KB in bf16 at V = 50257) is read twice instead of
+//               three times, the second read starting with what the first left in cache, and a warp
+//               moves 512 bytes per instruction instead of 64-128
 //
 // Build and run: make build/cpu/dev_fused_classifier && build/cpu/dev_fused_classifier    (CPU backend)
 //                make build/gpu/dev_fused_classifier && build/gpu/dev_fused_classifier    (GPU, nvcc)
@@ -122,23 +124,12 @@ std::vector<double> make_logits(std::vector<T>& logits, std::vector<int>& target
     return x;
 }
 
-// Variant 2: the production kernel with the row read twice from global memory.
-template <class T>
-void fused_classifier2(T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
-                       int ignore_index, cudaStream_t stream) {
-    constexpr int P = Packed128<T>::size;
-    auto kernel = rows_pack128<T>(Vp, {logits}) ? fused_classifier_kernel<T, P, false> : fused_classifier_kernel<T, 1, false>;
-    cudaCheck(launch_kernel(kernel, dim3(N), dim3(CLASSIFIER_BLOCK), 0, stream, logits, losses, targets, V, Vp, dloss,
-                            (const float*)nullptr, ignore_index, true));
-}
-
 // Runs variant v (3: production).
 template <class T>
 void run_variant(int v, T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
                  int ignore_index) {
     if (v == 1) fused_classifier1(logits, losses, targets, N, V, Vp, dloss, ignore_index, 0);
-    else if (v == 2) fused_classifier2(logits, losses, targets, N, V, Vp, dloss, ignore_index, 0);
-    else fused_classifier(logits, losses, targets, N, V, Vp, dloss, ignore_index, true, 0);
+    else fused_classifier(logits, losses, targets, N, V, Vp, dloss, ignore_index, true, 0, nullptr, v == 2);
 }
 
 // Checks the variants against the double reference on one shape.
@@ -198,9 +189,10 @@ void benchmark() {
     cudaEvent_t start, stop;
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventCreate(&stop));
-    const char* names[] = {"", "variant 1 (three sweeps, elements)", "variant 2 (online, Packed128, two reads)",
-                           classifier_row_fits_on_chip<T>(V) ? "production (one read, row in shared memory)"
-                                                             : "production (= variant 2: the row does not fit)"};
+    const char* names[] = {"", "variant 1 (three sweeps, elements)",
+                           classifier_row_fits_on_chip<T>(V) ? "variant 2 (one read, row in shared memory)"
+                                                             : "variant 2 (= production: the row does not fit)",
+                           "production (online, Packed128, two reads)"};
     for (int v = 1; v <= 3; v++) {
         float total = 0;
         for (int r = 0; r <= reps; r++) {  // r == 0 warms up
@@ -221,8 +213,8 @@ void benchmark() {
 
 int main(int argc, char** argv) {
     dev_command_line(argc, argv,
-        "Softmax cross-entropy fused with its backward: variants 1 (three sweeps) and 2 (two) and\n"
-        "production (llmc/fused_classifier.cuh, one DRAM read per row), timed in GB/s.\n" DEV_VALIDATES);
+        "Softmax cross-entropy fused with its backward: variants 1 (three sweeps) and 2 (the row in shared\n"
+        "memory) and production (llmc/fused_classifier.cuh, two sweeps), timed in GB/s.\n" DEV_VALIDATES);
     // GPT-2-like scaled down (V = 500 padded to 512), a size with element access (Vp % 8 != 0 in
     // bf16 and fp16, % 4 != 0 in fp32), and the GPT-2 vocabulary at a few rows.
     validate<float>(7, 500, 512);
