@@ -155,9 +155,9 @@ void check_bias_backward(int OC) {
     th::run_orders(name, run);
 }
 
-// matmul_backward's bias gradient: fused into the weight-gradient GEMM (a BGRADB plan that ran),
-// and where cuBLASLt refuses BGRADB (planted, as cublaslt_run records a refusal), the plain GEMM and
-// the reduction kernels: dinp bit-identical to the fused route's (the epilogue does not touch that
+// matmul_backward's bias gradient: fused into the weight-gradient GEMM (a BGRADB plan that ran) where
+// the route is pinned there (BiasGradRoute::InGemm), and where cuBLASLt refuses BGRADB (planted, as
+// cublaslt_run records a refusal) the plain GEMM and the reduction kernels: dinp bit-identical to the fused route's (the epilogue does not touch that
 // GEMM); dweight bit-identical on the CPU backend, whose sums do not depend on the epilogue, and on
 // a GPU, where cuBLASLt may run another kernel for the plain GEMM than for BGRADB (seen on an H100
 // for fp16), within check_linear's dweight budget of the double reference; dbias against the double
@@ -185,13 +185,29 @@ void check_bias_gradient_routes() {
         return ok;
     };
     matmul_forget_plans();
+    matmul_bias_grad_route() = BiasGradRoute::InGemm;
     auto fused_route = run();
     int fused = bgrad_plans(true);
     auto kernel_route = run();
+    matmul_bias_grad_route() = BiasGradRoute::Kernels;  // the Hopper route: the same as a refused BGRADB
+    auto pinned_kernels = run();
+    matmul_bias_grad_route() = BiasGradRoute::Auto;  // the device's choice: the kernels on Hopper only
+    matmul_forget_plans();
+    run();
+    int device = 0, major = 0;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    int auto_fused = bgrad_plans(false);
     char name[128];
+    snprintf(name, sizeof(name), "matmul_backward<%s>: by default the bias gradient %s (compute capability %d.x)",
+             th::dtype_name<T>(), major == 9 ? "by the kernels" : "in the weight GEMM", major);
+    th::report(auto_fused == (major == 9 ? 0 : 1), name, "BGRADB plans that ran: %d", auto_fused);
     snprintf(name, sizeof(name), "matmul_backward<%s>: the bias gradient is fused into the weight GEMM (BGRADB)",
              th::dtype_name<T>());
     th::report(fused == 1, name, "BGRADB plans that ran: %d", fused);
+    snprintf(name, sizeof(name), "matmul_backward<%s>: the kernel route (Hopper's) = a refused BGRADB, bit for bit",
+             th::dtype_name<T>());
+    th::report(pinned_kernels == kernel_route, name);
     snprintf(name, sizeof(name), "matmul_backward<%s>: BGRADB refused: dinp bit-identical to the fused route",
              th::dtype_name<T>());
     th::report(std::get<0>(fused_route) == std::get<0>(kernel_route), name);

@@ -233,8 +233,9 @@ void validate_and_bench_fp8(int N, int C, int OC, int reps) {
 // The two projections' bias gradients come from the LayerNorm backward (train_gpt2.cu's backward()),
 // so their weight GEMMs are plain. Then the two routes of the other bias gradients (qkv's and fc's,
 // per layer): the weight GEMM with cuBLASLt's BGRADB epilogue + bias_accumulate_kernel
-// (matmul_backward_weight_bgradb, production where cuBLASLt takes it) against the plain weight GEMM
-// + bias_backward's reduction kernels (both validated by test/test_matmul.cu).
+// (matmul_backward_weight_bgradb, production where cuBLASLt takes it, but on Hopper) against the plain
+// weight GEMM + bias_backward's reduction kernels (production on Hopper; matmul_bias_grad_in_gemm):
+// both validated by test/test_matmul.cu.
 constexpr int kRanks = 8;
 
 void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
@@ -373,7 +374,7 @@ void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
             bias_backward(dbias.ptr, reinterpret_cast<float*>(scratch.ptr), (const bf16*)dout.ptr, N, OC, 0);
         };
         if (!fused()) {
-            printf("  bias gradient OC=%d: cuBLASLt refuses BGRADB here (production takes the kernels)\n", OC);
+            printf("  bias gradient OC=%d: cuBLASLt refuses BGRADB here (the kernels are the only route)\n", OC);
             return;
         }
         const float a = time_ms([&] { fused(); }, reps), b = time_ms(unfused, reps);
@@ -386,12 +387,12 @@ void step_gemms_by_algorithm(int N, int C, int V, int layers, int reps) {
 
     // fc's bias gradient is also the column sums of fc proj's input gradient (dGELU's output, which
     // is fc's dout): cuBLASLt's DGELU_BGRAD epilogue forms them while that GEMM writes it, and fc's
-    // weight GEMM is then plain. Per layer, fc proj dinp (DGELU) + fc dweight (BGRADB), production,
-    // against fc proj dinp (DGELU_BGRAD) + fc dweight; each + bias_accumulate_kernel.
+    // weight GEMM is then plain. Per layer, fc proj dinp (DGELU) + fc dweight (BGRADB), production but
+    // on Hopper, against fc proj dinp (DGELU_BGRAD) + fc dweight; each + bias_accumulate_kernel.
     // Both routes add their sums into dw, a sink of C4 values, as production adds them into dbias.
     bf16* dgelu_out = out.ptr;  // (N, 4C): fc proj's dinp, fc's dout
     bf16 *grad_a = grad.ptr, *grad_b = dbias.ptr;
-    auto via_bgradb = [&] {  // production: matmul_backward's launchers
+    auto via_bgradb = [&] {  // matmul_backward's launchers
         matmul_backward_input(dgelu_out, (const bf16*)dout.ptr, (const bf16*)w.ptr, (const bf16*)pre.ptr, N, C4, C,
                               GeluKind::Tanh, 0);
         return matmul_backward_weight_bgradb(dw.ptr, dw.ptr, grad_a, (const bf16*)dgelu_out, (const bf16*)x.ptr, N, C,
