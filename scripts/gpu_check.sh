@@ -245,7 +245,7 @@ fi
 # device memory in use after the first step.
 declare -A loss1 lossN step_ms
 gpt2_run() {  # a name for the run, its precision, the batch options (default -b 16)
-    local key=$1 p=$2 log="$logs/gpt2_$1.log" rc why l1 lN tok mfu ms mem batch
+    local key=$1 p=$2 log="$logs/gpt2_$1.log" rc why l1 lN tok mfu ms med slow mem batch
     shift 2
     local batch_args=(-b 16)
     [[ $# -gt 0 ]] && batch_args=("$@")
@@ -266,11 +266,21 @@ gpt2_run() {  # a name for the run, its precision, the batch options (default -b
             sub(/MFU /, "", $7); sub(/%/, "", $7); if (n == 1) first = $2; last = $2
             if (n > 1) { tok += $6; mfu += $7; ms += $5; k++ } }
         END { printf "%s %s %.0f %.1f %.3f\n", first, last, k ? tok / k : 0, k ? mfu / k : 0, k ? ms / k : 0 }' "$log")"
+    # The median step after the first, and the steps more than 5% slower than it (seen on an H200:
+    # two steps in every eight, about one a second, 6-10% slower).
+    read -r med slow <<< "$(awk -F' [|] ' '/^step +[0-9]+\/[0-9]+ [|]/ {
+            split($1, s, /[ \/]+/); if (s[2] > 1) { sub(/ ms/, "", $5); n++; step[n] = s[2]; t[n] = $5 + 0 } }
+        END { for (i = 1; i <= n; i++) u[i] = t[i]
+              for (i = 2; i <= n; i++) { v = u[i]; for (j = i - 1; j >= 1 && u[j] > v; j--) u[j + 1] = u[j]; u[j + 1] = v }
+              m = n ? (n % 2 ? u[(n + 1) / 2] : (u[n / 2] + u[n / 2 + 1]) / 2) : 0
+              list = ""; for (i = 1; i <= n; i++) if (t[i] > 1.05 * m) list = list (list == "" ? "" : ",") step[i]
+              printf "%.3f %s\n", m, list == "" ? "-" : list }' "$log")"
+    [[ $slow == - ]] && slow=
     mem=$(grep -oE 'memory in use after the first step: [0-9.]+ MiB' "$log" | grep -oE '[0-9.]+' | head -1)
-    loss1[$key]=$l1 lossN[$key]=$lN step_ms[$key]=$ms
-    gpt_json+=("{\"run\":$(jstr "$key"),\"precision\":$(jstr "$p"),\"batch\":$(jstr "${batch:-?}"),\"exit\":0,\"loss_step1\":$(jnum "$l1"),\"loss_last\":$(jnum "$lN"),\"tokens_per_s\":$(jnum "$tok"),\"mfu_percent\":$(jnum "$mfu"),\"ms_per_step\":$(jnum "$ms"),\"memory_mib\":$(jnum "${mem:-}")}")
-    printf "  %-8s B=%-7s loss %s -> %s  %8s tok/s  MFU %5s%%  %s ms/step  %s MiB\n" "$key" "${batch:-?}" "$l1" "$lN" \
-        "$tok" "$mfu" "$ms" "${mem:-?}"
+    loss1[$key]=$l1 lossN[$key]=$lN step_ms[$key]=$med  # the profile's step is a typical one: the median
+    gpt_json+=("{\"run\":$(jstr "$key"),\"precision\":$(jstr "$p"),\"batch\":$(jstr "${batch:-?}"),\"exit\":0,\"loss_step1\":$(jnum "$l1"),\"loss_last\":$(jnum "$lN"),\"tokens_per_s\":$(jnum "$tok"),\"mfu_percent\":$(jnum "$mfu"),\"ms_per_step\":$(jnum "$ms"),\"median_ms_per_step\":$(jnum "$med"),\"slow_steps\":[$slow],\"memory_mib\":$(jnum "${mem:-}")}")
+    printf "  %-8s B=%-7s loss %s -> %s  %8s tok/s  MFU %5s%%  %s ms/step (median %s%s)  %s MiB\n" "$key" \
+        "${batch:-?}" "$l1" "$lN" "$tok" "$mfu" "$ms" "$med" "${slow:+; 5% slower: steps $slow}" "${mem:-?}"
 }
 if fits gpt2_bf16 40; then
     echo "GPT-2 d12, T=1024, $steps steps, bf16 (B=16) ..."

@@ -94,6 +94,8 @@ case "$*" in *"-b auto"*) echo "batch: B=64 T=1024, 1 micro-step -> 65536 tokens
 echo "device memory in use after the first step: 1234.5 MiB of 81559.0 MiB"
 echo "step    1/30 | loss $l | norm 1.0 | lr 3.00e-04 | 900.0 ms | 18204 tok/s | MFU 2.0% | eta 0m30s"
 echo "step    2/30 | loss 9.5 | norm 1.0 | lr 3.00e-04 | 50.0 ms | 327680 tok/s | MFU 30.0% | eta 0m30s"
+echo "step    3/30 | loss 9.0 | norm 1.0 | lr 3.00e-04 | 50.0 ms | 327680 tok/s | MFU 30.0% | eta 0m30s"
+echo "step    4/30 | loss 8.5 | norm 1.0 | lr 3.00e-04 | 60.0 ms | 273067 tok/s | MFU 25.0% | eta 0m30s"
 echo "step   30/30 | loss 7.0 | norm 1.0 | lr 3.00e-04 | 52.0 ms | 315077 tok/s | MFU 28.0% | eta 0m00s"
 X
     stub "$sb/build/gpu/train_bert" <<'X'
@@ -170,7 +172,9 @@ stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check on a stub GPU machine: every part, no failure" 0 "gpu_check: 0 failure(s)" \
     env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh"
 check "... its JSON: finished, 8 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the fourth with --gemm-autotune 1), 4 agreements, 12 sanitizer runs, the tests" 0 \
-    "True 8 51.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_autotune 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], d["gpt2_d12"]["runs"][2]["run"], d["gpt2_d12"]["runs"][3]["run"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+    "True 8 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_autotune 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], d["gpt2_d12"]["runs"][2]["run"], d["gpt2_d12"]["runs"][3]["run"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+check "... each GPT-2 run's median step and the steps 5% slower than it" 0 "51.0 [4]" \
+    json_field 'd["gpt2_d12"]["runs"][0]["median_ms_per_step"], d["gpt2_d12"]["runs"][0]["slow_steps"]'
 check "... each test program with its exit status, tally and seconds" 0 "True" \
     json_field 'len(d["tests"]["each"]) > 0 and all(sorted(t) == ["exit", "failed", "name", "passed", "seconds"] and isinstance(t["seconds"], int) for t in d["tests"]["each"])'
 check "... our attention: forward, backward, the forward with 32 rows per warp, the sweep" 0 "150.5 120.25 110.75 1" \
