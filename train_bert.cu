@@ -893,6 +893,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     cudaCheck(cudaGetDeviceProperties(&prop, dist.device));
     matmul_init(o.tf32);
     matmul_set_autotune(o.gemm_autotune);
+    matmul_bias_grad_route() = o.bias_grad;
     BERT<floatX> model;
     model.dist = &dist;
     model.zero = o.zero;

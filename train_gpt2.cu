@@ -1114,6 +1114,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     cudaCheck(cudaGetDeviceProperties(&prop, dist.device));
     matmul_init(o.tf32);
     matmul_set_autotune(o.gemm_autotune);
+    matmul_bias_grad_route() = o.bias_grad;
     GPT2<floatX> model;
     model.dist = &dist;
     model.zero = o.zero;

@@ -13,6 +13,7 @@
 #include "distributed.h"
 #include "file_io.h"  // same_file
 #include "json.h"  // shortest_float
+#include "matmul.cuh"  // BiasGradRoute
 #include "model_state.cuh"
 #include "precision.cuh"
 #include "schedulers.h"
@@ -45,6 +46,7 @@ struct RunOptions {
     Recompute recompute = Recompute::None;
     AttentionBackward attention_backward = AttentionBackward::Auto;  // --attention-backward
     bool gemm_autotune = false;  // time cuBLASLt's candidate algorithms per GEMM shape (llmc/matmul.cuh)
+    BiasGradRoute bias_grad = BiasGradRoute::Auto;  // --bias-grad (llmc/matmul.cuh's matmul_bias_grad_in_gemm)
     uint64_t seed = 42;
     // Checkpoints and export
     std::string output_dir;     // log.jsonl and checkpoints go here ("" = nowhere)
@@ -217,6 +219,12 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
     cli.add("gemm-autotune", nullptr, "0", "time up to 8 of cuBLASLt's algorithms for each GEMM shape at its first "
             "call (the first step) and keep the fastest (1), or take the heuristic's first choice (0); a tuned run "
             "may differ in the last bits from an untuned one, and a resumed run tunes again", &o->gemm_autotune);
+    cli.add_choice("bias-grad", nullptr, "NAME", "auto",
+                   "where a linear layer's bias gradient is summed: auto (kernels on an H100/H200, gemm elsewhere) "
+                   "| gemm (in the weight-gradient GEMM: cuBLASLt's BGRADB epilogue, where it takes it) | kernels "
+                   "(the deterministic reduction kernels); the last bits of a run differ between the two",
+                   &o->bias_grad,
+                   {{"auto", BiasGradRoute::Auto}, {"gemm", BiasGradRoute::InGemm}, {"kernels", BiasGradRoute::Kernels}});
     cli.add("seed", nullptr, "INT", "42", t.seed_help, &o->seed, 0, LLONG_MAX);
     // Checkpoints and export
     cli.add("output-dir", "o", "DIR", "", "write log.jsonl and checkpoints here (none: no files written)",
@@ -263,8 +271,8 @@ inline void check_no_training_options(const Cli& cli, const RunOptions& o, bool 
     for (const char* name : {"output-dir", "checkpoint-every", "keep-checkpoints", "stop-after"})
         if (cli.given(name))
             cli.fail("option --%s: --max-steps 0 trains nothing, so it writes no checkpoints or log", name);
-    if (cli.given("attention-backward"))
-        cli.fail("option --attention-backward: --max-steps 0 trains nothing, so it runs no backward");
+    for (const char* name : {"attention-backward", "bias-grad"})
+        if (cli.given(name)) cli.fail("option --%s: --max-steps 0 trains nothing, so it runs no backward", name);
     if (!other_work && o.export_hf.empty())
         cli.fail("option --max-steps: 0 (no training) leaves nothing to do; ask for %s", choices);
 }

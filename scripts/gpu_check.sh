@@ -16,9 +16,9 @@
 # the JSON, and each command's time limit is cut to what is left of S. The JSON is rewritten after every
 # part, so a run cut short keeps what it measured. --parts a,b,... runs (and builds for) only those
 # parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma (H100/H200: the backward on mma.sync)
-# gpt2_autotune pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer
-# moe (a second, shorter run on the same machine finishes a budgeted one). The build counts against
-# --budget too.
+# gpt2_autotune gpt2_bias_grad (the other --bias-grad route) pytorch profile tests gemm kernels gpt2_fp32
+# gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a
+# budgeted one). The build counts against --budget too.
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
 set -u
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ sanitize=1
 torch_bench=1
 budget=0
 parts=
-all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_autotune pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
+all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_autotune gpt2_bias_grad pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --json) json_out="${2:?--json needs a file}"; shift 2 ;;
@@ -110,7 +110,7 @@ done
 targets=()  # what the asked-for parts run
 wants tests && targets+=("${tests[@]/#/build/gpu/test_}")
 wants sanitizer && ! wants tests && targets+=(build/gpu/test_{attention,layernorm,matmul,fused_classifier})
-for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_autotune profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
+for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_autotune gpt2_bias_grad profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
     wants $part && targets+=(build/gpu/train_gpt2) && break
 done
 wants bert && targets+=(build/gpu/train_bert)
@@ -324,6 +324,21 @@ if fits gpt2_autotune 60; then
     if read -r ok dd < <(bf16_64k_agreement bf16_64k_autotune 0); then
         [[ $ok != ok ]] && failures=$((failures + 1)) && echo "  the autotuned run disagrees: loss decrease off by" \
             "$dd of the untuned run's (bound 0.05)"
+    fi
+    write_json
+fi
+
+# The 65536-token run again with the other --bias-grad route than this GPU's default (Hopper: gemm,
+# elsewhere kernels): the step time of each route. The forward is unchanged, so step 1's loss must be
+# the same; the decrease after it within 5%.
+if fits gpt2_bias_grad 60; then
+    other_route=kernels
+    [[ $arch == 90 ]] && other_route=gemm
+    echo "GPT-2 d12, the 65536-token run with --bias-grad $other_route ..."
+    gpt2_run "bf16_64k_bias_$other_route" bf16 -b auto -d 65536 --bias-grad "$other_route"
+    if read -r ok dd < <(bf16_64k_agreement "bf16_64k_bias_$other_route" 1); then
+        [[ $ok != ok ]] && failures=$((failures + 1)) && echo "  --bias-grad $other_route disagrees: step-1 losses" \
+            "${loss1[bf16_64k]} vs ${loss1[bf16_64k_bias_$other_route]} (must be equal), decrease off by $dd (bound 0.05)"
     fi
     write_json
 fi

@@ -414,7 +414,10 @@ int main(int argc, char** argv) {
             {"--precision bf16 --attention-backward wgmma", "option --attention-backward: wgmma takes head size 64; "
                                                             "this model's is 16"},
             {"-x 0 -g 4 --attention-backward mma", "option --attention-backward: --max-steps 0 trains nothing, so it "
-                                                   "runs no backward"}};
+                                                   "runs no backward"},
+            {"-x 0 -g 4 --bias-grad kernels", "option --bias-grad: --max-steps 0 trains nothing, so it runs no "
+                                              "backward"},
+            {"--bias-grad bgradb", "option --bias-grad: 'bgradb' is not one of auto, gemm, kernels"}};
         // A model whose first weight (token 0's embedding, tied to the classifier) is NaN: every
         // logits row and so the loss is NaN at step 1. The run stops there, before any checkpoint.
         {
@@ -485,6 +488,44 @@ int main(int argc, char** argv) {
                        "wgmma's losses %s, mma's %s%s%s", th::join(b).c_str(), th::join(a).c_str(),
                        ran ? "" : "; attention_backward_wgmma_kernel never ran",
                        said ? "" : "; the start-up lines do not name the kernels");
+        }
+        // --bias-grad: the bias gradients in the weight GEMM (gemm) or by the reduction kernels (kernels;
+        // auto takes them on Hopper, as the CPU backend's default H100 profile). Both sum the same fp32
+        // terms in another order, each within 32 eps of the exact sum at these 32 rows, so step 1's loss
+        // (the forward alone) is the same and the next ones, after AdamW updates from those gradients,
+        // within 1e-5 (far more than that difference moves them); auto is one of the two bit for bit. On
+        // the CPU backend the kernels that ran say which route was taken.
+        {
+            const std::string run = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                    "--vocab-size 64 -t 16 -b 2 -x 3 -v 0 -g 0 -i " + train + " -j '' ";
+            std::vector<std::vector<double>> losses;
+            std::vector<std::string> ran;  // the bias kernels each run launched, by name
+            bool ok = true;
+            for (const char* route : {"gemm", "kernels", "auto"}) {
+                const std::string cov = g_tmp + "/bias_grad_" + route;
+                th::run_command("mkdir -p " + cov);
+                th::ChildOutput c = th::run_command("SIMT_COVERAGE_DIR=" + cov + " " + run + "--bias-grad " + route +
+                                                    " 2>&1");
+                ok = ok && th::exited_ok(c);
+                losses.push_back(th::step_losses(c.text));
+                ran.push_back(th::run_command("cat " + cov + "/* 2>/dev/null | grep -xE "
+                                              "'bias_(backward_partial|accumulate)_kernel' | sort -u | tr '\\n' ' '")
+                                  .text);
+            }
+            bool close = losses[0].size() == 3 && losses[1].size() == 3 && losses[0][0] == losses[1][0];
+            for (size_t i = 1; close && i < 3; i++)
+                close = std::fabs(losses[0][i] - losses[1][i]) <= 1e-5 * std::fabs(losses[1][i]);
+            const bool hopper = !matmul_bias_grad_in_gemm();  // this device's auto
+            bool same_as_auto = losses[2] == losses[hopper ? 1 : 0];
+            bool routes = kernel_launch_count() < 0 ||
+                          (ran[0] == "bias_accumulate_kernel " && ran[1] == "bias_backward_partial_kernel " &&
+                           ran[2] == ran[hopper ? 1 : 0]);
+            th::report(ok && close && same_as_auto && routes,
+                       "train_gpt2 --bias-grad gemm | kernels | auto: step 1's loss the same, steps 2-3 within 1e-5, "
+                       "auto one of them bit for bit",
+                       "gemm's losses %s (ran %s), kernels' %s (ran %s), auto's %s (ran %s)",
+                       th::join(losses[0]).c_str(), ran[0].c_str(), th::join(losses[1]).c_str(), ran[1].c_str(),
+                       th::join(losses[2]).c_str(), ran[2].c_str());
         }
         // -m above what the validation data holds (200 tokens: 6 batches of B=2 x T=16) reads those 6
         // once each, as -m 6 does, instead of reading some twice.

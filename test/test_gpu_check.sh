@@ -171,8 +171,8 @@ json_field() {  # a python expression on the sandbox's JSON `d`
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check on a stub GPU machine: every part, no failure" 0 "gpu_check: 0 failure(s)" \
     env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh"
-check "... its JSON: finished, 8 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the fourth with --gemm-autotune 1), 4 agreements, 12 sanitizer runs, the tests" 0 \
-    "True 8 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_autotune 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], d["gpt2_d12"]["runs"][2]["run"], d["gpt2_d12"]["runs"][3]["run"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+check "... its JSON: finished, 9 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the fourth with --gemm-autotune 1, the fifth with the other bias-gradient route, gemm on an H100), 4 agreements, 12 sanitizer runs, the tests" 0 \
+    "True 9 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_autotune bf16_64k_bias_gemm 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], d["gpt2_d12"]["runs"][2]["run"], d["gpt2_d12"]["runs"][3]["run"], d["gpt2_d12"]["runs"][4]["run"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
 check "... each GPT-2 run's median step and the steps 5% slower than it" 0 "51.0 [4]" \
     json_field 'd["gpt2_d12"]["runs"][0]["median_ms_per_step"], d["gpt2_d12"]["runs"][0]["slow_steps"]'
 check "... each test program with its exit status, tally and seconds" 0 "True" \
@@ -218,8 +218,8 @@ check "... and builds only their programs" 0 "CUDA_ARCHS=90 build/gpu/dev_layern
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check cut short (killed while BERT runs)" 124 "GPT-2 d12" \
     env PATH="$sb/m/bin:$PATH" STUB_BERT_HANGS=1 timeout 4 "$sb/m/scripts/gpu_check.sh"
-check "... leaves the JSON of the parts before: not finished, 8 GPT-2 runs, the tests, the GEMM" 0 \
-    "False 8 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
+check "... leaves the JSON of the parts before: not finished, 9 GPT-2 runs, the tests, the GEMM" 0 \
+    "False 9 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --parts gpt2_bf16,bert,pytorch: PyTorch's figures beside ours in the table" 0 \
     "| BERT-base bf16 classify, B=32 T=256 | 512.25 samples/s | 700.5 samples/s (compile, bf16 autocast) |" \
