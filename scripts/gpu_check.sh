@@ -419,8 +419,8 @@ if fits tests 300; then  # on an H200 the tests before test_train_bert took 190 
     for t in "${tests[@]}"; do
         [[ -x build/gpu/test_$t ]] || continue  # counted with the build's failures
         out_of_budget tests && break
-        # A test's own limit: 120 s, 300 s for those that run the trainers as programs (each run
-        # starts a CUDA context: test_checkpoint passed 70 of its checks in 120 s on an H200).
+        # A test's own limit: 120 s, 300 s for those that run the trainers as programs, each run
+        # starting a CUDA context (test_checkpoint's 94 checks took over 120 s on an H200).
         own_limit=120
         [[ " $program_tests " == *" $t "* ]] && own_limit=300
         limit=$(cap $own_limit)
