@@ -565,7 +565,7 @@ void matmul_backward_weight(T* dweight, const T* dout, const T* inp, int N, int 
 // reduction kernels here are faster: a GPT-2 124M step's qkv and fc bias gradients with their weight
 // GEMMs took 3.47 ms by BGRADB, 3.12 ms by plain GEMMs and the kernels (H200, bf16, B = 16;
 // dev/cuda/matmul.cu). Elsewhere unmeasured: BGRADB saves the kernels' read of dout. InGemm and
-// Kernels pin a route (tests).
+// Kernels pin a route (the trainers' --bias-grad, tests).
 enum class BiasGradRoute { Auto, InGemm, Kernels };
 inline BiasGradRoute& matmul_bias_grad_route() {
     static BiasGradRoute route = BiasGradRoute::Auto;

@@ -224,7 +224,9 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
                    "| gemm (in the weight-gradient GEMM: cuBLASLt's BGRADB epilogue, where it takes it) | kernels "
                    "(the deterministic reduction kernels); the last bits of a run differ between the two",
                    &o->bias_grad,
-                   {{"auto", BiasGradRoute::Auto}, {"gemm", BiasGradRoute::InGemm}, {"kernels", BiasGradRoute::Kernels}});
+                   {{"auto", BiasGradRoute::Auto},
+                    {"gemm", BiasGradRoute::InGemm},
+                    {"kernels", BiasGradRoute::Kernels}});
     cli.add("seed", nullptr, "INT", "42", t.seed_help, &o->seed, 0, LLONG_MAX);
     // Checkpoints and export
     cli.add("output-dir", "o", "DIR", "", "write log.jsonl and checkpoints here (none: no files written)",
