@@ -261,20 +261,19 @@ gpt2_run() {  # a name for the run, its precision, the batch options (default -b
         gpt_json+=("{\"run\":$(jstr "$key"),\"precision\":$(jstr "$p"),\"exit\":$rc,\"error\":$(jstr "${why:-}")}")
         return
     fi
-    read -r l1 lN tok mfu ms <<< "$(awk -F' [|] ' '/^step +[0-9]+\/[0-9]+ [|]/ {
+    # Step 1's and the last step's loss; the means of tokens/s, MFU and ms over the steps after the
+    # first; their median ms, and the steps more than 5% slower than it (seen on an H200: two steps in
+    # every eight, about one a second, 6-10% slower).
+    read -r l1 lN tok mfu ms med slow <<< "$(awk -F' [|] ' '/^step +[0-9]+\/[0-9]+ [|]/ {
             split($1, s, /[ \/]+/); n = s[2]; sub(/loss /, "", $2); sub(/ ms/, "", $5); sub(/ tok\/s/, "", $6)
             sub(/MFU /, "", $7); sub(/%/, "", $7); if (n == 1) first = $2; last = $2
-            if (n > 1) { tok += $6; mfu += $7; ms += $5; k++ } }
-        END { printf "%s %s %.0f %.1f %.3f\n", first, last, k ? tok / k : 0, k ? mfu / k : 0, k ? ms / k : 0 }' "$log")"
-    # The median step after the first, and the steps more than 5% slower than it (seen on an H200:
-    # two steps in every eight, about one a second, 6-10% slower).
-    read -r med slow <<< "$(awk -F' [|] ' '/^step +[0-9]+\/[0-9]+ [|]/ {
-            split($1, s, /[ \/]+/); if (s[2] > 1) { sub(/ ms/, "", $5); n++; step[n] = s[2]; t[n] = $5 + 0 } }
-        END { for (i = 1; i <= n; i++) u[i] = t[i]
-              for (i = 2; i <= n; i++) { v = u[i]; for (j = i - 1; j >= 1 && u[j] > v; j--) u[j + 1] = u[j]; u[j + 1] = v }
-              m = n ? (n % 2 ? u[(n + 1) / 2] : (u[n / 2] + u[n / 2 + 1]) / 2) : 0
-              list = ""; for (i = 1; i <= n; i++) if (t[i] > 1.05 * m) list = list (list == "" ? "" : ",") step[i]
-              printf "%.3f %s\n", m, list == "" ? "-" : list }' "$log")"
+            if (n > 1) { tok += $6; mfu += $7; ms += $5; k++; step[k] = n; t[k] = $5 + 0 } }
+        END { for (i = 1; i <= k; i++) u[i] = t[i]
+              for (i = 2; i <= k; i++) { v = u[i]; for (j = i - 1; j >= 1 && u[j] > v; j--) u[j + 1] = u[j]; u[j + 1] = v }
+              m = k ? (k % 2 ? u[(k + 1) / 2] : (u[k / 2] + u[k / 2 + 1]) / 2) : 0
+              list = ""; for (i = 1; i <= k; i++) if (t[i] > 1.05 * m) list = list (list == "" ? "" : ",") step[i]
+              printf "%s %s %.0f %.1f %.3f %.3f %s\n", first, last, k ? tok / k : 0, k ? mfu / k : 0, k ? ms / k : 0, m,
+                  list == "" ? "-" : list }' "$log")"
     [[ $slow == - ]] && slow=
     mem=$(grep -oE 'memory in use after the first step: [0-9.]+ MiB' "$log" | grep -oE '[0-9.]+' | head -1)
     loss1[$key]=$l1 lossN[$key]=$lN step_ms[$key]=$med  # the profile's step is a typical one: the median
