@@ -36,7 +36,8 @@
 //   dropout with its products on warpgroup MMA (llmc/wgmma.cuh): on an H200 13% faster at GPT-2
 //   124M's shape (attention_backward_wgmma; the trainers' --attention-backward mma turns it off).
 //   attention_forward_wgmma_kernel is the forward on it, off until timed on a GPU
-//   (attention_forward_wgmma).
+//   (attention_forward_wgmma), as is the wgmma backward with registers for 3 blocks per SM instead of
+//   2 (attention_backward_wgmma_blocks).
 //   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 36 (68) KiB, backward 64 (74) KiB; all
 //   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
 //   an H100 (228 KiB); registers without spills: the backward's for 2 blocks per SM (<= 255 per
@@ -1316,7 +1317,8 @@ __global__ void __launch_bounds__(128, 2)
 // on an H200 no faster): a query tile's dQ product is issued behind the next tile's Sᵀ and dPᵀ, and its
 // rows added to the dQ slice while that tile's dV and dK products run, so that the tensor cores have
 // work while the rows make their round trip to L2 (dSᵀ then takes two tiles: the next query tile's is
-// stored while the dQ product still reads this one's).
+// stored while the dQ product still reads this one's). kMinBlocks: the resident blocks per SM its
+// registers are capped for (attention_backward_wgmma_blocks).
 template <bool kDeferDq>
 struct AttnWgmmaTile {
     static constexpr int kRows = 64, kCols = 64;      // keys of the block's tile; queries per streamed tile
@@ -1357,8 +1359,8 @@ __device__ inline uint64_t attn_desc_mn(const char* tile, int kk) {
     return wgmma_descriptor(tile + 2048 * kk, WgmmaSwizzle::B128, 64 * 128, 1024);
 }
 
-template <class floatX, bool kDeferDq>
-__global__ void __launch_bounds__(128, 2)
+template <class floatX, bool kDeferDq, int kMinBlocks = 2>
+__global__ void __launch_bounds__(128, kMinBlocks)
     attention_backward_wgmma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
                                     const float* lse, const float* D, int T, int C, int NH, bool causal,
                                     const int* valid_len) {
@@ -1488,11 +1490,16 @@ __global__ void __launch_bounds__(128, 2)
                 s[i] = exp2f(s[i] * kScaleLog2 - lse2.x);
                 s[i + 1] = exp2f(s[i + 1] * kScaleLog2 - lse2.y);
             }
-            if (q0 + NQ > valid || k0 + Tile::kRows > valid || (causal && k0 + Tile::kRows - 1 > q0))
+            if (q0 + NQ > valid || k0 + Tile::kRows > valid || (causal && k0 + Tile::kRows - 1 > q0)) {
+                // Element i is key key_g + kd and query q0 + 2t + qd (kd, qd constants once unrolled), so
+                // each test compares one of three per-tile values with a constant.
+                const int to_query_end = valid - q0 - 2 * t, to_key_end = valid - key_g;
+                const int past_diagonal = causal ? key_g - q0 - 2 * t : INT_MIN / 2;
                 for (int i = 0; i < NQ / 2; i++) {
-                    const int kj = key_g + 8 * ((i / 2) % 2), qi = q0 + 8 * (i / 4) + 2 * t + i % 2;
-                    s[i] = qi >= valid || kj >= valid || (causal && kj > qi) ? 0.f : s[i];
+                    const int kd = 8 * ((i / 2) % 2), qd = 8 * (i / 4) + i % 2;
+                    s[i] = qd >= to_query_end || kd >= to_key_end || past_diagonal + kd > qd ? 0.f : s[i];
                 }
+            }
             wgmma_wait<kDeferDq ? 1 : 0>();
             wgmma_fence_operand(dp);
             for (int i = 0; i < NQ / 2; i += 2) {  // dSᵀ = Pᵀ ∘ (dPᵀ - D)
@@ -1712,6 +1719,16 @@ inline bool& attention_backward_wgmma() {
 inline bool& attention_backward_wgmma_defer_dq() {
     static bool on = false;
     return on;
+}
+
+// The resident blocks per SM the wgmma kernel's registers are capped for (its __launch_bounds__) when
+// it adds dQ at once: 2 (180 registers) or 3 (168, still without spills: 12 warps per SM instead of 8
+// to hide the latency of its waits and barriers, where an H200's profile showed the kernel at 33% of
+// its issue slots). 2 until 3 is timed (dev/cuda/attention.cu's variant 9, the trainers'
+// --attention-backward wgmma-3). The kernel deferring dQ always takes 2: capped for 3 it spills.
+inline int& attention_backward_wgmma_blocks() {
+    static int blocks = 2;
+    return blocks;
 }
 
 // Whether attention_backward takes the wgmma kernel for a 16-bit type at this head size and dropout on
@@ -1996,8 +2013,9 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
         float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
         if (attention_backward_takes_wgmma(HS, dropout)) {
             const bool defer = attention_backward_wgmma_defer_dq();
-            auto kernel = defer ? attention_backward_wgmma_kernel<floatX, true>
-                                : attention_backward_wgmma_kernel<floatX, false>;
+            auto kernel = defer                                     ? attention_backward_wgmma_kernel<floatX, true>
+                          : attention_backward_wgmma_blocks() == 3 ? attention_backward_wgmma_kernel<floatX, false, 3>
+                                                                    : attention_backward_wgmma_kernel<floatX, false>;
             const size_t smem = defer ? AttnWgmmaTile<true>::kSmem : AttnWgmmaTile<false>::kSmem;
             reserve_dynamic_smem(kernel, smem, "attention_backward", "HS", HS);
             cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(128), smem, stream, dqkv, dq_part, dout, qkv, lse,

@@ -19,7 +19,7 @@
 #include "schedulers.h"
 
 // Which kernel the 16-bit attention backward takes (--attention-backward; llmc/attention.cuh).
-enum class AttentionBackward { Auto, Mma, Wgmma };
+enum class AttentionBackward { Auto, Mma, Wgmma, Wgmma3 };
 
 // What a training run is asked to do, as far as both trainers agree on it.
 struct RunOptions {
@@ -211,11 +211,13 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
     cli.add_choice("attention-backward", nullptr, "NAME", "auto",
                    "the bf16/fp16 attention backward: auto (wgmma where it applies, else mma) | mma (mma.sync, "
                    "FlashAttention-2 style) | wgmma (Hopper's warpgroup MMA: an H100/H200 and a build for it; "
-                   "head size 64, no attention dropout)",
+                   "head size 64, no attention dropout) | wgmma-3 (wgmma with its registers capped for 3 blocks "
+                   "per SM instead of 2; the same gradients)",
                    &o->attention_backward,
                    {{"auto", AttentionBackward::Auto},
                     {"mma", AttentionBackward::Mma},
-                    {"wgmma", AttentionBackward::Wgmma}});
+                    {"wgmma", AttentionBackward::Wgmma},
+                    {"wgmma-3", AttentionBackward::Wgmma3}});
     cli.add("gemm-autotune", nullptr, "0", "time up to 8 of cuBLASLt's algorithms for each GEMM shape at its first "
             "call (the first step) and keep the fastest (1), or take the heuristic's first choice (0); a tuned run "
             "may differ in the last bits from an untuned one, and a resumed run tunes again", &o->gemm_autotune);
@@ -280,23 +282,28 @@ inline void check_no_training_options(const Cli& cli, const RunOptions& o, bool 
 }
 
 // --attention-backward, once the model and the device are known: auto leaves the choice to
-// attention_backward (wgmma where it applies), mma turns wgmma off, and wgmma is refused where it would
-// change nothing (a head size other than 64, attention dropout) or cannot run (no wgmma code for this
-// device). Returns the kernel the run's backward takes, for the trainer's start-up lines.
+// attention_backward (wgmma where it applies), mma turns wgmma off, and wgmma (or wgmma-3) is refused
+// where it would change nothing (a head size other than 64, attention dropout) or cannot run (no wgmma
+// code for this device). Returns the kernel the run's backward takes, for the trainer's start-up lines.
 inline const char* apply_attention_backward(const RunOptions& o, int head_size, float attention_dropout) {
-    if (o.attention_backward == AttentionBackward::Wgmma) {
+    const bool wgmma_asked = o.attention_backward == AttentionBackward::Wgmma ||
+                             o.attention_backward == AttentionBackward::Wgmma3;
+    const char* name = o.attention_backward == AttentionBackward::Wgmma3 ? "wgmma-3" : "wgmma";
+    if (wgmma_asked) {
         if (head_size != 64)
-            data_error("option --attention-backward: wgmma takes head size 64; this model's is %d", head_size);
+            data_error("option --attention-backward: %s takes head size 64; this model's is %d", name, head_size);
         if (attention_dropout > 0)
-            data_error("option --attention-backward: wgmma runs the backward without attention dropout; this run "
-                       "has attention dropout %g (give --attention-dropout 0)", attention_dropout);
+            data_error("option --attention-backward: %s runs the backward without attention dropout; this run "
+                       "has attention dropout %g (give --attention-dropout 0)", name, attention_dropout);
         if (!wgmma_supported())
-            data_error("option --attention-backward: this device has no wgmma code: wgmma needs an H100 or H200 "
-                       "(compute capability 9.0) and a build for it (make GPU=1 there builds sm_90a)");
+            data_error("option --attention-backward: this device has no wgmma code: %s needs an H100 or H200 "
+                       "(compute capability 9.0) and a build for it (make GPU=1 there builds sm_90a)", name);
     }
     attention_backward_wgmma() = o.attention_backward != AttentionBackward::Mma;
+    attention_backward_wgmma_blocks() = o.attention_backward == AttentionBackward::Wgmma3 ? 3 : 2;
     if (o.precision == Precision::FP32 || o.tf32) return "CUDA cores (fp32)";
-    return attention_backward_takes_wgmma(head_size, attention_dropout > 0) ? "wgmma" : "mma.sync";
+    if (!attention_backward_takes_wgmma(head_size, attention_dropout > 0)) return "mma.sync";
+    return attention_backward_wgmma_blocks() == 3 ? "wgmma, registers for 3 blocks per SM" : "wgmma";
 }
 
 // The checks of the shared options that involve more than one of them, after cli.parse() (and the
@@ -331,8 +338,10 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
     for (const auto& x : only_for)
         if (cli.given(x.option) && !x.applies)
             cli.fail("option --%s: applies to %s only (%s)", x.option, x.only, x.run.c_str());
-    if (o->attention_backward == AttentionBackward::Wgmma && (o->precision == Precision::FP32 || o->tf32))
-        cli.fail("option --attention-backward: wgmma applies to --precision bf16 and fp16 only (%s)", precision.c_str());
+    if ((o->attention_backward == AttentionBackward::Wgmma || o->attention_backward == AttentionBackward::Wgmma3) &&
+        (o->precision == Precision::FP32 || o->tf32))
+        cli.fail("option --attention-backward: %s applies to --precision bf16 and fp16 only (%s)",
+                 cli.str("attention-backward").c_str(), precision.c_str());
     if (o->opt.nesterov && o->opt.momentum <= 0) cli.fail("option --nesterov: needs --momentum > 0");
     if (o->zero > 0 && o->opt.kind == OptimizerKind::Adafactor && dist.world > 1)
         cli.fail("option --zero: %d shards the optimizer state element by element, and Adafactor's factored "

@@ -16,9 +16,10 @@
 # the JSON, and each command's time limit is cut to what is left of S. The JSON is rewritten after every
 # part, so a run cut short keeps what it measured. --parts a,b,... runs (and builds for) only those
 # parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma (H100/H200: the backward on mma.sync)
-# gpt2_autotune gpt2_bias_grad (the other --bias-grad route) pytorch profile tests gemm kernels gpt2_fp32
-# gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a
-# budgeted one). The build counts against --budget too.
+# gpt2_bf16_64k_wgmma3 (H100/H200: the wgmma backward's registers for 3 blocks per SM) gpt2_autotune
+# gpt2_bias_grad (the other --bias-grad route) pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32
+# gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a budgeted
+# one). The build counts against --budget too.
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
 set -u
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ sanitize=1
 torch_bench=1
 budget=0
 parts=
-all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_autotune gpt2_bias_grad pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
+all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma3 gpt2_autotune gpt2_bias_grad pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --json) json_out="${2:?--json needs a file}"; shift 2 ;;
@@ -38,7 +39,7 @@ while [[ $# -gt 0 ]]; do
         --parts) parts="${2:?--parts needs a list of parts}"; shift 2 ;;
         --skip-sanitizer) sanitize=; shift ;;
         --skip-torch) torch_bench=; shift ;;
-        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu_check: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
@@ -110,7 +111,7 @@ done
 targets=()  # what the asked-for parts run
 wants tests && targets+=("${tests[@]/#/build/gpu/test_}")
 wants sanitizer && ! wants tests && targets+=(build/gpu/test_{attention,layernorm,matmul,fused_classifier})
-for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_autotune gpt2_bias_grad profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
+for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma3 gpt2_autotune gpt2_bias_grad profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
     wants $part && targets+=(build/gpu/train_gpt2) && break
 done
 wants bert && targets+=(build/gpu/train_bert)
@@ -140,6 +141,7 @@ test_json=() san_json=() gpt_json=() mem_json=() agree_json=() bert_json=() swee
 tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metrics_json=null
 ours_fwd= ours_bwd= ours_gemm= fp8_accum= gemm_heur= gemm_best= bgrad_fused= bgrad_kernels= fcb_bgradb= fcb_dgelu=
 ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd6= mma_sweep= ours_bwd7= defer_sweep= ours_fwd8= fwd8_sweep= ours_slices_gpt2=
+ours_bwd9= wgmma3_sweep=
 failures=$build_failures
 write_json() {  # "final" once every part has run or been skipped
     skipped_json=()
@@ -171,6 +173,8 @@ write_json() {  # "final" once every part has run or been skipped
         printf '  "attention_bf16_bwd_wgmma_defer_dq_sweep":{%s},\n' "${defer_sweep:-}"
         printf '  "attention_bf16_causal_fwd_wgmma_tflops":%s,\n' "$(jnum "${ours_fwd8:-}")"
         printf '  "attention_bf16_fwd_wgmma_sweep":{%s},\n' "${fwd8_sweep:-}"
+        printf '  "attention_bf16_causal_bwd_wgmma_3_blocks_tflops":%s,\n' "$(jnum "${ours_bwd9:-}")"
+        printf '  "attention_bf16_bwd_wgmma_3_blocks_sweep":{%s},\n' "${wgmma3_sweep:-}"
         printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh12":{%s},\n' "${ours_slices_gpt2:-}"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
         printf '  "gpt2_step_gemms_ms":{"heuristic":%s,"fastest_algorithm":%s},\n' "$(jnum "${gemm_heur:-}")" \
@@ -221,6 +225,10 @@ if fits attention 60; then
     # ([fwd, fwd+bwd with production's backward]).
     ours_fwd8=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "forward variant 8")
     fwd8_sweep=$(sweep_of wgmma-fwd)
+    # The wgmma backward with its registers capped for 3 blocks per SM instead of 2 (dev variant 9,
+    # sm_90a): GPT-2's shape, and the sweep's HS=64 shapes ([bwd, fwd+bwd]).
+    ours_bwd9=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 9")
+    wgmma3_sweep=$(sweep_of wgmma3)
     slices_of() {  # {"slices": TFLOP/s, ...} from the section of dev_attention.log whose header starts with $1
         awk -v sec="$1" 'index($0, sec) == 1 { in_sec = 1; next } /^[^ ]/ { in_sec = 0 }
             in_sec && /backward \(llmc, flash\), dQ in [0-9]+ slice/ {
@@ -244,14 +252,43 @@ fi
 # run: step-1 loss, last loss, tokens/s, MFU and ms per step (means of the steps after the first),
 # device memory in use after the first step.
 declare -A loss1 lossN step_ms
+# The GPU's clocks while a run trains, sampled by nvidia-smi every 100 ms into $logs/gpt2_<run>.clocks.csv
+# (time, SM and memory clock in MHz, power in W, temperature, the active clock-event reasons: the
+# driver's bit mask of why the clocks are below their maximum, e.g. 0x4 the power cap, 0x80 the power
+# brake). What explains slow steps if a clock explains them. nvidia-smi before driver 530 calls the
+# reasons clocks_throttle_reasons.
+clock_fields=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active
+nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv,noheader > /dev/null 2>&1 ||
+    clock_fields=${clock_fields/clocks_event_reasons/clocks_throttle_reasons}
+clock_summary() {  # a run's clocks CSV -> a JSON object (null without samples) and a line for the log
+    awk -F', *' 'NF >= 6 && $2 ~ /^[0-9]+$/ { n++; sm[n] = $2 + 0; if ($4 + 0 > pw) pw = $4 + 0
+            if ($5 + 0 > temp) temp = $5 + 0; if (!($6 in seen)) order[++r] = $6; seen[$6]++ }
+        END { if (!n) { print "null"; print "no clock samples"; exit }
+              for (i = 1; i <= n; i++) u[i] = sm[i]
+              for (i = 2; i <= n; i++) { v = u[i]; for (j = i - 1; j >= 1 && u[j] > v; j--) u[j + 1] = u[j]; u[j + 1] = v }
+              med = u[int((n + 1) / 2)]; low = 0; for (i = 1; i <= n; i++) if (sm[i] < 0.97 * med) low++
+              reasons = ""; text = ""
+              for (i = 1; i <= r; i++) { reasons = reasons (i > 1 ? "," : "") sprintf("\"%s\":%d", order[i], seen[order[i]])
+                                         text = text (i > 1 ? ", " : "") sprintf("%s x%d", order[i], seen[order[i]]) }
+              printf "{\"samples\":%d,\"sm_mhz_min\":%d,\"sm_mhz_median\":%d,\"sm_mhz_max\":%d,\"samples_below_97pct\":%d,\"power_w_max\":%.1f,\"temperature_c_max\":%d,\"reasons\":{%s}}\n",
+                  n, u[1], med, u[n], low, pw, temp, reasons
+              printf "clocks: SM %d MHz median (min %d, max %d), %d of %d samples below 97%% of the median; power <= %.0f W, <= %d C; reasons %s\n",
+                  med, u[1], u[n], low, n, pw, temp, text }' "$1"
+}
 gpt2_run() {  # a name for the run, its precision, the batch options (default -b 16)
-    local key=$1 p=$2 log="$logs/gpt2_$1.log" rc why l1 lN tok mfu ms med slow mem batch
+    local key=$1 p=$2 log="$logs/gpt2_$1.log" rc why l1 lN tok mfu ms med slow mem batch sampler clocks clocks_line
     shift 2
     local batch_args=(-b 16)
     [[ $# -gt 0 ]] && batch_args=("$@")
+    nvidia-smi -i 0 --query-gpu="$clock_fields" --format=csv,noheader,nounits -lms 100 > "$logs/gpt2_$key.clocks.csv" \
+        2> /dev/null &
+    sampler=$!
     timeout "$(cap 300)" build/gpu/train_gpt2 -e d12 "${batch_args[@]}" -t 1024 -x "$steps" -v 0 -g 0 --precision "$p" \
         > "$log" 2>&1
     rc=$?
+    kill "$sampler" 2> /dev/null
+    wait "$sampler" 2> /dev/null
+    { read -r clocks; read -r clocks_line; } < <(clock_summary "$logs/gpt2_$key.clocks.csv")
     batch=$(sed -n 's/^batch: B=\([0-9]*\) T=1024, \([0-9]*\) micro-step.*/\1 x \2/p' "$log" | head -1)
     if [[ $rc -ne 0 ]]; then
         why=$(grep -m1 -iE "error|refus|need|not supported" "$log")
@@ -277,9 +314,10 @@ gpt2_run() {  # a name for the run, its precision, the batch options (default -b
     [[ $slow == - ]] && slow=
     mem=$(grep -oE 'memory in use after the first step: [0-9.]+ MiB' "$log" | grep -oE '[0-9.]+' | head -1)
     loss1[$key]=$l1 lossN[$key]=$lN step_ms[$key]=$med  # the profile's step is a typical one: the median
-    gpt_json+=("{\"run\":$(jstr "$key"),\"precision\":$(jstr "$p"),\"batch\":$(jstr "${batch:-?}"),\"exit\":0,\"loss_step1\":$(jnum "$l1"),\"loss_last\":$(jnum "$lN"),\"tokens_per_s\":$(jnum "$tok"),\"mfu_percent\":$(jnum "$mfu"),\"ms_per_step\":$(jnum "$ms"),\"median_ms_per_step\":$(jnum "$med"),\"slow_steps\":[$slow],\"memory_mib\":$(jnum "${mem:-}")}")
+    gpt_json+=("{\"run\":$(jstr "$key"),\"precision\":$(jstr "$p"),\"batch\":$(jstr "${batch:-?}"),\"exit\":0,\"loss_step1\":$(jnum "$l1"),\"loss_last\":$(jnum "$lN"),\"tokens_per_s\":$(jnum "$tok"),\"mfu_percent\":$(jnum "$mfu"),\"ms_per_step\":$(jnum "$ms"),\"median_ms_per_step\":$(jnum "$med"),\"slow_steps\":[$slow],\"memory_mib\":$(jnum "${mem:-}"),\"clocks\":${clocks:-null}}")
     printf "  %-8s B=%-7s loss %s -> %s  %8s tok/s  MFU %5s%%  %s ms/step (median %s%s)  %s MiB\n" "$key" \
         "${batch:-?}" "$l1" "$lN" "$tok" "$mfu" "$ms" "$med" "${slow:+; 5% slower: steps $slow}" "${mem:-?}"
+    echo "           $clocks_line"
 }
 if fits gpt2_bf16 40; then
     echo "GPT-2 d12, T=1024, $steps steps, bf16 (B=16) ..."
@@ -310,6 +348,20 @@ if [[ $arch == 90 ]] && fits gpt2_bf16_64k_mma 60; then
     if read -r ok dd < <(bf16_64k_agreement bf16_64k_mma 1); then
         [[ $ok != ok ]] && failures=$((failures + 1)) && echo "  the wgmma backward disagrees with mma's: step-1" \
             "losses ${loss1[bf16_64k]} vs ${loss1[bf16_64k_mma]} (must be equal), decrease off by $dd (bound 0.05)"
+    fi
+    write_json
+fi
+# On an H100/H200 the wgmma backward with its registers capped for 3 blocks per SM instead of 2
+# (--attention-backward wgmma-3): the same code and the same gradients, so every loss must be the
+# default run's bit for bit; only the step time may differ.
+if [[ $arch == 90 ]] && fits gpt2_bf16_64k_wgmma3 60; then
+    echo "GPT-2 d12, the same with --attention-backward wgmma-3 ..."
+    gpt2_run bf16_64k_wgmma3 bf16 -b auto -d 65536 --attention-backward wgmma-3
+    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[bf16_64k_wgmma3]:-}" ]] &&
+        [[ ${loss1[bf16_64k]} != "${loss1[bf16_64k_wgmma3]}" || ${lossN[bf16_64k]} != "${lossN[bf16_64k_wgmma3]}" ]]; then
+        failures=$((failures + 1))
+        echo "  wgmma-3's losses differ from the default's: step 1 ${loss1[bf16_64k_wgmma3]} vs ${loss1[bf16_64k]}," \
+            "last ${lossN[bf16_64k_wgmma3]} vs ${lossN[bf16_64k]} (must be equal)"
     fi
     write_json
 fi
@@ -639,6 +691,8 @@ if [[ -n $ours_fwd$ours_bwd ]]; then
     [[ -n $defer_sweep ]] && echo "| ... deferring dQ over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${defer_sweep//\"/} | |"
     [[ -n $ours_fwd8 ]] && echo "| ... the forward on wgmma (dev variant 8) | ${ours_fwd8} TFLOP/s | |"
     [[ -n $fwd8_sweep ]] && echo "| ... the forward on wgmma over the sweep's HS=64 shapes (fwd, fwd+bwd) | ${fwd8_sweep//\"/} | |"
+    [[ -n $ours_bwd9 ]] && echo "| ... the wgmma backward with registers for 3 blocks per SM (dev variant 9) | ${ours_bwd9} TFLOP/s | |"
+    [[ -n $wgmma3_sweep ]] && echo "| ... for 3 blocks per SM over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${wgmma3_sweep//\"/} | |"
 fi
 for r in "${moe_json[@]}"; do
     name=$(echo "$r" | sed 's/.*"model":"\([^"]*\)".*/\1/')

@@ -659,19 +659,28 @@ void test_compact_blocks(const Case& cs, uint64_t seed) {
 }
 
 // The wgmma backward with each query tile's dQ deferred to the next tile gives the same bits as with it
-// added at once: the same products, and the same adds to each dQ slice in the same order.
+// added at once: the same products, and the same adds to each dQ slice in the same order; and so does
+// the kernel adding it at once with its registers capped for 3 blocks per SM instead of 2 (the same
+// code: on a GPU, another register allocation and schedule).
 template <class floatX>
-void test_wgmma_defer_same_bits(const Case& cs, uint64_t seed) {
+void test_wgmma_variants_same_bits(const Case& cs, uint64_t seed) {
     std::vector<float> qkv, dout;
     make_inputs<floatX>(cs, seed, qkv, dout);
     const bool saved = attention_backward_wgmma_defer_dq();
+    const int saved_blocks = attention_backward_wgmma_blocks();
     attention_backward_wgmma_defer_dq() = false;
+    attention_backward_wgmma_blocks() = 2;
     auto at_once = run_kernels<floatX>(cs, qkv, dout, nullptr);
+    attention_backward_wgmma_blocks() = 3;
+    auto three_blocks = run_kernels<floatX>(cs, qkv, dout, nullptr);
+    attention_backward_wgmma_blocks() = saved_blocks;
     attention_backward_wgmma_defer_dq() = true;
     auto deferred = run_kernels<floatX>(cs, qkv, dout, nullptr);
     attention_backward_wgmma_defer_dq() = saved;
-    th::check_bitwise((cs.name(th::dtype_name<floatX>()) + " dQ deferred = dQ at once").c_str(), at_once.data(),
-                      deferred.data(), at_once.size());
+    const std::string name = cs.name(th::dtype_name<floatX>());
+    th::check_bitwise((name + " dQ deferred = dQ at once").c_str(), at_once.data(), deferred.data(), at_once.size());
+    th::check_bitwise((name + " registers for 3 blocks per SM = for 2").c_str(), at_once.data(), three_blocks.data(),
+                      at_once.size());
 }
 
 // The (dtype, head size) pairs whose 4-warp backward needs more than 99 KiB, checked against the
@@ -798,8 +807,9 @@ int main(int argc, char** argv) {
     // not, T below one tile, across tiles and not a multiple of 64, valid lengths 1 and mid-tile, and
     // blocks with several key tiles adding to their dQ slice; then the forward on wgmma
     // (attention_forward_wgmma) before it, causal with one partial tile and not with three and valid
-    // lengths T, 1 and mid-tile. The backward deferring dQ (attention_backward_wgmma_defer_dq) gives the
-    // same bits as this one: checked on three shapes.
+    // lengths T, 1 and mid-tile. The backward deferring dQ (attention_backward_wgmma_defer_dq) and the
+    // one with registers for 3 blocks per SM (attention_backward_wgmma_blocks) give the same bits as this
+    // one: checked on three shapes.
     attention_backward_wgmma() = true;
     for (const Case& cs : std::vector<Case>{{2, 33, 3, 64, true, {33, 1}},  // one partial tile
                                             {2, 128, 2, 64, true, {}},
@@ -820,10 +830,10 @@ int main(int argc, char** argv) {
     test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
     attention_dq_target_blocks() = 4;
     test_case<__half>({2, 300, 2, 64, false, random_lengths(2, 300, 16)}, seed++);
-    test_wgmma_defer_same_bits<__nv_bfloat16>({2, 300, 2, 64, true, {300, 170}}, seed++);
+    test_wgmma_variants_same_bits<__nv_bfloat16>({2, 300, 2, 64, true, {300, 170}}, seed++);
     attention_dq_target_blocks() = saved_target;
-    test_wgmma_defer_same_bits<__half>({3, 130, 2, 64, false, {130, 1, 77}}, seed++);
-    test_wgmma_defer_same_bits<__nv_bfloat16>({2, 33, 3, 64, true, {33, 1}}, seed++);
+    test_wgmma_variants_same_bits<__half>({3, 130, 2, 64, false, {130, 1, 77}}, seed++);
+    test_wgmma_variants_same_bits<__nv_bfloat16>({2, 33, 3, 64, true, {33, 1}}, seed++);
     attention_backward_wgmma() = false;
     test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
     test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);

@@ -29,7 +29,7 @@ check "gpu_check with an unknown option" 2 "unknown option '--bogus'" "$root/scr
 check "gpu_check --steps 1 refused" 2 "--steps wants a number >= 2" "$root/scripts/gpu_check.sh" --steps 1
 check "gpu_check --parts with an unknown part" 2 "--parts: 'gpt3' is not one of" "$root/scripts/gpu_check.sh" --parts gpt2_bf16,gpt3
 check "gpu_check --budget soon refused" 2 "--budget wants whole seconds" "$root/scripts/gpu_check.sh" --budget soon
-MAX_LINES=20 check "gpu_check --help" 0 "make gpu-check" "$root/scripts/gpu_check.sh" --help
+MAX_LINES=21 check "gpu_check --help" 0 "make gpu-check" "$root/scripts/gpu_check.sh" --help
 # The sweep lines of dev/cuda/attention.cu -> JSON (scripts/attention_sweep.awk): a causal shape with
 # the paper's figure, a full one without, and a line that is not a sweep line.
 sweep_json=$(awk -f "$root/scripts/attention_sweep.awk" <<'LINES'
@@ -52,9 +52,16 @@ stub_machine() {  # the sandbox's root
     mkdir -p "$sb/scripts" "$sb/test" "$sb/dev" "$sb/build/gpu" "$sb/bin"
     cp "$root"/scripts/{gpu_check.sh,attention_sweep.awk,kernel_profile.py} "$sb/scripts/"
     for t in attention layernorm nccl; do touch "$sb/test/test_$t.cu"; done
+    # nvidia-smi: the GPU's description, or asked for clocks (gpu_check samples them while GPT-2
+    # trains) three samples, one of them slower and power-capped
     stub "$sb/bin/nvidia-smi" <<'X'
 #!/bin/sh
-echo "NVIDIA H100 80GB HBM3, 9.0, 81559 MiB, 580.159.04"
+case "$*" in
+    *clocks.sm*) echo "2026/12/01 10:00:00.100, 1980, 3201, 650.25, 55, 0x0000000000000000"
+                 echo "2026/12/01 10:00:00.200, 1755, 3201, 700.5, 57, 0x0000000000000004"
+                 echo "2026/12/01 10:00:00.300, 1980, 3201, [N/A], 56, 0x0000000000000000" ;;
+    *) echo "NVIDIA H100 80GB HBM3, 9.0, 81559 MiB, 580.159.04" ;;
+esac
 X
     printf '#!/bin/sh\necho "$*" > "$(dirname "$0")/../make_args"\n' | stub "$sb/bin/make"  # records what it was asked
     # ncu: with --section, two launches' sections as ncu 2025 writes them on an H100 (its warning
@@ -89,6 +96,7 @@ X
     stub "$sb/build/gpu/train_gpt2" <<'X'
 #!/bin/sh
 case "$*" in *fp32*) l=10.98 ;; *) l=10.99 ;; esac
+case "$*" in *wgmma-3*) [ -n "${STUB_WGMMA3_DIFFERS:-}" ] && l=10.97 ;; esac
 case "$*" in *"-b auto"*) echo "batch: B=64 T=1024, 1 micro-step -> 65536 tokens per step; 30 steps" ;;
              *) echo "batch: B=16 T=1024, 1 micro-step -> 16384 tokens per step; 30 steps" ;; esac
 echo "device memory in use after the first step: 1234.5 MiB of 81559.0 MiB"
@@ -117,11 +125,13 @@ echo "  backward (llmc, flash), dQ in 16 slices   failed: out of memory"
 echo "  backward variant 6 (flash on mma.sync)   0.3 ms   170.5 TFLOP/s"
 echo "  backward variant 7 (flash on wgmma, dQ deferred)   0.3 ms   185.5 TFLOP/s"
 echo "  forward variant 8 (flash forward on wgmma)   0.1 ms   290.5 TFLOP/s"
+echo "  backward variant 9 (flash on wgmma, registers for 3 blocks per SM)   0.3 ms   195.5 TFLOP/s"
 echo "  sweep bf16 HS=64 causal T=1024 B=16 NH=32: fwd 150 bwd 120 fwd+bwd 128 TFLOP/s  (FlashAttention-2, H100 SXM: 192)"
 echo "  mma-sweep bf16 HS=64 causal T=1024 B=16 NH=32: bwd 175.5 fwd+bwd 165.25 TFLOP/s"
 echo "  mma-sweep bf16 HS=64 causal T=2048 B=8 NH=32: bwd n/a fwd+bwd n/a TFLOP/s"
 echo "  defer-sweep bf16 HS=64 full T=1024 B=16 NH=32: bwd 190.5 fwd+bwd 180.25 TFLOP/s"
 echo "  wgmma-fwd-sweep bf16 HS=64 causal T=2048 B=8 NH=32: fwd 300.5 fwd+bwd 200.25 TFLOP/s"
+echo "  wgmma3-sweep bf16 HS=64 causal T=512 B=32 NH=32: bwd 150.5 fwd+bwd 140.25 TFLOP/s"
 echo "bf16 B=16 T=1024 NH=32 HS=64 causal, the backward by dQ slices:"
 echo "  backward (llmc, flash), dQ in 1 slice   0.6 ms   125.5 TFLOP/s   12.7% of peak 989 TFLOP/s"
 echo "  backward (llmc, flash), dQ in 2 slices   0.6 ms   119.5 TFLOP/s   12.1% of peak 989 TFLOP/s"
@@ -173,12 +183,15 @@ json_field() {  # a python expression on the sandbox's JSON `d`
     python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($1)" "$sb/m/build/gpu-check/gpu_check.json" 2>&1
 }
 stub_machine "$sb/m"
-MAX_LINES=100 check "gpu_check on a stub GPU machine: every part, no failure" 0 "gpu_check: 0 failure(s)" \
+MAX_LINES=120 check "gpu_check on a stub GPU machine: every part, no failure" 0 "gpu_check: 0 failure(s)" \
     env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh"
-check "... its JSON: finished, 9 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the fourth with --gemm-autotune 1, the fifth with the other bias-gradient route, gemm on an H100), 4 agreements, 12 sanitizer runs, the tests" 0 \
-    "True 9 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_autotune bf16_64k_bias_gemm 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], d["gpt2_d12"]["runs"][2]["run"], d["gpt2_d12"]["runs"][3]["run"], d["gpt2_d12"]["runs"][4]["run"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+check "... its JSON: finished, 10 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the fourth with the wgmma backward's registers for 3 blocks, the fifth with --gemm-autotune 1, the sixth with the other bias-gradient route, gemm on an H100), 4 agreements, 12 sanitizer runs, the tests" 0 \
+    "True 10 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_wgmma3 bf16_64k_autotune bf16_64k_bias_gemm 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], d["gpt2_d12"]["runs"][2]["run"], d["gpt2_d12"]["runs"][3]["run"], d["gpt2_d12"]["runs"][4]["run"], d["gpt2_d12"]["runs"][5]["run"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
 check "... each GPT-2 run's median step and the steps 5% slower than it" 0 "51.0 [4]" \
     json_field 'd["gpt2_d12"]["runs"][0]["median_ms_per_step"], d["gpt2_d12"]["runs"][0]["slow_steps"]'
+check "... and the GPU's clocks while it trained: SM clock min/median, samples below 97% of it, power, reasons" 0 \
+    "3 1755 1980 1 700.5 {'0x0000000000000000': 2, '0x0000000000000004': 1}" \
+    json_field 'd["gpt2_d12"]["runs"][0]["clocks"]["samples"], d["gpt2_d12"]["runs"][0]["clocks"]["sm_mhz_min"], d["gpt2_d12"]["runs"][0]["clocks"]["sm_mhz_median"], d["gpt2_d12"]["runs"][0]["clocks"]["samples_below_97pct"], d["gpt2_d12"]["runs"][0]["clocks"]["power_w_max"], d["gpt2_d12"]["runs"][0]["clocks"]["reasons"]'
 check "... each test program with its exit status, tally and seconds" 0 "True" \
     json_field 'len(d["tests"]["each"]) > 0 and all(sorted(t) == ["exit", "failed", "name", "passed", "seconds"] and isinstance(t["seconds"], int) for t in d["tests"]["each"])'
 check "... our attention: forward, backward, the forward with 32 rows per warp, the sweep" 0 "150.5 120.25 110.75 1" \
@@ -186,9 +199,9 @@ check "... our attention: forward, backward, the forward with 32 rows per warp, 
 check "... the backward by number of dQ slices (three shapes; a failed line null), adding dQ by atomics; the forward capped for 2 blocks" 0 \
     "{'1': 90.5, '8': 120.25, '16': None} {'1': 125.5, '2': 119.5} {'4': 140.5} 130.5 160.5" \
     json_field 'd["ours"]["attention_bf16_causal_bwd_tflops_by_dq_slices"], d["ours"]["attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh32"], d["ours"]["attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh12"], d["ours"]["attention_bf16_causal_bwd_dq_atomics_tflops"], d["ours"]["attention_bf16_causal_fwd_regs_for_2_blocks_tflops"]'
-check "... the backward on mma.sync where production's is on wgmma (a line without figures null), on wgmma deferring dQ, and the forward on wgmma: GPT-2's shape and the sweep's" 0 \
-    "170.5 {'causal 1024': [175.5, 165.25], 'causal 2048': [None, None]} 185.5 {'full 1024': [190.5, 180.25]} 290.5 {'causal 2048': [300.5, 200.25]}" \
-    json_field 'd["ours"]["attention_bf16_causal_bwd_mma_tflops"], d["ours"]["attention_bf16_bwd_mma_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_defer_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_defer_dq_sweep"], d["ours"]["attention_bf16_causal_fwd_wgmma_tflops"], d["ours"]["attention_bf16_fwd_wgmma_sweep"]'
+check "... the backward on mma.sync where production's is on wgmma (a line without figures null), on wgmma deferring dQ, the forward on wgmma, the wgmma backward with registers for 3 blocks: GPT-2's shape and the sweep's" 0 \
+    "170.5 {'causal 1024': [175.5, 165.25], 'causal 2048': [None, None]} 185.5 {'full 1024': [190.5, 180.25]} 290.5 {'causal 2048': [300.5, 200.25]} 195.5 {'causal 512': [150.5, 140.25]}" \
+    json_field 'd["ours"]["attention_bf16_causal_bwd_mma_tflops"], d["ours"]["attention_bf16_bwd_mma_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_defer_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_defer_dq_sweep"], d["ours"]["attention_bf16_causal_fwd_wgmma_tflops"], d["ours"]["attention_bf16_fwd_wgmma_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_3_blocks_tflops"], d["ours"]["attention_bf16_bwd_wgmma_3_blocks_sweep"]'
 check "... the profile: kernels summed by name over units, largest first, idle share of the step" 0 \
     "3 4.5 [('nvjet_hsh_256x128', 1, 2500.0), ('attention_forward', 2, 2000.0)] 0.9118" \
     json_field 'd["profile_gpt2_d12_bf16_step"]["launches"], d["profile_gpt2_d12_bf16_step"]["busy_ms"], [(k["kernel"], k["launches"], k["us"]) for k in d["profile_gpt2_d12_bf16_step"]["kernels"]], d["profile_gpt2_d12_bf16_step"]["idle_share"]'
@@ -212,6 +225,10 @@ check "... a GPT-2 step's GEMMs by algorithm, its bias gradients by route" 0 \
 check "... and builds only their programs" 0 "CUDA_ARCHS=90 build/gpu/train_gpt2 build/gpu/dev_matmul" \
     sed 's/.*GPU=1 //' "$sb/m/make_args"
 stub_machine "$sb/m"
+MAX_LINES=100 check "gpu_check where --attention-backward wgmma-3's losses differ from the default's: a failure" 1 \
+    "wgmma-3's losses differ from the default's: step 1 10.97 vs 10.99" env PATH="$sb/m/bin:$PATH" STUB_WGMMA3_DIFFERS=1 \
+    "$sb/m/scripts/gpu_check.sh" --parts gpt2_bf16_64k,gpt2_bf16_64k_wgmma3
+stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --parts kernels on the stub machine" 0 "6 kernel timings" \
     env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh" --parts kernels
 check "... the memory-bound kernels' benchmark lines in its JSON, each with its shape" 0 \
@@ -222,8 +239,8 @@ check "... and builds only their programs" 0 "CUDA_ARCHS=90 build/gpu/dev_layern
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check cut short (killed while BERT runs)" 124 "GPT-2 d12" \
     env PATH="$sb/m/bin:$PATH" STUB_BERT_HANGS=1 timeout 4 "$sb/m/scripts/gpu_check.sh"
-check "... leaves the JSON of the parts before: not finished, 9 GPT-2 runs, the tests, the GEMM" 0 \
-    "False 9 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
+check "... leaves the JSON of the parts before: not finished, 10 GPT-2 runs, the tests, the GEMM" 0 \
+    "False 10 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --parts gpt2_bf16,bert,pytorch: PyTorch's figures beside ours in the table" 0 \
     "| BERT-base bf16 classify, B=32 T=256 | 512.25 samples/s | 700.5 samples/s (compile, bf16 autocast) |" \

@@ -32,7 +32,7 @@
 //               query tile's dQ product run behind the next tile's Sᵀ and dPᵀ, and its rows added to
 //               the dQ slice while that tile's dV and dK products run, instead of all waiting for the
 //               product (AttnWgmmaTile's kDeferDq: attention_backward_wgmma_defer_dq; one barrier less
-//               per tile, 223 registers instead of 189; the same bits). On an H200 1 to 2% slower at
+//               per tile, 213 registers instead of 180; the same bits). On an H200 1 to 2% slower at
 //               the timed shapes, and GPT-2 124M's step no faster. Validated and timed where
 //               wgmma_supported() ("defer-sweep" lines over the sweep's head-size-64 shapes).
 //   8           (bf16/fp16, forward, HS = 64, no dropout, sm_90a) attention_forward_wgmma_kernel: the
@@ -41,6 +41,12 @@
 //               of production's; 111 registers, 4 blocks per SM. Off in production
 //               (attention_forward_wgmma) until timed here; validated and timed where wgmma_supported()
 //               ("wgmma-fwd-sweep" lines: its forward, and forward+backward with production's backward).
+//   9           (bf16/fp16, backward, HS = 64, no dropout, sm_90a) production's wgmma backward with its
+//               registers capped for 3 resident blocks per SM instead of 2 (168 registers instead of
+//               180, no spills: attention_backward_wgmma_blocks; the same bits): 12 warps per SM to
+//               hide the waits on its products, its barriers and its dQ rows' round trips, where one
+//               block's warpgroup does everything in turn. Off in production until timed; validated
+//               and timed where wgmma_supported() ("wgmma3-sweep" lines).
 // The production backward is also timed with each number of dQ slices the shape allows (its blocks
 // per head; production picks attention_dq_splits).
 //   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
@@ -503,6 +509,23 @@ void attention_backward7(floatX* dqkv, const floatX* dout, const floatX* qkv, co
     attention_backward_wgmma_defer_dq() = saved_defer;
 }
 
+// Variant 9 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma kernel's registers
+// capped for 3 blocks per SM.
+template <class floatX>
+void attention_backward9(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                         cudaStream_t stream) {
+    const bool saved = attention_backward_wgmma(), saved_defer = attention_backward_wgmma_defer_dq();
+    const int saved_blocks = attention_backward_wgmma_blocks();
+    attention_backward_wgmma() = true;
+    attention_backward_wgmma_defer_dq() = false;
+    attention_backward_wgmma_blocks() = 3;
+    attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
+    attention_backward_wgmma() = saved;
+    attention_backward_wgmma_defer_dq() = saved_defer;
+    attention_backward_wgmma_blocks() = saved_blocks;
+}
+
 // Variant 8 (16-bit, HS = 64, no dropout, sm_90a): attention_forward with its wgmma kernel.
 template <class floatX>
 void attention_forward8(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, bool causal,
@@ -597,7 +620,7 @@ void validate(const Shape& s, uint64_t seed) {
             check("variant 4 (flash, dQ by atomics)", "dqkv", dqkv_ref, th::widen(dqkv4.host()));
         }
     }
-    if (lowp && s.dropout == 0.f && s.HS() == 64 && wgmma_supported()) {  // variants 6 and 7: backwards only
+    if (lowp && s.dropout == 0.f && s.HS() == 64 && wgmma_supported()) {  // variants 6, 7 and 9: backwards only
         if constexpr (!std::is_same<floatX, float>::value) {
             th::DeviceBuffer<floatX> dqkv6(qkv.size(), th::Fill::NaN);
             th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
@@ -608,6 +631,11 @@ void validate(const Shape& s, uint64_t seed) {
             attention_backward7(dqkv7.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
                                 vl, 0);
             check("variant 7 (flash on wgmma, dQ deferred)", "dqkv", dqkv_ref, th::widen(dqkv7.host()));
+            th::DeviceBuffer<floatX> dqkv9(qkv.size(), th::Fill::NaN);
+            attention_backward9(dqkv9.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
+                                vl, 0);
+            check("variant 9 (flash on wgmma, registers for 3 blocks per SM)", "dqkv", dqkv_ref,
+                  th::widen(dqkv9.host()));
         }
     }
     if (lowp && s.dropout == 0.f) {  // variant 5: a forward only
@@ -768,6 +796,12 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
                                     nullptr, 0);
             };
             flops_line("backward variant 7 (flash on wgmma, dQ deferred)", time_ms(bwd7, reps), 2.5 * fwd_flops, peak);
+            auto bwd9 = [&] {
+                attention_backward9(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
+                                    nullptr, 0);
+            };
+            flops_line("backward variant 9 (flash on wgmma, registers for 3 blocks per SM)", time_ms(bwd9, reps),
+                       2.5 * fwd_flops, peak);
         }
         auto fwd5 = [&] { attention_forward5(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
         flops_line("forward variant 5 (flash, registers for 2 blocks per SM)", time_ms(fwd5, reps), fwd_flops, peak);
@@ -822,7 +856,7 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
             snprintf(anchor, sizeof(anchor), "  (FlashAttention-2, H100 SXM: %.0f)", a.tflops);
     printf("  sweep %s HS=%d %s T=%d B=%d NH=%d: fwd %.4g bwd %.4g fwd+bwd %.4g TFLOP/s%s\n", th::dtype_name<floatX>(),
            HS, causal ? "causal" : "full", T, B, NH, tf, tb, tfb, anchor);
-    if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variants 6, 7 and 8
+    if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variants 6 to 9
         // A variant's line: its own pass (`what`: fwd or bwd) and forward+backward with production's other.
         auto line = [&](const char* tag, const char* what, auto pass, double pass_flops, auto both) {
             const double t_pass = time_ms(pass, reps) * 1e-3, t_both = time_ms(both, reps) * 1e-3;
@@ -840,6 +874,11 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
                                 nullptr, 0);
         };
         line("defer", "bwd", bwd7, 2.5 * fwd_flops, [&] { fwd(); bwd7(); });
+        auto bwd9 = [&] {
+            attention_backward9(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
+                                nullptr, 0);
+        };
+        line("wgmma3", "bwd", bwd9, 2.5 * fwd_flops, [&] { fwd(); bwd9(); });
         auto fwd8 = [&] { attention_forward8(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
         line("wgmma-fwd", "fwd", fwd8, fwd_flops, [&] { fwd8(); bwd(); });
     }
@@ -885,7 +924,8 @@ int main(int argc, char** argv) {
     dev_command_line(argc, argv,
         "Multi-head attention forward and backward: variant 1 (naive, scores in DRAM), 2 (flash on WMMA),\n"
         "3 to 5 (production with one change each), 6 (the backward on mma.sync where production takes\n"
-        "wgmma: sm_90a), 7 (the wgmma backward deferring dQ), 8 (the forward on wgmma) and production\n"
+        "wgmma: sm_90a), 7 (the wgmma backward deferring dQ), 8 (the forward on wgmma), 9 (the wgmma\n"
+        "backward with registers for 3 blocks per SM) and production\n"
         "(llmc/attention.cuh, FlashAttention-2 on mma.sync, the backward on wgmma where it applies), timed\n"
         "in TFLOP/s; then production swept over FlashAttention-2's benchmark shapes.\n"
         DEV_VALIDATES

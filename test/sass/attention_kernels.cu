@@ -1,8 +1,9 @@
 // test/sass/attention_kernels.cu — the translation unit scripts/sass_check.py compiles to read the
 // SASS of the bf16 FlashAttention-2 kernels at head size 64 (llmc/attention.cuh), with dropout off and
-// on, and of the wgmma kernels (sm_90a: the forward, the backward with dQ added at once and deferred); it
-// also asserts, at compile time, that two blocks of each fit one SM's shared memory on the smallest
-// architecture the check covers (A100, sm_80), and four of the wgmma forward an H100's.
+// on, and of the wgmma kernels (sm_90a: the forward, the backward with dQ added at once and deferred,
+// and adding it at once with registers for 3 blocks per SM); it also asserts, at compile time, that two
+// blocks of each fit one SM's shared memory on the smallest architecture the check covers (A100, sm_80),
+// four of the wgmma forward an H100's and three of the wgmma backward adding dQ at once.
 #include "../../llmc/attention.cuh"
 
 using Bf16Tile = AttnMmaTile<__nv_bfloat16, 64>;
@@ -20,6 +21,8 @@ static_assert(4 * (AttnWgmmaFwdTile::kSmem + kReservedPerBlock) <= 228 * 1024,
 static_assert(2 * (AttnWgmmaTile<false>::kSmem + kReservedPerBlock) <= 228 * 1024 &&
                   2 * (AttnWgmmaTile<true>::kSmem + kReservedPerBlock) <= 228 * 1024,
               "the wgmma backward no longer fits two blocks per SM on an H100");
+static_assert(3 * (AttnWgmmaTile<false>::kSmem + kReservedPerBlock) <= 228 * 1024,
+              "the wgmma backward adding dQ at once no longer fits three blocks per SM on an H100");
 
 // Taking each kernel's address instantiates it (nothing here runs): the forward with production's row
 // tiles per warp.
@@ -30,5 +33,6 @@ void* sass_check_kernels[] = {
     (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, true>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, true>,
+    (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false, 3>,
     (void*)&attention_forward_wgmma_kernel<__nv_bfloat16>,
 };
