@@ -36,8 +36,9 @@
 //   dropout with its products on warpgroup MMA (llmc/wgmma.cuh): on an H200 13% faster at GPT-2
 //   124M's shape (attention_backward_wgmma; the trainers' --attention-backward mma turns it off).
 //   attention_forward_wgmma_kernel is the forward on it, off until timed on a GPU
-//   (attention_forward_wgmma), as is the wgmma backward with registers for 3 blocks per SM instead of
-//   2 (attention_backward_wgmma_blocks).
+//   (attention_forward_wgmma), as are the wgmma backward's registers for 3 blocks per SM instead of
+//   2 (attention_backward_wgmma_blocks) and its dQ rows added by reductions in L2
+//   (attention_backward_wgmma_red_dq).
 //   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 36 (68) KiB, backward 64 (74) KiB; all
 //   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
 //   an H100 (228 KiB); registers without spills: the backward's for 2 blocks per SM (<= 255 per
@@ -1318,7 +1319,10 @@ __global__ void __launch_bounds__(128, 2)
 // rows added to the dQ slice while that tile's dV and dK products run, so that the tensor cores have
 // work while the rows make their round trip to L2 (dSᵀ then takes two tiles: the next query tile's is
 // stored while the dQ product still reads this one's). kMinBlocks: the resident blocks per SM its
-// registers are capped for (attention_backward_wgmma_blocks).
+// registers are capped for (attention_backward_wgmma_blocks). kRedDq: a query tile's dQ rows are added
+// to the slice by reductions in L2 (red_add_f32x2) instead of a load, add and store that waits for
+// the load (attention_backward_wgmma_red_dq); the slice has one writer, so the same sums in the same
+// order: the same bits.
 template <bool kDeferDq>
 struct AttnWgmmaTile {
     static constexpr int kRows = 64, kCols = 64;      // keys of the block's tile; queries per streamed tile
@@ -1359,7 +1363,7 @@ __device__ inline uint64_t attn_desc_mn(const char* tile, int kk) {
     return wgmma_descriptor(tile + 2048 * kk, WgmmaSwizzle::B128, 64 * 128, 1024);
 }
 
-template <class floatX, bool kDeferDq, int kMinBlocks = 2>
+template <class floatX, bool kDeferDq, int kMinBlocks = 2, bool kRedDq = false>
 __global__ void __launch_bounds__(128, kMinBlocks)
     attention_backward_wgmma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
                                     const float* lse, const float* D, int T, int C, int NH, bool causal,
@@ -1403,12 +1407,16 @@ __global__ void __launch_bounds__(128, kMinBlocks)
             float* row = dq_bh + (size_t)qi * HS + 2 * t;
             for (int n = 0; n < HS / 8; n++) {
                 float2 x = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-                if (adds) {
-                    const float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
-                    x.x += old.x;
-                    x.y += old.y;
+                if (adds && kRedDq) {
+                    red_add_f32x2(row + 8 * n, x.x, x.y);
+                } else {
+                    if (adds) {
+                        const float2 old = *reinterpret_cast<const float2*>(row + 8 * n);
+                        x.x += old.x;
+                        x.y += old.y;
+                    }
+                    *reinterpret_cast<float2*>(row + 8 * n) = x;
                 }
-                *reinterpret_cast<float2*>(row + 8 * n) = x;
             }
         }
     };
@@ -1731,6 +1739,17 @@ inline int& attention_backward_wgmma_blocks() {
     return blocks;
 }
 
+// Whether the wgmma kernel adding dQ at once adds a query tile's rows to its dQ slice by reductions
+// in L2 (red.global.add.v2.f32: issued, not waited for) instead of loading them, adding and storing
+// (the warpgroup waiting for the loads at the end of every tile pair, where an H200's profile showed
+// it idle two thirds of the time): 16 instructions per thread and tile pair instead of 64, the same
+// bits. Off until timed (dev/cuda/attention.cu's variants 10 and 11, the trainers'
+// --attention-backward wgmma-red and wgmma-3-red).
+inline bool& attention_backward_wgmma_red_dq() {
+    static bool on = false;
+    return on;
+}
+
 // Whether attention_backward takes the wgmma kernel for a 16-bit type at this head size and dropout on
 // this device (the trainers print it).
 inline bool attention_backward_takes_wgmma(int head_size, bool dropout) {
@@ -2013,9 +2032,12 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
         float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
         if (attention_backward_takes_wgmma(HS, dropout)) {
             const bool defer = attention_backward_wgmma_defer_dq();
-            auto kernel = defer                                     ? attention_backward_wgmma_kernel<floatX, true>
-                          : attention_backward_wgmma_blocks() == 3 ? attention_backward_wgmma_kernel<floatX, false, 3>
-                                                                    : attention_backward_wgmma_kernel<floatX, false>;
+            const bool three = attention_backward_wgmma_blocks() == 3, red = attention_backward_wgmma_red_dq();
+            auto kernel = defer           ? attention_backward_wgmma_kernel<floatX, true>
+                          : three && red ? attention_backward_wgmma_kernel<floatX, false, 3, true>
+                          : three        ? attention_backward_wgmma_kernel<floatX, false, 3>
+                          : red          ? attention_backward_wgmma_kernel<floatX, false, 2, true>
+                                         : attention_backward_wgmma_kernel<floatX, false>;
             const size_t smem = defer ? AttnWgmmaTile<true>::kSmem : AttnWgmmaTile<false>::kSmem;
             reserve_dynamic_smem(kernel, smem, "attention_backward", "HS", HS);
             cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(128), smem, stream, dqkv, dq_part, dout, qkv, lse,

@@ -19,7 +19,9 @@
 #include "schedulers.h"
 
 // Which kernel the 16-bit attention backward takes (--attention-backward; llmc/attention.cuh).
-enum class AttentionBackward { Auto, Mma, Wgmma, Wgmma3 };
+// Wgmma3, WgmmaRed and Wgmma3Red: the wgmma kernel with registers for 3 blocks per SM, adding dQ by
+// reductions in L2, both (attention_backward_wgmma_blocks, attention_backward_wgmma_red_dq).
+enum class AttentionBackward { Auto, Mma, Wgmma, Wgmma3, WgmmaRed, Wgmma3Red };
 
 // What a training run is asked to do, as far as both trainers agree on it.
 struct RunOptions {
@@ -212,12 +214,15 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
                    "the bf16/fp16 attention backward: auto (wgmma where it applies, else mma) | mma (mma.sync, "
                    "FlashAttention-2 style) | wgmma (Hopper's warpgroup MMA: an H100/H200 and a build for it; "
                    "head size 64, no attention dropout) | wgmma-3 (wgmma with its registers capped for 3 blocks "
-                   "per SM instead of 2; the same gradients)",
+                   "per SM instead of 2) | wgmma-red (wgmma adding dQ by reductions in L2) | wgmma-3-red (both); "
+                   "the wgmma forms give the same gradients",
                    &o->attention_backward,
                    {{"auto", AttentionBackward::Auto},
                     {"mma", AttentionBackward::Mma},
                     {"wgmma", AttentionBackward::Wgmma},
-                    {"wgmma-3", AttentionBackward::Wgmma3}});
+                    {"wgmma-3", AttentionBackward::Wgmma3},
+                    {"wgmma-red", AttentionBackward::WgmmaRed},
+                    {"wgmma-3-red", AttentionBackward::Wgmma3Red}});
     cli.add("gemm-autotune", nullptr, "0", "time up to 8 of cuBLASLt's algorithms for each GEMM shape at its first "
             "call (the first step) and keep the fastest (1), or take the heuristic's first choice (0); a tuned run "
             "may differ in the last bits from an untuned one, and a resumed run tunes again", &o->gemm_autotune);
@@ -281,15 +286,28 @@ inline void check_no_training_options(const Cli& cli, const RunOptions& o, bool 
         cli.fail("option --max-steps: 0 (no training) leaves nothing to do; ask for %s", choices);
 }
 
+// Whether --attention-backward names a form of the wgmma kernel, and the name it was given.
+inline bool asks_wgmma(AttentionBackward a) { return a != AttentionBackward::Auto && a != AttentionBackward::Mma; }
+inline const char* attention_backward_name(AttentionBackward a) {
+    switch (a) {
+        case AttentionBackward::Auto: return "auto";
+        case AttentionBackward::Mma: return "mma";
+        case AttentionBackward::Wgmma: return "wgmma";
+        case AttentionBackward::Wgmma3: return "wgmma-3";
+        case AttentionBackward::WgmmaRed: return "wgmma-red";
+        case AttentionBackward::Wgmma3Red: return "wgmma-3-red";
+    }
+    return "?";
+}
+
 // --attention-backward, once the model and the device are known: auto leaves the choice to
-// attention_backward (wgmma where it applies), mma turns wgmma off, and wgmma (or wgmma-3) is refused
-// where it would change nothing (a head size other than 64, attention dropout) or cannot run (no wgmma
-// code for this device). Returns the kernel the run's backward takes, for the trainer's start-up lines.
+// attention_backward (wgmma where it applies), mma turns wgmma off, and a wgmma form is refused where
+// it would change nothing (a head size other than 64, attention dropout) or cannot run (no wgmma code
+// for this device). Returns the kernel the run's backward takes, for the trainer's start-up lines.
 inline const char* apply_attention_backward(const RunOptions& o, int head_size, float attention_dropout) {
-    const bool wgmma_asked = o.attention_backward == AttentionBackward::Wgmma ||
-                             o.attention_backward == AttentionBackward::Wgmma3;
-    const char* name = o.attention_backward == AttentionBackward::Wgmma3 ? "wgmma-3" : "wgmma";
-    if (wgmma_asked) {
+    const AttentionBackward a = o.attention_backward;
+    const char* name = attention_backward_name(a);
+    if (asks_wgmma(a)) {
         if (head_size != 64)
             data_error("option --attention-backward: %s takes head size 64; this model's is %d", name, head_size);
         if (attention_dropout > 0)
@@ -299,11 +317,17 @@ inline const char* apply_attention_backward(const RunOptions& o, int head_size, 
             data_error("option --attention-backward: this device has no wgmma code: %s needs an H100 or H200 "
                        "(compute capability 9.0) and a build for it (make GPU=1 there builds sm_90a)", name);
     }
-    attention_backward_wgmma() = o.attention_backward != AttentionBackward::Mma;
-    attention_backward_wgmma_blocks() = o.attention_backward == AttentionBackward::Wgmma3 ? 3 : 2;
+    const bool three = a == AttentionBackward::Wgmma3 || a == AttentionBackward::Wgmma3Red;
+    const bool red = a == AttentionBackward::WgmmaRed || a == AttentionBackward::Wgmma3Red;
+    attention_backward_wgmma() = a != AttentionBackward::Mma;
+    attention_backward_wgmma_blocks() = three ? 3 : 2;
+    attention_backward_wgmma_red_dq() = red;
     if (o.precision == Precision::FP32 || o.tf32) return "CUDA cores (fp32)";
     if (!attention_backward_takes_wgmma(head_size, attention_dropout > 0)) return "mma.sync";
-    return attention_backward_wgmma_blocks() == 3 ? "wgmma, registers for 3 blocks per SM" : "wgmma";
+    return three && red ? "wgmma, registers for 3 blocks per SM, dQ by reductions in L2"
+           : three      ? "wgmma, registers for 3 blocks per SM"
+           : red        ? "wgmma, dQ by reductions in L2"
+                        : "wgmma";
 }
 
 // The checks of the shared options that involve more than one of them, after cli.parse() (and the
@@ -338,10 +362,9 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
     for (const auto& x : only_for)
         if (cli.given(x.option) && !x.applies)
             cli.fail("option --%s: applies to %s only (%s)", x.option, x.only, x.run.c_str());
-    if ((o->attention_backward == AttentionBackward::Wgmma || o->attention_backward == AttentionBackward::Wgmma3) &&
-        (o->precision == Precision::FP32 || o->tf32))
+    if (asks_wgmma(o->attention_backward) && (o->precision == Precision::FP32 || o->tf32))
         cli.fail("option --attention-backward: %s applies to --precision bf16 and fp16 only (%s)",
-                 cli.str("attention-backward").c_str(), precision.c_str());
+                 attention_backward_name(o->attention_backward), precision.c_str());
     if (o->opt.nesterov && o->opt.momentum <= 0) cli.fail("option --nesterov: needs --momentum > 0");
     if (o->zero > 0 && o->opt.kind == OptimizerKind::Adafactor && dist.world > 1)
         cli.fail("option --zero: %d shards the optimizer state element by element, and Adafactor's factored "

@@ -1,4 +1,4 @@
-// llmc/tensor_core.cuh — tensor-core primitives for hand-written kernels: mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate), ldmatrix (x1/x2/x4, .trans), cp.async (16 bytes, commit/wait groups) and an L2 prefetch.
+// llmc/tensor_core.cuh — tensor-core primitives for hand-written kernels: mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate), ldmatrix (x1/x2/x4, .trans), cp.async (16 bytes, commit/wait groups), an L2 prefetch and an fp32 reduction in L2.
 //
 // On a GPU each function is its PTX instruction (inline asm; sm_80 or newer). On the CPU backend
 // each is a warp collective that implements the PTX ISA's per-thread fragment layouts exactly
@@ -32,6 +32,12 @@
 //   prefetch_l2(gmem)              per thread; starts bringing the 128-byte line of global memory at
 //       gmem into L2 and returns at once (no register waits for it): a later load of the line finds it
 //       there instead of waiting for DRAM. A hint: it changes no value.
+//   red_add_f32x2(gmem, a, b)      per thread; gmem[0] += a and gmem[1] += b (gmem 8-byte aligned,
+//       global memory) as a reduction the L2 cache performs: the thread issues it and goes on, where
+//       a load, add and store would wait for the load. sm_90's red.global.add.v2.f32, two scalar
+//       red.global.add.f32 before. The adds round to nearest and flush subnormals to zero, as every
+//       fp32 add of a --use_fast_math build does; the reductions and stores of one thread to one
+//       address take effect in its program order, so a single writer's sums are bit-reproducible.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -114,6 +120,14 @@ __device__ inline void cp_async_16_zfill(void* smem, const void* gmem, int src_b
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" : : : "memory"); }
 __device__ inline void prefetch_l2(const void* gmem) { asm volatile("prefetch.global.L2 [%0];\n" : : "l"(gmem)); }
+__device__ inline void red_add_f32x2(float* gmem, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" : : "l"(gmem), "f"(a), "f"(b) : "memory");
+#else
+    asm volatile("red.global.add.f32 [%0], %1;\n" : : "l"(gmem), "f"(a) : "memory");
+    asm volatile("red.global.add.f32 [%0], %1;\n" : : "l"(gmem + 1), "f"(b) : "memory");
+#endif
+}
 template <int N>
 __device__ inline void cp_async_wait() {
     static_assert(N >= 0, "cp_async_wait<N>: N is how many of the newest groups may stay pending");

@@ -16,7 +16,7 @@
 # the JSON, and each command's time limit is cut to what is left of S. The JSON is rewritten after every
 # part, so a run cut short keeps what it measured. --parts a,b,... runs (and builds for) only those
 # parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma (H100/H200: the backward on mma.sync)
-# gpt2_bf16_64k_wgmma3 (H100/H200: the wgmma backward's registers for 3 blocks per SM) gpt2_autotune
+# gpt2_bf16_64k_wgmma_forms (H100/H200: the wgmma backward's other forms) gpt2_autotune
 # gpt2_bias_grad (the other --bias-grad route) pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32
 # gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a budgeted
 # one). The build counts against --budget too.
@@ -30,7 +30,7 @@ sanitize=1
 torch_bench=1
 budget=0
 parts=
-all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma3 gpt2_autotune gpt2_bias_grad pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
+all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma_forms gpt2_autotune gpt2_bias_grad pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --json) json_out="${2:?--json needs a file}"; shift 2 ;;
@@ -111,7 +111,7 @@ done
 targets=()  # what the asked-for parts run
 wants tests && targets+=("${tests[@]/#/build/gpu/test_}")
 wants sanitizer && ! wants tests && targets+=(build/gpu/test_{attention,layernorm,matmul,fused_classifier})
-for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma3 gpt2_autotune gpt2_bias_grad profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
+for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma_forms gpt2_autotune gpt2_bias_grad profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
     wants $part && targets+=(build/gpu/train_gpt2) && break
 done
 wants bert && targets+=(build/gpu/train_bert)
@@ -141,7 +141,7 @@ test_json=() san_json=() gpt_json=() mem_json=() agree_json=() bert_json=() swee
 tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metrics_json=null
 ours_fwd= ours_bwd= ours_gemm= fp8_accum= gemm_heur= gemm_best= bgrad_fused= bgrad_kernels= fcb_bgradb= fcb_dgelu=
 ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd6= mma_sweep= ours_bwd7= defer_sweep= ours_fwd8= fwd8_sweep= ours_slices_gpt2=
-ours_bwd9= wgmma3_sweep=
+ours_bwd9= wgmma3_sweep= ours_bwd10= wgmma_red_sweep= ours_bwd11= wgmma3_red_sweep=
 failures=$build_failures
 write_json() {  # "final" once every part has run or been skipped
     skipped_json=()
@@ -175,6 +175,10 @@ write_json() {  # "final" once every part has run or been skipped
         printf '  "attention_bf16_fwd_wgmma_sweep":{%s},\n' "${fwd8_sweep:-}"
         printf '  "attention_bf16_causal_bwd_wgmma_3_blocks_tflops":%s,\n' "$(jnum "${ours_bwd9:-}")"
         printf '  "attention_bf16_bwd_wgmma_3_blocks_sweep":{%s},\n' "${wgmma3_sweep:-}"
+        printf '  "attention_bf16_causal_bwd_wgmma_red_dq_tflops":%s,\n' "$(jnum "${ours_bwd10:-}")"
+        printf '  "attention_bf16_bwd_wgmma_red_dq_sweep":{%s},\n' "${wgmma_red_sweep:-}"
+        printf '  "attention_bf16_causal_bwd_wgmma_3_blocks_red_dq_tflops":%s,\n' "$(jnum "${ours_bwd11:-}")"
+        printf '  "attention_bf16_bwd_wgmma_3_blocks_red_dq_sweep":{%s},\n' "${wgmma3_red_sweep:-}"
         printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh12":{%s},\n' "${ours_slices_gpt2:-}"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
         printf '  "gpt2_step_gemms_ms":{"heuristic":%s,"fastest_algorithm":%s},\n' "$(jnum "${gemm_heur:-}")" \
@@ -225,10 +229,15 @@ if fits attention 60; then
     # ([fwd, fwd+bwd with production's backward]).
     ours_fwd8=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "forward variant 8")
     fwd8_sweep=$(sweep_of wgmma-fwd)
-    # The wgmma backward with its registers capped for 3 blocks per SM instead of 2 (dev variant 9,
-    # sm_90a): GPT-2's shape, and the sweep's HS=64 shapes ([bwd, fwd+bwd]).
-    ours_bwd9=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 9")
+    # The wgmma backward with its registers capped for 3 blocks per SM instead of 2 (dev variant 9),
+    # adding dQ by reductions in L2 (10), both (11), sm_90a: GPT-2's shape, and the sweep's HS=64
+    # shapes ([bwd, fwd+bwd]).
+    ours_bwd9=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 9 ")
+    ours_bwd10=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 10 ")
+    ours_bwd11=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 11 ")
     wgmma3_sweep=$(sweep_of wgmma3)
+    wgmma_red_sweep=$(sweep_of wgmma-red)
+    wgmma3_red_sweep=$(sweep_of wgmma3-red)
     slices_of() {  # {"slices": TFLOP/s, ...} from the section of dev_attention.log whose header starts with $1
         awk -v sec="$1" 'index($0, sec) == 1 { in_sec = 1; next } /^[^ ]/ { in_sec = 0 }
             in_sec && /backward \(llmc, flash\), dQ in [0-9]+ slice/ {
@@ -351,19 +360,22 @@ if [[ $arch == 90 ]] && fits gpt2_bf16_64k_mma 60; then
     fi
     write_json
 fi
-# On an H100/H200 the wgmma backward with its registers capped for 3 blocks per SM instead of 2
-# (--attention-backward wgmma-3): the same code and the same gradients, so every loss must be the
-# default run's bit for bit; only the step time may differ.
-if [[ $arch == 90 ]] && fits gpt2_bf16_64k_wgmma3 60; then
-    echo "GPT-2 d12, the same with --attention-backward wgmma-3 ..."
-    gpt2_run bf16_64k_wgmma3 bf16 -b auto -d 65536 --attention-backward wgmma-3
-    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[bf16_64k_wgmma3]:-}" ]] &&
-        [[ ${loss1[bf16_64k]} != "${loss1[bf16_64k_wgmma3]}" || ${lossN[bf16_64k]} != "${lossN[bf16_64k_wgmma3]}" ]]; then
-        failures=$((failures + 1))
-        echo "  wgmma-3's losses differ from the default's: step 1 ${loss1[bf16_64k_wgmma3]} vs ${loss1[bf16_64k]}," \
-            "last ${lossN[bf16_64k_wgmma3]} vs ${lossN[bf16_64k]} (must be equal)"
-    fi
-    write_json
+# On an H100/H200 the wgmma backward's other forms (--attention-backward wgmma-3: registers capped for
+# 3 blocks per SM instead of 2; wgmma-red: dQ added by reductions in L2; wgmma-3-red: both): the same
+# gradients, so every loss must be the default run's bit for bit; only the step time may differ.
+if [[ $arch == 90 ]] && fits gpt2_bf16_64k_wgmma_forms 90; then
+    for form in wgmma-3 wgmma-red wgmma-3-red; do
+        key=bf16_64k_${form//-/_}
+        echo "GPT-2 d12, the same with --attention-backward $form ..."
+        gpt2_run "$key" bf16 -b auto -d 65536 --attention-backward "$form"
+        if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[$key]:-}" ]] &&
+            [[ ${loss1[bf16_64k]} != "${loss1[$key]}" || ${lossN[bf16_64k]} != "${lossN[$key]}" ]]; then
+            failures=$((failures + 1))
+            echo "  $form's losses differ from the default's: step 1 ${loss1[$key]} vs ${loss1[bf16_64k]}," \
+                "last ${lossN[$key]} vs ${lossN[bf16_64k]} (must be equal)"
+        fi
+        write_json
+    done
 fi
 # The 65536-token run again with --gemm-autotune 1 (each GEMM shape takes the fastest of cuBLASLt's
 # candidates, timed at the first step): its ms per step against the heuristic's. Other algorithms may
@@ -693,6 +705,10 @@ if [[ -n $ours_fwd$ours_bwd ]]; then
     [[ -n $fwd8_sweep ]] && echo "| ... the forward on wgmma over the sweep's HS=64 shapes (fwd, fwd+bwd) | ${fwd8_sweep//\"/} | |"
     [[ -n $ours_bwd9 ]] && echo "| ... the wgmma backward with registers for 3 blocks per SM (dev variant 9) | ${ours_bwd9} TFLOP/s | |"
     [[ -n $wgmma3_sweep ]] && echo "| ... for 3 blocks per SM over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${wgmma3_sweep//\"/} | |"
+    [[ -n $ours_bwd10 ]] && echo "| ... the wgmma backward adding dQ by reductions in L2 (dev variant 10) | ${ours_bwd10} TFLOP/s | |"
+    [[ -n $wgmma_red_sweep ]] && echo "| ... by reductions over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${wgmma_red_sweep//\"/} | |"
+    [[ -n $ours_bwd11 ]] && echo "| ... both: 3 blocks per SM, dQ by reductions (dev variant 11) | ${ours_bwd11} TFLOP/s | |"
+    [[ -n $wgmma3_red_sweep ]] && echo "| ... both over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${wgmma3_red_sweep//\"/} | |"
 fi
 for r in "${moe_json[@]}"; do
     name=$(echo "$r" | sed 's/.*"model":"\([^"]*\)".*/\1/')

@@ -14,8 +14,8 @@ The wgmma forward (sm_90a targets only; elsewhere it is a trap) must have its 8 
 S and P V, 4 k16 steps each), LDGSTS, no generic LD, no local memory and registers for 4 blocks; the
 wgmma backward, with dQ added at once and deferred, its 20 HGMMA per query tile (deferred: 25, the
 last tile's 4 of dQ after the loop and the one that ptxas makes of the first tile's empty commit
-group), LDGSTS, no generic LD, no local memory and registers for 2 blocks (for 3 in the instance capped
-for 3).
+group), LDGSTS, no generic LD, no local memory and registers for 2 blocks (for 3 in the instances capped
+for 3); the instances adding dQ by reductions in L2 must have their 16 REDG per query tile.
 
 It also reports the share of HMMA (tensor-core) instructions in each kernel's main loop: the backward
 branch whose body holds the most HMMA (for the forward the key-tile loop), counted twice: every
@@ -87,14 +87,16 @@ def demangled(name):
     from the mangled name (no c++filt needed)."""
     m = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16Li(\d+)ELb([01])E", name)
     if not m:
-        # the wgmma kernels: the backward's template arguments (dQ deferred, blocks per SM if not 2)
-        w = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16(Lb([01])E(Li(\d+)E)?)?E", name)
+        # the wgmma kernels: the backward's template arguments (dQ deferred, blocks per SM, dQ by
+        # reductions in L2)
+        w = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16(Lb([01])E(Li(\d+)E)?(Lb([01])E)?)?E", name)
         if not w:
             return name
         if not w.group(2):
             return f"{w.group(1)}<bf16>"
         blocks = f", {w.group(5)} blocks" if w.group(5) else ""
-        return f"{w.group(1)}<bf16, dQ {'deferred' if w.group(3) == '1' else 'at once'}{blocks}>"
+        red = ", reductions" if w.group(7) == "1" else ""
+        return f"{w.group(1)}<bf16, dQ {'deferred' if w.group(3) == '1' else 'at once'}{blocks}{red}>"
     return f"{m.group(1)}<bf16, HS={m.group(2)}, dropout {'on' if m.group(3) == '1' else 'off'}>"
 
 
@@ -211,14 +213,16 @@ def check_wgmma_kernel(arch, name, code, res):
     elif "deferred" in what:
         want, why, blocks = 25, "5 products of 4 k16 steps, the last dQ, an empty group", BLOCKS
     else:
-        m = re.search(r", (\d+) blocks>", what)
+        m = re.search(r", (\d+) blocks", what)
         want, why, blocks = 20, "5 products of 4 k16 steps", int(m.group(1)) if m else BLOCKS
     regs_blocks = blocks * THREADS * (-(-regs // 8) * 8)
+    redg = count(lambda o: o.startswith("REDG"))
+    want_redg = 16 if "reductions" in what else 0  # 2 rows x 8 pairs of columns of a query tile's dQ
     ok = hgmma == want and ldgsts > 0 and generic == 0 and local == 0 and res.get("LOCAL", 1) == 0 \
-        and regs_blocks <= REGISTERS_PER_SM
+        and regs_blocks <= REGISTERS_PER_SM and redg == want_redg
     print(f"{'PASS' if ok else 'FAIL'} sass sm_{arch} {what}  HGMMA {hgmma} ({want}: {why}), LDGSTS {ldgsts}, "
           f"generic LD {generic}, local {local} (LOCAL {res.get('LOCAL', '?')}), {regs} registers ({blocks} blocks: "
-          f"{regs_blocks} of {REGISTERS_PER_SM})")
+          f"{regs_blocks} of {REGISTERS_PER_SM}), REDG {redg} ({want_redg})")
     return ok
 
 
@@ -271,8 +275,8 @@ def main():
                     failed += 1
             if arch.endswith("a"):  # an arch-specific target: sm_90a has wgmma
                 wg = [f for f in functions if "wgmma_kernel" in f]
-                if len(wg) != 4:
-                    print(f"FAIL sass sm_{arch}: found {len(wg)} wgmma kernels, want 4")
+                if len(wg) != 6:
+                    print(f"FAIL sass sm_{arch}: found {len(wg)} wgmma kernels, want 6")
                     failed += 1
                 for k in wg:
                     if check_wgmma_kernel(arch, k, functions[k], resources.get(k, {})):

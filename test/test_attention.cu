@@ -659,28 +659,41 @@ void test_compact_blocks(const Case& cs, uint64_t seed) {
 }
 
 // The wgmma backward with each query tile's dQ deferred to the next tile gives the same bits as with it
-// added at once: the same products, and the same adds to each dQ slice in the same order; and so does
-// the kernel adding it at once with its registers capped for 3 blocks per SM instead of 2 (the same
-// code: on a GPU, another register allocation and schedule).
+// added at once: the same products, and the same adds to each dQ slice in the same order; and so do
+// the kernels adding it at once with their registers capped for 3 blocks per SM instead of 2 (the same
+// code: on a GPU, another register allocation and schedule) and adding the rows by reductions in L2
+// (each slice has one writer, whose adds keep their order), each and both.
 template <class floatX>
 void test_wgmma_variants_same_bits(const Case& cs, uint64_t seed) {
     std::vector<float> qkv, dout;
     make_inputs<floatX>(cs, seed, qkv, dout);
-    const bool saved = attention_backward_wgmma_defer_dq();
+    const bool saved_defer = attention_backward_wgmma_defer_dq(), saved_red = attention_backward_wgmma_red_dq();
     const int saved_blocks = attention_backward_wgmma_blocks();
-    attention_backward_wgmma_defer_dq() = false;
-    attention_backward_wgmma_blocks() = 2;
-    auto at_once = run_kernels<floatX>(cs, qkv, dout, nullptr);
-    attention_backward_wgmma_blocks() = 3;
-    auto three_blocks = run_kernels<floatX>(cs, qkv, dout, nullptr);
-    attention_backward_wgmma_blocks() = saved_blocks;
-    attention_backward_wgmma_defer_dq() = true;
-    auto deferred = run_kernels<floatX>(cs, qkv, dout, nullptr);
-    attention_backward_wgmma_defer_dq() = saved;
+    auto run = [&](bool defer, int blocks, bool red) {
+        attention_backward_wgmma_defer_dq() = defer;
+        attention_backward_wgmma_blocks() = blocks;
+        attention_backward_wgmma_red_dq() = red;
+        return run_kernels<floatX>(cs, qkv, dout, nullptr);
+    };
+    auto at_once = run(false, 2, false);
     const std::string name = cs.name(th::dtype_name<floatX>());
-    th::check_bitwise((name + " dQ deferred = dQ at once").c_str(), at_once.data(), deferred.data(), at_once.size());
-    th::check_bitwise((name + " registers for 3 blocks per SM = for 2").c_str(), at_once.data(), three_blocks.data(),
-                      at_once.size());
+    struct Variant {
+        const char* what;
+        bool defer;
+        int blocks;
+        bool red;
+    };
+    for (const Variant& v : {Variant{"dQ deferred", true, 2, false},
+                             Variant{"registers for 3 blocks per SM", false, 3, false},
+                             Variant{"dQ by reductions in L2", false, 2, true},
+                             Variant{"registers for 3 blocks, dQ by reductions", false, 3, true}}) {
+        auto other = run(v.defer, v.blocks, v.red);
+        th::check_bitwise((name + " " + v.what + " = dQ at once").c_str(), at_once.data(), other.data(),
+                          at_once.size());
+    }
+    attention_backward_wgmma_defer_dq() = saved_defer;
+    attention_backward_wgmma_blocks() = saved_blocks;
+    attention_backward_wgmma_red_dq() = saved_red;
 }
 
 // The (dtype, head size) pairs whose 4-warp backward needs more than 99 KiB, checked against the
@@ -807,9 +820,10 @@ int main(int argc, char** argv) {
     // not, T below one tile, across tiles and not a multiple of 64, valid lengths 1 and mid-tile, and
     // blocks with several key tiles adding to their dQ slice; then the forward on wgmma
     // (attention_forward_wgmma) before it, causal with one partial tile and not with three and valid
-    // lengths T, 1 and mid-tile. The backward deferring dQ (attention_backward_wgmma_defer_dq) and the
-    // one with registers for 3 blocks per SM (attention_backward_wgmma_blocks) give the same bits as this
-    // one: checked on three shapes.
+    // lengths T, 1 and mid-tile. The backward deferring dQ (attention_backward_wgmma_defer_dq), the one
+    // with registers for 3 blocks per SM (attention_backward_wgmma_blocks) and the ones adding dQ by
+    // reductions in L2 (attention_backward_wgmma_red_dq) give the same bits as this one: checked on
+    // three shapes.
     attention_backward_wgmma() = true;
     for (const Case& cs : std::vector<Case>{{2, 33, 3, 64, true, {33, 1}},  // one partial tile
                                             {2, 128, 2, 64, true, {}},

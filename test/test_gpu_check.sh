@@ -89,14 +89,24 @@ cat > "$log" <<'C'
 "2","1","train_gpt2","h","attention_forward","1","13","(128, 1, 1)","(16, 12, 16)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","749500"
 C
 X
-    printf '#!/bin/sh\necho "========= ERROR SUMMARY: 0 errors"\n' | stub "$sb/bin/compute-sanitizer"
+    # compute-sanitizer: clean; with STUB_SANITIZER=errors racecheck finds 3 errors in test_matmul (exit 99,
+    # the --error-exitcode), with STUB_SANITIZER=timeout memcheck of test_attention exits as timeout does
+    # when it stops a command (124)
+    stub "$sb/bin/compute-sanitizer" <<'X'
+#!/bin/sh
+case "${STUB_SANITIZER:-}:$*" in
+    errors:*racecheck*test_matmul*) echo "========= ERROR SUMMARY: 3 errors"; exit 99 ;;
+    timeout:*memcheck*test_attention*) exit 124 ;;
+esac
+echo "========= ERROR SUMMARY: 0 errors"
+X
     for t in attention layernorm matmul fused_classifier; do
         printf '#!/bin/sh\necho "PASS x"\necho "3 passed, 0 failed"\n' | stub "$sb/build/gpu/test_$t"
     done
     stub "$sb/build/gpu/train_gpt2" <<'X'
 #!/bin/sh
 case "$*" in *fp32*) l=10.98 ;; *) l=10.99 ;; esac
-case "$*" in *wgmma-3*) [ -n "${STUB_WGMMA3_DIFFERS:-}" ] && l=10.97 ;; esac
+case "$*" in *wgmma-3-red*) [ -n "${STUB_WGMMA3_RED_DIFFERS:-}" ] && l=10.97 ;; esac
 case "$*" in *"-b auto"*) echo "batch: B=64 T=1024, 1 micro-step -> 65536 tokens per step; 30 steps" ;;
              *) echo "batch: B=16 T=1024, 1 micro-step -> 16384 tokens per step; 30 steps" ;; esac
 echo "device memory in use after the first step: 1234.5 MiB of 81559.0 MiB"
@@ -126,12 +136,16 @@ echo "  backward variant 6 (flash on mma.sync)   0.3 ms   170.5 TFLOP/s"
 echo "  backward variant 7 (flash on wgmma, dQ deferred)   0.3 ms   185.5 TFLOP/s"
 echo "  forward variant 8 (flash forward on wgmma)   0.1 ms   290.5 TFLOP/s"
 echo "  backward variant 9 (flash on wgmma, registers for 3 blocks per SM)   0.3 ms   195.5 TFLOP/s"
+echo "  backward variant 10 (flash on wgmma, dQ by reductions in L2)   0.3 ms   196.5 TFLOP/s"
+echo "  backward variant 11 (flash on wgmma, 3 blocks per SM, dQ by reductions)   0.3 ms   197.5 TFLOP/s"
 echo "  sweep bf16 HS=64 causal T=1024 B=16 NH=32: fwd 150 bwd 120 fwd+bwd 128 TFLOP/s  (FlashAttention-2, H100 SXM: 192)"
 echo "  mma-sweep bf16 HS=64 causal T=1024 B=16 NH=32: bwd 175.5 fwd+bwd 165.25 TFLOP/s"
 echo "  mma-sweep bf16 HS=64 causal T=2048 B=8 NH=32: bwd n/a fwd+bwd n/a TFLOP/s"
 echo "  defer-sweep bf16 HS=64 full T=1024 B=16 NH=32: bwd 190.5 fwd+bwd 180.25 TFLOP/s"
 echo "  wgmma-fwd-sweep bf16 HS=64 causal T=2048 B=8 NH=32: fwd 300.5 fwd+bwd 200.25 TFLOP/s"
 echo "  wgmma3-sweep bf16 HS=64 causal T=512 B=32 NH=32: bwd 150.5 fwd+bwd 140.25 TFLOP/s"
+echo "  wgmma-red-sweep bf16 HS=64 causal T=512 B=32 NH=32: bwd 151.5 fwd+bwd 141.25 TFLOP/s"
+echo "  wgmma3-red-sweep bf16 HS=64 full T=2048 B=8 NH=32: bwd 152.5 fwd+bwd 142.25 TFLOP/s"
 echo "bf16 B=16 T=1024 NH=32 HS=64 causal, the backward by dQ slices:"
 echo "  backward (llmc, flash), dQ in 1 slice   0.6 ms   125.5 TFLOP/s   12.7% of peak 989 TFLOP/s"
 echo "  backward (llmc, flash), dQ in 2 slices   0.6 ms   119.5 TFLOP/s   12.1% of peak 989 TFLOP/s"
@@ -185,8 +199,8 @@ json_field() {  # a python expression on the sandbox's JSON `d`
 stub_machine "$sb/m"
 MAX_LINES=120 check "gpu_check on a stub GPU machine: every part, no failure" 0 "gpu_check: 0 failure(s)" \
     env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh"
-check "... its JSON: finished, 10 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the fourth with the wgmma backward's registers for 3 blocks, the fifth with --gemm-autotune 1, the sixth with the other bias-gradient route, gemm on an H100), 4 agreements, 12 sanitizer runs, the tests" 0 \
-    "True 10 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_wgmma3 bf16_64k_autotune bf16_64k_bias_gemm 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], d["gpt2_d12"]["runs"][2]["run"], d["gpt2_d12"]["runs"][3]["run"], d["gpt2_d12"]["runs"][4]["run"], d["gpt2_d12"]["runs"][5]["run"], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+check "... its JSON: finished, 12 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the next three with the wgmma backward's other forms, then --gemm-autotune 1, then the other bias-gradient route, gemm on an H100), 4 agreements, 12 sanitizer runs, the tests" 0 \
+    "True 12 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_wgmma_3 bf16_64k_wgmma_red bf16_64k_wgmma_3_red bf16_64k_autotune bf16_64k_bias_gemm 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], *[d["gpt2_d12"]["runs"][i]["run"] for i in range(2, 8)], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
 check "... each GPT-2 run's median step and the steps 5% slower than it" 0 "51.0 [4]" \
     json_field 'd["gpt2_d12"]["runs"][0]["median_ms_per_step"], d["gpt2_d12"]["runs"][0]["slow_steps"]'
 check "... and the GPU's clocks while it trained: SM clock min/median, samples below 97% of it, power, reasons" 0 \
@@ -199,9 +213,12 @@ check "... our attention: forward, backward, the forward with 32 rows per warp, 
 check "... the backward by number of dQ slices (three shapes; a failed line null), adding dQ by atomics; the forward capped for 2 blocks" 0 \
     "{'1': 90.5, '8': 120.25, '16': None} {'1': 125.5, '2': 119.5} {'4': 140.5} 130.5 160.5" \
     json_field 'd["ours"]["attention_bf16_causal_bwd_tflops_by_dq_slices"], d["ours"]["attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh32"], d["ours"]["attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh12"], d["ours"]["attention_bf16_causal_bwd_dq_atomics_tflops"], d["ours"]["attention_bf16_causal_fwd_regs_for_2_blocks_tflops"]'
-check "... the backward on mma.sync where production's is on wgmma (a line without figures null), on wgmma deferring dQ, the forward on wgmma, the wgmma backward with registers for 3 blocks: GPT-2's shape and the sweep's" 0 \
-    "170.5 {'causal 1024': [175.5, 165.25], 'causal 2048': [None, None]} 185.5 {'full 1024': [190.5, 180.25]} 290.5 {'causal 2048': [300.5, 200.25]} 195.5 {'causal 512': [150.5, 140.25]}" \
-    json_field 'd["ours"]["attention_bf16_causal_bwd_mma_tflops"], d["ours"]["attention_bf16_bwd_mma_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_defer_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_defer_dq_sweep"], d["ours"]["attention_bf16_causal_fwd_wgmma_tflops"], d["ours"]["attention_bf16_fwd_wgmma_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_3_blocks_tflops"], d["ours"]["attention_bf16_bwd_wgmma_3_blocks_sweep"]'
+check "... the backward on mma.sync where production's is on wgmma (a line without figures null), on wgmma deferring dQ, the forward on wgmma: GPT-2's shape and the sweep's" 0 \
+    "170.5 {'causal 1024': [175.5, 165.25], 'causal 2048': [None, None]} 185.5 {'full 1024': [190.5, 180.25]} 290.5 {'causal 2048': [300.5, 200.25]}" \
+    json_field 'd["ours"]["attention_bf16_causal_bwd_mma_tflops"], d["ours"]["attention_bf16_bwd_mma_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_defer_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_defer_dq_sweep"], d["ours"]["attention_bf16_causal_fwd_wgmma_tflops"], d["ours"]["attention_bf16_fwd_wgmma_sweep"]'
+check "... the wgmma backward with registers for 3 blocks per SM, adding dQ by reductions, both: GPT-2's shape and the sweep's" 0 \
+    "195.5 {'causal 512': [150.5, 140.25]} 196.5 {'causal 512': [151.5, 141.25]} 197.5 {'full 2048': [152.5, 142.25]}" \
+    json_field 'd["ours"]["attention_bf16_causal_bwd_wgmma_3_blocks_tflops"], d["ours"]["attention_bf16_bwd_wgmma_3_blocks_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_red_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_red_dq_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_3_blocks_red_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_3_blocks_red_dq_sweep"]'
 check "... the profile: kernels summed by name over units, largest first, idle share of the step" 0 \
     "3 4.5 [('nvjet_hsh_256x128', 1, 2500.0), ('attention_forward', 2, 2000.0)] 0.9118" \
     json_field 'd["profile_gpt2_d12_bf16_step"]["launches"], d["profile_gpt2_d12_bf16_step"]["busy_ms"], [(k["kernel"], k["launches"], k["us"]) for k in d["profile_gpt2_d12_bf16_step"]["kernels"]], d["profile_gpt2_d12_bf16_step"]["idle_share"]'
@@ -209,7 +226,7 @@ check "... the attention kernels' ncu sections, per launch" 0 \
     "[('attention_forward_mma_kernel', {'GPU Speed Of Light Throughput / Duration': '95.10 usecond', 'GPU Speed Of Light Throughput / DRAM Throughput': '3.25 %'}), ('attention_backward_mma_kernel', {'Occupancy / Achieved Occupancy': '11.9 %'})]" \
     json_field '[(l["kernel"], l["metrics"]) for l in d["profile_attention_bf16_ncu_sections"]]'
 stub_machine "$sb/m"
-MAX_LINES=100 check "gpu_check --budget 110 on the stub machine skips the parts that would overrun it" 0 \
+MAX_LINES=120 check "gpu_check --budget 110 on the stub machine skips the parts that would overrun it" 0 \
     "skipped for --budget 110: pytorch profile tests sanitizer moe" env PATH="$sb/m/bin:$PATH" \
     "$sb/m/scripts/gpu_check.sh" --budget 110
 check "... and names them in its JSON" 0 "True ['pytorch', 'profile', 'tests', 'sanitizer', 'moe'] None" \
@@ -225,9 +242,20 @@ check "... a GPT-2 step's GEMMs by algorithm, its bias gradients by route" 0 \
 check "... and builds only their programs" 0 "CUDA_ARCHS=90 build/gpu/train_gpt2 build/gpu/dev_matmul" \
     sed 's/.*GPU=1 //' "$sb/m/make_args"
 stub_machine "$sb/m"
-MAX_LINES=100 check "gpu_check where --attention-backward wgmma-3's losses differ from the default's: a failure" 1 \
-    "wgmma-3's losses differ from the default's: step 1 10.97 vs 10.99" env PATH="$sb/m/bin:$PATH" STUB_WGMMA3_DIFFERS=1 \
-    "$sb/m/scripts/gpu_check.sh" --parts gpt2_bf16_64k,gpt2_bf16_64k_wgmma3
+MAX_LINES=100 check "gpu_check where --attention-backward wgmma-3-red's losses differ from the default's: a failure" 1 \
+    "wgmma-3-red's losses differ from the default's: step 1 10.97 vs 10.99" env PATH="$sb/m/bin:$PATH" \
+    STUB_WGMMA3_RED_DIFFERS=1 "$sb/m/scripts/gpu_check.sh" --parts gpt2_bf16_64k,gpt2_bf16_64k_wgmma_forms
+stub_machine "$sb/m"
+MAX_LINES=100 check "gpu_check where a sanitizer finds errors: a failure" 1 "racecheck test_matmul: 3 errors" \
+    env PATH="$sb/m/bin:$PATH" STUB_SANITIZER=errors "$sb/m/scripts/gpu_check.sh" --parts sanitizer
+check "... its verdict in the JSON" 0 "[('racecheck', 'test_matmul', 99, 3, '3 errors')] 1" \
+    json_field '[(r["tool"], r["test"], r["exit"], r["errors"], r["verdict"]) for r in d["sanitizer"] if r["verdict"] != "clean"], d["failures"]'
+stub_machine "$sb/m"
+MAX_LINES=100 check "gpu_check where a sanitizer run times out: not a failure, not taken for clean" 0 \
+    "memcheck test_attention: timed out (not checked)" env PATH="$sb/m/bin:$PATH" STUB_SANITIZER=timeout \
+    "$sb/m/scripts/gpu_check.sh" --parts sanitizer
+check "... listed as skipped in the JSON" 0 "['sanitizer memcheck test_attention (timed out)'] 124 11" \
+    json_field 'd["skipped"], [r["exit"] for r in d["sanitizer"] if r["test"] == "test_attention" and r["tool"] == "memcheck"][0], sum(r["verdict"] == "clean" for r in d["sanitizer"])'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --parts kernels on the stub machine" 0 "6 kernel timings" \
     env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh" --parts kernels
@@ -239,8 +267,8 @@ check "... and builds only their programs" 0 "CUDA_ARCHS=90 build/gpu/dev_layern
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check cut short (killed while BERT runs)" 124 "GPT-2 d12" \
     env PATH="$sb/m/bin:$PATH" STUB_BERT_HANGS=1 timeout 4 "$sb/m/scripts/gpu_check.sh"
-check "... leaves the JSON of the parts before: not finished, 10 GPT-2 runs, the tests, the GEMM" 0 \
-    "False 10 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
+check "... leaves the JSON of the parts before: not finished, 12 GPT-2 runs, the tests, the GEMM" 0 \
+    "False 12 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --parts gpt2_bf16,bert,pytorch: PyTorch's figures beside ours in the table" 0 \
     "| BERT-base bf16 classify, B=32 T=256 | 512.25 samples/s | 700.5 samples/s (compile, bf16 autocast) |" \

@@ -1,4 +1,4 @@
-// test/test_tensor_core.cu — tests llmc/tensor_core.cuh: mma.sync m16n8k16, ldmatrix and cp.async against the PTX ISA's fragment layouts (transcribed below), plain fp32 math, and a 64×64×64 GEMM tile built from all three.
+// test/test_tensor_core.cu — tests llmc/tensor_core.cuh: mma.sync m16n8k16, ldmatrix and cp.async against the PTX ISA's fragment layouts (transcribed below), plain fp32 math, and a 64×64×64 GEMM tile built from all three; and its reduction in L2 (red_add_f32x2).
 //
 // Layouts. The functions ptx_a/ptx_b/ptx_c/ptx_ldmatrix are the PTX ISA's tables, transcribed, not
 // derived from the implementation: the host packs matrices into per-lane registers with them and
@@ -414,6 +414,57 @@ static void test_cp_async() {
 }
 
 // ----------------------------------------------------------------------------
+// red_add_f32x2: reductions in L2. Many threads into the same pairs: every add lands (the sums are of
+// small integers, exact in any order). One thread into its own pair after a store: the adds take
+// effect in program order, after the store: 0, then sixteen 2^-24, then 1 sum exactly to 1 + 2^-20,
+// where any other order loses the small terms to rounding (1 + 2^-24 rounds to 1).
+
+__global__ void red_add_shared_pairs_kernel(float* sums) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    red_add_f32x2(&sums[2 * (t % 8)], (float)(t + 1), -0.5f * (float)(t + 1));
+}
+
+__global__ void red_add_program_order_kernel(float* pairs) {
+    float* mine = &pairs[2 * (blockIdx.x * blockDim.x + threadIdx.x)];
+    mine[0] = 0.f;
+    mine[1] = 0.f;
+    for (int i = 0; i < 16; i++) red_add_f32x2(mine, 0x1p-24f, 0x1p-24f);
+    red_add_f32x2(mine, 1.f, 0.f);
+}
+
+static void test_red_add() {
+    th::DeviceBuffer<float> sums(std::vector<float>(16, 0.f));
+    std::vector<float> got = th::run_orders("red.global.add into shared pairs", [&] {
+        cudaCheck(cudaMemset(sums.ptr, 0, 16 * sizeof(float)));
+        cudaLaunchConfig_t cfg = one_block(128);
+        cfg.gridDim = dim3(4);
+        cudaCheck(cudaLaunchKernelEx(&cfg, red_add_shared_pairs_kernel, sums.ptr));
+        cudaCheck(cudaDeviceSynchronize());
+        return sums.host();
+    });
+    int wrong = 0;
+    for (int p = 0; p < 8; p++) {
+        double a = 0, b = 0;
+        for (int t = p; t < 512; t += 8) a += t + 1, b -= 0.5 * (t + 1);
+        wrong += got[2 * p] != (float)a || got[2 * p + 1] != (float)b;
+    }
+    th::report(wrong == 0, "red_add_f32x2: 512 threads into 8 pairs, every add lands", "%d of 8 pairs wrong", wrong);
+
+    th::DeviceBuffer<float> pairs(2 * 256);
+    std::vector<float> mine = th::run_orders("red.global.add in program order", [&] {
+        cudaLaunchConfig_t cfg = one_block(128);
+        cfg.gridDim = dim3(2);
+        cudaCheck(cudaLaunchKernelEx(&cfg, red_add_program_order_kernel, pairs.ptr));
+        cudaCheck(cudaDeviceSynchronize());
+        return pairs.host();
+    });
+    int out_of_order = 0;
+    for (int t = 0; t < 256; t++) out_of_order += mine[2 * t] != 1.f + 0x1p-20f || mine[2 * t + 1] != 0x1p-20f;
+    th::report(out_of_order == 0, "red_add_f32x2 after a store: one thread's adds in program order (1 + 2^-20)",
+               "%d of 256 threads' pairs wrong (first: %.9g, %.9g)", out_of_order, mine[0], mine[1]);
+}
+
+// ----------------------------------------------------------------------------
 // 4. All three together: a 64×64×64 GEMM tile (D = A·B, A M×K and B K×N row-major in global
 // memory, D fp32 row-major). 4 warps, 2×2, each computing 32×32 of D as 2×4 m16n8 tiles. A and B
 // come to shared memory by cp.async in two groups (k < 32, k >= 32), so the first half is computed
@@ -565,6 +616,7 @@ int main() {
     test_ldmatrix<2, true>();
     test_ldmatrix<4, true>();
     test_cp_async();
+    test_red_add();
     test_gemm_tile<__nv_bfloat16>();
     test_gemm_tile<__half>();
 #if defined(SIMT_CPU)

@@ -47,6 +47,12 @@
 //               hide the waits on its products, its barriers and its dQ rows' round trips, where one
 //               block's warpgroup does everything in turn. Off in production until timed; validated
 //               and timed where wgmma_supported() ("wgmma3-sweep" lines).
+//   10, 11      (bf16/fp16, backward, HS = 64, no dropout, sm_90a) production's wgmma backward, and
+//               variant 9, adding each query tile's dQ rows to the slice by reductions in L2
+//               (red.global.add.v2.f32, attention_backward_wgmma_red_dq: 16 instructions per thread
+//               that nothing waits for, where production loads the rows, waits, adds and stores; the
+//               same bits). Off in production until timed; validated and timed where
+//               wgmma_supported() ("wgmma-red-sweep", "wgmma3-red-sweep" lines).
 // The production backward is also timed with each number of dQ slices the shape allows (its blocks
 // per head; production picks attention_dq_splits).
 //   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
@@ -509,22 +515,40 @@ void attention_backward7(floatX* dqkv, const floatX* dout, const floatX* qkv, co
     attention_backward_wgmma_defer_dq() = saved_defer;
 }
 
-// Variant 9 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma kernel's registers
-// capped for 3 blocks per SM.
+// Variants 9 to 11 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma kernel
+// adding dQ at once, its registers capped for `blocks` (2 or 3) blocks per SM, and with `red` its dQ
+// rows added by reductions in L2.
 template <class floatX>
-void attention_backward9(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
-                         cudaStream_t stream) {
-    const bool saved = attention_backward_wgmma(), saved_defer = attention_backward_wgmma_defer_dq();
+void attention_backward_wgmma_as(int blocks, bool red, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                 const floatX* out, const float* lse, void* scratch, int B, int T, int C, int NH,
+                                 bool causal, const int* valid_len, cudaStream_t stream) {
+    const bool saved = attention_backward_wgmma(), saved_defer = attention_backward_wgmma_defer_dq(),
+               saved_red = attention_backward_wgmma_red_dq();
     const int saved_blocks = attention_backward_wgmma_blocks();
     attention_backward_wgmma() = true;
     attention_backward_wgmma_defer_dq() = false;
-    attention_backward_wgmma_blocks() = 3;
+    attention_backward_wgmma_blocks() = blocks;
+    attention_backward_wgmma_red_dq() = red;
     attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
     attention_backward_wgmma() = saved;
     attention_backward_wgmma_defer_dq() = saved_defer;
     attention_backward_wgmma_blocks() = saved_blocks;
+    attention_backward_wgmma_red_dq() = saved_red;
 }
+
+// The three: variant number, label, blocks per SM, dQ by reductions, sweep tag.
+struct WgmmaBackwardVariant {
+    int number;
+    const char* label;
+    int blocks;
+    bool red;
+    const char* tag;
+};
+constexpr WgmmaBackwardVariant kWgmmaBackwardVariants[] = {
+    {9, "flash on wgmma, registers for 3 blocks per SM", 3, false, "wgmma3"},
+    {10, "flash on wgmma, dQ by reductions in L2", 2, true, "wgmma-red"},
+    {11, "flash on wgmma, 3 blocks per SM, dQ by reductions", 3, true, "wgmma3-red"},
+};
 
 // Variant 8 (16-bit, HS = 64, no dropout, sm_90a): attention_forward with its wgmma kernel.
 template <class floatX>
@@ -620,7 +644,7 @@ void validate(const Shape& s, uint64_t seed) {
             check("variant 4 (flash, dQ by atomics)", "dqkv", dqkv_ref, th::widen(dqkv4.host()));
         }
     }
-    if (lowp && s.dropout == 0.f && s.HS() == 64 && wgmma_supported()) {  // variants 6, 7 and 9: backwards only
+    if (lowp && s.dropout == 0.f && s.HS() == 64 && wgmma_supported()) {  // variants 6, 7, 9-11: backwards only
         if constexpr (!std::is_same<floatX, float>::value) {
             th::DeviceBuffer<floatX> dqkv6(qkv.size(), th::Fill::NaN);
             th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
@@ -631,11 +655,13 @@ void validate(const Shape& s, uint64_t seed) {
             attention_backward7(dqkv7.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
                                 vl, 0);
             check("variant 7 (flash on wgmma, dQ deferred)", "dqkv", dqkv_ref, th::widen(dqkv7.host()));
-            th::DeviceBuffer<floatX> dqkv9(qkv.size(), th::Fill::NaN);
-            attention_backward9(dqkv9.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
-                                vl, 0);
-            check("variant 9 (flash on wgmma, registers for 3 blocks per SM)", "dqkv", dqkv_ref,
-                  th::widen(dqkv9.host()));
+            for (const WgmmaBackwardVariant& v : kWgmmaBackwardVariants) {
+                th::DeviceBuffer<floatX> dqkv_v(qkv.size(), th::Fill::NaN);
+                attention_backward_wgmma_as(v.blocks, v.red, dqkv_v.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr,
+                                            scratch.ptr, B, T, C, NH, s.causal, vl, 0);
+                const std::string label = "variant " + std::to_string(v.number) + " (" + v.label + ")";
+                check(label.c_str(), "dqkv", dqkv_ref, th::widen(dqkv_v.host()));
+            }
         }
     }
     if (lowp && s.dropout == 0.f) {  // variant 5: a forward only
@@ -796,12 +822,14 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
                                     nullptr, 0);
             };
             flops_line("backward variant 7 (flash on wgmma, dQ deferred)", time_ms(bwd7, reps), 2.5 * fwd_flops, peak);
-            auto bwd9 = [&] {
-                attention_backward9(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
-                                    nullptr, 0);
-            };
-            flops_line("backward variant 9 (flash on wgmma, registers for 3 blocks per SM)", time_ms(bwd9, reps),
-                       2.5 * fwd_flops, peak);
+            for (const WgmmaBackwardVariant& v : kWgmmaBackwardVariants) {
+                auto bwd_v = [&] {
+                    attention_backward_wgmma_as(v.blocks, v.red, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
+                                                scratch.ptr, B, T, C, NH, causal, nullptr, 0);
+                };
+                const std::string label = "backward variant " + std::to_string(v.number) + " (" + v.label + ")";
+                flops_line(label.c_str(), time_ms(bwd_v, reps), 2.5 * fwd_flops, peak);
+            }
         }
         auto fwd5 = [&] { attention_forward5(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
         flops_line("forward variant 5 (flash, registers for 2 blocks per SM)", time_ms(fwd5, reps), fwd_flops, peak);
@@ -856,7 +884,7 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
             snprintf(anchor, sizeof(anchor), "  (FlashAttention-2, H100 SXM: %.0f)", a.tflops);
     printf("  sweep %s HS=%d %s T=%d B=%d NH=%d: fwd %.4g bwd %.4g fwd+bwd %.4g TFLOP/s%s\n", th::dtype_name<floatX>(),
            HS, causal ? "causal" : "full", T, B, NH, tf, tb, tfb, anchor);
-    if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variants 6 to 9
+    if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variants 6 to 11
         // A variant's line: its own pass (`what`: fwd or bwd) and forward+backward with production's other.
         auto line = [&](const char* tag, const char* what, auto pass, double pass_flops, auto both) {
             const double t_pass = time_ms(pass, reps) * 1e-3, t_both = time_ms(both, reps) * 1e-3;
@@ -874,11 +902,13 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
                                 nullptr, 0);
         };
         line("defer", "bwd", bwd7, 2.5 * fwd_flops, [&] { fwd(); bwd7(); });
-        auto bwd9 = [&] {
-            attention_backward9(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
-                                nullptr, 0);
-        };
-        line("wgmma3", "bwd", bwd9, 2.5 * fwd_flops, [&] { fwd(); bwd9(); });
+        for (const WgmmaBackwardVariant& v : kWgmmaBackwardVariants) {
+            auto bwd_v = [&] {
+                attention_backward_wgmma_as(v.blocks, v.red, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
+                                            scratch.ptr, B, T, C, NH, causal, nullptr, 0);
+            };
+            line(v.tag, "bwd", bwd_v, 2.5 * fwd_flops, [&] { fwd(); bwd_v(); });
+        }
         auto fwd8 = [&] { attention_forward8(out.ptr, lse.ptr, qkv.ptr, B, T, C, NH, causal, nullptr, 0); };
         line("wgmma-fwd", "fwd", fwd8, fwd_flops, [&] { fwd8(); bwd(); });
     }
@@ -924,8 +954,8 @@ int main(int argc, char** argv) {
     dev_command_line(argc, argv,
         "Multi-head attention forward and backward: variant 1 (naive, scores in DRAM), 2 (flash on WMMA),\n"
         "3 to 5 (production with one change each), 6 (the backward on mma.sync where production takes\n"
-        "wgmma: sm_90a), 7 (the wgmma backward deferring dQ), 8 (the forward on wgmma), 9 (the wgmma\n"
-        "backward with registers for 3 blocks per SM) and production\n"
+        "wgmma: sm_90a), 7 (the wgmma backward deferring dQ), 8 (the forward on wgmma), 9 to 11 (the\n"
+        "wgmma backward with registers for 3 blocks per SM, adding dQ by reductions in L2, both) and production\n"
         "(llmc/attention.cuh, FlashAttention-2 on mma.sync, the backward on wgmma where it applies), timed\n"
         "in TFLOP/s; then production swept over FlashAttention-2's benchmark shapes.\n"
         DEV_VALIDATES

@@ -1,7 +1,7 @@
 // test/sass/attention_kernels.cu — the translation unit scripts/sass_check.py compiles to read the
 // SASS of the bf16 FlashAttention-2 kernels at head size 64 (llmc/attention.cuh), with dropout off and
 // on, and of the wgmma kernels (sm_90a: the forward, the backward with dQ added at once and deferred,
-// and adding it at once with registers for 3 blocks per SM); it also asserts, at compile time, that two
+// and adding it at once with registers for 3 blocks per SM and by reductions in L2, each and both); it also asserts, at compile time, that two
 // blocks of each fit one SM's shared memory on the smallest architecture the check covers (A100, sm_80),
 // four of the wgmma forward an H100's and three of the wgmma backward adding dQ at once.
 #include "../../llmc/attention.cuh"
@@ -34,5 +34,7 @@ void* sass_check_kernels[] = {
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, true>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false, 3>,
+    (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false, 2, true>,
+    (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false, 3, true>,
     (void*)&attention_forward_wgmma_kernel<__nv_bfloat16>,
 };

@@ -192,6 +192,12 @@ inline void cp_async_16_zfill(void* smem, const void* gmem, int src_bytes, const
 inline void prefetch_l2(const void* gmem, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     simt::prefetch_l2(gmem, file, line);
 }
+// red.global.add (llmc/tensor_core.cuh's red_add_f32x2): two atomic adds, each rounded to fp32 (no
+// flush of subnormals: the CPU backend's plain adds keep them too).
+inline void red_add_f32x2(float* gmem, float a, float b) {
+    atomicAdd(gmem, a);
+    atomicAdd(gmem + 1, b);
+}
 inline void cp_async_commit(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     simt::cp_async_commit(file, line);
 }
