@@ -227,10 +227,12 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partials, const T* dou
 // above makes two (dout and inp for the sums, then all three for the +=), each a load the warp waits
 // for. The same operations in the same order: bit-identical to it. On an H200 (bf16, N = 8192,
 // C = 768) 0.0308 ms against 0.0385 (dev/cuda/layernorm.cu); 121 registers there, against 56.
-template <class T, int kChunks>
-__global__ void layernorm_backward_rows_in_registers_kernel(T* dinp, float* partials, const T* dout, const T* inp,
-                                                            const T* weight, const float* mean, const float* rstd,
-                                                            int N, int C, int rows_per_block, int n_sums) {
+// The body is shared with layernorm_backward_sums_in_registers_kernel below (kSumsInRegisters).
+template <class T, int kChunks, bool kSumsInRegisters>
+__device__ __forceinline__ void layernorm_backward_rows_in_registers(T* dinp, float* partials, const T* dout,
+                                                                     const T* inp, const T* weight, const float* mean,
+                                                                     const float* rstd, int N, int C,
+                                                                     int rows_per_block, int n_sums) {
     constexpr int P = Packed128<T>::size;
     cg::thread_block block = cg::this_thread_block();
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
@@ -239,6 +241,9 @@ __global__ void layernorm_backward_rows_in_registers_kernel(T* dinp, float* part
     float* dweight_acc = ln_backward_accumulators<P>(C, padded_C, n_sums, w, lane);  // see ln_acc_channel
     float* dbias_acc = dweight_acc + padded_C;
     float* dinp_acc = n_sums == 3 ? dbias_acc + padded_C : nullptr;
+    // With kSumsInRegisters, the lane's column sums of chunk j, element k (channel lane * P + j * 32 * P + k)
+    float sum_w[kSumsInRegisters ? kChunks : 1][P] = {}, sum_b[kSumsInRegisters ? kChunks : 1][P] = {},
+          sum_d[kSumsInRegisters ? kChunks : 1][P] = {};
 
     int row_end = min(N, (int)(blockIdx.x + 1) * rows_per_block);
     for (int row = blockIdx.x * rows_per_block + w; row < row_end; row += n_warps) {
@@ -264,9 +269,14 @@ __global__ void layernorm_backward_rows_in_registers_kernel(T* dinp, float* part
                 float dnorm = to_float(dy[j][k]) * to_float(wt[k]);
                 sum_dnorm += dnorm;
                 sum_dnorm_xhat += dnorm * xhat;
-                int pos = c - lane * P + k * 32 + lane;
-                dweight_acc[pos] += to_float(dy[j][k]) * xhat;
-                dbias_acc[pos] += to_float(dy[j][k]);
+                if constexpr (kSumsInRegisters) {
+                    sum_w[j][k] += to_float(dy[j][k]) * xhat;
+                    sum_b[j][k] += to_float(dy[j][k]);
+                } else {
+                    int pos = c - lane * P + k * 32 + lane;
+                    dweight_acc[pos] += to_float(dy[j][k]) * xhat;
+                    dbias_acc[pos] += to_float(dy[j][k]);
+                }
             }
         }
         float mean_dnorm = cg::reduce(warp, sum_dnorm, cg::plus<float>()) / C;
@@ -281,14 +291,53 @@ __global__ void layernorm_backward_rows_in_registers_kernel(T* dinp, float* part
                 float d = to_float(dx[j][k]) + s * (to_float(dy[j][k]) * to_float(wt[k]) - mean_dnorm -
                                                     xhat * mean_dnorm_xhat);
                 out[k] = from_float<T>(d);
-                if (dinp_acc) dinp_acc[c - lane * P + k * 32 + lane] += to_float(out[k]);
+                if constexpr (kSumsInRegisters) {
+                    if (dinp_acc) sum_d[j][k] += to_float(out[k]);
+                } else {
+                    if (dinp_acc) dinp_acc[c - lane * P + k * 32 + lane] += to_float(out[k]);
+                }
             }
             store128(dinp + offset + c, out);
         }
     }
+    if constexpr (kSumsInRegisters)  // the warp's sums to its accumulators (zeroed above), where the others read them
+        for (int j = 0; j < kChunks; j++) {
+            int c = lane * P + j * 32 * P;
+            if (c >= C) break;
+            for (int k = 0; k < P; k++) {
+                int pos = c - lane * P + k * 32 + lane;
+                dweight_acc[pos] = sum_w[j][k];
+                dbias_acc[pos] = sum_b[j][k];
+                if (dinp_acc) dinp_acc[pos] = sum_d[j][k];
+            }
+        }
 
     block.sync();
     ln_backward_block_partials<P>(partials, C, padded_C, n_sums, n_warps);
+}
+template <class T, int kChunks>
+__global__ void layernorm_backward_rows_in_registers_kernel(T* dinp, float* partials, const T* dout, const T* inp,
+                                                            const T* weight, const float* mean, const float* rstd,
+                                                            int N, int C, int rows_per_block, int n_sums) {
+    layernorm_backward_rows_in_registers<T, kChunks, false>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
+                                                            rows_per_block, n_sums);
+}
+
+// The same with its column sums in registers: a lane updates the same kChunks x P channels in every
+// row, so its sums can stay in registers (n_sums x kChunks x P floats) until the warp's last row,
+// instead of a shared-memory load and store per sum, element and row (3 x 24 of each per lane and row
+// at C = 768 in bf16); they go to the warp's shared-memory accumulators once, at the end. The same
+// adds in the same order: the same bits (LayernormBackwardKernel::SumsInRegisters, untimed). Its
+// registers are capped for 3 blocks per SM where the sums take at most 24 floats per lane (bf16 at
+// C = 768: 168 registers on sm_90, against 121 without the sums), else for 2, so that none spill.
+constexpr int kLayernormBackwardWarps = 4;  // warps per backward block
+template <class T, int kChunks>
+__global__ void __launch_bounds__(32 * kLayernormBackwardWarps, kChunks * Packed128<T>::size <= 24 ? 3 : 2)
+    layernorm_backward_sums_in_registers_kernel(T* dinp, float* partials, const T* dout, const T* inp,
+                                                const T* weight, const float* mean, const float* rstd, int N, int C,
+                                                int rows_per_block, int n_sums) {
+    layernorm_backward_rows_in_registers<T, kChunks, true>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
+                                                           rows_per_block, n_sums);
 }
 
 // dweight += sum over blocks of partials[g][0], dbias += sum of partials[g][1] (and dinp_colsum +=
@@ -318,7 +367,6 @@ __global__ void layernorm_backward_reduce_kernel(T* dweight, T* dbias, T* dinp_c
 // kernel launchers
 
 constexpr int kLayernormForwardWarps = 8;      // rows per forward block
-constexpr int kLayernormBackwardWarps = 4;     // warps per backward block
 constexpr int kLayernormBackwardMinRows = 32;  // rows per backward block at least (amortizes its partials)
 constexpr int kLayernormBackwardMaxBlocks = 1024;
 
@@ -403,8 +451,10 @@ inline bool layernorm_backward_fits_colsum(int C) {
 // Which kernel layernorm_backward runs: Auto, the rows in registers where they fit (at most
 // kLayernormBackwardRegisterChunks chunks of 32 packs of 16 bytes: C <= 1024 in bf16 and fp16, 512
 // in fp32) and 128-bit access applies, else the streaming kernel; Streamed, always the streaming
-// kernel (dev/cuda/layernorm.cu times the two against each other). Both give the same bits.
-enum class LayernormBackwardKernel { Auto, Streamed };
+// kernel; SumsInRegisters, where Auto takes the rows in registers, that kernel with its column sums
+// in registers too (kSumsInRegisters; dev/cuda/layernorm.cu times the three against each other). All
+// give the same bits.
+enum class LayernormBackwardKernel { Auto, Streamed, SumsInRegisters };
 constexpr int kLayernormBackwardRegisterChunks = 4;
 
 // LayerNorm backward, accumulating: dinp += d(loss)/d(inp), dweight += ..., dbias += ... (the
@@ -430,6 +480,11 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* d
                  : chunks == 2 ? layernorm_backward_rows_in_registers_kernel<T, 2>
                  : chunks == 3 ? layernorm_backward_rows_in_registers_kernel<T, 3>
                                : layernorm_backward_rows_in_registers_kernel<T, 4>;
+    if (packed && chunks <= kLayernormBackwardRegisterChunks && which == LayernormBackwardKernel::SumsInRegisters)
+        kernel = chunks == 1   ? layernorm_backward_sums_in_registers_kernel<T, 1>
+                 : chunks == 2 ? layernorm_backward_sums_in_registers_kernel<T, 2>
+                 : chunks == 3 ? layernorm_backward_sums_in_registers_kernel<T, 3>
+                               : layernorm_backward_sums_in_registers_kernel<T, 4>;
     int padded_C = packed ? chunks * 32 * P : CEIL_DIV(C, 32) * 32;
     int n_sums = dinp_colsum ? 3 : 2;
     size_t smem = (size_t)kLayernormBackwardWarps * n_sums * padded_C * sizeof(float);

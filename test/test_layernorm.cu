@@ -360,9 +360,10 @@ void test_backward(int N, int C, size_t offset, uint64_t seed, bool orders = tru
     th::check_budget(name, ref.dbias, db, ref.dbias_budget);
 }
 
-// layernorm_backward's two kernels, the rows in registers (Auto, where a row fits) and the streaming
-// one, give the same bits: dinp, dweight, dbias and dinp_colsum, at every chunk count the registers
-// take (1 to kLayernormBackwardRegisterChunks chunks of 32 packs) and past it (where Auto streams).
+// layernorm_backward's kernels, the rows in registers (Auto, where a row fits), with the column sums in
+// registers too (SumsInRegisters) and the streaming one, give the same bits: dinp, dweight, dbias and
+// dinp_colsum, at every chunk count the registers take (1 to kLayernormBackwardRegisterChunks chunks
+// of 32 packs) and past it (where Auto and SumsInRegisters stream).
 template <class T>
 void test_backward_kernels_agree(int N, int C, uint64_t seed) {
     size_t NC = (size_t)N * C;
@@ -382,12 +383,17 @@ void test_backward_kernels_agree(int N, int C, uint64_t seed) {
         out.insert(out.end(), params.begin(), params.end());
         return out;
     };
-    std::vector<T> auto_out = run(LayernormBackwardKernel::Auto), streamed = run(LayernormBackwardKernel::Streamed);
+    std::vector<T> auto_out = run(LayernormBackwardKernel::Auto), streamed = run(LayernormBackwardKernel::Streamed),
+                   sums = run(LayernormBackwardKernel::SumsInRegisters);
     int chunks = CEIL_DIV(C, 32 * Packed128<T>::size);
+    const bool fits = chunks <= kLayernormBackwardRegisterChunks;
     char name[160];
     snprintf(name, sizeof(name), "layernorm_backward %s N=%d C=%d (chunks %d: %s) = the streaming kernel, bit for bit",
-             th::dtype_name<T>(), N, C, chunks, chunks <= kLayernormBackwardRegisterChunks ? "rows in registers" : "streamed");
+             th::dtype_name<T>(), N, C, chunks, fits ? "rows in registers" : "streamed");
     th::check_bitwise(name, auto_out.data(), streamed.data(), auto_out.size() * sizeof(T));
+    snprintf(name, sizeof(name), "layernorm_backward %s N=%d C=%d (chunks %d: %s) = the streaming kernel, bit for bit",
+             th::dtype_name<T>(), N, C, chunks, fits ? "column sums in registers too" : "streamed");
+    th::check_bitwise(name, sums.data(), streamed.data(), sums.size() * sizeof(T));
 }
 
 // Loss-scaled fp16 gradients: an inf in dout must reach the outputs (its row of dinp, its column of

@@ -20,6 +20,9 @@
 //               to variant 2. On an H200 (bf16, N = 8192, C = 768): 0.0308 ms against 0.0385. Tried
 //               too: also loading the warp's next row while it computes this one (196 registers
 //               against 121), 0.0315 ms there: no faster, dropped
+//   backward 3  production with its column sums (dweight, dbias, dinp's) in registers until the warp's
+//               last row, where production loads and stores a shared-memory accumulator per sum,
+//               element and row (LayernormBackwardKernel::SumsInRegisters; bit-identical). Untimed
 //   fused 1     the residual add, then LayerNorm reading the residual back
 //   fused prod. llmc/layernorm.cuh: the add and the LayerNorm in one pass. Faster: no re-read of the
 //               residual it just wrote
@@ -244,13 +247,17 @@ void validate(int N, int C, float eps) {
         th::check_bitwise(name, d_out.host().data(), residual.data(), NC * sizeof(T));
     }
 
-    // Production is also compared with variant 2 bit for bit (dinp, dweight, dbias and, with a third
-    // column sum, dinp's column sums).
+    // Production and variant 3 are also compared with variant 2 bit for bit (dinp, dweight, dbias and,
+    // with a third column sum, dinp's column sums).
     std::vector<T> streamed_out;
-    for (int variant = 1; variant <= 3; variant++) {
+    for (int variant = 1; variant <= 4; variant++) {
         const char* label = variant == 1   ? "layernorm_backward variant 1"
                             : variant == 2 ? "layernorm_backward variant 2 (streamed, llmc)"
+                            : variant == 3 ? "layernorm_backward variant 3 (sums in registers, llmc)"
                                            : "layernorm_backward (llmc)";
+        const LayernormBackwardKernel which = variant == 2   ? LayernormBackwardKernel::Streamed
+                                              : variant == 3 ? LayernormBackwardKernel::SumsInRegisters
+                                                             : LayernormBackwardKernel::Auto;
         th::DeviceBuffer<T> d_dinp(dinp0), d_dw(dw0), d_db(db0), d_dout(dout), d_inp(residual), d_w(w),
             d_colsum(C, th::Fill::Zero);
         th::DeviceBuffer<float> d_mean(mean_f), d_rstd(rstd_f);
@@ -260,8 +267,7 @@ void validate(int N, int C, float eps) {
                                 N, C, 0);
         else
             layernorm_backward(d_dinp.ptr, d_dw.ptr, d_db.ptr, (void*)scratch.ptr, d_dout.ptr, d_inp.ptr, d_w.ptr,
-                               d_mean.ptr, d_rstd.ptr, N, C, 0, d_colsum.ptr,
-                               variant == 2 ? LayernormBackwardKernel::Streamed : LayernormBackwardKernel::Auto);
+                               d_mean.ptr, d_rstd.ptr, N, C, 0, d_colsum.ptr, which);
         snprintf(name, sizeof(name), "%s %s N=%d C=%d: dinp", label, th::dtype_name<T>(), N, C);
         th::check_close(name, dinp_ref.data(), d_dinp.host().data(), NC, row_tol);
         snprintf(name, sizeof(name), "%s %s N=%d C=%d: dweight", label, th::dtype_name<T>(), N, C);
@@ -273,7 +279,7 @@ void validate(int N, int C, float eps) {
         all.insert(all.end(), db.begin(), db.end());
         all.insert(all.end(), cs.begin(), cs.end());
         if (variant == 2) streamed_out = all;
-        if (variant == 3) {
+        if (variant >= 3) {
             snprintf(name, sizeof(name), "%s %s N=%d C=%d: = variant 2, bit for bit", label, th::dtype_name<T>(), N, C);
             th::check_bitwise(name, all.data(), streamed_out.data(), all.size() * sizeof(T));
         }
@@ -324,14 +330,19 @@ void benchmark(int N, int C, int reps) {
         layernorm_backward(dinp.ptr, dw.ptr, db.ptr, (void*)scratch.ptr, a.ptr, b.ptr, w.ptr, mean.ptr, rstd.ptr, N, C,
                            0, colsum, which);
     };
-    const auto streamed = LayernormBackwardKernel::Streamed, production = LayernormBackwardKernel::Auto;
+    const auto streamed = LayernormBackwardKernel::Streamed, production = LayernormBackwardKernel::Auto,
+               sums = LayernormBackwardKernel::SumsInRegisters;
     bench_line("layernorm_backward variant 2 (streamed)", time_ms([&] { backward(streamed, nullptr); }, reps),
+               4.0 * NC * S + 2 * params + stats);
+    bench_line("layernorm_backward variant 3 (sums in registers)", time_ms([&] { backward(sums, nullptr); }, reps),
                4.0 * NC * S + 2 * params + stats);
     bench_line("layernorm_backward (llmc)", time_ms([&] { backward(production, nullptr); }, reps),
                4.0 * NC * S + 2 * params + stats);
     // With the third column sum (a residual projection's bias gradient): the same bytes, more
     // shared-memory work per element; what train_gpt2 gains is the projection's bias pass it replaces.
     bench_line("layernorm_backward variant 2 + dinp column sums", time_ms([&] { backward(streamed, bias.ptr); }, reps),
+               4.0 * NC * S + 3 * params + stats);
+    bench_line("layernorm_backward variant 3 + dinp column sums", time_ms([&] { backward(sums, bias.ptr); }, reps),
                4.0 * NC * S + 3 * params + stats);
     bench_line("layernorm_backward (llmc) + dinp column sums", time_ms([&] { backward(production, bias.ptr); }, reps),
                4.0 * NC * S + 3 * params + stats);
@@ -340,7 +351,8 @@ void benchmark(int N, int C, int reps) {
 int main(int argc, char** argv) {
     dev_command_line(argc, argv,
         "LayerNorm forward and backward, the residual add, and the two fused: variants 1 and production\n"
-        "(llmc/layernorm.cuh), and backward variant 2 (llmc's streaming kernel), timed in GB/s.\n" DEV_VALIDATES);
+        "(llmc/layernorm.cuh), and backward variants 2 (llmc's streaming kernel) and 3 (the column sums in\n"
+        "registers), timed in GB/s.\n" DEV_VALIDATES);
     // Validation: GPT-2 124M's C at a few rows, and a C that is neither a multiple of 32 nor of 8.
     validate<float>(64, 768, 1e-5f);
     validate<__nv_bfloat16>(64, 768, 1e-5f);
