@@ -218,6 +218,7 @@ struct Activations {
     floatX* dbt4c;      // (B,T,4C) (also holds dqkv (B,T,3C))
     floatX* btc;        // (B,T,C) forward scratch (projection outputs before the residual add)
     void* scratch;      // kernel scratch (layernorm/matmul/attention backward)
+    void* wgrad_scratch;  // --overlap-wgrad: the weight stream's bias-gradient partials
     int* inputs;        // (B,T)
     int* targets;       // (B,T)
 };
@@ -276,6 +277,15 @@ struct GPT2 : ModelState<floatX> {
     // The projections' bias gradients from the LayerNorm backward below them (see backward()); set
     // in allocate_activations(): false where its shared memory cannot hold the third sum (huge C).
     bool ln_bias_sums = true;
+    // --overlap-wgrad: each dense block's weight and bias gradients on a stream of their own,
+    // wgrad_stream, while the model's stream computes the input gradients (see backward()); set before
+    // build() (start_wgrad_stream() then makes the stream). Not with fp8, whose weight gradients share
+    // the casts of their operands with the input gradients.
+    bool overlap_wgrad = false;
+    cudaStream_t wgrad_stream = nullptr;
+    std::vector<cudaEvent_t> wgrad_events;  // the fork and join points, reused in turn
+    size_t wgrad_next = 0;
+    static constexpr int kWgradEvents = 16;  // a layer uses 8; an event is reused two layers later
     EncoderBackwardPlan encoder_plan;
     StagingSlots batch_slots;  // pinned copies of the micro-batches in flight (set_batch)
     // Mixture of Experts: one layer state per MoE block (sized for B*T tokens in
@@ -333,6 +343,14 @@ struct GPT2 : ModelState<floatX> {
         mem.activations += moe.size() * moe_layer_bytes<floatX>(moe_config(config), B * T, moe_par.ranks);
         mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, config.channels, config.vocab_size, 0, stream);
         reserve_batch_slots(1);
+        if (overlap_wgrad && this->training && !wgrad_stream) {
+            // Non-blocking: where the model's stream is the legacy one (no CUDA graphs), the events
+            // alone order the two streams, so that they can run at the same time.
+            cudaCheck(cudaStreamCreateWithFlags(&wgrad_stream, cudaStreamNonBlocking));
+            matmul_add_stream(wgrad_stream);  // its GEMMs run beside the others: a workspace of its own
+            wgrad_events.resize(kWgradEvents);
+            for (cudaEvent_t& e : wgrad_events) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        }
         if (fp8 && !fp8_scratch) {
             size_t bytes = fp8_scratch_bytes(B, T);
             if (cudaMalloc(&fp8_scratch, bytes) != cudaSuccess)
@@ -404,6 +422,7 @@ struct GPT2 : ModelState<floatX> {
             {(void**)&acts.dbt4c, grad * BT * 4 * C * sizeof(floatX)},
             {(void**)&acts.btc, BT * C * sizeof(floatX)},
             {(void**)&acts.scratch, grad * scratch},
+            {(void**)&acts.wgrad_scratch, grad * overlap_wgrad * matmul_backward_scratch_bytes((int)BT, (int)(4 * C))},
             {(void**)&acts.inputs, BT * sizeof(int)},
             {(void**)&acts.targets, BT * sizeof(int)},
         };
@@ -506,6 +525,44 @@ struct GPT2 : ModelState<floatX> {
                          const floatX* inp, const floatX* weight, int N, int C, int OC) {
         linear_backward(which, l, dinp, dweight, dbias, dout, inp, weight, (const floatX*)nullptr, N, C, OC);
     }
+    // --overlap-wgrad's points of contact between the streams. fork: the weight stream waits for what
+    // the model's stream has issued so far (the gradient a weight GEMM reads). mark: an event after what
+    // the weight stream has issued so far, which join makes the model's stream wait for before it
+    // overwrites what that work reads. Without the overlap all three do nothing.
+    bool overlapping() const { return wgrad_stream != nullptr && !fp8; }
+    cudaEvent_t wgrad_event() {
+        cudaEvent_t e = wgrad_events[wgrad_next];
+        wgrad_next = (wgrad_next + 1) % wgrad_events.size();
+        return e;
+    }
+    void wgrad_fork() {
+        if (overlapping()) stream_wait(wgrad_stream, stream, wgrad_event());
+    }
+    cudaEvent_t wgrad_mark() {
+        if (!overlapping()) return nullptr;
+        cudaEvent_t e = wgrad_event();
+        cudaCheck(cudaEventRecord(e, wgrad_stream));
+        return e;
+    }
+    void wgrad_join(cudaEvent_t done) {
+        if (done) cudaCheck(cudaStreamWaitEvent(stream, done, 0));
+    }
+    // A block's linear layer backward with --overlap-wgrad: dweight and dbias on the weight stream,
+    // forked once dout is final, and dinp on the model's stream at the same time. Returns the mark of
+    // the weight work (nullptr without the overlap, when linear_backward does it all in order).
+    cudaEvent_t block_linear_backward(Linear which, int l, floatX* dinp, floatX* dweight, floatX* dbias,
+                                      const floatX* dout, const floatX* inp, const floatX* weight,
+                                      const floatX* pre_gelu, int N, int C, int OC) {
+        if (!overlapping()) {
+            linear_backward(which, l, dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC);
+            return nullptr;
+        }
+        wgrad_fork();
+        matmul_backward_weight_bias(dweight, dbias, acts.wgrad_scratch, dout, inp, N, C, OC, wgrad_stream);
+        cudaEvent_t done = wgrad_mark();
+        matmul_backward_input(dinp, dout, weight, pre_gelu, N, C, OC, GeluKind::Tanh, stream);
+        return done;
+    }
 
     // Before layer l's backward pass: recompute what was not kept (see Recompute).
     void recompute_layer(int l, const LayerActs<floatX>& x) {
@@ -606,9 +663,15 @@ struct GPT2 : ModelState<floatX> {
         layernorm_backward(a.dresidual, grads.t[LNFW], grads.t[LNFB], a.scratch, a.dbtc, a.residual3 + (L - 1) * btc,
                            params.t[LNFW], a.lnf_mean, a.lnf_rstd, BT, C, stream, fcproj_bias_sums(L - 1));
         this->grads_final_before();  // data parallel: the final layernorm's gradients go out now
+        // With --overlap-wgrad each linear layer's weight gradient runs on the weight stream beside the
+        // input-gradient chain, which waits for it (wgrad_join) only before it overwrites what that GEMM
+        // reads: dresidual (the LayerNorm backwards add to it), dbt4c (attention's backward writes dqkv
+        // there), and at the end of the block every buffer the layer below reuses (its recomputed
+        // activations, dbt4c again), before the block's gradients are handed to the communication.
         for (int l = L - 1; l >= 0; l--) {
             LayerActs<floatX> x = layer_acts(l);
             if (recompute != Recompute::None) recompute_layer(l, x);
+            cudaEvent_t fcproj_done = nullptr, fc_done = nullptr;  // marks of the weight stream's work
             // MLP block: dresidual is the gradient of the block's output
             if (c.moe_block(l)) {  // dbtc = the MoE layer's input gradient; its losses' weigh moe_dloss
                 moe_layer_backward(&moe[c.moe_index(l)], a.dbtc, moe_grads(l), a.dresidual, x.ln2, moe_params(l),
@@ -616,29 +679,36 @@ struct GPT2 : ModelState<floatX> {
             } else {
                 // GELU's backward: fused into the matmul as dGELU when the forward fused it, else the kernel
                 floatX* fcproj_bias = fcproj_bias_sums(l) ? (floatX*)nullptr : mlp_grad(FCPROJB, l, C);
-                linear_backward(LinFCProj, l, a.dbt4c, mlp_grad(FCPROJW, l, 4 * C * C), fcproj_bias, a.dresidual,
-                                x.fch_gelu, mlp_param(FCPROJW, l, 4 * C * C),
-                                fused_gelu() ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
+                fcproj_done = block_linear_backward(LinFCProj, l, a.dbt4c, mlp_grad(FCPROJW, l, 4 * C * C),
+                                                    fcproj_bias, a.dresidual, x.fch_gelu,
+                                                    mlp_param(FCPROJW, l, 4 * C * C),
+                                                    fused_gelu() ? x.fch : (const floatX*)nullptr, BT, 4 * C, C);
                 if (!fused_gelu()) gelu_backward_inplace(a.dbt4c, x.fch, (size_t)BT * 4 * C, GeluKind::Tanh, stream);
-                linear_backward(LinFC, l, a.dbtc, mlp_grad(FCW, l, 4 * C * C), mlp_grad(FCB, l, 4 * C), a.dbt4c,
-                                x.ln2, mlp_param(FCW, l, 4 * C * C), BT, C, 4 * C);
+                fc_done = block_linear_backward(LinFC, l, a.dbtc, mlp_grad(FCW, l, 4 * C * C), mlp_grad(FCB, l, 4 * C),
+                                                a.dbt4c, x.ln2, mlp_param(FCW, l, 4 * C * C), nullptr, BT, C, 4 * C);
             }
             floatX* attproj_bias_sums = ln_bias_sums ? grads.layer(ATTPROJB, l, C) : nullptr;
+            wgrad_join(fcproj_done);  // fc proj's weight GEMM has read dresidual
             layernorm_backward(a.dresidual, grads.layer(LN2W, l, C), grads.layer(LN2B, l, C), a.scratch, a.dbtc,
                                x.residual2, params.layer(LN2W, l, C), x.ln2_mean, x.ln2_rstd, BT, C, stream,
                                attproj_bias_sums);
             // attention block
-            linear_backward(LinAttProj, l, a.dbtc, grads.layer(ATTPROJW, l, C * C),
-                            attproj_bias_sums ? (floatX*)nullptr : grads.layer(ATTPROJB, l, C), a.dresidual, x.atty,
-                            params.layer(ATTPROJW, l, C * C), BT, C, C);
+            cudaEvent_t attproj_done =
+                block_linear_backward(LinAttProj, l, a.dbtc, grads.layer(ATTPROJW, l, C * C),
+                                      attproj_bias_sums ? (floatX*)nullptr : grads.layer(ATTPROJB, l, C), a.dresidual,
+                                      x.atty, params.layer(ATTPROJW, l, C * C), nullptr, BT, C, C);
+            wgrad_join(fc_done);  // fc's weight GEMM has read dbt4c
             attention_backward(a.dbt4c, a.dbtc, x.qkv, x.atty, x.lse, a.scratch, B, T, C, NH, true, (const int*)nullptr,
                                stream);
-            linear_backward(LinQKV, l, a.dbtc, grads.layer(QKVW, l, 3 * C * C), grads.layer(QKVB, l, 3 * C), a.dbt4c,
-                            x.ln1, params.layer(QKVW, l, 3 * C * C), BT, C, 3 * C);
+            cudaEvent_t qkv_done =
+                block_linear_backward(LinQKV, l, a.dbtc, grads.layer(QKVW, l, 3 * C * C), grads.layer(QKVB, l, 3 * C),
+                                      a.dbt4c, x.ln1, params.layer(QKVW, l, 3 * C * C), nullptr, BT, C, 3 * C);
             if (l > 0) this->grads_begin_layer(l - 1);  // ln1's backward writes into block l-1's gradients
+            wgrad_join(attproj_done);  // att proj's weight GEMM has read dresidual
             layernorm_backward(a.dresidual, grads.layer(LN1W, l, C), grads.layer(LN1B, l, C), a.scratch, a.dbtc,
                                x.residual, params.layer(LN1W, l, C), x.ln1_mean, x.ln1_rstd, BT, C, stream,
                                l > 0 ? fcproj_bias_sums(l - 1) : (floatX*)nullptr);
+            wgrad_join(qkv_done);  // the block's weight gradients are all done
             this->grads_final_layer(l);  // ... layer l's, while the layers below compute
         }
         // the embeddings, from the plan set_batch() uploaded
@@ -760,6 +830,10 @@ struct GPT2 : ModelState<floatX> {
         this->free_state();
         for (void* p : {fp8_memory, fp8_scratch, acts_memory})
             if (p) cudaCheck(cudaFree(p));
+        for (cudaEvent_t e : wgrad_events) cudaCheck(cudaEventDestroy(e));
+        wgrad_events.clear();
+        if (wgrad_stream) cudaCheck(cudaStreamDestroy(wgrad_stream));
+        wgrad_stream = nullptr;
         encoder_backward_plan_free(&encoder_plan);
         batch_slots.free_all();
         for (MoeLayer<floatX>& m : moe) moe_layer_free(&m);
@@ -1134,6 +1208,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     model.recompute = o.recompute;
     model.eager_first_use = o.gemm_autotune;  // a graphed key runs eagerly once: its new GEMM shapes are timed
     model.gelu_fusion = o.gelu_fusion;
+    model.overlap_wgrad = o.overlap_wgrad;
     const char* attention_kernel = apply_attention_backward(o, config.channels / config.num_heads, 0.f);
     model.build(config, init);
     // CUDA graphs (--cuda-graphs): the model's work moves to a stream of its own, since the legacy
@@ -1227,9 +1302,10 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
                "all-to-all, capacity per rank; their gradients and optimizer state stay on their rank); %.2fM "
                "parameters on each rank\n", c.moe_experts, model.moe_par.ranks,
                c.moe_experts / model.moe_par.ranks, model.num_parameters / 1e6);
-    printf("precision: %s%s | device: %s%s%s\n", precision_name(o.precision),
+    printf("precision: %s%s | device: %s%s%s%s\n", precision_name(o.precision),
            o.tf32 ? " (tf32 matmuls)" : o.fp8 ? " with fp8 GEMMs in the blocks (E4M3 forward, E5M2 gradients)" : "",
-           prop.name, training ? " | attention backward: " : "", training ? attention_kernel : "");
+           prop.name, training ? " | attention backward: " : "", training ? attention_kernel : "",
+           model.overlapping() ? " | weight gradients: on a second stream" : "");
     print_data_parallel(dist, o.zero);
     char activations_note[64];
     snprintf(activations_note, sizeof(activations_note), "B=%d T=%d, %s%s", o.B, o.T,

@@ -27,6 +27,7 @@ struct TrainOptions : RunOptions {
     std::vector<int> prompt_tokens;  // its GPT-2 tokens (resolve_gpt2_options encodes it)
     bool gelu_fusion = true;
     bool cuda_graphs = true;         // replay the micro-step from a CUDA graph (GPT2::train_micro_step)
+    bool overlap_wgrad = false;      // the blocks' weight gradients on a second stream (GPT2::backward)
     bool tf32_flag = false;          // llm.c's -f 1: --precision tf32 by another name
     // Mixture of Experts (--moe-*): the model's settings as the command line gives them; the model's
     // own are GPT2Config's (resolve_moe_options).
@@ -89,6 +90,9 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     cli.add("cuda-graphs", nullptr, "1", "replay each micro-step's forward and backward passes from a CUDA graph "
             "captured once (1) or launch every kernel from the host (0); the batch upload and the optimizer step stay "
             "eager, and --zero 2 always runs eagerly", &o->cuda_graphs);
+    cli.add("overlap-wgrad", nullptr, "0", "compute each block's weight and bias gradients on a second stream, "
+            "while the first computes the input gradients below them (1), or all on one stream (0); the same "
+            "results; not with --precision fp8", &o->overlap_wgrad);
     cli.add("gen-tokens", "g", "INT", "auto", "tokens to sample after training, 0: none (auto: 256 on a GPU, 64 on "
             "the CPU backend)", &o->gen_tokens, 0, 1 << 20);
     cli.add("sample-every", "s", "STEPS", "0", "also sample every this many steps during training (0: only at the end)",
@@ -175,6 +179,11 @@ inline void resolve_gpt2_options(Cli& cli, TrainOptions* o, const Distributed& d
     if (o->tf32_flag) {
         if (o->precision != Precision::FP32) cli.fail("option --tf32: applies to --precision fp32 only");
         o->tf32 = true;
+    }
+    if (o->overlap_wgrad) {
+        if (o->fp8) cli.fail("option --overlap-wgrad: fp8's weight gradients share their operands' casts with the "
+                             "input gradients; it runs with --precision fp32, tf32, bf16 or fp16");
+        if (o->max_steps == 0) cli.fail("option --overlap-wgrad: --max-steps 0 trains nothing, so it runs no backward");
     }
 }
 

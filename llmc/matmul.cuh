@@ -179,6 +179,13 @@ struct MatmulContext {
     double autotune_ms = 0;                   // host time spent timing them
     long long calls = 0;  // cublasLtMatmul calls so far (each is at least one GPU kernel)
     std::map<MatmulCacheKey, MatmulPlan> plans;
+    // A stream that runs GEMMs at the same time as the others (the trainers' --overlap-wgrad) has a
+    // workspace of its own (matmul_add_stream): two GEMMs running at once must not share one.
+    std::map<cudaStream_t, void*> stream_workspaces;
+    void* workspace_for(cudaStream_t stream) const {
+        auto it = stream_workspaces.find(stream);
+        return it == stream_workspaces.end() ? workspace : it->second;
+    }
 
     // Destroys every cached plan's descriptors and forgets the plans.
     void forget_plans() {
@@ -223,10 +230,20 @@ inline void matmul_set_algo_rank(int rank) {
 // Turns --gemm-autotune on or off for the plans made from now on (see matmul_autotune).
 inline void matmul_set_autotune(bool on) { matmul_context().autotune = on; }
 
+// Gives `stream` a workspace of its own (see MatmulContext::stream_workspaces); after matmul_init.
+inline void matmul_add_stream(cudaStream_t stream) {
+    MatmulContext& ctx = matmul_context();
+    if (ctx.stream_workspaces.count(stream)) return;
+    void* w = nullptr;
+    cudaCheck(cudaMalloc(&w, ctx.workspace_size));
+    ctx.stream_workspaces[stream] = w;
+}
+
 inline void matmul_destroy() {
     MatmulContext& ctx = matmul_context();
     if (!ctx.handle) return;
     matmul_forget_plans();
+    for (auto& [stream, w] : ctx.stream_workspaces) cudaCheck(cudaFree(w));
     cudaCheck(cudaFree(ctx.workspace));
     cublasCheck(cublasLtDestroy(ctx.handle));
     ctx = MatmulContext();
@@ -310,7 +327,8 @@ inline void matmul_autotune(MatmulPlan& plan, const cublasLtMatmulHeuristicResul
             if (d_bytes > 0) cudaCheck(cudaMemcpyAsync(d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
             cudaCheck(cudaEventRecord(start, stream));
             ran = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d, plan.d,
-                                 &results[i].algo, ctx.workspace, ctx.workspace_size, stream) == CUBLAS_STATUS_SUCCESS;
+                                 &results[i].algo, ctx.workspace_for(stream), ctx.workspace_size,
+                                 stream) == CUBLAS_STATUS_SUCCESS;
             cudaCheck(cudaEventRecord(stop, stream));
             cudaCheck(cudaEventSynchronize(stop));
             float ms = 0.f;
@@ -383,7 +401,7 @@ bool cublaslt_run(const MatmulKey& key, const MatmulLayoutKey& layout, Make&& ma
     }
     if (plan.ok) {
         cublasStatus_t st = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d,
-                                           plan.d, &plan.algo, ctx.workspace, ctx.workspace_size, stream);
+                                           plan.d, &plan.algo, ctx.workspace_for(stream), ctx.workspace_size, stream);
         if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
             plan.ok = false;  // the heuristic offered what the call refuses: fall back, now and later
         } else {
@@ -596,6 +614,23 @@ bool matmul_backward_weight_bgradb(T* dweight, T* dbias, T* grad, const T* dout,
     return true;
 }
 
+// The parameter half of matmul_backward: dweight (OC,C) += doutᵀ · inp and, if dbias is non-null,
+// dbias (OC) += column sums of dout (see matmul_backward). It reads only dout and inp, so it may run
+// on another stream than the input gradient (the trainers' --overlap-wgrad), with scratch of its own.
+template <class T>
+void matmul_backward_weight_bias(T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, int N, int C,
+                                 int OC, cudaStream_t stream) {
+    if (!dbias) {
+        matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
+        return;
+    }
+    if (matmul_bias_grad_in_gemm() &&
+        matmul_backward_weight_bgradb(dweight, dbias, static_cast<T*>(scratch), dout, inp, N, C, OC, stream))
+        return;
+    matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
+    bias_backward(dbias, static_cast<float*>(scratch), dout, N, OC, stream);
+}
+
 // Gradients of out = inp · weightᵀ + bias:
 //   dinp (N,C) = dout · weight, overwritten; with pre_gelu (N,C) non-null, multiplied by
 //     gelu'(pre_gelu) (the layer's input was GELU(pre_gelu)): fused into cuBLASLt when possible;
@@ -608,15 +643,7 @@ template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, void* scratch, const T* dout, const T* inp, const T* weight,
                      const T* pre_gelu, int N, int C, int OC, GeluKind gelu_kind, cudaStream_t stream) {
     matmul_backward_input(dinp, dout, weight, pre_gelu, N, C, OC, gelu_kind, stream);
-    if (!dbias) {
-        matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
-        return;
-    }
-    if (matmul_bias_grad_in_gemm() &&
-        matmul_backward_weight_bgradb(dweight, dbias, static_cast<T*>(scratch), dout, inp, N, C, OC, stream))
-        return;
-    matmul_backward_weight(dweight, dout, inp, N, C, OC, stream);
-    bias_backward(dbias, static_cast<float*>(scratch), dout, N, OC, stream);
+    matmul_backward_weight_bias(dweight, dbias, scratch, dout, inp, N, C, OC, stream);
 }
 
 // The gradients of a linear layer without an activation below it (dinp is dout · weight).

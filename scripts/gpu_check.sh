@@ -16,10 +16,10 @@
 # the JSON, and each command's time limit is cut to what is left of S. The JSON is rewritten after every
 # part, so a run cut short keeps what it measured. --parts a,b,... runs (and builds for) only those
 # parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma (H100/H200: the backward on mma.sync)
-# gpt2_bf16_64k_wgmma_forms (H100/H200: the wgmma backward's other forms) gpt2_autotune
-# gpt2_bias_grad (the other --bias-grad route) pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32
-# gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a budgeted
-# one). The build counts against --budget too.
+# gpt2_bf16_64k_wgmma_forms (H100/H200: the wgmma backward's other forms) gpt2_overlap_wgrad
+# gpt2_autotune gpt2_bias_grad (the other --bias-grad route) pytorch profile tests gemm kernels gpt2_fp32
+# gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a
+# budgeted one). The build counts against --budget too.
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
 set -u
 cd "$(dirname "$0")/.."
@@ -30,7 +30,7 @@ sanitize=1
 torch_bench=1
 budget=0
 parts=
-all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma_forms gpt2_autotune gpt2_bias_grad pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
+all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma_forms gpt2_overlap_wgrad gpt2_autotune gpt2_bias_grad pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --json) json_out="${2:?--json needs a file}"; shift 2 ;;
@@ -111,7 +111,7 @@ done
 targets=()  # what the asked-for parts run
 wants tests && targets+=("${tests[@]/#/build/gpu/test_}")
 wants sanitizer && ! wants tests && targets+=(build/gpu/test_{attention,layernorm,matmul,fused_classifier})
-for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma_forms gpt2_autotune gpt2_bias_grad profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
+for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma_forms gpt2_overlap_wgrad gpt2_autotune gpt2_bias_grad profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
     wants $part && targets+=(build/gpu/train_gpt2) && break
 done
 wants bert && targets+=(build/gpu/train_bert)
@@ -376,6 +376,19 @@ if [[ $arch == 90 ]] && fits gpt2_bf16_64k_wgmma_forms 90; then
         fi
         write_json
     done
+fi
+# The 65536-token run again with the blocks' weight gradients on a second stream (--overlap-wgrad 1):
+# the same kernels on the same inputs, so every loss must be the default run's bit for bit.
+if fits gpt2_overlap_wgrad 60; then
+    echo "GPT-2 d12, the 65536-token run with --overlap-wgrad 1 ..."
+    gpt2_run bf16_64k_overlap_wgrad bf16 -b auto -d 65536 --overlap-wgrad 1
+    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[bf16_64k_overlap_wgrad]:-}" ]] &&
+        [[ ${loss1[bf16_64k]} != "${loss1[bf16_64k_overlap_wgrad]}" || ${lossN[bf16_64k]} != "${lossN[bf16_64k_overlap_wgrad]}" ]]; then
+        failures=$((failures + 1))
+        echo "  --overlap-wgrad 1's losses differ from the default's: step 1 ${loss1[bf16_64k_overlap_wgrad]} vs" \
+            "${loss1[bf16_64k]}, last ${lossN[bf16_64k_overlap_wgrad]} vs ${lossN[bf16_64k]} (must be equal)"
+    fi
+    write_json
 fi
 # The 65536-token run again with --gemm-autotune 1 (each GEMM shape takes the fastest of cuBLASLt's
 # candidates, timed at the first step): its ms per step against the heuristic's. Other algorithms may

@@ -417,7 +417,11 @@ int main(int argc, char** argv) {
                                                    "runs no backward"},
             {"-x 0 -g 4 --bias-grad kernels", "option --bias-grad: --max-steps 0 trains nothing, so it runs no "
                                               "backward"},
-            {"--bias-grad bgradb", "option --bias-grad: 'bgradb' is not one of auto, gemm, kernels"}};
+            {"--bias-grad bgradb", "option --bias-grad: 'bgradb' is not one of auto, gemm, kernels"},
+            {"--overlap-wgrad 1 --precision fp8", "option --overlap-wgrad: fp8's weight gradients share their "
+                                                  "operands' casts with the input gradients"},
+            {"-x 0 -g 4 --overlap-wgrad 1", "option --overlap-wgrad: --max-steps 0 trains nothing, so it runs no "
+                                            "backward"}};
         // A model whose first weight (token 0's embedding, tied to the classifier) is NaN: every
         // logits row and so the loss is NaN at step 1. The run stops there, before any checkpoint.
         {
@@ -532,6 +536,30 @@ int main(int argc, char** argv) {
                        "gemm's losses %s (ran %s), kernels' %s (ran %s), auto's %s (ran %s)",
                        th::join(losses[0]).c_str(), ran[0].c_str(), th::join(losses[1]).c_str(), ran[1].c_str(),
                        th::join(losses[2]).c_str(), ran[2].c_str());
+        }
+        // --overlap-wgrad 1: the blocks' weight gradients on a second stream give the same losses, bit for
+        // bit, as one stream does, with the CPU backend running every stream's work as late as the events
+        // allow (SIMT_STREAMS=adversarial): a missing wait shows as other numbers. Two blocks (the joins
+        // between them), eager and graphed, bf16 with every layer recomputed, two micro-steps with the
+        // bias gradients in the GEMMs.
+        {
+            const std::string run = self + " --train-gpt2 --layers 2 --channels 32 --heads 2 --max-seq-len 16 "
+                                    "--vocab-size 64 -t 16 -b 2 -x 3 -v 0 -g 0 -i " + train + " -j '' ";
+            for (const char* extra : {"", "--cuda-graphs 0 ", "--precision bf16 --recompute layer ",
+                                      "--bias-grad gemm -d 64 "}) {
+                th::ChildOutput one = th::run_command(run + extra + "2>&1");
+                th::ChildOutput two = th::run_command("SIMT_STREAMS=adversarial " + run + extra + "--overlap-wgrad 1 2>&1");
+                std::vector<double> a = th::step_losses(one.text), b = th::step_losses(two.text);
+                bool said = two.text.find("| weight gradients: on a second stream\n") != std::string::npos &&
+                            one.text.find("weight gradients:") == std::string::npos;
+                const bool ran = th::exited_ok(one) && th::exited_ok(two);
+                const std::string why = !ran ? "; " + th::last_lines(one.text + two.text)
+                                        : !said ? std::string("; the start-up line does not say so") : std::string();
+                th::report(ran && a.size() == 3 && a == b && said,
+                           ("train_gpt2 " + std::string(extra) + "--overlap-wgrad 1 (adversarial streams): the losses "
+                            "of one stream, bit for bit").c_str(),
+                           "one stream %s, two %s%s", th::join(a).c_str(), th::join(b).c_str(), why.c_str());
+            }
         }
         // -m above what the validation data holds (200 tokens: 6 batches of B=2 x T=16) reads those 6
         // once each, as -m 6 does, instead of reading some twice.

@@ -107,6 +107,7 @@ X
 #!/bin/sh
 case "$*" in *fp32*) l=10.98 ;; *) l=10.99 ;; esac
 case "$*" in *wgmma-3-red*) [ -n "${STUB_WGMMA3_RED_DIFFERS:-}" ] && l=10.97 ;; esac
+case "$*" in *overlap-wgrad*) [ -n "${STUB_OVERLAP_DIFFERS:-}" ] && l=10.96 ;; esac
 case "$*" in *"-b auto"*) echo "batch: B=64 T=1024, 1 micro-step -> 65536 tokens per step; 30 steps" ;;
              *) echo "batch: B=16 T=1024, 1 micro-step -> 16384 tokens per step; 30 steps" ;; esac
 echo "device memory in use after the first step: 1234.5 MiB of 81559.0 MiB"
@@ -197,10 +198,10 @@ json_field() {  # a python expression on the sandbox's JSON `d`
     python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($1)" "$sb/m/build/gpu-check/gpu_check.json" 2>&1
 }
 stub_machine "$sb/m"
-MAX_LINES=120 check "gpu_check on a stub GPU machine: every part, no failure" 0 "gpu_check: 0 failure(s)" \
+MAX_LINES=130 check "gpu_check on a stub GPU machine: every part, no failure" 0 "gpu_check: 0 failure(s)" \
     env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh"
-check "... its JSON: finished, 12 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the next three with the wgmma backward's other forms, then --gemm-autotune 1, then the other bias-gradient route, gemm on an H100), 4 agreements, 12 sanitizer runs, the tests" 0 \
-    "True 12 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_wgmma_3 bf16_64k_wgmma_red bf16_64k_wgmma_3_red bf16_64k_autotune bf16_64k_bias_gemm 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], *[d["gpt2_d12"]["runs"][i]["run"] for i in range(2, 8)], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+check "... its JSON: finished, 13 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the next three with the wgmma backward's other forms, then --overlap-wgrad 1, --gemm-autotune 1, the other bias-gradient route, gemm on an H100), 4 agreements, 12 sanitizer runs, the tests" 0 \
+    "True 13 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_wgmma_3 bf16_64k_wgmma_red bf16_64k_wgmma_3_red bf16_64k_overlap_wgrad bf16_64k_autotune bf16_64k_bias_gemm 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], *[d["gpt2_d12"]["runs"][i]["run"] for i in range(2, 9)], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
 check "... each GPT-2 run's median step and the steps 5% slower than it" 0 "51.0 [4]" \
     json_field 'd["gpt2_d12"]["runs"][0]["median_ms_per_step"], d["gpt2_d12"]["runs"][0]["slow_steps"]'
 check "... and the GPU's clocks while it trained: SM clock min/median, samples below 97% of it, power, reasons" 0 \
@@ -246,6 +247,10 @@ MAX_LINES=100 check "gpu_check where --attention-backward wgmma-3-red's losses d
     "wgmma-3-red's losses differ from the default's: step 1 10.97 vs 10.99" env PATH="$sb/m/bin:$PATH" \
     STUB_WGMMA3_RED_DIFFERS=1 "$sb/m/scripts/gpu_check.sh" --parts gpt2_bf16_64k,gpt2_bf16_64k_wgmma_forms
 stub_machine "$sb/m"
+MAX_LINES=100 check "gpu_check where --overlap-wgrad 1's losses differ from the default's: a failure" 1 \
+    "--overlap-wgrad 1's losses differ from the default's: step 1 10.96 vs 10.99" env PATH="$sb/m/bin:$PATH" \
+    STUB_OVERLAP_DIFFERS=1 "$sb/m/scripts/gpu_check.sh" --parts gpt2_bf16_64k,gpt2_overlap_wgrad
+stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check where a sanitizer finds errors: a failure" 1 "racecheck test_matmul: 3 errors" \
     env PATH="$sb/m/bin:$PATH" STUB_SANITIZER=errors "$sb/m/scripts/gpu_check.sh" --parts sanitizer
 check "... its verdict in the JSON" 0 "[('racecheck', 'test_matmul', 99, 3, '3 errors')] 1" \
@@ -267,8 +272,8 @@ check "... and builds only their programs" 0 "CUDA_ARCHS=90 build/gpu/dev_layern
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check cut short (killed while BERT runs)" 124 "GPT-2 d12" \
     env PATH="$sb/m/bin:$PATH" STUB_BERT_HANGS=1 timeout 4 "$sb/m/scripts/gpu_check.sh"
-check "... leaves the JSON of the parts before: not finished, 12 GPT-2 runs, the tests, the GEMM" 0 \
-    "False 12 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
+check "... leaves the JSON of the parts before: not finished, 13 GPT-2 runs, the tests, the GEMM" 0 \
+    "False 13 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --parts gpt2_bf16,bert,pytorch: PyTorch's figures beside ours in the table" 0 \
     "| BERT-base bf16 classify, B=32 T=256 | 512.25 samples/s | 700.5 samples/s (compile, bf16 autocast) |" \
