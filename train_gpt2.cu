@@ -279,8 +279,8 @@ struct GPT2 : ModelState<floatX> {
     bool ln_bias_sums = true;
     // --overlap-wgrad: each dense block's weight and bias gradients on a stream of their own,
     // wgrad_stream, while the model's stream computes the input gradients (see backward()); set before
-    // build() (start_wgrad_stream() then makes the stream). Not with fp8, whose weight gradients share
-    // the casts of their operands with the input gradients.
+    // allocate_activations(), which makes the stream. Not with fp8, whose weight gradients share the
+    // casts of their operands with the input gradients.
     bool overlap_wgrad = false;
     cudaStream_t wgrad_stream = nullptr;
     std::vector<cudaEvent_t> wgrad_events;  // the fork and join points, reused in turn

@@ -143,6 +143,12 @@ ours_fwd= ours_bwd= ours_gemm= fp8_accum= gemm_heur= gemm_best= bgrad_fused= bgr
 ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd6= mma_sweep= ours_bwd7= defer_sweep= ours_fwd8= fwd8_sweep= ours_slices_gpt2=
 ours_bwd9= wgmma3_sweep= ours_bwd10= wgmma_red_sweep= ours_bwd11= wgmma3_red_sweep=
 failures=$build_failures
+# An attention variant's two JSON fields: pass (fwd or bwd), name, its TFLOP/s at GPT-2's shape and
+# its sweep ({"causal 1024": [pass, fwd+bwd], ...}).
+variant_json() {
+    printf '  "attention_bf16_causal_%s_%s_tflops":%s,\n  "attention_bf16_%s_%s_sweep":{%s},\n' "$1" "$2" \
+        "$(jnum "$3")" "$1" "$2" "$4"
+}
 write_json() {  # "final" once every part has run or been skipped
     skipped_json=()
     for part in "${skipped[@]}"; do skipped_json+=("$(jstr "$part")"); done
@@ -167,18 +173,12 @@ write_json() {  # "final" once every part has run or been skipped
         printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh32":{%s},\n' "${ours_slices_b16:-}"
         printf '  "attention_bf16_causal_bwd_dq_atomics_tflops":%s,\n' "$(jnum "${ours_bwd4:-}")"
         printf '  "attention_bf16_causal_fwd_regs_for_2_blocks_tflops":%s,\n' "$(jnum "${ours_fwd5:-}")"
-        printf '  "attention_bf16_causal_bwd_mma_tflops":%s,\n' "$(jnum "${ours_bwd6:-}")"
-        printf '  "attention_bf16_bwd_mma_sweep":{%s},\n' "${mma_sweep:-}"
-        printf '  "attention_bf16_causal_bwd_wgmma_defer_dq_tflops":%s,\n' "$(jnum "${ours_bwd7:-}")"
-        printf '  "attention_bf16_bwd_wgmma_defer_dq_sweep":{%s},\n' "${defer_sweep:-}"
-        printf '  "attention_bf16_causal_fwd_wgmma_tflops":%s,\n' "$(jnum "${ours_fwd8:-}")"
-        printf '  "attention_bf16_fwd_wgmma_sweep":{%s},\n' "${fwd8_sweep:-}"
-        printf '  "attention_bf16_causal_bwd_wgmma_3_blocks_tflops":%s,\n' "$(jnum "${ours_bwd9:-}")"
-        printf '  "attention_bf16_bwd_wgmma_3_blocks_sweep":{%s},\n' "${wgmma3_sweep:-}"
-        printf '  "attention_bf16_causal_bwd_wgmma_red_dq_tflops":%s,\n' "$(jnum "${ours_bwd10:-}")"
-        printf '  "attention_bf16_bwd_wgmma_red_dq_sweep":{%s},\n' "${wgmma_red_sweep:-}"
-        printf '  "attention_bf16_causal_bwd_wgmma_3_blocks_red_dq_tflops":%s,\n' "$(jnum "${ours_bwd11:-}")"
-        printf '  "attention_bf16_bwd_wgmma_3_blocks_red_dq_sweep":{%s},\n' "${wgmma3_red_sweep:-}"
+        variant_json bwd mma "${ours_bwd6:-}" "${mma_sweep:-}"
+        variant_json bwd wgmma_defer_dq "${ours_bwd7:-}" "${defer_sweep:-}"
+        variant_json fwd wgmma "${ours_fwd8:-}" "${fwd8_sweep:-}"
+        variant_json bwd wgmma_3_blocks "${ours_bwd9:-}" "${wgmma3_sweep:-}"
+        variant_json bwd wgmma_red_dq "${ours_bwd10:-}" "${wgmma_red_sweep:-}"
+        variant_json bwd wgmma_3_blocks_red_dq "${ours_bwd11:-}" "${wgmma3_red_sweep:-}"
         printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh12":{%s},\n' "${ours_slices_gpt2:-}"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
         printf '  "gpt2_step_gemms_ms":{"heuristic":%s,"fastest_algorithm":%s},\n' "$(jnum "${gemm_heur:-}")" \
@@ -360,35 +360,32 @@ if [[ $arch == 90 ]] && fits gpt2_bf16_64k_mma 60; then
     fi
     write_json
 fi
-# On an H100/H200 the wgmma backward's other forms (--attention-backward wgmma-3: registers capped for
-# 3 blocks per SM instead of 2; wgmma-red: dQ added by reductions in L2; wgmma-3-red: both): the same
-# gradients, so every loss must be the default run's bit for bit; only the step time may differ.
-if [[ $arch == 90 ]] && fits gpt2_bf16_64k_wgmma_forms 90; then
-    for form in wgmma-3 wgmma-red wgmma-3-red; do
-        key=bf16_64k_${form//-/_}
-        echo "GPT-2 d12, the same with --attention-backward $form ..."
-        gpt2_run "$key" bf16 -b auto -d 65536 --attention-backward "$form"
-        if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[$key]:-}" ]] &&
-            [[ ${loss1[bf16_64k]} != "${loss1[$key]}" || ${lossN[bf16_64k]} != "${lossN[$key]}" ]]; then
-            failures=$((failures + 1))
-            echo "  $form's losses differ from the default's: step 1 ${loss1[$key]} vs ${loss1[bf16_64k]}," \
-                "last ${lossN[$key]} vs ${lossN[bf16_64k]} (must be equal)"
-        fi
-        write_json
-    done
-fi
-# The 65536-token run again with the blocks' weight gradients on a second stream (--overlap-wgrad 1):
-# the same kernels on the same inputs, so every loss must be the default run's bit for bit.
-if fits gpt2_overlap_wgrad 60; then
-    echo "GPT-2 d12, the 65536-token run with --overlap-wgrad 1 ..."
-    gpt2_run bf16_64k_overlap_wgrad bf16 -b auto -d 65536 --overlap-wgrad 1
-    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[bf16_64k_overlap_wgrad]:-}" ]] &&
-        [[ ${loss1[bf16_64k]} != "${loss1[bf16_64k_overlap_wgrad]}" || ${lossN[bf16_64k]} != "${lossN[bf16_64k_overlap_wgrad]}" ]]; then
+# The 65536-token run again with the options $2 under the name bf16_64k_$1: the same results as
+# bf16_64k, every loss bit for bit (a failure otherwise); only the step time may differ.
+same_as_64k_run() {
+    local key=bf16_64k_$1 what=$2
+    echo "GPT-2 d12, the 65536-token run with $what ..."
+    gpt2_run "$key" bf16 -b auto -d 65536 $2
+    if [[ -n "${loss1[bf16_64k]:-}" && -n "${loss1[$key]:-}" ]] &&
+        [[ ${loss1[bf16_64k]} != "${loss1[$key]}" || ${lossN[bf16_64k]} != "${lossN[$key]}" ]]; then
         failures=$((failures + 1))
-        echo "  --overlap-wgrad 1's losses differ from the default's: step 1 ${loss1[bf16_64k_overlap_wgrad]} vs" \
-            "${loss1[bf16_64k]}, last ${lossN[bf16_64k_overlap_wgrad]} vs ${lossN[bf16_64k]} (must be equal)"
+        echo "  $what: losses differ from the default's: step 1 ${loss1[$key]} vs ${loss1[bf16_64k]}," \
+            "last ${lossN[$key]} vs ${lossN[bf16_64k]} (must be equal)"
     fi
     write_json
+}
+# On an H100/H200 the wgmma backward's other forms (--attention-backward wgmma-3: registers capped for
+# 3 blocks per SM instead of 2; wgmma-red: dQ added by reductions in L2; wgmma-3-red: both): the same
+# gradients.
+if [[ $arch == 90 ]] && fits gpt2_bf16_64k_wgmma_forms 90; then
+    for form in wgmma-3 wgmma-red wgmma-3-red; do
+        same_as_64k_run "${form//-/_}" "--attention-backward $form"
+    done
+fi
+# The blocks' weight gradients on a second stream (--overlap-wgrad 1): the same kernels on the same
+# inputs.
+if fits gpt2_overlap_wgrad 60; then
+    same_as_64k_run overlap_wgrad "--overlap-wgrad 1"
 fi
 # The 65536-token run again with --gemm-autotune 1 (each GEMM shape takes the fastest of cuBLASLt's
 # candidates, timed at the first step): its ms per step against the heuristic's. Other algorithms may
@@ -701,6 +698,11 @@ sdpa() {  # SDPA's forward or backward TFLOP/s through the flash and cuDNN backe
     [[ $torch_json == null ]] && return
     echo "flash $(pyget "d['sdpa_bf16_causal']['flash']['$1_tflops']"), cuDNN $(pyget "d['sdpa_bf16_causal']['cudnn']['$1_tflops']") TFLOP/s"
 }
+variant_rows() {  # an attention variant's rows: what it is, its TFLOP/s at GPT-2's shape, its sweep, its pass
+    [[ -n $2 ]] && echo "| ... $1 | $2 TFLOP/s | |"
+    [[ -n $3 ]] && echo "| ... $1 over the sweep's HS=64 shapes ($4, fwd+bwd) | ${3//\"/} | |"
+    return 0
+}
 if [[ -n $ours_fwd$ours_bwd ]]; then
     echo "| attention bf16 causal fwd, B=8 T=1024 NH=12 HS=64 | ${ours_fwd:-?} TFLOP/s | $(sdpa fwd) |"
     echo "| ... the forward with 32 rows per warp (dev variant 3) | ${ours_fwd32:-?} TFLOP/s | |"
@@ -710,18 +712,12 @@ if [[ -n $ours_fwd$ours_bwd ]]; then
     [[ -n ${ours_slices_gpt2:-} ]] && echo "| ... the same at B=16 NH=12 (GPT-2's training step) | ${ours_slices_gpt2//\"/} | |"
     echo "| ... the backward adding dQ by atomics (dev variant 4) | ${ours_bwd4:-?} TFLOP/s | |"
     echo "| ... the forward with registers for 2 blocks per SM (dev variant 5) | ${ours_fwd5:-?} TFLOP/s | |"
-    [[ -n $ours_bwd6 ]] && echo "| ... the backward on mma.sync where production's is on wgmma (dev variant 6) | ${ours_bwd6} TFLOP/s | |"
-    [[ -n $mma_sweep ]] && echo "| ... on mma.sync over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${mma_sweep//\"/} | |"
-    [[ -n $ours_bwd7 ]] && echo "| ... the wgmma backward deferring dQ (dev variant 7) | ${ours_bwd7} TFLOP/s | |"
-    [[ -n $defer_sweep ]] && echo "| ... deferring dQ over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${defer_sweep//\"/} | |"
-    [[ -n $ours_fwd8 ]] && echo "| ... the forward on wgmma (dev variant 8) | ${ours_fwd8} TFLOP/s | |"
-    [[ -n $fwd8_sweep ]] && echo "| ... the forward on wgmma over the sweep's HS=64 shapes (fwd, fwd+bwd) | ${fwd8_sweep//\"/} | |"
-    [[ -n $ours_bwd9 ]] && echo "| ... the wgmma backward with registers for 3 blocks per SM (dev variant 9) | ${ours_bwd9} TFLOP/s | |"
-    [[ -n $wgmma3_sweep ]] && echo "| ... for 3 blocks per SM over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${wgmma3_sweep//\"/} | |"
-    [[ -n $ours_bwd10 ]] && echo "| ... the wgmma backward adding dQ by reductions in L2 (dev variant 10) | ${ours_bwd10} TFLOP/s | |"
-    [[ -n $wgmma_red_sweep ]] && echo "| ... by reductions over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${wgmma_red_sweep//\"/} | |"
-    [[ -n $ours_bwd11 ]] && echo "| ... both: 3 blocks per SM, dQ by reductions (dev variant 11) | ${ours_bwd11} TFLOP/s | |"
-    [[ -n $wgmma3_red_sweep ]] && echo "| ... both over the sweep's HS=64 shapes (bwd, fwd+bwd) | ${wgmma3_red_sweep//\"/} | |"
+    variant_rows "the backward on mma.sync where production's is on wgmma (dev variant 6)" "$ours_bwd6" "$mma_sweep" bwd
+    variant_rows "the wgmma backward deferring dQ (dev variant 7)" "$ours_bwd7" "$defer_sweep" bwd
+    variant_rows "the forward on wgmma (dev variant 8)" "$ours_fwd8" "$fwd8_sweep" fwd
+    variant_rows "the wgmma backward with registers for 3 blocks per SM (dev variant 9)" "$ours_bwd9" "$wgmma3_sweep" bwd
+    variant_rows "the wgmma backward adding dQ by reductions in L2 (dev variant 10)" "$ours_bwd10" "$wgmma_red_sweep" bwd
+    variant_rows "both: 3 blocks per SM, dQ by reductions (dev variant 11)" "$ours_bwd11" "$wgmma3_red_sweep" bwd
 fi
 for r in "${moe_json[@]}"; do
     name=$(echo "$r" | sed 's/.*"model":"\([^"]*\)".*/\1/')

@@ -244,11 +244,11 @@ check "... and builds only their programs" 0 "CUDA_ARCHS=90 build/gpu/train_gpt2
     sed 's/.*GPU=1 //' "$sb/m/make_args"
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check where --attention-backward wgmma-3-red's losses differ from the default's: a failure" 1 \
-    "wgmma-3-red's losses differ from the default's: step 1 10.97 vs 10.99" env PATH="$sb/m/bin:$PATH" \
+    "--attention-backward wgmma-3-red: losses differ from the default's: step 1 10.97 vs 10.99" env PATH="$sb/m/bin:$PATH" \
     STUB_WGMMA3_RED_DIFFERS=1 "$sb/m/scripts/gpu_check.sh" --parts gpt2_bf16_64k,gpt2_bf16_64k_wgmma_forms
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check where --overlap-wgrad 1's losses differ from the default's: a failure" 1 \
-    "--overlap-wgrad 1's losses differ from the default's: step 1 10.96 vs 10.99" env PATH="$sb/m/bin:$PATH" \
+    "--overlap-wgrad 1: losses differ from the default's: step 1 10.96 vs 10.99" env PATH="$sb/m/bin:$PATH" \
     STUB_OVERLAP_DIFFERS=1 "$sb/m/scripts/gpu_check.sh" --parts gpt2_bf16_64k,gpt2_overlap_wgrad
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check where a sanitizer finds errors: a failure" 1 "racecheck test_matmul: 3 errors" \

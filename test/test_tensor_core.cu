@@ -432,16 +432,24 @@ __global__ void red_add_program_order_kernel(float* pairs) {
     red_add_f32x2(mine, 1.f, 0.f);
 }
 
-static void test_red_add() {
-    th::DeviceBuffer<float> sums(std::vector<float>(16, 0.f));
-    std::vector<float> got = th::run_orders("red.global.add into shared pairs", [&] {
-        cudaCheck(cudaMemset(sums.ptr, 0, 16 * sizeof(float)));
+// Zeroes buf, runs kernel(buf) on `blocks` blocks of 128 threads (under each thread order) and returns
+// buf's contents.
+template <class Kernel>
+static std::vector<float> run_red_kernel(const char* name, Kernel kernel, unsigned blocks,
+                                         th::DeviceBuffer<float>& buf) {
+    return th::run_orders(name, [&] {
+        cudaCheck(cudaMemset(buf.ptr, 0, buf.n * sizeof(float)));
         cudaLaunchConfig_t cfg = one_block(128);
-        cfg.gridDim = dim3(4);
-        cudaCheck(cudaLaunchKernelEx(&cfg, red_add_shared_pairs_kernel, sums.ptr));
+        cfg.gridDim = dim3(blocks);
+        cudaCheck(cudaLaunchKernelEx(&cfg, kernel, buf.ptr));
         cudaCheck(cudaDeviceSynchronize());
-        return sums.host();
+        return buf.host();
     });
+}
+
+static void test_red_add() {
+    th::DeviceBuffer<float> sums(16);
+    std::vector<float> got = run_red_kernel("red.global.add into shared pairs", red_add_shared_pairs_kernel, 4, sums);
     int wrong = 0;
     for (int p = 0; p < 8; p++) {
         double a = 0, b = 0;
@@ -451,13 +459,7 @@ static void test_red_add() {
     th::report(wrong == 0, "red_add_f32x2: 512 threads into 8 pairs, every add lands", "%d of 8 pairs wrong", wrong);
 
     th::DeviceBuffer<float> pairs(2 * 256);
-    std::vector<float> mine = th::run_orders("red.global.add in program order", [&] {
-        cudaLaunchConfig_t cfg = one_block(128);
-        cfg.gridDim = dim3(2);
-        cudaCheck(cudaLaunchKernelEx(&cfg, red_add_program_order_kernel, pairs.ptr));
-        cudaCheck(cudaDeviceSynchronize());
-        return pairs.host();
-    });
+    std::vector<float> mine = run_red_kernel("red.global.add in program order", red_add_program_order_kernel, 2, pairs);
     int out_of_order = 0;
     for (int t = 0; t < 256; t++) out_of_order += mine[2 * t] != 1.f + 0x1p-20f || mine[2 * t + 1] != 0x1p-20f;
     th::report(out_of_order == 0, "red_add_f32x2 after a store: one thread's adds in program order (1 + 2^-20)",
