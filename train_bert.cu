@@ -1004,7 +1004,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     snprintf(acts_note, sizeof(acts_note), "B=%d T<=%d%s, %s%s", o.B, width,
              head == BertHead::MLM ? (", MLM rows <= " + std::to_string(model.max_masked)).c_str() : "",
              training ? "recompute " : "forward only: one layer's", training ? recompute_name(o.recompute) : "");
-    print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o.precision, o.opt,
+    print_memory_anatomy(model.mem, model.num_parameters, matmul_workspace_bytes(), o.precision, o.opt,
                          {acts_note, training ? "optimizer table, norm scratch, embedding-backward plan"
                                               : "parameter table, embedding-backward plan", training});
     if (training) {

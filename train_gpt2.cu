@@ -1310,7 +1310,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     char activations_note[64];
     snprintf(activations_note, sizeof(activations_note), "B=%d T=%d, %s%s", o.B, o.T,
              training ? "recompute " : "forward only: one layer's", training ? recompute_name(o.recompute) : "");
-    print_memory_anatomy(model.mem, model.num_parameters, matmul_context().workspace_size, o.precision, o.opt,
+    print_memory_anatomy(model.mem, model.num_parameters, matmul_workspace_bytes(), o.precision, o.opt,
                          {activations_note, !training ? "parameter table, embedding-backward plan"
                                             : o.fp8 ? "optimizer table, norm scratch, embedding-backward plan, fp8 "
                                                       "scaling + scratch"

@@ -239,6 +239,12 @@ inline void matmul_add_stream(cudaStream_t stream) {
     ctx.stream_workspaces[stream] = w;
 }
 
+// Device bytes of every cuBLASLt workspace: the default one and each stream's own.
+inline size_t matmul_workspace_bytes() {
+    const MatmulContext& ctx = matmul_context();
+    return ctx.workspace_size * (1 + ctx.stream_workspaces.size());
+}
+
 inline void matmul_destroy() {
     MatmulContext& ctx = matmul_context();
     if (!ctx.handle) return;
