@@ -22,6 +22,19 @@
 // Wgmma3, WgmmaRed and Wgmma3Red: the wgmma kernel with registers for 3 blocks per SM, adding dQ by
 // reductions in L2, both (attention_backward_wgmma_blocks, attention_backward_wgmma_red_dq).
 enum class AttentionBackward { Auto, Mma, Wgmma, Wgmma3, WgmmaRed, Wgmma3Red };
+// Its names on the command line.
+inline const std::vector<std::pair<const char*, AttentionBackward>>& attention_backward_choices() {
+    static const std::vector<std::pair<const char*, AttentionBackward>> choices = {
+        {"auto", AttentionBackward::Auto},        {"mma", AttentionBackward::Mma},
+        {"wgmma", AttentionBackward::Wgmma},      {"wgmma-3", AttentionBackward::Wgmma3},
+        {"wgmma-red", AttentionBackward::WgmmaRed}, {"wgmma-3-red", AttentionBackward::Wgmma3Red}};
+    return choices;
+}
+inline const char* attention_backward_name(AttentionBackward a) {
+    for (const auto& [name, value] : attention_backward_choices())
+        if (value == a) return name;
+    return "?";
+}
 
 // What a training run is asked to do, as far as both trainers agree on it.
 struct RunOptions {
@@ -216,13 +229,7 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
                    "head size 64, no attention dropout) | wgmma-3 (wgmma with its registers capped for 3 blocks "
                    "per SM instead of 2) | wgmma-red (wgmma adding dQ by reductions in L2) | wgmma-3-red (both); "
                    "the wgmma forms give the same gradients",
-                   &o->attention_backward,
-                   {{"auto", AttentionBackward::Auto},
-                    {"mma", AttentionBackward::Mma},
-                    {"wgmma", AttentionBackward::Wgmma},
-                    {"wgmma-3", AttentionBackward::Wgmma3},
-                    {"wgmma-red", AttentionBackward::WgmmaRed},
-                    {"wgmma-3-red", AttentionBackward::Wgmma3Red}});
+                   &o->attention_backward, attention_backward_choices());
     cli.add("gemm-autotune", nullptr, "0", "time up to 8 of cuBLASLt's algorithms for each GEMM shape at its first "
             "call (the first step) and keep the fastest (1), or take the heuristic's first choice (0); a tuned run "
             "may differ in the last bits from an untuned one, and a resumed run tunes again", &o->gemm_autotune);
@@ -286,19 +293,8 @@ inline void check_no_training_options(const Cli& cli, const RunOptions& o, bool 
         cli.fail("option --max-steps: 0 (no training) leaves nothing to do; ask for %s", choices);
 }
 
-// Whether --attention-backward names a form of the wgmma kernel, and the name it was given.
+// Whether --attention-backward names a form of the wgmma kernel.
 inline bool asks_wgmma(AttentionBackward a) { return a != AttentionBackward::Auto && a != AttentionBackward::Mma; }
-inline const char* attention_backward_name(AttentionBackward a) {
-    switch (a) {
-        case AttentionBackward::Auto: return "auto";
-        case AttentionBackward::Mma: return "mma";
-        case AttentionBackward::Wgmma: return "wgmma";
-        case AttentionBackward::Wgmma3: return "wgmma-3";
-        case AttentionBackward::WgmmaRed: return "wgmma-red";
-        case AttentionBackward::Wgmma3Red: return "wgmma-3-red";
-    }
-    return "?";
-}
 
 // --attention-backward, once the model and the device are known: auto leaves the choice to
 // attention_backward (wgmma where it applies), mma turns wgmma off, and a wgmma form is refused where

@@ -502,31 +502,18 @@ void attention_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, co
     attention_backward_wgmma() = saved;
 }
 
-// Variant 7 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma kernel deferring dQ.
+// Variants 7 and 9 to 11 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma
+// kernel deferring dQ (`defer`, variant 7) or adding it at once, its registers capped for `blocks` (2
+// or 3) blocks per SM, and with `red` its dQ rows added by reductions in L2.
 template <class floatX>
-void attention_backward7(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                         void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
-                         cudaStream_t stream) {
-    const bool saved = attention_backward_wgmma(), saved_defer = attention_backward_wgmma_defer_dq();
-    attention_backward_wgmma() = true;
-    attention_backward_wgmma_defer_dq() = true;
-    attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
-    attention_backward_wgmma() = saved;
-    attention_backward_wgmma_defer_dq() = saved_defer;
-}
-
-// Variants 9 to 11 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma kernel
-// adding dQ at once, its registers capped for `blocks` (2 or 3) blocks per SM, and with `red` its dQ
-// rows added by reductions in L2.
-template <class floatX>
-void attention_backward_wgmma_as(int blocks, bool red, floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                 const floatX* out, const float* lse, void* scratch, int B, int T, int C, int NH,
-                                 bool causal, const int* valid_len, cudaStream_t stream) {
+void attention_backward_wgmma_as(bool defer, int blocks, bool red, floatX* dqkv, const floatX* dout,
+                                 const floatX* qkv, const floatX* out, const float* lse, void* scratch, int B, int T,
+                                 int C, int NH, bool causal, const int* valid_len, cudaStream_t stream) {
     const bool saved = attention_backward_wgmma(), saved_defer = attention_backward_wgmma_defer_dq(),
                saved_red = attention_backward_wgmma_red_dq();
     const int saved_blocks = attention_backward_wgmma_blocks();
     attention_backward_wgmma() = true;
-    attention_backward_wgmma_defer_dq() = false;
+    attention_backward_wgmma_defer_dq() = defer;
     attention_backward_wgmma_blocks() = blocks;
     attention_backward_wgmma_red_dq() = red;
     attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
@@ -652,12 +639,12 @@ void validate(const Shape& s, uint64_t seed) {
                                 vl, 0);
             check("variant 6 (flash on mma.sync)", "dqkv", dqkv_ref, th::widen(dqkv6.host()));
             th::DeviceBuffer<floatX> dqkv7(qkv.size(), th::Fill::NaN);
-            attention_backward7(dqkv7.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal,
-                                vl, 0);
+            attention_backward_wgmma_as(true, 2, false, dqkv7.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr,
+                                        scratch.ptr, B, T, C, NH, s.causal, vl, 0);
             check("variant 7 (flash on wgmma, dQ deferred)", "dqkv", dqkv_ref, th::widen(dqkv7.host()));
             for (const WgmmaBackwardVariant& v : kWgmmaBackwardVariants) {
                 th::DeviceBuffer<floatX> dqkv_v(qkv.size(), th::Fill::NaN);
-                attention_backward_wgmma_as(v.blocks, v.red, dqkv_v.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr,
+                attention_backward_wgmma_as(false, v.blocks, v.red, dqkv_v.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr,
                                             scratch.ptr, B, T, C, NH, s.causal, vl, 0);
                 const std::string label = "variant " + std::to_string(v.number) + " (" + v.label + ")";
                 check(label.c_str(), "dqkv", dqkv_ref, th::widen(dqkv_v.host()));
@@ -818,13 +805,13 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
             };
             flops_line("backward variant 6 (flash on mma.sync)", time_ms(bwd6, reps), 2.5 * fwd_flops, peak);
             auto bwd7 = [&] {
-                attention_backward7(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
-                                    nullptr, 0);
+                attention_backward_wgmma_as(true, 2, false, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
+                                            scratch.ptr, B, T, C, NH, causal, nullptr, 0);
             };
             flops_line("backward variant 7 (flash on wgmma, dQ deferred)", time_ms(bwd7, reps), 2.5 * fwd_flops, peak);
             for (const WgmmaBackwardVariant& v : kWgmmaBackwardVariants) {
                 auto bwd_v = [&] {
-                    attention_backward_wgmma_as(v.blocks, v.red, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
+                    attention_backward_wgmma_as(false, v.blocks, v.red, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
                                                 scratch.ptr, B, T, C, NH, causal, nullptr, 0);
                 };
                 const std::string label = "backward variant " + std::to_string(v.number) + " (" + v.label + ")";
@@ -898,13 +885,13 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
         };
         line("mma", "bwd", bwd6, 2.5 * fwd_flops, [&] { fwd(); bwd6(); });
         auto bwd7 = [&] {
-            attention_backward7(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
-                                nullptr, 0);
+            attention_backward_wgmma_as(true, 2, false, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
+                                        scratch.ptr, B, T, C, NH, causal, nullptr, 0);
         };
         line("defer", "bwd", bwd7, 2.5 * fwd_flops, [&] { fwd(); bwd7(); });
         for (const WgmmaBackwardVariant& v : kWgmmaBackwardVariants) {
             auto bwd_v = [&] {
-                attention_backward_wgmma_as(v.blocks, v.red, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
+                attention_backward_wgmma_as(false, v.blocks, v.red, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
                                             scratch.ptr, B, T, C, NH, causal, nullptr, 0);
             };
             line(v.tag, "bwd", bwd_v, 2.5 * fwd_flops, [&] { fwd(); bwd_v(); });
