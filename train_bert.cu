@@ -905,7 +905,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     model.dropout = config.dropout;  // the model's config.json or the options (train_bert_main resolves them)
     model.recompute = o.recompute;
     model.eager_first_use = o.gemm_autotune;  // a graphed key runs eagerly once: its new GEMM shapes are timed
-    const char* attention_kernel =
+    const std::string attention_kernel =
         apply_attention_backward(o, config.channels / config.num_heads, config.dropout.attention);
     model.dropout_seed = o.seed * 0x9E3779B97F4A7C15ull + 0xD20F;  // a key of its own, not the init's
     // Data parallel: each rank's rows get masks of their own (rank 0 keeps the one-process key).
@@ -998,7 +998,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
            c.num_heads, c.intermediate, c.max_seq_len, c.vocab_size, c.padded_vocab_size, model.num_parameters / 1e6,
            head == BertHead::Classify ? (", " + std::to_string(c.num_labels) + " labels").c_str() : "");
     printf("precision: %s%s | device: %s%s%s\n", precision_name(o.precision), o.tf32 ? " (tf32 matmuls)" : "",
-           prop.name, training ? " | attention backward: " : "", training ? attention_kernel : "");
+           prop.name, training ? " | attention backward: " : "", training ? attention_kernel.c_str() : "");
     print_data_parallel(dist, o.zero);
     char acts_note[96];
     snprintf(acts_note, sizeof(acts_note), "B=%d T<=%d%s, %s%s", o.B, width,

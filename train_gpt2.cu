@@ -1209,7 +1209,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     model.eager_first_use = o.gemm_autotune;  // a graphed key runs eagerly once: its new GEMM shapes are timed
     model.gelu_fusion = o.gelu_fusion;
     model.overlap_wgrad = o.overlap_wgrad;
-    const char* attention_kernel = apply_attention_backward(o, config.channels / config.num_heads, 0.f);
+    const std::string attention_kernel = apply_attention_backward(o, config.channels / config.num_heads, 0.f);
     model.build(config, init);
     // CUDA graphs (--cuda-graphs): the model's work moves to a stream of its own, since the legacy
     // default stream cannot capture (a blocking stream: ordered with the legacy stream as before).
@@ -1304,7 +1304,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
                c.moe_experts / model.moe_par.ranks, model.num_parameters / 1e6);
     printf("precision: %s%s | device: %s%s%s%s\n", precision_name(o.precision),
            o.tf32 ? " (tf32 matmuls)" : o.fp8 ? " with fp8 GEMMs in the blocks (E4M3 forward, E5M2 gradients)" : "",
-           prop.name, training ? " | attention backward: " : "", training ? attention_kernel : "",
+           prop.name, training ? " | attention backward: " : "", training ? attention_kernel.c_str() : "",
            model.overlapping() ? " | weight gradients: on a second stream" : "");
     print_data_parallel(dist, o.zero);
     char activations_note[64];

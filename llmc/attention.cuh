@@ -1335,6 +1335,67 @@ struct AttnWgmmaTile {
     static constexpr size_t kSmem = 1024 + kStats + 4 * kCols * sizeof(float);  // + slack to align the base
 };
 
+// The dQ slices summed where they are written (kSumDq), instead of by attention_backward_dq_reduce_kernel
+// afterwards: each (sequence, head, query tile) has a counter (zeroed before the launch), and the block
+// that adds the last contribution to a query tile's rows sums the tile from every slice while the rows
+// are fresh in L2. No block waits for another. The slices adding to tile m of a sequence with `valid`
+// keys are 0 .. attn_dq_tile_writers - 1: those whose first key tile s holds keys (64 s < valid) and,
+// causal, sees the tile (s <= m) — the reduce kernel's rule.
+__device__ inline int attn_dq_tile_writers(int splits, int valid, bool causal, int m) {
+    const int n = min(splits, CEIL_DIV(valid, 64));
+    return causal ? min(n, m + 1) : n;
+}
+
+// One 128-bit packet of dQ: dst[0 .. V) = scale · the sum of the first `writers` slices' elements at
+// src (slice s at src + s · slice_step), added in slice order. The one place dQ's slices are summed, by
+// attention_backward_dq_reduce_kernel or by the last block to write a tile (kSumDq), so both give the
+// same bits.
+template <class floatX, int HS>
+__device__ inline void attn_dq_sum_packet(floatX* dst, const float* src, size_t slice_step, int writers) {
+    constexpr int V = Packed128<floatX>::size;
+    constexpr float kScale = AttnMmaTile<floatX, HS>::kScale;
+    float sum[V] = {};
+    for (int s = 0; s < writers; s++) {
+        const float* p = src + s * slice_step;
+        for (int e = 0; e < V; e += 4) {
+            float4 x = *reinterpret_cast<const float4*>(p + e);
+            sum[e] += x.x;
+            sum[e + 1] += x.y;
+            sum[e + 2] += x.z;
+            sum[e + 3] += x.w;
+        }
+    }
+    Packed128<floatX> out;
+    for (int e = 0; e < V; e++) out[e] = from_float<floatX>(sum[e] * kScale);
+    store128(dst, out);
+}
+
+// Block-wide, once the block's last contribution to query tile m (rows q0 .. q0 + 63) is added to its
+// slice: counts the block in (`count`: the tile's counter; `writers`: attn_dq_tile_writers) and, if it
+// is the last, writes the tile's dQ rows to dq (B,T,3C at (b, 0, q part of head h)): the slices summed
+// in slice order and scaled, as attention_backward_dq_reduce_kernel does, so the same bits; the
+// sequence's last valid tile also writes zeros to the rows from `valid` to T. slice0: slice 0 at (b, h,
+// 0); slice_step: elements from one slice to the next.
+template <class floatX, int HS>
+__device__ void attn_dq_sum_tile(floatX* dq, size_t stride, const float* slice0, size_t slice_step, int* count,
+                                 int writers, int q0, int valid, int T) {
+    __shared__ int last;
+    __syncthreads();  // every thread's adds to the tile are issued
+    if (threadIdx.x == 0) {
+        last = atomic_add_release(count, 1) == writers - 1;  // our adds are visible to whoever is last
+        if (last) fence_acquire();                           // theirs to us
+    }
+    __syncthreads();
+    if (!last) return;
+    constexpr int V = Packed128<floatX>::size;
+    const int end = q0 + 64 >= valid ? T : q0 + 64;
+    for (int i = threadIdx.x; i < (end - q0) * (HS / V); i += blockDim.x) {
+        const int t = q0 + i / (HS / V), c = i % (HS / V) * V;
+        attn_dq_sum_packet<floatX, HS>(dq + (size_t)t * stride + c, slice0 + (size_t)t * HS + c, slice_step,
+                                       t < valid ? writers : 0);
+    }
+}
+
 // Byte offset of element (row, col) in a (rows, 64) 16-bit tile with the 128-byte swizzle.
 __device__ inline uint32_t attn_sw128(int row, int col) {
     return row * 128 + ((((col >> 3) ^ (row & 7)) << 4) | ((col & 7) * 2));
@@ -1363,11 +1424,12 @@ __device__ inline uint64_t attn_desc_mn(const char* tile, int kk) {
     return wgmma_descriptor(tile + 2048 * kk, WgmmaSwizzle::B128, 64 * 128, 1024);
 }
 
-template <class floatX, bool kDeferDq, int kMinBlocks = 2, bool kRedDq = false>
+template <class floatX, bool kDeferDq, int kMinBlocks = 2, bool kRedDq = false, bool kSumDq = false>
 __global__ void __launch_bounds__(128, kMinBlocks)
-    attention_backward_wgmma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
-                                    const float* lse, const float* D, int T, int C, int NH, bool causal,
-                                    const int* valid_len) {
+    attention_backward_wgmma_kernel(floatX* dqkv, float* dq_part, int* dq_count, const floatX* dout,
+                                    const floatX* qkv, const float* lse, const float* D, int T, int C, int NH,
+                                    bool causal, const int* valid_len) {
+    static_assert(!(kSumDq && kDeferDq), "kSumDq counts a tile in right after its dQ is added, which kDeferDq delays");
     using Tile = AttnWgmmaTile<kDeferDq>;
     constexpr int HS = 64, NQ = Tile::kCols;
     constexpr uint32_t kTile = Tile::kTileBytes;
@@ -1422,11 +1484,23 @@ __global__ void __launch_bounds__(128, kMinBlocks)
     };
 
     const int key_tiles = CEIL_DIV(T, Tile::kRows), S = gridDim.x;
+    // kSumDq: this head's query tile counters, and dQ's place in dqkv. A sequence without valid keys has
+    // no tile to count: slice 0's block writes its zeros.
+    int* count_bh = dq_count + (size_t)bh * key_tiles;
+    floatX* dqb = dkb - C;  // (B,T,3C) at (b, 0, q part)
+    if (kSumDq && valid == 0 && split == 0) attn_zero_rows<floatX, HS>(dqb, stride, T);
+    auto key_tile_of = [&](int round) { return round * S + (round % 2 ? S - 1 - split : split); };
     for (int round = 0; round * S < key_tiles; round++) {  // the snake order of attention_backward_mma_kernel
-        const int kt = round * S + (round % 2 ? S - 1 - split : split);
+        const int kt = key_tile_of(round);
         if (kt >= key_tiles) continue;
         const int k0 = kt * Tile::kRows, rows = min(Tile::kRows, T - k0);
         const bool adds = kt != split;  // past the block's first key tile: dQ adds to the slice
+        // The block's next key tile with keys (rounds only go up), or -1: after this round, the block adds
+        // nothing more to a query tile that key tile does not see (kSumDq).
+        const int next_kt = (round + 1) * S < key_tiles && key_tile_of(round + 1) < key_tiles &&
+                                    key_tile_of(round + 1) * Tile::kRows < valid
+                                ? key_tile_of(round + 1)
+                                : -1;
         if (k0 >= valid) {
             attn_zero_rows<floatX, HS>(dkb + k0 * stride, stride, rows);
             attn_zero_rows<floatX, HS>(dkb + C + k0 * stride, stride, rows);
@@ -1549,6 +1623,13 @@ __global__ void __launch_bounds__(128, kMinBlocks)
             if constexpr (!kDeferDq) {
                 wgmma_fence_operand(dq);
                 add_dq(dq, q0, adds);
+            }
+            if constexpr (kSumDq) {
+                const int m = q0 / NQ;  // the query tile; its last contribution from this block?
+                if (next_kt < 0 || (causal && next_kt > m))
+                    attn_dq_sum_tile<floatX, HS>(dqb, stride, dq_part + (size_t)bh * T * HS,
+                                                 (size_t)gridDim.z * NH * T * HS, count_bh + m,
+                                                 attn_dq_tile_writers(S, valid, causal, m), q0, valid, T);
             }
             if (it + 1 < tiles) store_stats(st ^ 1);
         }
@@ -1750,6 +1831,17 @@ inline bool& attention_backward_wgmma_red_dq() {
     return on;
 }
 
+// Whether the wgmma kernel adding dQ at once also sums each query tile's dQ from its slices, in the
+// block that adds the tile's last contribution (kSumDq; the same bits), instead of
+// attention_backward_dq_reduce_kernel after it: the slices are read while fresh in L2 rather than from
+// DRAM (at GPT-2 124M's shape, B = 16, 400 MB a layer: 1.05 ms of an H200's 30 ms step went to that
+// kernel), and a launch less. Off until timed (dev/cuda/attention.cu's variants 12 and 13, the
+// trainers' --attention-backward wgmma-sum and the other -sum forms).
+inline bool& attention_backward_wgmma_sum_dq() {
+    static bool on = false;
+    return on;
+}
+
 // Whether attention_backward takes the wgmma kernel for a 16-bit type at this head size and dropout on
 // this device (the trainers print it).
 inline bool attention_backward_takes_wgmma(int head_size, bool dropout) {
@@ -1791,27 +1883,14 @@ template <class floatX, int HS>
 __global__ void attention_backward_dq_reduce_kernel(floatX* dqkv, const float* dq_part, int B, int T, int C, int NH,
                                                     int splits, bool causal, const int* valid_len) {
     constexpr int V = Packed128<floatX>::size;
-    constexpr float kScale = AttnMmaTile<floatX, HS>::kScale;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // (b, t, h, c / V), c fastest
     if (idx >= (size_t)B * T * NH * (HS / V)) return;
     const int c = (int)(idx % (HS / V)) * V, h = (int)(idx / (HS / V) % NH);
     const int t = (int)(idx / ((size_t)(HS / V) * NH) % T), b = (int)(idx / ((size_t)(HS / V) * NH * T));
     const int valid = attn_valid_length(valid_len, b, T);
-    float sum[V] = {};
-    for (int s = 0; s < splits && t < valid; s++) {
-        if (64 * s >= valid || (causal && t < 64 * s)) continue;
-        const float* p = dq_part + ((((size_t)s * B + b) * NH + h) * T + t) * HS + c;
-        for (int e = 0; e < V; e += 4) {
-            float4 x = *reinterpret_cast<const float4*>(p + e);
-            sum[e] += x.x;
-            sum[e + 1] += x.y;
-            sum[e + 2] += x.z;
-            sum[e + 3] += x.w;
-        }
-    }
-    Packed128<floatX> out;
-    for (int e = 0; e < V; e++) out[e] = from_float<floatX>(sum[e] * kScale);
-    store128(dqkv + ((size_t)b * T + t) * 3 * C + h * HS + c, out);
+    const int writers = t < valid ? attn_dq_tile_writers(splits, valid, causal, t / 64) : 0;
+    attn_dq_sum_packet<floatX, HS>(dqkv + ((size_t)b * T + t) * 3 * C + h * HS + c,
+                                   dq_part + (((size_t)b * NH + h) * T + t) * HS + c, (size_t)B * NH * T * HS, writers);
 }
 
 // ----------------------------------------------------------------------------
@@ -1983,14 +2062,18 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
 // Bytes of device scratch attention_backward<floatX> needs: D = rowsum(dO ∘ O), fp32 (B,NH,T), then for
 // the 16-bit types (whose mma.sync backward sums dQ from slices) the dQ slices, fp32 (splits,B,NH,T,HS):
 // splits · B·T·C · 4 bytes, splits = attention_dq_splits(B, T, NH) (GPT-2 124M at B = 8, T = 1024:
-// 8 · 25.2 MB). The fp32 backward computes dQ in its own kernel and needs D only.
+// 8 · 25.2 MB), and the query tiles' counters of kSumDq, int (B,NH,ceil(T/64)). The fp32 backward
+// computes dQ in its own kernel and needs D only.
 inline size_t attention_dq_part_offset(int B, int T, int NH) {
     return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256;
+}
+inline size_t attention_dq_count_offset(int B, int T, int C, int NH) {
+    return attention_dq_part_offset(B, T, NH) + (size_t)attention_dq_splits(B, T, NH) * B * T * C * sizeof(float);
 }
 template <class floatX>
 inline size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     if (std::is_same<floatX, float>::value) return attention_dq_part_offset(B, T, NH);
-    return attention_dq_part_offset(B, T, NH) + (size_t)attention_dq_splits(B, T, NH) * B * T * C * sizeof(float);
+    return attention_dq_count_offset(B, T, C, NH) + (size_t)B * NH * CEIL_DIV(T, 64) * sizeof(int);
 }
 
 // D (B,NH,T) = rowsum(dO ∘ O), the backward's first step (attention_backward_preprocess_kernel).
@@ -2030,18 +2113,29 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
         using Tile = AttnMmaTile<floatX, HS>;
         const int splits = attention_dq_splits(B, T, NH);
         float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
+        int* dq_count = reinterpret_cast<int*>(reinterpret_cast<char*>(D) + attention_dq_count_offset(B, T, C, NH));
+        bool summed = false;  // dQ written by the backward kernel itself (kSumDq)
         if (attention_backward_takes_wgmma(HS, dropout)) {
             const bool defer = attention_backward_wgmma_defer_dq();
             const bool three = attention_backward_wgmma_blocks() == 3, red = attention_backward_wgmma_red_dq();
-            auto kernel = defer           ? attention_backward_wgmma_kernel<floatX, true>
-                          : three && red ? attention_backward_wgmma_kernel<floatX, false, 3, true>
-                          : three        ? attention_backward_wgmma_kernel<floatX, false, 3>
-                          : red          ? attention_backward_wgmma_kernel<floatX, false, 2, true>
-                                         : attention_backward_wgmma_kernel<floatX, false>;
+            summed = !defer && attention_backward_wgmma_sum_dq();
+            using Kernel = decltype(&attention_backward_wgmma_kernel<floatX, true>);
+            // [three][red][summed]: the forms adding dQ at once
+            const Kernel at_once[2][2][2] = {
+                {{attention_backward_wgmma_kernel<floatX, false, 2, false, false>,
+                  attention_backward_wgmma_kernel<floatX, false, 2, false, true>},
+                 {attention_backward_wgmma_kernel<floatX, false, 2, true, false>,
+                  attention_backward_wgmma_kernel<floatX, false, 2, true, true>}},
+                {{attention_backward_wgmma_kernel<floatX, false, 3, false, false>,
+                  attention_backward_wgmma_kernel<floatX, false, 3, false, true>},
+                 {attention_backward_wgmma_kernel<floatX, false, 3, true, false>,
+                  attention_backward_wgmma_kernel<floatX, false, 3, true, true>}}};
+            auto kernel = defer ? attention_backward_wgmma_kernel<floatX, true> : at_once[three][red][summed];
             const size_t smem = defer ? AttnWgmmaTile<true>::kSmem : AttnWgmmaTile<false>::kSmem;
             reserve_dynamic_smem(kernel, smem, "attention_backward", "HS", HS);
-            cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(128), smem, stream, dqkv, dq_part, dout, qkv, lse,
-                                    D, T, C, NH, causal, valid_len));
+            if (summed) cudaCheck(cudaMemsetAsync(dq_count, 0, (size_t)B * NH * CEIL_DIV(T, 64) * sizeof(int), stream));
+            cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(128), smem, stream, dqkv, dq_part, dq_count, dout,
+                                    qkv, lse, D, T, C, NH, causal, valid_len));
         } else {
             auto kernel = dropout ? attention_backward_mma_kernel<floatX, HS, true>
                                   : attention_backward_mma_kernel<floatX, HS, false>;
@@ -2049,10 +2143,13 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
             cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv,
                                     dq_part, dout, qkv, lse, D, T, C, NH, causal, valid_len, drop));
         }
-        const int block = 256;
-        const size_t n = (size_t)B * T * NH * (HS / Packed128<floatX>::size);
-        cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, HS>, dim3((unsigned)CEIL_DIV(n, block)),
-                                dim3(block), 0, stream, dqkv, dq_part, B, T, C, NH, splits, causal, valid_len));
+        if (!summed) {
+            const int block = 256;
+            const size_t n = (size_t)B * T * NH * (HS / Packed128<floatX>::size);
+            cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, HS>,
+                                    dim3((unsigned)CEIL_DIV(n, block)), dim3(block), 0, stream, dqkv, dq_part, B, T,
+                                    C, NH, splits, causal, valid_len));
+        }
     } else {  // fp32: the CUDA-core kernels, dK/dV then dQ
         auto blocks = attn_launch_shape<floatX, HS>("attention_backward", true).warps == 4
                           ? attention_backward_blocks<floatX, HS, 4, AttnSimtMath<HS>>

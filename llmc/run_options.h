@@ -18,16 +18,26 @@
 #include "precision.cuh"
 #include "schedulers.h"
 
-// Which kernel the 16-bit attention backward takes (--attention-backward; llmc/attention.cuh).
-// Wgmma3, WgmmaRed and Wgmma3Red: the wgmma kernel with registers for 3 blocks per SM, adding dQ by
-// reductions in L2, both (attention_backward_wgmma_blocks, attention_backward_wgmma_red_dq).
-enum class AttentionBackward { Auto, Mma, Wgmma, Wgmma3, WgmmaRed, Wgmma3Red };
-// Its names on the command line.
+// Which kernel the 16-bit attention backward takes (--attention-backward; llmc/attention.cuh): Auto,
+// Mma, or a form of the wgmma kernel — its registers capped for 3 blocks per SM (-3), dQ added by
+// reductions in L2 (-red), dQ's slices summed by the tiles' last writers (-sum): the bits kWgmma3,
+// kWgmmaRed, kWgmmaSum over Wgmma (attention_backward_wgmma_blocks, _red_dq, _sum_dq).
+enum class AttentionBackward { Auto, Mma, Wgmma };
+constexpr int kWgmma3 = 1, kWgmmaRed = 2, kWgmmaSum = 4;
+inline bool wgmma_form_has(AttentionBackward a, int bit) {
+    return (int)a >= (int)AttentionBackward::Wgmma && (((int)a - (int)AttentionBackward::Wgmma) & bit);
+}
+// Its names on the command line: auto, mma, then wgmma[-3][-red][-sum].
 inline const std::vector<std::pair<const char*, AttentionBackward>>& attention_backward_choices() {
-    static const std::vector<std::pair<const char*, AttentionBackward>> choices = {
-        {"auto", AttentionBackward::Auto},        {"mma", AttentionBackward::Mma},
-        {"wgmma", AttentionBackward::Wgmma},      {"wgmma-3", AttentionBackward::Wgmma3},
-        {"wgmma-red", AttentionBackward::WgmmaRed}, {"wgmma-3-red", AttentionBackward::Wgmma3Red}};
+    static const std::vector<std::pair<const char*, AttentionBackward>> choices = [] {
+        static const char* const wgmma[8] = {"wgmma",     "wgmma-3",     "wgmma-red",     "wgmma-3-red",
+                                             "wgmma-sum", "wgmma-3-sum", "wgmma-red-sum", "wgmma-3-red-sum"};
+        std::vector<std::pair<const char*, AttentionBackward>> c = {{"auto", AttentionBackward::Auto},
+                                                                    {"mma", AttentionBackward::Mma}};
+        for (int bits = 0; bits < 8; bits++)
+            c.push_back({wgmma[bits], AttentionBackward((int)AttentionBackward::Wgmma + bits)});
+        return c;
+    }();
     return choices;
 }
 inline const char* attention_backward_name(AttentionBackward a) {
@@ -227,8 +237,10 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
                    "the bf16/fp16 attention backward: auto (wgmma where it applies, else mma) | mma (mma.sync, "
                    "FlashAttention-2 style) | wgmma (Hopper's warpgroup MMA: an H100/H200 and a build for it; "
                    "head size 64, no attention dropout) | wgmma-3 (wgmma with its registers capped for 3 blocks "
-                   "per SM instead of 2) | wgmma-red (wgmma adding dQ by reductions in L2) | wgmma-3-red (both); "
-                   "the wgmma forms give the same gradients",
+                   "per SM instead of 2) | wgmma-red (wgmma adding dQ by reductions in L2) | wgmma-3-red (both) | "
+                   "wgmma-sum, wgmma-3-sum, wgmma-red-sum, wgmma-3-red-sum (those, each query tile's dQ summed "
+                   "from its slices by the block adding the last of them instead of by a kernel of its own); the "
+                   "wgmma forms give the same gradients",
                    &o->attention_backward, attention_backward_choices());
     cli.add("gemm-autotune", nullptr, "0", "time up to 8 of cuBLASLt's algorithms for each GEMM shape at its first "
             "call (the first step) and keep the fastest (1), or take the heuristic's first choice (0); a tuned run "
@@ -300,7 +312,7 @@ inline bool asks_wgmma(AttentionBackward a) { return a != AttentionBackward::Aut
 // attention_backward (wgmma where it applies), mma turns wgmma off, and a wgmma form is refused where
 // it would change nothing (a head size other than 64, attention dropout) or cannot run (no wgmma code
 // for this device). Returns the kernel the run's backward takes, for the trainer's start-up lines.
-inline const char* apply_attention_backward(const RunOptions& o, int head_size, float attention_dropout) {
+inline std::string apply_attention_backward(const RunOptions& o, int head_size, float attention_dropout) {
     const AttentionBackward a = o.attention_backward;
     const char* name = attention_backward_name(a);
     if (asks_wgmma(a)) {
@@ -313,17 +325,16 @@ inline const char* apply_attention_backward(const RunOptions& o, int head_size, 
             data_error("option --attention-backward: this device has no wgmma code: %s needs an H100 or H200 "
                        "(compute capability 9.0) and a build for it (make GPU=1 there builds sm_90a)", name);
     }
-    const bool three = a == AttentionBackward::Wgmma3 || a == AttentionBackward::Wgmma3Red;
-    const bool red = a == AttentionBackward::WgmmaRed || a == AttentionBackward::Wgmma3Red;
+    const bool three = wgmma_form_has(a, kWgmma3), red = wgmma_form_has(a, kWgmmaRed),
+               sum = wgmma_form_has(a, kWgmmaSum);
     attention_backward_wgmma() = a != AttentionBackward::Mma;
     attention_backward_wgmma_blocks() = three ? 3 : 2;
     attention_backward_wgmma_red_dq() = red;
+    attention_backward_wgmma_sum_dq() = sum;
     if (o.precision == Precision::FP32 || o.tf32) return "CUDA cores (fp32)";
     if (!attention_backward_takes_wgmma(head_size, attention_dropout > 0)) return "mma.sync";
-    return three && red ? "wgmma, registers for 3 blocks per SM, dQ by reductions in L2"
-           : three      ? "wgmma, registers for 3 blocks per SM"
-           : red        ? "wgmma, dQ by reductions in L2"
-                        : "wgmma";
+    return std::string("wgmma") + (three ? ", registers for 3 blocks per SM" : "") +
+           (red ? ", dQ by reductions in L2" : "") + (sum ? ", dQ summed by the tiles' last writers" : "");
 }
 
 // The checks of the shared options that involve more than one of them, after cli.parse() (and the

@@ -1,4 +1,4 @@
-// llmc/tensor_core.cuh — tensor-core primitives for hand-written kernels: mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate), ldmatrix (x1/x2/x4, .trans), cp.async (16 bytes, commit/wait groups), an L2 prefetch and an fp32 reduction in L2.
+// llmc/tensor_core.cuh — tensor-core primitives for hand-written kernels: mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate), ldmatrix (x1/x2/x4, .trans), cp.async (16 bytes, commit/wait groups), an L2 prefetch, an fp32 reduction in L2 and the release/acquire pair of "the last block to arrive".
 //
 // On a GPU each function is its PTX instruction (inline asm; sm_80 or newer). On the CPU backend
 // each is a warp collective that implements the PTX ISA's per-thread fragment layouts exactly
@@ -38,6 +38,16 @@
 //       red.global.add.f32 before. The adds round to nearest and flush subnormals to zero, as every
 //       fp32 add of a --use_fast_math build does; the reductions and stores of one thread to one
 //       address take effect in its program order, so a single writer's sums are bit-reproducible.
+//   atomic_add_release(counter, v) per thread; adds v to the int at counter (global memory) and returns
+//       the value before, as one atomic with release semantics at GPU scope
+//       (atom.release.gpu.global.add.s32): every memory operation before it is visible to a thread that
+//       reads the count and then acquires — the block's other threads' operations too when a
+//       __syncthreads() precedes the call.
+//   fence_acquire()                per thread; after a read of such a count (the atomic's return value),
+//       makes what the other adders did before their adds visible to this thread, and to the block's
+//       other threads after a __syncthreads() (fence.acq_rel.gpu). Together: blocks that each write part
+//       of a result and count themselves in with one thread can leave the whole to whichever finds
+//       itself last, and only that one pays for the acquire; no block waits for another.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -128,6 +138,12 @@ __device__ inline void red_add_f32x2(float* gmem, float a, float b) {
     asm volatile("red.global.add.f32 [%0], %1;\n" : : "l"(gmem + 1), "f"(b) : "memory");
 #endif
 }
+__device__ inline int atomic_add_release(int* counter, int v) {
+    int old;
+    asm volatile("atom.release.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(counter), "r"(v) : "memory");
+    return old;
+}
+__device__ inline void fence_acquire() { asm volatile("fence.acq_rel.gpu;\n" : : : "memory"); }
 template <int N>
 __device__ inline void cp_async_wait() {
     static_assert(N >= 0, "cp_async_wait<N>: N is how many of the newest groups may stay pending");

@@ -662,38 +662,60 @@ void test_compact_blocks(const Case& cs, uint64_t seed) {
 // added at once: the same products, and the same adds to each dQ slice in the same order; and so do
 // the kernels adding it at once with their registers capped for 3 blocks per SM instead of 2 (the same
 // code: on a GPU, another register allocation and schedule) and adding the rows by reductions in L2
-// (each slice has one writer, whose adds keep their order), each and both.
+// (each slice has one writer, whose adds keep their order), each and both; and, each of those four,
+// summing the slices in the block that writes a query tile's last contribution instead of in the
+// reduce kernel (the same sums in the same order), under every thread order and with blocks on two
+// worker threads at once (the tiles' counters shared between them).
 template <class floatX>
 void test_wgmma_variants_same_bits(const Case& cs, uint64_t seed) {
     std::vector<float> qkv, dout;
     make_inputs<floatX>(cs, seed, qkv, dout);
-    const bool saved_defer = attention_backward_wgmma_defer_dq(), saved_red = attention_backward_wgmma_red_dq();
+    const bool saved_defer = attention_backward_wgmma_defer_dq(), saved_red = attention_backward_wgmma_red_dq(),
+               saved_sum = attention_backward_wgmma_sum_dq();
     const int saved_blocks = attention_backward_wgmma_blocks();
-    auto run = [&](bool defer, int blocks, bool red) {
+    auto run = [&](bool defer, int blocks, bool red, bool sum) {
         attention_backward_wgmma_defer_dq() = defer;
         attention_backward_wgmma_blocks() = blocks;
         attention_backward_wgmma_red_dq() = red;
+        attention_backward_wgmma_sum_dq() = sum;
         return run_kernels<floatX>(cs, qkv, dout, nullptr);
     };
-    auto at_once = run(false, 2, false);
+    auto at_once = run(false, 2, false, false);
     const std::string name = cs.name(th::dtype_name<floatX>());
     struct Variant {
         const char* what;
         bool defer;
         int blocks;
-        bool red;
+        bool red, sum;
     };
-    for (const Variant& v : {Variant{"dQ deferred", true, 2, false},
-                             Variant{"registers for 3 blocks per SM", false, 3, false},
-                             Variant{"dQ by reductions in L2", false, 2, true},
-                             Variant{"registers for 3 blocks, dQ by reductions", false, 3, true}}) {
-        auto other = run(v.defer, v.blocks, v.red);
+    for (const Variant& v : {Variant{"dQ deferred", true, 2, false, false},
+                             Variant{"registers for 3 blocks per SM", false, 3, false, false},
+                             Variant{"dQ by reductions in L2", false, 2, true, false},
+                             Variant{"registers for 3 blocks, dQ by reductions", false, 3, true, false},
+                             Variant{"dQ summed by the tiles' last writers", false, 2, false, true},
+                             Variant{"registers for 3 blocks, dQ summed by the last writers", false, 3, false, true},
+                             Variant{"dQ by reductions, summed by the last writers", false, 2, true, true},
+                             Variant{"3 blocks, dQ by reductions, summed by the last writers", false, 3, true, true}}) {
+        auto other = run(v.defer, v.blocks, v.red, v.sum);
         th::check_bitwise((name + " " + v.what + " = dQ at once").c_str(), at_once.data(), other.data(),
                           at_once.size());
     }
+    auto orders = th::run_orders((name + " dQ summed by the last writers, thread orders").c_str(),
+                                 [&] { return run(false, 2, true, true); });
+    th::check_bitwise((name + " dQ summed by the last writers, thread orders = dQ at once").c_str(), at_once.data(),
+                      orders.data(), at_once.size());
+#if defined(SIMT_CPU)
+    const int saved_workers = simt::get_workers();
+    simt::set_workers(2);
+    auto concurrent = run(false, 3, false, true);
+    simt::set_workers(saved_workers);
+    th::check_bitwise((name + " dQ summed by the last writers, blocks on 2 threads = dQ at once").c_str(),
+                      at_once.data(), concurrent.data(), at_once.size());
+#endif
     attention_backward_wgmma_defer_dq() = saved_defer;
     attention_backward_wgmma_blocks() = saved_blocks;
     attention_backward_wgmma_red_dq() = saved_red;
+    attention_backward_wgmma_sum_dq() = saved_sum;
 }
 
 // The (dtype, head size) pairs whose 4-warp backward needs more than 99 KiB, checked against the
@@ -848,6 +870,7 @@ int main(int argc, char** argv) {
     attention_dq_target_blocks() = saved_target;
     test_wgmma_variants_same_bits<__half>({3, 130, 2, 64, false, {130, 1, 77}}, seed++);
     test_wgmma_variants_same_bits<__nv_bfloat16>({2, 33, 3, 64, true, {33, 1}}, seed++);
+    test_wgmma_variants_same_bits<__half>({3, 200, 2, 64, true, {0, 200, 129}}, seed++);  // a sequence without keys
     attention_backward_wgmma() = false;
     test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
     test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);

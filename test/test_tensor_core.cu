@@ -1,4 +1,4 @@
-// test/test_tensor_core.cu — tests llmc/tensor_core.cuh: mma.sync m16n8k16, ldmatrix and cp.async against the PTX ISA's fragment layouts (transcribed below), plain fp32 math, and a 64×64×64 GEMM tile built from all three; and its reduction in L2 (red_add_f32x2).
+// test/test_tensor_core.cu — tests llmc/tensor_core.cuh: mma.sync m16n8k16, ldmatrix and cp.async against the PTX ISA's fragment layouts (transcribed below), plain fp32 math, and a 64×64×64 GEMM tile built from all three; its reduction in L2 (red_add_f32x2) and its release/acquire pair for the last block to arrive (atomic_add_release, fence_acquire).
 //
 // Layouts. The functions ptx_a/ptx_b/ptx_c/ptx_ldmatrix are the PTX ISA's tables, transcribed, not
 // derived from the implementation: the host packs matrices into per-lane registers with them and
@@ -466,6 +466,51 @@ static void test_red_add() {
                "%d of 256 threads' pairs wrong (first: %.9g, %.9g)", out_of_order, mine[0], mine[1]);
 }
 
+// atomic_add_release and fence_acquire: the last block to arrive. Each of 12 blocks stores its 128
+// threads' parts (plain stores), counts itself in with one thread after a barrier, and the block that
+// finds itself last sums every block's parts: exactly one block is last, the count ends at 12, and the
+// sum holds every part (small integers, exact in any order) — none read before its block arrived.
+
+constexpr int kArrivals = 12;
+
+__global__ void last_to_arrive_kernel(int* state, float* parts, float* total) {
+    __shared__ int last;
+    parts[blockIdx.x * blockDim.x + threadIdx.x] = (float)(blockIdx.x * blockDim.x + threadIdx.x + 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomic_add_release(&state[0], 1) == (int)gridDim.x - 1;
+        if (last) fence_acquire();
+    }
+    __syncthreads();
+    if (!last) return;
+    if (threadIdx.x == 0) {
+        atomicAdd(&state[1], 1);
+        float sum = 0.f;
+        for (unsigned i = 0; i < gridDim.x * blockDim.x; i++) sum += parts[i];
+        *total = sum;
+    }
+}
+
+static void test_last_to_arrive() {
+    th::DeviceBuffer<int> state(2);
+    th::DeviceBuffer<float> parts(kArrivals * 128), total(1);
+    auto got = th::run_orders("atomic_add_release: the last block to arrive", [&] {
+        cudaCheck(cudaMemset(state.ptr, 0, 2 * sizeof(int)));
+        cudaCheck(cudaMemset(total.ptr, 0, sizeof(float)));
+        cudaLaunchConfig_t cfg = one_block(128);
+        cfg.gridDim = dim3(kArrivals);
+        cudaCheck(cudaLaunchKernelEx(&cfg, last_to_arrive_kernel, state.ptr, parts.ptr, total.ptr));
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<int> st = state.host();
+        return std::vector<float>{(float)st[0], (float)st[1], total.host()[0]};
+    });
+    const float n = kArrivals * 128.f;
+    th::report(got[0] == kArrivals && got[1] == 1.f && got[2] == n * (n + 1) / 2,
+               "atomic_add_release, fence_acquire: 12 blocks count in, one finds itself last and sums all 1536 parts",
+               "count %g (want 12), last blocks %g (want 1), sum %.9g (want %.9g)", got[0], got[1], got[2],
+               n * (n + 1) / 2);
+}
+
 // ----------------------------------------------------------------------------
 // 4. All three together: a 64×64×64 GEMM tile (D = A·B, A M×K and B K×N row-major in global
 // memory, D fp32 row-major). 4 warps, 2×2, each computing 32×32 of D as 2×4 m16n8 tiles. A and B
@@ -619,6 +664,7 @@ int main() {
     test_ldmatrix<4, true>();
     test_cp_async();
     test_red_add();
+    test_last_to_arrive();
     test_gemm_tile<__nv_bfloat16>();
     test_gemm_tile<__half>();
 #if defined(SIMT_CPU)

@@ -53,6 +53,14 @@
 //               that nothing waits for, where production loads the rows, waits, adds and stores; the
 //               same bits). Off in production until timed; validated and timed where
 //               wgmma_supported() ("wgmma-red-sweep", "wgmma3-red-sweep" lines).
+//   12, 13      (bf16/fp16, backward, HS = 64, no dropout, sm_90a) production's wgmma backward, and
+//               variant 11, summing each query tile's dQ from its slices in the block that adds the
+//               tile's last contribution (a counter per tile: atomic_add_release, and the last one
+//               acquires), instead of in attention_backward_dq_reduce_kernel after it: the slices read
+//               while fresh in L2 instead of from DRAM (400 MB a layer at GPT-2 124M's B = 16), a launch
+//               less (attention_backward_wgmma_sum_dq; the same bits). Off in production until timed;
+//               validated and timed where wgmma_supported() ("wgmma-sum-sweep",
+//               "wgmma3-red-sum-sweep" lines).
 // The production backward is also timed with each number of dQ slices the shape allows (its blocks
 // per head; production picks attention_dq_splits).
 //   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
@@ -502,39 +510,46 @@ void attention_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, co
     attention_backward_wgmma() = saved;
 }
 
-// Variants 7 and 9 to 11 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma
+// Variants 7 and 9 to 13 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma
 // kernel deferring dQ (`defer`, variant 7) or adding it at once, its registers capped for `blocks` (2
-// or 3) blocks per SM, and with `red` its dQ rows added by reductions in L2.
+// or 3) blocks per SM, with `red` its dQ rows added by reductions in L2, with `sum` its dQ slices summed
+// by each query tile's last writer.
 template <class floatX>
-void attention_backward_wgmma_as(bool defer, int blocks, bool red, floatX* dqkv, const floatX* dout,
+void attention_backward_wgmma_as(bool defer, int blocks, bool red, bool sum, floatX* dqkv, const floatX* dout,
                                  const floatX* qkv, const floatX* out, const float* lse, void* scratch, int B, int T,
                                  int C, int NH, bool causal, const int* valid_len, cudaStream_t stream) {
     const bool saved = attention_backward_wgmma(), saved_defer = attention_backward_wgmma_defer_dq(),
-               saved_red = attention_backward_wgmma_red_dq();
+               saved_red = attention_backward_wgmma_red_dq(), saved_sum = attention_backward_wgmma_sum_dq();
     const int saved_blocks = attention_backward_wgmma_blocks();
     attention_backward_wgmma() = true;
     attention_backward_wgmma_defer_dq() = defer;
     attention_backward_wgmma_blocks() = blocks;
     attention_backward_wgmma_red_dq() = red;
+    attention_backward_wgmma_sum_dq() = sum;
     attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
     attention_backward_wgmma() = saved;
     attention_backward_wgmma_defer_dq() = saved_defer;
     attention_backward_wgmma_blocks() = saved_blocks;
     attention_backward_wgmma_red_dq() = saved_red;
+    attention_backward_wgmma_sum_dq() = saved_sum;
 }
 
-// The three: variant number, label, blocks per SM, dQ by reductions, sweep tag.
+// Variants 9 to 13: variant number, label, blocks per SM, dQ by reductions, dQ summed by the tiles' last
+// writers, sweep tag.
 struct WgmmaBackwardVariant {
     int number;
     const char* label;
     int blocks;
-    bool red;
+    bool red, sum;
     const char* tag;
 };
 constexpr WgmmaBackwardVariant kWgmmaBackwardVariants[] = {
-    {9, "flash on wgmma, registers for 3 blocks per SM", 3, false, "wgmma3"},
-    {10, "flash on wgmma, dQ by reductions in L2", 2, true, "wgmma-red"},
-    {11, "flash on wgmma, 3 blocks per SM, dQ by reductions", 3, true, "wgmma3-red"},
+    {9, "flash on wgmma, registers for 3 blocks per SM", 3, false, false, "wgmma3"},
+    {10, "flash on wgmma, dQ by reductions in L2", 2, true, false, "wgmma-red"},
+    {11, "flash on wgmma, 3 blocks per SM, dQ by reductions", 3, true, false, "wgmma3-red"},
+    {12, "flash on wgmma, dQ summed by the tiles' last writers", 2, false, true, "wgmma-sum"},
+    {13, "flash on wgmma, 3 blocks per SM, dQ by reductions, summed by the last writers", 3, true, true,
+     "wgmma3-red-sum"},
 };
 
 // Variant 8 (16-bit, HS = 64, no dropout, sm_90a): attention_forward with its wgmma kernel.
@@ -639,13 +654,13 @@ void validate(const Shape& s, uint64_t seed) {
                                 vl, 0);
             check("variant 6 (flash on mma.sync)", "dqkv", dqkv_ref, th::widen(dqkv6.host()));
             th::DeviceBuffer<floatX> dqkv7(qkv.size(), th::Fill::NaN);
-            attention_backward_wgmma_as(true, 2, false, dqkv7.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr,
+            attention_backward_wgmma_as(true, 2, false, false, dqkv7.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr,
                                         scratch.ptr, B, T, C, NH, s.causal, vl, 0);
             check("variant 7 (flash on wgmma, dQ deferred)", "dqkv", dqkv_ref, th::widen(dqkv7.host()));
             for (const WgmmaBackwardVariant& v : kWgmmaBackwardVariants) {
                 th::DeviceBuffer<floatX> dqkv_v(qkv.size(), th::Fill::NaN);
-                attention_backward_wgmma_as(false, v.blocks, v.red, dqkv_v.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr,
-                                            scratch.ptr, B, T, C, NH, s.causal, vl, 0);
+                attention_backward_wgmma_as(false, v.blocks, v.red, v.sum, dqkv_v.ptr, d_dout.ptr, d_qkv.ptr,
+                                            out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, s.causal, vl, 0);
                 const std::string label = "variant " + std::to_string(v.number) + " (" + v.label + ")";
                 check(label.c_str(), "dqkv", dqkv_ref, th::widen(dqkv_v.host()));
             }
@@ -805,14 +820,14 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
             };
             flops_line("backward variant 6 (flash on mma.sync)", time_ms(bwd6, reps), 2.5 * fwd_flops, peak);
             auto bwd7 = [&] {
-                attention_backward_wgmma_as(true, 2, false, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
+                attention_backward_wgmma_as(true, 2, false, false, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
                                             scratch.ptr, B, T, C, NH, causal, nullptr, 0);
             };
             flops_line("backward variant 7 (flash on wgmma, dQ deferred)", time_ms(bwd7, reps), 2.5 * fwd_flops, peak);
             for (const WgmmaBackwardVariant& v : kWgmmaBackwardVariants) {
                 auto bwd_v = [&] {
-                    attention_backward_wgmma_as(false, v.blocks, v.red, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
-                                                scratch.ptr, B, T, C, NH, causal, nullptr, 0);
+                    attention_backward_wgmma_as(false, v.blocks, v.red, v.sum, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr,
+                                                lse.ptr, scratch.ptr, B, T, C, NH, causal, nullptr, 0);
                 };
                 const std::string label = "backward variant " + std::to_string(v.number) + " (" + v.label + ")";
                 flops_line(label.c_str(), time_ms(bwd_v, reps), 2.5 * fwd_flops, peak);
@@ -885,14 +900,14 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
         };
         line("mma", "bwd", bwd6, 2.5 * fwd_flops, [&] { fwd(); bwd6(); });
         auto bwd7 = [&] {
-            attention_backward_wgmma_as(true, 2, false, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
+            attention_backward_wgmma_as(true, 2, false, false, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
                                         scratch.ptr, B, T, C, NH, causal, nullptr, 0);
         };
         line("defer", "bwd", bwd7, 2.5 * fwd_flops, [&] { fwd(); bwd7(); });
         for (const WgmmaBackwardVariant& v : kWgmmaBackwardVariants) {
             auto bwd_v = [&] {
-                attention_backward_wgmma_as(false, v.blocks, v.red, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
-                                            scratch.ptr, B, T, C, NH, causal, nullptr, 0);
+                attention_backward_wgmma_as(false, v.blocks, v.red, v.sum, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr,
+                                            lse.ptr, scratch.ptr, B, T, C, NH, causal, nullptr, 0);
             };
             line(v.tag, "bwd", bwd_v, 2.5 * fwd_flops, [&] { fwd(); bwd_v(); });
         }
@@ -942,7 +957,8 @@ int main(int argc, char** argv) {
         "Multi-head attention forward and backward: variant 1 (naive, scores in DRAM), 2 (flash on WMMA),\n"
         "3 to 5 (production with one change each), 6 (the backward on mma.sync where production takes\n"
         "wgmma: sm_90a), 7 (the wgmma backward deferring dQ), 8 (the forward on wgmma), 9 to 11 (the\n"
-        "wgmma backward with registers for 3 blocks per SM, adding dQ by reductions in L2, both) and production\n"
+        "wgmma backward with registers for 3 blocks per SM, adding dQ by reductions in L2, both), 12 and 13\n"
+        "(production's wgmma backward and variant 11 summing dQ's slices in the kernel) and production\n"
         "(llmc/attention.cuh, FlashAttention-2 on mma.sync, the backward on wgmma where it applies), timed\n"
         "in TFLOP/s; then production swept over FlashAttention-2's benchmark shapes.\n"
         DEV_VALIDATES

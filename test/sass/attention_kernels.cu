@@ -1,9 +1,11 @@
 // test/sass/attention_kernels.cu — the translation unit scripts/sass_check.py compiles to read the
 // SASS of the bf16 FlashAttention-2 kernels at head size 64 (llmc/attention.cuh), with dropout off and
 // on, and of the wgmma kernels (sm_90a: the forward, the backward with dQ added at once and deferred,
-// and adding it at once with registers for 3 blocks per SM and by reductions in L2, each and both); it also asserts, at compile time, that two
-// blocks of each fit one SM's shared memory on the smallest architecture the check covers (A100, sm_80),
-// four of the wgmma forward an H100's and three of the wgmma backward adding dQ at once.
+// and adding it at once with registers for 3 blocks per SM and by reductions in L2, each and both, and
+// summing dQ's slices in the kernel, with 2 blocks per SM and with 3 and reductions); it also asserts,
+// at compile time, that two blocks of each fit one SM's shared memory on the smallest architecture the
+// check covers (A100, sm_80), four of the wgmma forward an H100's and three of the wgmma backward adding
+// dQ at once.
 #include "../../llmc/attention.cuh"
 
 using Bf16Tile = AttnMmaTile<__nv_bfloat16, 64>;
@@ -36,5 +38,7 @@ void* sass_check_kernels[] = {
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false, 3>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false, 2, true>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false, 3, true>,
+    (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false, 2, false, true>,
+    (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false, 3, true, true>,
     (void*)&attention_forward_wgmma_kernel<__nv_bfloat16>,
 };

@@ -198,6 +198,11 @@ inline void red_add_f32x2(float* gmem, float a, float b) {
     atomicAdd(gmem, a);
     atomicAdd(gmem + 1, b);
 }
+// atom.release.gpu.global.add.s32 and fence.acq_rel.gpu (llmc/tensor_core.cuh's atomic_add_release,
+// fence_acquire): a block runs on one worker thread, so release and acquire between worker threads
+// order what whole blocks did.
+inline int atomic_add_release(int* counter, int v) { return __atomic_fetch_add(counter, v, __ATOMIC_RELEASE); }
+inline void fence_acquire() { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
 inline void cp_async_commit(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     simt::cp_async_commit(file, line);
 }
