@@ -1322,7 +1322,9 @@ __global__ void __launch_bounds__(128, 2)
 // registers are capped for (attention_backward_wgmma_blocks). kRedDq: a query tile's dQ rows are added
 // to the slice by reductions in L2 (red_add_f32x2) instead of a load, add and store that waits for
 // the load (attention_backward_wgmma_red_dq); the slice has one writer, so the same sums in the same
-// order: the same bits.
+// order: the same bits. kSumDq: once a block has added its last contribution to a query tile, it counts
+// itself in, and the tile's last writer sums the slices into dQ (attn_dq_sum_tile, below), so that no
+// reduce kernel runs after this one (attention_backward_wgmma_sum_dq).
 template <bool kDeferDq>
 struct AttnWgmmaTile {
     static constexpr int kRows = 64, kCols = 64;      // keys of the block's tile; queries per streamed tile
