@@ -1351,21 +1351,29 @@ __device__ inline int attn_dq_tile_writers(int splits, int valid, bool causal, i
 // One 128-bit packet of dQ: dst[0 .. V) = scale · the sum of the first `writers` slices' elements at
 // src (slice s at src + s · slice_step), added in slice order. The one place dQ's slices are summed, by
 // attention_backward_dq_reduce_kernel or by the last block to write a tile (kSumDq), so both give the
-// same bits.
-template <class floatX, int HS>
+// same bits. kBatch: slices whose loads are issued together before their adds. The reduce kernel,
+// thousands of warps deep, takes 1; a block summing a tile alone takes 2, so that its 4 warps wait for
+// one round trip to L2 per 2 slices instead of one per slice (4 spills in the wgmma kernel capped for 3
+// blocks per SM).
+template <class floatX, int HS, int kBatch = 1>
 __device__ inline void attn_dq_sum_packet(floatX* dst, const float* src, size_t slice_step, int writers) {
     constexpr int V = Packed128<floatX>::size;
     constexpr float kScale = AttnMmaTile<floatX, HS>::kScale;
     float sum[V] = {};
-    for (int s = 0; s < writers; s++) {
-        const float* p = src + s * slice_step;
-        for (int e = 0; e < V; e += 4) {
-            float4 x = *reinterpret_cast<const float4*>(p + e);
-            sum[e] += x.x;
-            sum[e + 1] += x.y;
-            sum[e + 2] += x.z;
-            sum[e + 3] += x.w;
-        }
+    for (int s0 = 0; s0 < writers; s0 += kBatch) {
+        float4 x[kBatch][V / 4];
+#pragma unroll
+        for (int j = 0; j < kBatch; j++)
+            for (int e = 0; e < V / 4; e++)
+                if (s0 + j < writers) x[j][e] = reinterpret_cast<const float4*>(src + (s0 + j) * slice_step)[e];
+#pragma unroll
+        for (int j = 0; j < kBatch; j++)
+            for (int e = 0; e < V / 4 && s0 + j < writers; e++) {
+                sum[4 * e] += x[j][e].x;
+                sum[4 * e + 1] += x[j][e].y;
+                sum[4 * e + 2] += x[j][e].z;
+                sum[4 * e + 3] += x[j][e].w;
+            }
     }
     Packed128<floatX> out;
     for (int e = 0; e < V; e++) out[e] = from_float<floatX>(sum[e] * kScale);
@@ -1393,8 +1401,8 @@ __device__ void attn_dq_sum_tile(floatX* dq, size_t stride, const float* slice0,
     const int end = q0 + 64 >= valid ? T : q0 + 64;
     for (int i = threadIdx.x; i < (end - q0) * (HS / V); i += blockDim.x) {
         const int t = q0 + i / (HS / V), c = i % (HS / V) * V;
-        attn_dq_sum_packet<floatX, HS>(dq + (size_t)t * stride + c, slice0 + (size_t)t * HS + c, slice_step,
-                                       t < valid ? writers : 0);
+        attn_dq_sum_packet<floatX, HS, 2>(dq + (size_t)t * stride + c, slice0 + (size_t)t * HS + c, slice_step,
+                                          t < valid ? writers : 0);
     }
 }
 

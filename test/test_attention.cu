@@ -871,6 +871,9 @@ int main(int argc, char** argv) {
     test_wgmma_variants_same_bits<__half>({3, 130, 2, 64, false, {130, 1, 77}}, seed++);
     test_wgmma_variants_same_bits<__nv_bfloat16>({2, 33, 3, 64, true, {33, 1}}, seed++);
     test_wgmma_variants_same_bits<__half>({3, 200, 2, 64, true, {0, 200, 129}}, seed++);  // a sequence without keys
+    // 3 dQ slices (5 and 6 key tiles): tiles with an odd number of writers, summed two slices at a time
+    test_wgmma_variants_same_bits<__nv_bfloat16>({2, 320, 2, 64, true, {320, 250}}, seed++);
+    test_wgmma_variants_same_bits<__half>({2, 330, 1, 64, false, {330, 200}}, seed++);
     attention_backward_wgmma() = false;
     test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
     test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);
