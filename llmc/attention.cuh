@@ -1068,6 +1068,112 @@ struct AttnQueryStats {
     }
 };
 
+// The dQ slices summed where they are written (kSumDq), instead of by attention_backward_dq_reduce_kernel
+// afterwards: each (sequence, head, query tile) has a counter (zeroed before the launch), and the block
+// that adds the last contribution to a query tile's rows sums the tile from every slice while the rows
+// are fresh in L2. No block waits for another. The slices adding to tile m of a sequence with `valid`
+// keys are 0 .. attn_dq_tile_writers - 1: those whose first key tile s holds keys (64 s < valid) and,
+// causal, sees the tile (s <= m) — the reduce kernel's rule.
+__device__ inline int attn_dq_tile_writers(int splits, int valid, bool causal, int m) {
+    const int n = min(splits, CEIL_DIV(valid, 64));
+    return causal ? min(n, m + 1) : n;
+}
+
+// One 128-bit packet of dQ: dst[0 .. V) = scale · the sum of the first `writers` slices' elements at
+// src (slice s at src + s · slice_step), added in slice order. The one place dQ's slices are summed, by
+// attention_backward_dq_reduce_kernel or by the last block to write a tile (kSumDq), so both give the
+// same bits. kBatch: slices whose loads are issued together before their adds. The reduce kernel,
+// thousands of warps deep, takes 1; a block summing a tile alone takes 2, so that its 4 warps wait for
+// one round trip to L2 per 2 slices instead of one per slice (4 spills in the wgmma kernel capped for 3
+// blocks per SM).
+template <class floatX, int HS, int kBatch = 1>
+__device__ inline void attn_dq_sum_packet(floatX* dst, const float* src, size_t slice_step, int writers) {
+    constexpr int V = Packed128<floatX>::size;
+    constexpr float kScale = AttnMmaTile<floatX, HS>::kScale;
+    float sum[V] = {};
+    for (int s0 = 0; s0 < writers; s0 += kBatch) {
+        float4 x[kBatch][V / 4];
+#pragma unroll
+        for (int j = 0; j < kBatch; j++)
+            for (int e = 0; e < V / 4; e++)
+                if (s0 + j < writers) x[j][e] = reinterpret_cast<const float4*>(src + (s0 + j) * slice_step)[e];
+#pragma unroll
+        for (int j = 0; j < kBatch; j++)
+            for (int e = 0; e < V / 4 && s0 + j < writers; e++) {
+                sum[4 * e] += x[j][e].x;
+                sum[4 * e + 1] += x[j][e].y;
+                sum[4 * e + 2] += x[j][e].z;
+                sum[4 * e + 3] += x[j][e].w;
+            }
+    }
+    Packed128<floatX> out;
+    for (int e = 0; e < V; e++) out[e] = from_float<floatX>(sum[e] * kScale);
+    store128(dst, out);
+}
+
+// Block-wide, once the block's last contribution to query tile m (rows q0 .. q0 + 63) is added to its
+// slice: counts the block in (`count`: the tile's counter; `writers`: attn_dq_tile_writers) and, if it
+// is the last, writes the tile's dQ rows to dq (B,T,3C at (b, 0, q part of head h)): the slices summed
+// in slice order and scaled, as attention_backward_dq_reduce_kernel does, so the same bits; the
+// sequence's last valid tile also writes zeros to the rows from `valid` to T. slice0: slice 0 at (b, h,
+// 0); slice_step: elements from one slice to the next.
+template <class floatX, int HS>
+__device__ void attn_dq_sum_tile(floatX* dq, size_t stride, const float* slice0, size_t slice_step, int* count,
+                                 int writers, int q0, int valid, int T) {
+    __shared__ int last;
+    __syncthreads();  // every thread's adds to the tile are issued
+    if (threadIdx.x == 0) {
+        last = atomic_add_release(count, 1) == writers - 1;  // our adds are visible to whoever is last
+        if (last) fence_acquire();                           // theirs to us
+    }
+    __syncthreads();
+    if (!last) return;
+    constexpr int V = Packed128<floatX>::size;
+    const int end = q0 + 64 >= valid ? T : q0 + 64;
+    for (int i = threadIdx.x; i < (end - q0) * (HS / V); i += blockDim.x) {
+        const int t = q0 + i / (HS / V), c = i % (HS / V) * V;
+        attn_dq_sum_packet<floatX, HS, 2>(dq + (size_t)t * stride + c, slice0 + (size_t)t * HS + c, slice_step,
+                                          t < valid ? writers : 0);
+    }
+}
+
+// Key tile of round `round` for block `split` of S (the backward kernels' snake order, below).
+__device__ inline int attn_key_tile(int round, int S, int split) {
+    return round * S + (round % 2 ? S - 1 - split : split);
+}
+
+// kSumDq's view of one block's (sequence, head): where its dQ rows go (dq: B,T,3C at (b, 0, q part of
+// head h), row stride `stride`), its slices (slice0, slice_step), its query tiles' counters, and the
+// sequence's valid keys.
+template <class floatX, int HS>
+struct AttnDqSum {
+    floatX* dq;
+    size_t stride;
+    const float* slice0;
+    size_t slice_step;
+    int* count;
+    int splits, valid, T;
+    bool causal;
+    // A sequence without valid keys has no tile to count: slice 0's block writes its zeros.
+    __device__ void zero_if_no_keys(int split) const {
+        if (valid == 0 && split == 0) attn_zero_rows<floatX, HS>(dq, stride, T);
+    }
+    // The block's next key tile holding keys after round `round`, or -1 (rounds only go up).
+    __device__ int next_key_tile(int round, int split, int key_tiles) const {
+        const int kt = attn_key_tile(round + 1, splits, split);
+        return kt < key_tiles && kt * 64 < valid ? kt : -1;
+    }
+    // Block-wide, once the block's contribution to query tile q0 (64 rows) in this round is added: if the
+    // block adds nothing more to it (next_kt, its next key tile, does not see the tile), counts the block
+    // in, and the tile's last writer sums it.
+    __device__ void added(int q0, int next_kt) const {
+        const int m = q0 / 64;
+        if (next_kt < 0 || (causal && next_kt > m))
+            attn_dq_sum_tile<floatX, HS>(dq, stride, slice0, slice_step, count + m,
+                                         attn_dq_tile_writers(splits, valid, causal, m), q0, valid, T);
+    }
+};
+
 // Backward, 16-bit types, 5 tile products per (key tile, query tile) (FlashAttention-2's), with dQ made
 // deterministic. Grid (splits, NH, B), 128 threads; block x takes the key tiles x, 2·splits-1-x,
 // 2·splits+x, ... of head blockIdx.y of sequence blockIdx.z. For a key tile (64 keys, 16 per warp,
@@ -1084,12 +1190,13 @@ struct AttnQueryStats {
 // splits (a function of B, T, NH) and on nothing else: not on timing. (kDqAtomics: dev/cuda/attention.cu's
 // variant 4, FlashAttention-2's way, for timing: every block adds its dQ rows to one fp32 buffer by
 // float atomics, in an order that depends on timing.)
-template <class floatX, int HS, bool kDropout, bool kDqAtomics = false>
+template <class floatX, int HS, bool kDropout, bool kDqAtomics = false, bool kSumDq = false>
 __global__ void __launch_bounds__(128, 2)
-    attention_backward_mma_kernel(floatX* dqkv, float* dq_part, const floatX* dout, const floatX* qkv,
+    attention_backward_mma_kernel(floatX* dqkv, float* dq_part, int* dq_count, const floatX* dout, const floatX* qkv,
                                   const float* lse, const float* D, int T, int C, int NH, bool causal,
                                   const int* valid_len, DropoutArgs drop) {
     using Tile = AttnMmaTile<floatX, HS>;
+    static_assert(!kSumDq || (Tile::kColsB == 64 && !kDqAtomics), "kSumDq counts 64-row query tiles of slices");
     if (kDropout) drop = dropout_resolve(drop);  // a pass offset in device memory (llmc/dropout.cuh)
     constexpr int NQ = Tile::kColsB, kLd = Tile::kLd;
     // The dQ product's split among the warps: kGroups groups of kDqTiles 16-row tiles of queries,
@@ -1135,8 +1242,11 @@ __global__ void __launch_bounds__(128, 2)
     // (T = 1024, S = 6: 25 to 21 query tiles per block, where tiles split, split + S, ... gave 30 to
     // 16). The first is tile `split` in either order, and the later ones come in increasing order.
     const int key_tiles = CEIL_DIV(T, Tile::kRows), S = gridDim.x;
+    const AttnDqSum<floatX, HS> dq_sum{dkb - C, stride, dq_part + (size_t)bh * T * HS, (size_t)gridDim.z * NH * T * HS,
+                                       dq_count + (size_t)bh * key_tiles, S, valid, T, causal};
+    if constexpr (kSumDq) dq_sum.zero_if_no_keys(split);
     for (int round = 0; round * S < key_tiles; round++) {
-        const int kt = round * S + (round % 2 ? S - 1 - split : split);
+        const int kt = attn_key_tile(round, S, split);
         if (kt >= key_tiles) continue;
         const int k0 = kt * Tile::kRows, rows = min(Tile::kRows, T - k0);
         const bool adds = !kDqAtomics && kt != split;  // past the block's first key tile: dQ adds to the slice
@@ -1286,6 +1396,7 @@ __global__ void __launch_bounds__(128, 2)
                         }
                     }
                 }
+            if constexpr (kSumDq) dq_sum.added(q0, dq_sum.next_key_tile(round, split, key_tiles));
             // Stage st ^ 1's lse and D: the other warps read it after the next iteration's barrier, and
             // read its previous tile's before this iteration's.
             if (it + 1 < tiles) store_stats(st ^ 1);
@@ -1324,7 +1435,7 @@ __global__ void __launch_bounds__(128, 2)
 // the load (attention_backward_wgmma_red_dq); the slice has one writer, so the same sums in the same
 // order: the same bits. kSumDq: once a block has added its last contribution to a query tile, it counts
 // itself in, and the tile's last writer sums the slices into dQ (attn_dq_sum_tile, below), so that no
-// reduce kernel runs after this one (attention_backward_wgmma_sum_dq).
+// reduce kernel runs after this one (attention_backward_sum_dq).
 template <bool kDeferDq>
 struct AttnWgmmaTile {
     static constexpr int kRows = 64, kCols = 64;      // keys of the block's tile; queries per streamed tile
@@ -1336,75 +1447,6 @@ struct AttnWgmmaTile {
                               kStats = (kDeferDq ? 8 : 7) * kTileBytes;
     static constexpr size_t kSmem = 1024 + kStats + 4 * kCols * sizeof(float);  // + slack to align the base
 };
-
-// The dQ slices summed where they are written (kSumDq), instead of by attention_backward_dq_reduce_kernel
-// afterwards: each (sequence, head, query tile) has a counter (zeroed before the launch), and the block
-// that adds the last contribution to a query tile's rows sums the tile from every slice while the rows
-// are fresh in L2. No block waits for another. The slices adding to tile m of a sequence with `valid`
-// keys are 0 .. attn_dq_tile_writers - 1: those whose first key tile s holds keys (64 s < valid) and,
-// causal, sees the tile (s <= m) — the reduce kernel's rule.
-__device__ inline int attn_dq_tile_writers(int splits, int valid, bool causal, int m) {
-    const int n = min(splits, CEIL_DIV(valid, 64));
-    return causal ? min(n, m + 1) : n;
-}
-
-// One 128-bit packet of dQ: dst[0 .. V) = scale · the sum of the first `writers` slices' elements at
-// src (slice s at src + s · slice_step), added in slice order. The one place dQ's slices are summed, by
-// attention_backward_dq_reduce_kernel or by the last block to write a tile (kSumDq), so both give the
-// same bits. kBatch: slices whose loads are issued together before their adds. The reduce kernel,
-// thousands of warps deep, takes 1; a block summing a tile alone takes 2, so that its 4 warps wait for
-// one round trip to L2 per 2 slices instead of one per slice (4 spills in the wgmma kernel capped for 3
-// blocks per SM).
-template <class floatX, int HS, int kBatch = 1>
-__device__ inline void attn_dq_sum_packet(floatX* dst, const float* src, size_t slice_step, int writers) {
-    constexpr int V = Packed128<floatX>::size;
-    constexpr float kScale = AttnMmaTile<floatX, HS>::kScale;
-    float sum[V] = {};
-    for (int s0 = 0; s0 < writers; s0 += kBatch) {
-        float4 x[kBatch][V / 4];
-#pragma unroll
-        for (int j = 0; j < kBatch; j++)
-            for (int e = 0; e < V / 4; e++)
-                if (s0 + j < writers) x[j][e] = reinterpret_cast<const float4*>(src + (s0 + j) * slice_step)[e];
-#pragma unroll
-        for (int j = 0; j < kBatch; j++)
-            for (int e = 0; e < V / 4 && s0 + j < writers; e++) {
-                sum[4 * e] += x[j][e].x;
-                sum[4 * e + 1] += x[j][e].y;
-                sum[4 * e + 2] += x[j][e].z;
-                sum[4 * e + 3] += x[j][e].w;
-            }
-    }
-    Packed128<floatX> out;
-    for (int e = 0; e < V; e++) out[e] = from_float<floatX>(sum[e] * kScale);
-    store128(dst, out);
-}
-
-// Block-wide, once the block's last contribution to query tile m (rows q0 .. q0 + 63) is added to its
-// slice: counts the block in (`count`: the tile's counter; `writers`: attn_dq_tile_writers) and, if it
-// is the last, writes the tile's dQ rows to dq (B,T,3C at (b, 0, q part of head h)): the slices summed
-// in slice order and scaled, as attention_backward_dq_reduce_kernel does, so the same bits; the
-// sequence's last valid tile also writes zeros to the rows from `valid` to T. slice0: slice 0 at (b, h,
-// 0); slice_step: elements from one slice to the next.
-template <class floatX, int HS>
-__device__ void attn_dq_sum_tile(floatX* dq, size_t stride, const float* slice0, size_t slice_step, int* count,
-                                 int writers, int q0, int valid, int T) {
-    __shared__ int last;
-    __syncthreads();  // every thread's adds to the tile are issued
-    if (threadIdx.x == 0) {
-        last = atomic_add_release(count, 1) == writers - 1;  // our adds are visible to whoever is last
-        if (last) fence_acquire();                           // theirs to us
-    }
-    __syncthreads();
-    if (!last) return;
-    constexpr int V = Packed128<floatX>::size;
-    const int end = q0 + 64 >= valid ? T : q0 + 64;
-    for (int i = threadIdx.x; i < (end - q0) * (HS / V); i += blockDim.x) {
-        const int t = q0 + i / (HS / V), c = i % (HS / V) * V;
-        attn_dq_sum_packet<floatX, HS, 2>(dq + (size_t)t * stride + c, slice0 + (size_t)t * HS + c, slice_step,
-                                          t < valid ? writers : 0);
-    }
-}
 
 // Byte offset of element (row, col) in a (rows, 64) 16-bit tile with the 128-byte swizzle.
 __device__ inline uint32_t attn_sw128(int row, int col) {
@@ -1494,23 +1536,14 @@ __global__ void __launch_bounds__(128, kMinBlocks)
     };
 
     const int key_tiles = CEIL_DIV(T, Tile::kRows), S = gridDim.x;
-    // kSumDq: this head's query tile counters, and dQ's place in dqkv. A sequence without valid keys has
-    // no tile to count: slice 0's block writes its zeros.
-    int* count_bh = dq_count + (size_t)bh * key_tiles;
-    floatX* dqb = dkb - C;  // (B,T,3C) at (b, 0, q part)
-    if (kSumDq && valid == 0 && split == 0) attn_zero_rows<floatX, HS>(dqb, stride, T);
-    auto key_tile_of = [&](int round) { return round * S + (round % 2 ? S - 1 - split : split); };
+    const AttnDqSum<floatX, HS> dq_sum{dkb - C, stride, dq_part + (size_t)bh * T * HS, (size_t)gridDim.z * NH * T * HS,
+                                       dq_count + (size_t)bh * key_tiles, S, valid, T, causal};
+    if constexpr (kSumDq) dq_sum.zero_if_no_keys(split);
     for (int round = 0; round * S < key_tiles; round++) {  // the snake order of attention_backward_mma_kernel
-        const int kt = key_tile_of(round);
+        const int kt = attn_key_tile(round, S, split);
         if (kt >= key_tiles) continue;
         const int k0 = kt * Tile::kRows, rows = min(Tile::kRows, T - k0);
         const bool adds = kt != split;  // past the block's first key tile: dQ adds to the slice
-        // The block's next key tile with keys (rounds only go up), or -1: after this round, the block adds
-        // nothing more to a query tile that key tile does not see (kSumDq).
-        const int next_kt = (round + 1) * S < key_tiles && key_tile_of(round + 1) < key_tiles &&
-                                    key_tile_of(round + 1) * Tile::kRows < valid
-                                ? key_tile_of(round + 1)
-                                : -1;
         if (k0 >= valid) {
             attn_zero_rows<floatX, HS>(dkb + k0 * stride, stride, rows);
             attn_zero_rows<floatX, HS>(dkb + C + k0 * stride, stride, rows);
@@ -1634,13 +1667,7 @@ __global__ void __launch_bounds__(128, kMinBlocks)
                 wgmma_fence_operand(dq);
                 add_dq(dq, q0, adds);
             }
-            if constexpr (kSumDq) {
-                const int m = q0 / NQ;  // the query tile; its last contribution from this block?
-                if (next_kt < 0 || (causal && next_kt > m))
-                    attn_dq_sum_tile<floatX, HS>(dqb, stride, dq_part + (size_t)bh * T * HS,
-                                                 (size_t)gridDim.z * NH * T * HS, count_bh + m,
-                                                 attn_dq_tile_writers(S, valid, causal, m), q0, valid, T);
-            }
+            if constexpr (kSumDq) dq_sum.added(q0, dq_sum.next_key_tile(round, split, key_tiles));
             if (it + 1 < tiles) store_stats(st ^ 1);
         }
         if constexpr (kDeferDq) {  // the last tile's dQ
@@ -1841,13 +1868,14 @@ inline bool& attention_backward_wgmma_red_dq() {
     return on;
 }
 
-// Whether the wgmma kernel adding dQ at once also sums each query tile's dQ from its slices, in the
-// block that adds the tile's last contribution (kSumDq; the same bits), instead of
-// attention_backward_dq_reduce_kernel after it: the slices are read while fresh in L2 rather than from
-// DRAM (at GPT-2 124M's shape, B = 16, 400 MB a layer: 1.05 ms of an H200's 30 ms step went to that
-// kernel), and a launch less. Off until timed (dev/cuda/attention.cu's variants 12 and 13, the
-// trainers' --attention-backward wgmma-sum and the other -sum forms).
-inline bool& attention_backward_wgmma_sum_dq() {
+// Whether the backward kernel sums each query tile's dQ from its slices, in the block that adds the
+// tile's last contribution (kSumDq; the same bits), instead of attention_backward_dq_reduce_kernel after
+// it: the slices are read while fresh in L2 rather than from DRAM (at GPT-2 124M's shape, B = 16, 400 MB
+// a layer: 1.05 ms of an H200's 30 ms step went to that kernel), and a launch less. The wgmma kernel
+// adding dQ at once, and the mma.sync kernel at head size 64 (its query tiles of 64 rows). Off until
+// timed (dev/cuda/attention.cu's variants 12 to 14, the trainers' --attention-backward mma-sum and the
+// wgmma -sum forms).
+inline bool& attention_backward_sum_dq() {
     static bool on = false;
     return on;
 }
@@ -2124,11 +2152,12 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
         const int splits = attention_dq_splits(B, T, NH);
         float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
         int* dq_count = reinterpret_cast<int*>(reinterpret_cast<char*>(D) + attention_dq_count_offset(B, T, C, NH));
-        bool summed = false;  // dQ written by the backward kernel itself (kSumDq)
-        if (attention_backward_takes_wgmma(HS, dropout)) {
-            const bool defer = attention_backward_wgmma_defer_dq();
+        const bool wgmma = attention_backward_takes_wgmma(HS, dropout), defer = attention_backward_wgmma_defer_dq();
+        // dQ written by the backward kernel itself (kSumDq), its query tiles' counters zeroed first
+        const bool summed = attention_backward_sum_dq() && (wgmma ? !defer : HS == 64);
+        if (summed) cudaCheck(cudaMemsetAsync(dq_count, 0, (size_t)B * NH * CEIL_DIV(T, 64) * sizeof(int), stream));
+        if (wgmma) {
             const bool three = attention_backward_wgmma_blocks() == 3, red = attention_backward_wgmma_red_dq();
-            summed = !defer && attention_backward_wgmma_sum_dq();
             using Kernel = decltype(&attention_backward_wgmma_kernel<floatX, true>);
             // [three][red][summed]: the forms adding dQ at once
             const Kernel at_once[2][2][2] = {
@@ -2143,15 +2172,18 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
             auto kernel = defer ? attention_backward_wgmma_kernel<floatX, true> : at_once[three][red][summed];
             const size_t smem = defer ? AttnWgmmaTile<true>::kSmem : AttnWgmmaTile<false>::kSmem;
             reserve_dynamic_smem(kernel, smem, "attention_backward", "HS", HS);
-            if (summed) cudaCheck(cudaMemsetAsync(dq_count, 0, (size_t)B * NH * CEIL_DIV(T, 64) * sizeof(int), stream));
             cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(128), smem, stream, dqkv, dq_part, dq_count, dout,
                                     qkv, lse, D, T, C, NH, causal, valid_len));
         } else {
             auto kernel = dropout ? attention_backward_mma_kernel<floatX, HS, true>
                                   : attention_backward_mma_kernel<floatX, HS, false>;
+            if constexpr (HS == 64)
+                if (summed)
+                    kernel = dropout ? attention_backward_mma_kernel<floatX, HS, true, false, true>
+                                     : attention_backward_mma_kernel<floatX, HS, false, false, true>;
             reserve_dynamic_smem(kernel, Tile::kBackwardSmem, "attention_backward", "HS", HS);
             cudaCheck(launch_kernel(kernel, dim3(splits, NH, B), dim3(Tile::kThreads), Tile::kBackwardSmem, stream, dqkv,
-                                    dq_part, dout, qkv, lse, D, T, C, NH, causal, valid_len, drop));
+                                    dq_part, dq_count, dout, qkv, lse, D, T, C, NH, causal, valid_len, drop));
         }
         if (!summed) {
             const int block = 256;

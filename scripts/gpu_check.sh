@@ -142,7 +142,7 @@ tests_passed=0 tests_failed=0 torch_json=null profile_json=null attention_metric
 ours_fwd= ours_bwd= ours_gemm= fp8_accum= gemm_heur= gemm_best= bgrad_fused= bgrad_kernels= fcb_bgradb= fcb_dgelu=
 ours_slices= ours_slices_b16= ours_fwd32= ours_bwd4= ours_fwd5= ours_bwd6= mma_sweep= ours_bwd7= defer_sweep= ours_fwd8= fwd8_sweep= ours_slices_gpt2=
 ours_bwd9= wgmma3_sweep= ours_bwd10= wgmma_red_sweep= ours_bwd11= wgmma3_red_sweep=
-ours_bwd12= wgmma_sum_sweep= ours_bwd13= wgmma3_red_sum_sweep=
+ours_bwd12= wgmma_sum_sweep= ours_bwd13= wgmma3_red_sum_sweep= ours_bwd14= mma_sum_sweep=
 failures=$build_failures
 # An attention variant's two JSON fields: pass (fwd or bwd), name, its TFLOP/s at GPT-2's shape and
 # its sweep ({"causal 1024": [pass, fwd+bwd], ...}).
@@ -182,6 +182,7 @@ write_json() {  # "final" once every part has run or been skipped
         variant_json bwd wgmma_3_blocks_red_dq "${ours_bwd11:-}" "${wgmma3_red_sweep:-}"
         variant_json bwd wgmma_sum_dq "${ours_bwd12:-}" "${wgmma_sum_sweep:-}"
         variant_json bwd wgmma_3_blocks_red_sum_dq "${ours_bwd13:-}" "${wgmma3_red_sum_sweep:-}"
+        variant_json bwd mma_sum_dq "${ours_bwd14:-}" "${mma_sum_sweep:-}"
         printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh12":{%s},\n' "${ours_slices_gpt2:-}"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
         printf '  "gpt2_step_gemms_ms":{"heuristic":%s,"fastest_algorithm":%s},\n' "$(jnum "${gemm_heur:-}")" \
@@ -247,6 +248,9 @@ if fits attention 60; then
     ours_bwd13=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 13 ")
     wgmma_sum_sweep=$(sweep_of wgmma-sum)
     wgmma3_red_sum_sweep=$(sweep_of wgmma3-red-sum)
+    # The mma.sync backward summing dQ's slices in the kernel (dev variant 14; any device at HS = 64).
+    ours_bwd14=$(flops_of "$logs/dev_attention.log" "bf16 B=8 T=1024 NH=12 HS=64 causal" "backward variant 14 ")
+    mma_sum_sweep=$(sweep_of mma-sum)
     slices_of() {  # {"slices": TFLOP/s, ...} from the section of dev_attention.log whose header starts with $1
         awk -v sec="$1" 'index($0, sec) == 1 { in_sec = 1; next } /^[^ ]/ { in_sec = 0 }
             in_sec && /backward \(llmc, flash\), dQ in [0-9]+ slice/ {
@@ -732,6 +736,8 @@ if [[ -n $ours_fwd$ours_bwd ]]; then
         "$wgmma_sum_sweep" bwd
     variant_rows "variant 11 summing dQ's slices in the kernel (dev variant 13)" "$ours_bwd13" \
         "$wgmma3_red_sum_sweep" bwd
+    variant_rows "the mma.sync backward summing dQ's slices in the kernel (dev variant 14)" "$ours_bwd14" \
+        "$mma_sum_sweep" bwd
 fi
 for r in "${moe_json[@]}"; do
     name=$(echo "$r" | sed 's/.*"model":"\([^"]*\)".*/\1/')

@@ -86,7 +86,7 @@ def run(cmd, env=None):
 def demangled(name):
     """attention_forward_mma_kernel<bf16, 64, dropout> (attention_backward_wgmma_kernel<bf16, dQ deferred>)
     from the mangled name (no c++filt needed)."""
-    m = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16Li(\d+)ELb([01])E", name)
+    m = re.match(r"_Z\d+(attention_\w+_kernel)I13__nv_bfloat16Li(\d+)ELb([01])E(Lb[01]ELb([01])E)?", name)
     if not m:
         # the wgmma kernels: the backward's template arguments (dQ deferred, blocks per SM, dQ by
         # reductions in L2, dQ summed by the tiles' last writers)
@@ -100,7 +100,8 @@ def demangled(name):
         red = ", reductions" if w.group(7) == "1" else ""
         summed = ", summed by the last writers" if w.group(9) == "1" else ""
         return f"{w.group(1)}<bf16, dQ {'deferred' if w.group(3) == '1' else 'at once'}{blocks}{red}{summed}>"
-    return f"{m.group(1)}<bf16, HS={m.group(2)}, dropout {'on' if m.group(3) == '1' else 'off'}>"
+    summed = ", summed by the last writers" if m.group(5) == "1" else ""
+    return f"{m.group(1)}<bf16, HS={m.group(2)}, dropout {'on' if m.group(3) == '1' else 'off'}{summed}>"
 
 
 def parse_sass(text):
@@ -268,8 +269,8 @@ def main():
                 failed += 1
                 continue
             kernels = sorted(f for f in functions if "_mma_kernel" in f)
-            if len(kernels) != 4:
-                print(f"FAIL sass sm_{arch}: found {len(kernels)} of the 4 kernels ({', '.join(kernels)})")
+            if len(kernels) != 5:
+                print(f"FAIL sass sm_{arch}: found {len(kernels)} of the 5 kernels ({', '.join(kernels)})")
                 failed += 1
             for k in kernels:
                 if check_kernel(arch, k, functions[k], resources.get(k, {})):

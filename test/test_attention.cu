@@ -671,13 +671,13 @@ void test_wgmma_variants_same_bits(const Case& cs, uint64_t seed) {
     std::vector<float> qkv, dout;
     make_inputs<floatX>(cs, seed, qkv, dout);
     const bool saved_defer = attention_backward_wgmma_defer_dq(), saved_red = attention_backward_wgmma_red_dq(),
-               saved_sum = attention_backward_wgmma_sum_dq();
+               saved_sum = attention_backward_sum_dq();
     const int saved_blocks = attention_backward_wgmma_blocks();
     auto run = [&](bool defer, int blocks, bool red, bool sum) {
         attention_backward_wgmma_defer_dq() = defer;
         attention_backward_wgmma_blocks() = blocks;
         attention_backward_wgmma_red_dq() = red;
-        attention_backward_wgmma_sum_dq() = sum;
+        attention_backward_sum_dq() = sum;
         return run_kernels<floatX>(cs, qkv, dout, nullptr);
     };
     auto at_once = run(false, 2, false, false);
@@ -715,7 +715,37 @@ void test_wgmma_variants_same_bits(const Case& cs, uint64_t seed) {
     attention_backward_wgmma_defer_dq() = saved_defer;
     attention_backward_wgmma_blocks() = saved_blocks;
     attention_backward_wgmma_red_dq() = saved_red;
-    attention_backward_wgmma_sum_dq() = saved_sum;
+    attention_backward_sum_dq() = saved_sum;
+}
+
+// The mma.sync backward at head size 64 summing dQ's slices in the block that writes a query tile's last
+// contribution (attention_backward_sum_dq) gives its bits with the reduce kernel, dropout on or off, under
+// every thread order and with blocks on two worker threads at once.
+template <class floatX>
+void test_mma_sum_same_bits(const Case& cs, uint64_t seed) {
+    std::vector<float> qkv, dout;
+    make_inputs<floatX>(cs, seed, qkv, dout);
+    const AttentionDropout drop = attention_dropout(cs);
+    const AttentionDropout* d = cs.dropout > 0 ? &drop : nullptr;
+    const bool saved_wgmma = attention_backward_wgmma(), saved_sum = attention_backward_sum_dq();
+    attention_backward_wgmma() = false;
+    attention_backward_sum_dq() = false;
+    auto reduced = run_kernels<floatX>(cs, qkv, dout, d);
+    attention_backward_sum_dq() = true;
+    const std::string name = cs.name(th::dtype_name<floatX>()) + " (mma.sync backward) dQ summed by the last writers";
+    auto summed =
+        th::run_orders((name + ", thread orders").c_str(), [&] { return run_kernels<floatX>(cs, qkv, dout, d); });
+    th::check_bitwise((name + " = by the reduce kernel").c_str(), reduced.data(), summed.data(), reduced.size());
+#if defined(SIMT_CPU)
+    const int saved_workers = simt::get_workers();
+    simt::set_workers(2);
+    auto concurrent = run_kernels<floatX>(cs, qkv, dout, d);
+    simt::set_workers(saved_workers);
+    th::check_bitwise((name + ", blocks on 2 threads = by the reduce kernel").c_str(), reduced.data(),
+                      concurrent.data(), reduced.size());
+#endif
+    attention_backward_wgmma() = saved_wgmma;
+    attention_backward_sum_dq() = saved_sum;
 }
 
 // The (dtype, head size) pairs whose 4-warp backward needs more than 99 KiB, checked against the
@@ -874,6 +904,9 @@ int main(int argc, char** argv) {
     // 3 dQ slices (5 and 6 key tiles): tiles with an odd number of writers, summed two slices at a time
     test_wgmma_variants_same_bits<__nv_bfloat16>({2, 320, 2, 64, true, {320, 250}}, seed++);
     test_wgmma_variants_same_bits<__half>({2, 330, 1, 64, false, {330, 200}}, seed++);
+    test_mma_sum_same_bits<__nv_bfloat16>({2, 320, 2, 64, true, {320, 250}}, seed++);
+    test_mma_sum_same_bits<__half>({3, 200, 2, 64, false, {0, 200, 129}, 0.1f}, seed++);
+    test_mma_sum_same_bits<__nv_bfloat16>({2, 330, 1, 64, true, {330, 1}, 0.2f}, seed++);
     attention_backward_wgmma() = false;
     test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
     test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);

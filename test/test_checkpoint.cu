@@ -413,6 +413,10 @@ int main(int argc, char** argv) {
                                            "only (this run's precision is fp32)"},
             {"--precision bf16 --attention-backward wgmma", "option --attention-backward: wgmma takes head size 64; "
                                                             "this model's is 16"},
+            {"--attention-backward mma-sum", "option --attention-backward: mma-sum applies to --precision bf16 and "
+                                             "fp16 only (this run's precision is fp32)"},
+            {"--precision bf16 --attention-backward mma-sum", "option --attention-backward: mma-sum takes head size "
+                                                              "64; this model's is 16"},
             {"-x 0 -g 4 --attention-backward mma", "option --attention-backward: --max-steps 0 trains nothing, so it "
                                                    "runs no backward"},
             {"-x 0 -g 4 --bias-grad kernels", "option --bias-grad: --max-steps 0 trains nothing, so it runs no "
@@ -471,8 +475,8 @@ int main(int argc, char** argv) {
         // gradients whose fp32 sums ran in another order (so a few bf16 elements differ by an ulp, 2^-8
         // relative), within 1e-3 of it; --attention-backward wgmma-3-red-sum (the kernel's registers capped
         // for 3 blocks per SM, dQ added by reductions in L2 and summed from its slices by each query tile's
-        // last writer) gives the default's losses bit for bit. On the CPU backend the kernel is checked to
-        // have run; on a GPU this needs wgmma.
+        // last writer) gives the default's losses bit for bit, and --attention-backward mma-sum mma's. On the
+        // CPU backend the kernel is checked to have run; on a GPU this needs wgmma.
         if (wgmma_supported()) {
             const std::string hs64 = self + " --train-gpt2 --layers 1 --channels 128 --heads 2 "
                                      "--max-seq-len 16 --vocab-size 64 -t 16 -b 2 -x 3 -v 0 -g 0 -i " + train +
@@ -482,8 +486,9 @@ int main(int argc, char** argv) {
             th::ChildOutput mma = th::run_command(hs64 + "--attention-backward mma 2>&1");
             th::ChildOutput wg = th::run_command("SIMT_COVERAGE_DIR=" + cov + " " + hs64 + "2>&1");
             th::ChildOutput wg3 = th::run_command(hs64 + "--attention-backward wgmma-3-red-sum 2>&1");
+            th::ChildOutput mma_sum = th::run_command(hs64 + "--attention-backward mma-sum 2>&1");
             std::vector<double> a = th::step_losses(mma.text), b = th::step_losses(wg.text),
-                                b3 = th::step_losses(wg3.text);
+                                b3 = th::step_losses(wg3.text), a_sum = th::step_losses(mma_sum.text);
             bool close = a.size() == 3 && b.size() == 3 && a[0] == b[0];
             for (size_t i = 1; close && i < 3; i++) close = std::fabs(a[i] - b[i]) <= 1e-3 * std::fabs(a[i]);
             bool ran = kernel_launch_count() < 0 ||
@@ -491,13 +496,16 @@ int main(int argc, char** argv) {
             bool said = wg.text.find("| attention backward: wgmma\n") != std::string::npos &&
                         mma.text.find("| attention backward: mma.sync\n") != std::string::npos &&
                         wg3.text.find("| attention backward: wgmma, registers for 3 blocks per SM, dQ by reductions "
-                                      "in L2, dQ summed by the tiles' last writers\n") != std::string::npos;
-            th::report(th::exited_ok(mma) && th::exited_ok(wg) && th::exited_ok(wg3) && close && b3 == b && ran &&
-                           said,
+                                      "in L2, dQ summed by the tiles' last writers\n") != std::string::npos &&
+                        mma_sum.text.find("| attention backward: mma.sync, dQ summed by the tiles' last writers\n") !=
+                            std::string::npos;
+            th::report(th::exited_ok(mma) && th::exited_ok(wg) && th::exited_ok(wg3) && th::exited_ok(mma_sum) &&
+                           close && b3 == b && a_sum == a && ran && said,
                        "train_gpt2 (HS=64, bf16): the attention backward on wgmma by default, step 1's loss "
-                       "--attention-backward mma's, steps 2-3 within 1e-3; wgmma-3-red-sum's losses the default's",
-                       "wgmma's losses %s, wgmma-3-red-sum's %s, mma's %s%s%s", th::join(b).c_str(),
-                       th::join(b3).c_str(), th::join(a).c_str(),
+                       "--attention-backward mma's, steps 2-3 within 1e-3; wgmma-3-red-sum's losses the default's, "
+                       "mma-sum's mma's",
+                       "wgmma's losses %s, wgmma-3-red-sum's %s, mma's %s, mma-sum's %s%s%s", th::join(b).c_str(),
+                       th::join(b3).c_str(), th::join(a).c_str(), th::join(a_sum).c_str(),
                        ran ? "" : "; attention_backward_wgmma_kernel never ran", said ? "" : "; the start-up lines do not name the kernels");
         }
         // --bias-grad: the bias gradients in the weight GEMM (gemm) or by the reduction kernels (kernels;

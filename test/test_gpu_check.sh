@@ -141,6 +141,7 @@ echo "  backward variant 10 (flash on wgmma, dQ by reductions in L2)   0.3 ms   
 echo "  backward variant 11 (flash on wgmma, 3 blocks per SM, dQ by reductions)   0.3 ms   197.5 TFLOP/s"
 echo "  backward variant 12 (flash on wgmma, dQ summed by the tiles' last writers)   0.3 ms   198.5 TFLOP/s"
 echo "  backward variant 13 (flash on wgmma, 3 blocks per SM, dQ by reductions, summed by the last writers)   0.3 ms   199.5 TFLOP/s"
+echo "  backward variant 14 (flash on mma.sync, dQ summed by the last writers)   0.3 ms   171.5 TFLOP/s"
 echo "  sweep bf16 HS=64 causal T=1024 B=16 NH=32: fwd 150 bwd 120 fwd+bwd 128 TFLOP/s  (FlashAttention-2, H100 SXM: 192)"
 echo "  mma-sweep bf16 HS=64 causal T=1024 B=16 NH=32: bwd 175.5 fwd+bwd 165.25 TFLOP/s"
 echo "  mma-sweep bf16 HS=64 causal T=2048 B=8 NH=32: bwd n/a fwd+bwd n/a TFLOP/s"
@@ -151,6 +152,7 @@ echo "  wgmma-red-sweep bf16 HS=64 causal T=512 B=32 NH=32: bwd 151.5 fwd+bwd 14
 echo "  wgmma3-red-sweep bf16 HS=64 full T=2048 B=8 NH=32: bwd 152.5 fwd+bwd 142.25 TFLOP/s"
 echo "  wgmma-sum-sweep bf16 HS=64 causal T=1024 B=16 NH=32: bwd 153.5 fwd+bwd 143.25 TFLOP/s"
 echo "  wgmma3-red-sum-sweep bf16 HS=64 causal T=2048 B=8 NH=32: bwd 154.5 fwd+bwd 144.25 TFLOP/s"
+echo "  mma-sum-sweep bf16 HS=64 full T=512 B=32 NH=32: bwd 176.5 fwd+bwd 166.25 TFLOP/s"
 echo "bf16 B=16 T=1024 NH=32 HS=64 causal, the backward by dQ slices:"
 echo "  backward (llmc, flash), dQ in 1 slice   0.6 ms   125.5 TFLOP/s   12.7% of peak 989 TFLOP/s"
 echo "  backward (llmc, flash), dQ in 2 slices   0.6 ms   119.5 TFLOP/s   12.1% of peak 989 TFLOP/s"
@@ -224,9 +226,9 @@ check "... the backward on mma.sync where production's is on wgmma (a line witho
 check "... the wgmma backward with registers for 3 blocks per SM, adding dQ by reductions, both: GPT-2's shape and the sweep's" 0 \
     "195.5 {'causal 512': [150.5, 140.25]} 196.5 {'causal 512': [151.5, 141.25]} 197.5 {'full 2048': [152.5, 142.25]}" \
     json_field 'd["ours"]["attention_bf16_causal_bwd_wgmma_3_blocks_tflops"], d["ours"]["attention_bf16_bwd_wgmma_3_blocks_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_red_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_red_dq_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_3_blocks_red_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_3_blocks_red_dq_sweep"]'
-check "... the wgmma backward summing dQ's slices in the kernel, alone and with 3 blocks and reductions: GPT-2's shape and the sweep's" 0 \
-    "198.5 {'causal 1024': [153.5, 143.25]} 199.5 {'causal 2048': [154.5, 144.25]}" \
-    json_field 'd["ours"]["attention_bf16_causal_bwd_wgmma_sum_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_sum_dq_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_3_blocks_red_sum_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_3_blocks_red_sum_dq_sweep"]'
+check "... the wgmma backward summing dQ's slices in the kernel, alone and with 3 blocks and reductions, and the mma.sync backward so: GPT-2's shape and the sweep's" 0 \
+    "198.5 {'causal 1024': [153.5, 143.25]} 199.5 {'causal 2048': [154.5, 144.25]} 171.5 {'full 512': [176.5, 166.25]}" \
+    json_field 'd["ours"]["attention_bf16_causal_bwd_wgmma_sum_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_sum_dq_sweep"], d["ours"]["attention_bf16_causal_bwd_wgmma_3_blocks_red_sum_dq_tflops"], d["ours"]["attention_bf16_bwd_wgmma_3_blocks_red_sum_dq_sweep"], d["ours"]["attention_bf16_causal_bwd_mma_sum_dq_tflops"], d["ours"]["attention_bf16_bwd_mma_sum_dq_sweep"]'
 check "... the profile: kernels summed by name over units, largest first, idle share of the step" 0 \
     "3 4.5 [('nvjet_hsh_256x128', 1, 2500.0), ('attention_forward', 2, 2000.0)] 0.9118" \
     json_field 'd["profile_gpt2_d12_bf16_step"]["launches"], d["profile_gpt2_d12_bf16_step"]["busy_ms"], [(k["kernel"], k["launches"], k["us"]) for k in d["profile_gpt2_d12_bf16_step"]["kernels"]], d["profile_gpt2_d12_bf16_step"]["idle_share"]'

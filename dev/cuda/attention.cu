@@ -58,9 +58,14 @@
 //               tile's last contribution (a counter per tile: atomic_add_release, and the last one
 //               acquires), instead of in attention_backward_dq_reduce_kernel after it: the slices read
 //               while fresh in L2 instead of from DRAM (400 MB a layer at GPT-2 124M's B = 16), a launch
-//               less (attention_backward_wgmma_sum_dq; the same bits). Off in production until timed;
+//               less (attention_backward_sum_dq; the same bits). Off in production until timed;
 //               validated and timed where wgmma_supported() ("wgmma-sum-sweep",
 //               "wgmma3-red-sum-sweep" lines).
+//   14          (bf16/fp16, backward, HS = 64) the mma.sync backward (production's off Hopper) summing
+//               dQ's slices itself as variant 12 does (attention_backward_sum_dq; the same bits):
+//               253 registers on sm_90a, 240 on sm_80, 2 blocks per SM. Off in production until timed;
+//               validated and timed at HS = 64 on every device ("mma-sum-sweep" lines where
+//               wgmma_supported(), beside variant 6's).
 // The production backward is also timed with each number of dQ slices the shape allows (its blocks
 // per head; production picks attention_dq_splits).
 //   production  llmc/attention.cuh, flash attention; for bf16/fp16 the FlashAttention-2 kernels on
@@ -477,8 +482,8 @@ void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* qkv, co
         auto kernel = attention_backward_mma_kernel<floatX, kHS, false, true>;
         reserve_dynamic_smem(kernel, Tile::kBackwardSmem, "attention_backward4", "HS", kHS);
         cudaCheck(launch_kernel(kernel, dim3(CEIL_DIV(T, Tile::kRows), NH, B), dim3(Tile::kThreads),
-                                Tile::kBackwardSmem, stream, dqkv, dq, dout, qkv, lse, D, T, C, NH, causal, valid_len,
-                                DropoutArgs{}));
+                                Tile::kBackwardSmem, stream, dqkv, dq, (int*)nullptr, dout, qkv, lse, D, T, C, NH, causal,
+                                valid_len, DropoutArgs{}));
         const size_t n = (size_t)B * T * NH * (kHS / Packed128<floatX>::size);
         cudaCheck(launch_kernel(attention_backward_dq_reduce_kernel<floatX, kHS>, dim3((unsigned)CEIL_DIV(n, 256)),
                                 dim3(256), 0, stream, dqkv, dq, B, T, C, NH, 1, causal, valid_len));
@@ -499,7 +504,8 @@ void attention_forward5(floatX* out, float* lse, const floatX* qkv, int B, int T
     });
 }
 
-// Variant 6 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its mma.sync kernel.
+// Variant 6 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its mma.sync kernel (any
+// device: variant 14 takes it too).
 template <class floatX>
 void attention_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
                          void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
@@ -508,6 +514,17 @@ void attention_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, co
     attention_backward_wgmma() = false;
     attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
     attention_backward_wgmma() = saved;
+}
+
+// Variant 14 (16-bit, HS = 64): attention_backward with its mma.sync kernel summing dQ's slices itself.
+template <class floatX>
+void attention_backward14(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                          void* scratch, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                          cudaStream_t stream) {
+    const bool saved = attention_backward_sum_dq();
+    attention_backward_sum_dq() = true;
+    attention_backward6(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
+    attention_backward_sum_dq() = saved;
 }
 
 // Variants 7 and 9 to 13 (16-bit, HS = 64, no dropout, sm_90a): attention_backward with its wgmma
@@ -519,19 +536,19 @@ void attention_backward_wgmma_as(bool defer, int blocks, bool red, bool sum, flo
                                  const floatX* qkv, const floatX* out, const float* lse, void* scratch, int B, int T,
                                  int C, int NH, bool causal, const int* valid_len, cudaStream_t stream) {
     const bool saved = attention_backward_wgmma(), saved_defer = attention_backward_wgmma_defer_dq(),
-               saved_red = attention_backward_wgmma_red_dq(), saved_sum = attention_backward_wgmma_sum_dq();
+               saved_red = attention_backward_wgmma_red_dq(), saved_sum = attention_backward_sum_dq();
     const int saved_blocks = attention_backward_wgmma_blocks();
     attention_backward_wgmma() = true;
     attention_backward_wgmma_defer_dq() = defer;
     attention_backward_wgmma_blocks() = blocks;
     attention_backward_wgmma_red_dq() = red;
-    attention_backward_wgmma_sum_dq() = sum;
+    attention_backward_sum_dq() = sum;
     attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH, causal, valid_len, stream);
     attention_backward_wgmma() = saved;
     attention_backward_wgmma_defer_dq() = saved_defer;
     attention_backward_wgmma_blocks() = saved_blocks;
     attention_backward_wgmma_red_dq() = saved_red;
-    attention_backward_wgmma_sum_dq() = saved_sum;
+    attention_backward_sum_dq() = saved_sum;
 }
 
 // Variants 9 to 13: variant number, label, blocks per SM, dQ by reductions, dQ summed by the tiles' last
@@ -646,7 +663,17 @@ void validate(const Shape& s, uint64_t seed) {
             check("variant 4 (flash, dQ by atomics)", "dqkv", dqkv_ref, th::widen(dqkv4.host()));
         }
     }
-    if (lowp && s.dropout == 0.f && s.HS() == 64 && wgmma_supported()) {  // variants 6, 7, 9-11: backwards only
+    if (lowp && s.dropout == 0.f && s.HS() == 64) {  // variant 14: a backward only
+        if constexpr (!std::is_same<floatX, float>::value) {
+            th::DeviceBuffer<floatX> dqkv14(qkv.size(), th::Fill::NaN);
+            th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
+            attention_backward14(dqkv14.ptr, d_dout.ptr, d_qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH,
+                                 s.causal, vl, 0);
+            check("variant 14 (flash on mma.sync, dQ summed by the last writers)", "dqkv", dqkv_ref,
+                  th::widen(dqkv14.host()));
+        }
+    }
+    if (lowp && s.dropout == 0.f && s.HS() == 64 && wgmma_supported()) {  // variants 6, 7, 9-13: backwards only
         if constexpr (!std::is_same<floatX, float>::value) {
             th::DeviceBuffer<floatX> dqkv6(qkv.size(), th::Fill::NaN);
             th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH), th::Fill::NaN);
@@ -813,6 +840,14 @@ void benchmark(int B, int T, int NH, int HS, bool causal, int reps) {
                                 nullptr, 0);
         };
         flops_line("backward variant 4 (flash, dQ by atomics)", time_ms(bwd4, reps), 2.5 * fwd_flops, peak);
+        if (HS == 64) {
+            auto bwd14 = [&] {
+                attention_backward14(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
+                                     nullptr, 0);
+            };
+            flops_line("backward variant 14 (flash on mma.sync, dQ summed by the last writers)", time_ms(bwd14, reps),
+                       2.5 * fwd_flops, peak);
+        }
         if (HS == 64 && wgmma_supported()) {
             auto bwd6 = [&] {
                 attention_backward6(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
@@ -886,7 +921,7 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
             snprintf(anchor, sizeof(anchor), "  (FlashAttention-2, H100 SXM: %.0f)", a.tflops);
     printf("  sweep %s HS=%d %s T=%d B=%d NH=%d: fwd %.4g bwd %.4g fwd+bwd %.4g TFLOP/s%s\n", th::dtype_name<floatX>(),
            HS, causal ? "causal" : "full", T, B, NH, tf, tb, tfb, anchor);
-    if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variants 6 to 11
+    if (HS == 64 && !std::is_same<floatX, float>::value && wgmma_supported()) {  // variants 6 to 14
         // A variant's line: its own pass (`what`: fwd or bwd) and forward+backward with production's other.
         auto line = [&](const char* tag, const char* what, auto pass, double pass_flops, auto both) {
             const double t_pass = time_ms(pass, reps) * 1e-3, t_both = time_ms(both, reps) * 1e-3;
@@ -899,6 +934,11 @@ void sweep_point(int B, int T, int NH, int HS, bool causal, int reps) {
                                 nullptr, 0);
         };
         line("mma", "bwd", bwd6, 2.5 * fwd_flops, [&] { fwd(); bwd6(); });
+        auto bwd14 = [&] {
+            attention_backward14(dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, causal,
+                                 nullptr, 0);
+        };
+        line("mma-sum", "bwd", bwd14, 2.5 * fwd_flops, [&] { fwd(); bwd14(); });
         auto bwd7 = [&] {
             attention_backward_wgmma_as(true, 2, false, false, dqkv.ptr, dout.ptr, qkv.ptr, out.ptr, lse.ptr,
                                         scratch.ptr, B, T, C, NH, causal, nullptr, 0);
@@ -957,10 +997,10 @@ int main(int argc, char** argv) {
         "Multi-head attention forward and backward: variant 1 (naive, scores in DRAM), 2 (flash on WMMA),\n"
         "3 to 5 (production with one change each), 6 (the backward on mma.sync where production takes\n"
         "wgmma: sm_90a), 7 (the wgmma backward deferring dQ), 8 (the forward on wgmma), 9 to 11 (the\n"
-        "wgmma backward with registers for 3 blocks per SM, adding dQ by reductions in L2, both), 12 and 13\n"
-        "(production's wgmma backward and variant 11 summing dQ's slices in the kernel) and production\n"
-        "(llmc/attention.cuh, FlashAttention-2 on mma.sync, the backward on wgmma where it applies), timed\n"
-        "in TFLOP/s; then production swept over FlashAttention-2's benchmark shapes.\n"
+        "wgmma backward with registers for 3 blocks per SM, adding dQ by reductions in L2, both), 12 to 14\n"
+        "(the wgmma backward, variant 11 and the mma.sync backward summing dQ's slices in the kernel) and\n"
+        "production (llmc/attention.cuh, FlashAttention-2 on mma.sync, the backward on wgmma where it\n"
+        "applies), timed in TFLOP/s; then production swept over FlashAttention-2's benchmark shapes.\n"
         DEV_VALIDATES
         "\n--profile: instead, only one bf16 forward and backward of production at GPT-2 124M's shape (a\n"
         "small one on the CPU backend) between cudaProfilerStart and cudaProfilerStop, for\n"

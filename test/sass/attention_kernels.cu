@@ -1,6 +1,6 @@
 // test/sass/attention_kernels.cu — the translation unit scripts/sass_check.py compiles to read the
 // SASS of the bf16 FlashAttention-2 kernels at head size 64 (llmc/attention.cuh), with dropout off and
-// on, and of the wgmma kernels (sm_90a: the forward, the backward with dQ added at once and deferred,
+// on (and the backward summing dQ's slices itself), and of the wgmma kernels (sm_90a: the forward, the backward with dQ added at once and deferred,
 // and adding it at once with registers for 3 blocks per SM and by reductions in L2, each and both, and
 // summing dQ's slices in the kernel, with 2 blocks per SM and with 3 and reductions); it also asserts,
 // at compile time, that two blocks of each fit one SM's shared memory on the smallest architecture the
@@ -33,6 +33,7 @@ void* sass_check_kernels[] = {
     (void*)&attention_forward_mma_kernel<__nv_bfloat16, 64, true, Bf16Tile::kFwdTiles>,
     (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, false>,
     (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, true>,
+    (void*)&attention_backward_mma_kernel<__nv_bfloat16, 64, false, false, true>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, true>,
     (void*)&attention_backward_wgmma_kernel<__nv_bfloat16, false, 3>,
