@@ -1248,6 +1248,7 @@ __global__ void __launch_bounds__(128, 2)
     for (int round = 0; round * S < key_tiles; round++) {
         const int kt = attn_key_tile(round, S, split);
         if (kt >= key_tiles) continue;
+        const int next_kt = kSumDq ? dq_sum.next_key_tile(round, split, key_tiles) : -1;
         const int k0 = kt * Tile::kRows, rows = min(Tile::kRows, T - k0);
         const bool adds = !kDqAtomics && kt != split;  // past the block's first key tile: dQ adds to the slice
         if (k0 >= valid) {  // every key row is padding: zero gradients, no compute
@@ -1396,7 +1397,7 @@ __global__ void __launch_bounds__(128, 2)
                         }
                     }
                 }
-            if constexpr (kSumDq) dq_sum.added(q0, dq_sum.next_key_tile(round, split, key_tiles));
+            if constexpr (kSumDq) dq_sum.added(q0, next_kt);
             // Stage st ^ 1's lse and D: the other warps read it after the next iteration's barrier, and
             // read its previous tile's before this iteration's.
             if (it + 1 < tiles) store_stats(st ^ 1);
@@ -1542,6 +1543,7 @@ __global__ void __launch_bounds__(128, kMinBlocks)
     for (int round = 0; round * S < key_tiles; round++) {  // the snake order of attention_backward_mma_kernel
         const int kt = attn_key_tile(round, S, split);
         if (kt >= key_tiles) continue;
+        const int next_kt = kSumDq ? dq_sum.next_key_tile(round, split, key_tiles) : -1;
         const int k0 = kt * Tile::kRows, rows = min(Tile::kRows, T - k0);
         const bool adds = kt != split;  // past the block's first key tile: dQ adds to the slice
         if (k0 >= valid) {
@@ -1667,7 +1669,7 @@ __global__ void __launch_bounds__(128, kMinBlocks)
                 wgmma_fence_operand(dq);
                 add_dq(dq, q0, adds);
             }
-            if constexpr (kSumDq) dq_sum.added(q0, dq_sum.next_key_tile(round, split, key_tiles));
+            if constexpr (kSumDq) dq_sum.added(q0, next_kt);
             if (it + 1 < tiles) store_stats(st ^ 1);
         }
         if constexpr (kDeferDq) {  // the last tile's dQ

@@ -658,6 +658,21 @@ void test_compact_blocks(const Case& cs, uint64_t seed) {
     th::check_bitwise((name + " = the device's blocks").c_str(), native.data(), compact.data(), native.size());
 }
 
+// Runs f() with the CPU backend's blocks on 2 worker threads at once (shared counters and atomics
+// exercised for real), and returns its result; on a GPU, where blocks always run concurrently, just f().
+template <class F>
+auto on_two_workers(F f) {
+#if defined(SIMT_CPU)
+    const int saved = simt::get_workers();
+    simt::set_workers(2);
+    auto r = f();
+    simt::set_workers(saved);
+    return r;
+#else
+    return f();
+#endif
+}
+
 // The wgmma backward with each query tile's dQ deferred to the next tile gives the same bits as with it
 // added at once: the same products, and the same adds to each dQ slice in the same order; and so do
 // the kernels adding it at once with their registers capped for 3 blocks per SM instead of 2 (the same
@@ -704,14 +719,9 @@ void test_wgmma_variants_same_bits(const Case& cs, uint64_t seed) {
                                  [&] { return run(false, 2, true, true); });
     th::check_bitwise((name + " dQ summed by the last writers, thread orders = dQ at once").c_str(), at_once.data(),
                       orders.data(), at_once.size());
-#if defined(SIMT_CPU)
-    const int saved_workers = simt::get_workers();
-    simt::set_workers(2);
-    auto concurrent = run(false, 3, false, true);
-    simt::set_workers(saved_workers);
+    auto concurrent = on_two_workers([&] { return run(false, 3, false, true); });
     th::check_bitwise((name + " dQ summed by the last writers, blocks on 2 threads = dQ at once").c_str(),
                       at_once.data(), concurrent.data(), at_once.size());
-#endif
     attention_backward_wgmma_defer_dq() = saved_defer;
     attention_backward_wgmma_blocks() = saved_blocks;
     attention_backward_wgmma_red_dq() = saved_red;
@@ -736,14 +746,9 @@ void test_mma_sum_same_bits(const Case& cs, uint64_t seed) {
     auto summed =
         th::run_orders((name + ", thread orders").c_str(), [&] { return run_kernels<floatX>(cs, qkv, dout, d); });
     th::check_bitwise((name + " = by the reduce kernel").c_str(), reduced.data(), summed.data(), reduced.size());
-#if defined(SIMT_CPU)
-    const int saved_workers = simt::get_workers();
-    simt::set_workers(2);
-    auto concurrent = run_kernels<floatX>(cs, qkv, dout, d);
-    simt::set_workers(saved_workers);
+    auto concurrent = on_two_workers([&] { return run_kernels<floatX>(cs, qkv, dout, d); });
     th::check_bitwise((name + ", blocks on 2 threads = by the reduce kernel").c_str(), reduced.data(),
                       concurrent.data(), reduced.size());
-#endif
     attention_backward_wgmma() = saved_wgmma;
     attention_backward_sum_dq() = saved_sum;
 }
