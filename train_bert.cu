@@ -904,7 +904,8 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     model.opt = o.opt;
     model.dropout = config.dropout;  // the model's config.json or the options (train_bert_main resolves them)
     model.recompute = o.recompute;
-    model.eager_first_use = o.gemm_autotune;  // a graphed key runs eagerly once: its new GEMM shapes are timed
+    // a graphed key runs eagerly once: its new GEMM shapes and attention shapes are timed
+    model.eager_first_use = o.gemm_autotune || o.attention_backward == AttentionBackward::Tune;
     const std::string attention_kernel =
         apply_attention_backward(o, config.channels / config.num_heads, config.dropout.attention);
     model.dropout_seed = o.seed * 0x9E3779B97F4A7C15ull + 0xD20F;  // a key of its own, not the init's

@@ -1206,7 +1206,8 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     model.fp8 = o.fp8;
     model.opt = o.opt;
     model.recompute = o.recompute;
-    model.eager_first_use = o.gemm_autotune;  // a graphed key runs eagerly once: its new GEMM shapes are timed
+    // a graphed key runs eagerly once: its new GEMM shapes and attention shapes are timed
+    model.eager_first_use = o.gemm_autotune || o.attention_backward == AttentionBackward::Tune;
     model.gelu_fusion = o.gelu_fusion;
     model.overlap_wgrad = o.overlap_wgrad;
     const std::string attention_kernel = apply_attention_backward(o, config.channels / config.num_heads, 0.f);

@@ -38,7 +38,8 @@
 //   attention_forward_wgmma_kernel is the forward on it, off until timed on a GPU
 //   (attention_forward_wgmma), as are the wgmma backward's registers for 3 blocks per SM instead of
 //   2 (attention_backward_wgmma_blocks) and its dQ rows added by reductions in L2
-//   (attention_backward_wgmma_red_dq).
+//   (attention_backward_wgmma_red_dq). attention_backward_tune instead times a kernel's forms at each
+//   shape's first call and keeps the fastest (the trainers' --attention-backward tune).
 //   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 36 (68) KiB, backward 64 (74) KiB; all
 //   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
 //   an H100 (228 KiB); registers without spills: the backward's for 2 blocks per SM (<= 255 per
@@ -95,11 +96,17 @@
 #include "tensor_core.cuh"
 #include "wgmma.cuh"
 
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <map>
+#include <set>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 // ----------------------------------------------------------------------------
 // CUDA kernels
@@ -1882,10 +1889,49 @@ inline bool& attention_backward_sum_dq() {
     return on;
 }
 
+// A form of the 16-bit attention backward: which kernel, and how it adds dQ. The forms of one kernel
+// give the same bits and differ in speed only. attention_backward_default_form() is the knobs' above.
+struct AttnBackwardForm {
+    bool wgmma = true;   // the wgmma kernel where it applies (HS = 64, no dropout, sm_90a), else mma.sync
+    bool defer = false;  // wgmma: each query tile's dQ deferred
+    int blocks = 2;      // wgmma adding dQ at once: registers capped for 2 or 3 blocks per SM
+    bool red = false;    // wgmma adding dQ at once: by reductions in L2
+    bool sum = false;    // dQ's slices summed by the tiles' last writers (wgmma at once; mma.sync at HS = 64)
+};
+inline AttnBackwardForm attention_backward_default_form() {
+    return {attention_backward_wgmma(), attention_backward_wgmma_defer_dq(), attention_backward_wgmma_blocks(),
+            attention_backward_wgmma_red_dq(), attention_backward_sum_dq()};
+}
+
 // Whether attention_backward takes the wgmma kernel for a 16-bit type at this head size and dropout on
 // this device (the trainers print it).
-inline bool attention_backward_takes_wgmma(int head_size, bool dropout) {
-    return head_size == 64 && !dropout && attention_backward_wgmma() && wgmma_supported();
+inline bool attention_backward_takes_wgmma(int head_size, bool dropout,
+                                           const AttnBackwardForm& form = attention_backward_default_form()) {
+    return head_size == 64 && !dropout && form.wgmma && wgmma_supported();
+}
+
+// A form's name as the trainers' --attention-backward takes it: mma, mma-sum, wgmma[-3][-red][-sum]
+// (wgmma-defer has none there).
+inline std::string attention_backward_form_name(const AttnBackwardForm& f) {
+    if (!f.wgmma) return f.sum ? "mma-sum" : "mma";
+    if (f.defer) return "wgmma-defer";
+    return std::string("wgmma") + (f.blocks == 3 ? "-3" : "") + (f.red ? "-red" : "") + (f.sum ? "-sum" : "");
+}
+
+// The forms of the default form's kernel at this head size and dropout on this device, which give its
+// bits: where it is the wgmma kernel, its 8 forms adding dQ at once (3 blocks, reductions, sum: each on
+// or off); else at HS = 64 the mma.sync kernel with and without the sum; one form elsewhere. (The
+// mma.sync and wgmma kernels add the products' fp32 terms in different orders: their gradients differ
+// in the last bits.)
+inline std::vector<AttnBackwardForm> attention_backward_forms(int head_size, bool dropout) {
+    std::vector<AttnBackwardForm> forms;
+    if (head_size != 64) return {AttnBackwardForm{false}};
+    if (attention_backward_takes_wgmma(head_size, dropout))
+        for (int bits = 0; bits < 8; bits++)
+            forms.push_back({true, false, bits & 1 ? 3 : 2, (bits & 2) != 0, (bits & 4) != 0});
+    else
+        for (bool sum : {false, true}) forms.push_back({false, false, 2, false, sum});
+    return forms;
 }
 
 // The blocks attention_backward_mma_kernel's grid aims at: enough to give every SM of a large GPU
@@ -2144,22 +2190,23 @@ void attention_backward_blocks(floatX* dqkv, const floatX* dout, const floatX* q
                             NH, causal, valid_len, drop));
 }
 
+// The backward in the given form (AttnBackwardForm; the fp32 backward has one).
 template <class floatX, int HS>
-void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                           float* D, int B, int T, int C, int NH, bool causal, const int* valid_len, DropoutArgs drop,
-                           bool dropout, cudaStream_t stream) {
+void attention_backward_form(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                             float* D, int B, int T, int C, int NH, bool causal, const int* valid_len,
+                             DropoutArgs drop, bool dropout, const AttnBackwardForm& form, cudaStream_t stream) {
     attention_backward_preprocess<floatX, HS>(D, dout, out, B, T, C, NH, valid_len, stream);
     if constexpr (!std::is_same<floatX, float>::value) {  // 16-bit types: the mma.sync (or wgmma) kernels
         using Tile = AttnMmaTile<floatX, HS>;
         const int splits = attention_dq_splits(B, T, NH);
         float* dq_part = reinterpret_cast<float*>(reinterpret_cast<char*>(D) + attention_dq_part_offset(B, T, NH));
         int* dq_count = reinterpret_cast<int*>(reinterpret_cast<char*>(D) + attention_dq_count_offset(B, T, C, NH));
-        const bool wgmma = attention_backward_takes_wgmma(HS, dropout), defer = attention_backward_wgmma_defer_dq();
+        const bool wgmma = attention_backward_takes_wgmma(HS, dropout, form), defer = form.defer;
         // dQ written by the backward kernel itself (kSumDq), its query tiles' counters zeroed first
-        const bool summed = attention_backward_sum_dq() && (wgmma ? !defer : HS == 64);
+        const bool summed = form.sum && (wgmma ? !defer : HS == 64);
         if (summed) cudaCheck(cudaMemsetAsync(dq_count, 0, (size_t)B * NH * CEIL_DIV(T, 64) * sizeof(int), stream));
         if (wgmma) {
-            const bool three = attention_backward_wgmma_blocks() == 3, red = attention_backward_wgmma_red_dq();
+            const bool three = form.blocks == 3, red = form.red;
             using Kernel = decltype(&attention_backward_wgmma_kernel<floatX, true>);
             // [three][red][summed]: the forms adding dQ at once
             const Kernel at_once[2][2][2] = {
@@ -2200,6 +2247,97 @@ void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, 
                           : attention_backward_blocks<floatX, HS, attn_compact_warps<floatX, HS>(), AttnSimtMath<HS>>;
         blocks(dqkv, dout, qkv, lse, D, B, T, C, NH, causal, valid_len, drop, dropout, stream);
     }
+}
+
+// --attention-backward tune (attention_backward_tune): the first call at each shape times every form
+// attention_backward_forms offers there on the call's own operands (one untimed run, then
+// kAttnTuneRuns timed ones each; every run overwrites dqkv and the scratch, which the real call then
+// writes again) and keeps the fastest for that shape. The forms give the default's bits, so a tuned
+// run's results are an untuned one's. Each trial waits for the GPU: a shape first met inside a CUDA graph
+// capture takes the default form and is counted (the trainers run each graph key eagerly once first
+// when tuning). The summary is for the trainers' first-step lines.
+constexpr int kAttnTuneRuns = 3;
+struct AttnTuneState {
+    bool on = false;
+    using Key = std::array<long long, 8>;  // (fp16?, B, T, NH, HS, causal, dropout, valid lengths given?)
+    std::map<Key, AttnBackwardForm> chosen;
+    std::vector<std::string> report;  // a line per shape timed
+    std::set<Key> captured;           // shapes met during a capture before any eager call: not timed
+    double host_ms = 0;               // time spent timing
+};
+inline AttnTuneState& attention_backward_tune() {
+    static AttnTuneState state;
+    return state;
+}
+
+// The form attention_backward takes for this call: the default, or under tuning the shape's fastest,
+// found now if the shape is new.
+template <class floatX, int HS>
+AttnBackwardForm attention_backward_tuned_form(floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                               const floatX* out, const float* lse, float* D, int B, int T, int C,
+                                               int NH, bool causal, const int* valid_len, DropoutArgs drop,
+                                               bool dropout, cudaStream_t stream) {
+    AttnTuneState& tune = attention_backward_tune();
+    const AttnBackwardForm fallback = attention_backward_default_form();
+    if (!tune.on || std::is_same<floatX, float>::value) return fallback;
+    const std::vector<AttnBackwardForm> forms = attention_backward_forms(HS, dropout);
+    if (forms.size() < 2) return fallback;
+    const AttnTuneState::Key key = {std::is_same<floatX, __half>::value, B, T, NH, HS, causal, dropout,
+                                    valid_len != nullptr};
+    auto found = tune.chosen.find(key);
+    if (found != tune.chosen.end()) return found->second;
+    cudaStreamCaptureStatus capture;
+    cudaCheck(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+        tune.captured.insert(key);
+        return fallback;
+    }
+    const auto t_start = std::chrono::steady_clock::now();
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    std::vector<float> ms(forms.size(), 0.f);
+    for (size_t i = 0; i < forms.size(); i++) {
+        for (int run = 0; run <= kAttnTuneRuns; run++) {
+            cudaCheck(cudaEventRecord(start, stream));
+            attention_backward_form<floatX, HS>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, drop,
+                                                dropout, forms[i], stream);
+            cudaCheck(cudaEventRecord(stop, stream));
+            cudaCheck(cudaEventSynchronize(stop));
+            float run_ms = 0.f;
+            cudaCheck(cudaEventElapsedTime(&run_ms, start, stop));
+            if (run > 0) ms[i] += run_ms / kAttnTuneRuns;
+        }
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    size_t best = 0;
+    for (size_t i = 1; i < forms.size(); i++)
+        if (ms[i] < ms[best]) best = i;
+    tune.chosen[key] = forms[best];
+    // the line, with the default's time where the default is another of the forms timed
+    char versus[96] = "";
+    const std::string default_name = attention_backward_form_name(fallback);
+    for (size_t i = 0; i < forms.size(); i++)
+        if (i != best && attention_backward_form_name(forms[i]) == default_name)
+            snprintf(versus, sizeof(versus), "; the default, %s: %.3f ms", default_name.c_str(), ms[i]);
+    char line[256];
+    snprintf(line, sizeof(line), "B=%d T=%d NH=%d HS=%d%s%s%s: %s, %.3f ms a call (%zu forms timed%s)", B, T, NH, HS,
+             causal ? " causal" : "", dropout ? " dropout" : "", valid_len ? " padded" : "",
+             attention_backward_form_name(forms[best]).c_str(), ms[best], forms.size(), versus);
+    tune.report.push_back(line);
+    tune.host_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+    return forms[best];
+}
+
+template <class floatX, int HS>
+void attention_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
+                           float* D, int B, int T, int C, int NH, bool causal, const int* valid_len, DropoutArgs drop,
+                           bool dropout, cudaStream_t stream) {
+    const AttnBackwardForm form = attention_backward_tuned_form<floatX, HS>(dqkv, dout, qkv, out, lse, D, B, T, C, NH,
+                                                                           causal, valid_len, drop, dropout, stream);
+    attention_backward_form<floatX, HS>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, drop, dropout,
+                                        form, stream);
 }
 
 // dqkv (B,T,3C, overwritten) = the gradient of the loss with respect to qkv, given dout (B,T,C) and the

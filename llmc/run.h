@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention.cuh"  // attention_backward_tune
 #include "checkpoint.h"
 #include "dataloader.h"
 #include "distributed.h"
@@ -325,6 +326,24 @@ inline double print_first_step_figures(long long launches0, long long matmuls0, 
     return used;
 }
 
+// --attention-backward tune: the shapes timed since the lines printed so far (*printed): at the run's
+// first step under a heading, later (a new batch width, BERT's) a line each.
+inline void print_attention_tuned(bool first, int step, size_t* printed) {
+    const AttnTuneState& at = attention_backward_tune();
+    if (!at.on || (!first && at.report.size() == *printed)) return;
+    if (first) {
+        printf("attention backward tuned: %zu shape%s timed in %.0f ms (the trial runs are part of this step)",
+               at.report.size(), at.report.size() == 1 ? "" : "s", at.host_ms);
+        if (!at.captured.empty())
+            printf("; %zu first met inside a graph capture took auto's form", at.captured.size());
+        printf("\n");
+    }
+    for (size_t i = *printed; i < at.report.size(); i++)
+        if (first) printf("  %s\n", at.report[i].c_str());
+        else printf("attention backward tuned at step %d: %s\n", step, at.report[i].c_str());
+    *printed = at.report.size();
+}
+
 // Step times of a run, for the time left: the mean step time so far, leaving out the run's first
 // step (warm-up: allocations, cuBLASLt heuristics) once there is another.
 struct StepClock {
@@ -466,6 +485,7 @@ class StepReporter {
                 printf("host waits for the device inside the step%s: %lld (counted by the CPU backend)\n",
                        again_which_.c_str(), host_waits_);
         }
+        print_attention_tuned(first_, f.done, &attention_tuned_printed_);
         if (begun_ == profile_nth_) {
             printf("profiled step: step %d ran between cudaProfilerStart and cudaProfilerStop", f.done);
             if (profiled_kernels_ >= 0) printf(" (%lld kernels, counted by the CPU backend)", profiled_kernels_);
@@ -496,4 +516,5 @@ class StepReporter {
     long long profiled_kernels_ = -1;  // kernels that step ran (CPU backend)
     std::string again_which_;
     long long syncs0_ = -1, host_waits_ = -1;  // host_sync_count() at begin(); the waits begin()..end()
+    size_t attention_tuned_printed_ = 0;        // print_attention_tuned's
 };

@@ -19,22 +19,25 @@
 #include "schedulers.h"
 
 // Which kernel the 16-bit attention backward takes (--attention-backward; llmc/attention.cuh): Auto,
-// Mma, Mma with dQ's slices summed by the tiles' last writers (MmaSum), or a form of the wgmma kernel —
+// Mma, Mma with dQ's slices summed by the tiles' last writers (MmaSum), Auto's kernel in the fastest of
+// its forms on this GPU (Tune: attention_backward_tune times them at the first step), or a form of the
+// wgmma kernel —
 // its registers capped for 3 blocks per SM (-3), dQ added by reductions in L2 (-red), dQ's slices summed
 // by the tiles' last writers (-sum): the bits kWgmma3, kWgmmaRed, kWgmmaSum over Wgmma
 // (attention_backward_wgmma_blocks, attention_backward_wgmma_red_dq, attention_backward_sum_dq).
-enum class AttentionBackward { Auto, Mma, MmaSum, Wgmma };
+enum class AttentionBackward { Auto, Mma, MmaSum, Tune, Wgmma };
 constexpr int kWgmma3 = 1, kWgmmaRed = 2, kWgmmaSum = 4;
 inline bool wgmma_form_has(AttentionBackward a, int bit) {
     return (int)a >= (int)AttentionBackward::Wgmma && (((int)a - (int)AttentionBackward::Wgmma) & bit);
 }
-// Its names on the command line: auto, mma, mma-sum, then wgmma[-3][-red][-sum].
+// Its names on the command line: auto, mma, mma-sum, tune, then wgmma[-3][-red][-sum].
 inline const std::vector<std::pair<const char*, AttentionBackward>>& attention_backward_choices() {
     static const std::vector<std::pair<const char*, AttentionBackward>> choices = [] {
         static const char* const wgmma[8] = {"wgmma",     "wgmma-3",     "wgmma-red",     "wgmma-3-red",
                                              "wgmma-sum", "wgmma-3-sum", "wgmma-red-sum", "wgmma-3-red-sum"};
         std::vector<std::pair<const char*, AttentionBackward>> c = {
-            {"auto", AttentionBackward::Auto}, {"mma", AttentionBackward::Mma}, {"mma-sum", AttentionBackward::MmaSum}};
+            {"auto", AttentionBackward::Auto}, {"mma", AttentionBackward::Mma}, {"mma-sum", AttentionBackward::MmaSum},
+            {"tune", AttentionBackward::Tune}};
         for (int bits = 0; bits < 8; bits++)
             c.push_back({wgmma[bits], AttentionBackward((int)AttentionBackward::Wgmma + bits)});
         return c;
@@ -240,8 +243,9 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
                    "the block adding the last of them instead of by a kernel of its own; head size 64) | wgmma (Hopper's warpgroup MMA: an H100/H200 and a build for it; "
                    "head size 64, no attention dropout) | wgmma-3 (wgmma with its registers capped for 3 blocks "
                    "per SM instead of 2) | wgmma-red (wgmma adding dQ by reductions in L2) | wgmma-3-red (both) | "
-                   "wgmma-sum, wgmma-3-sum, wgmma-red-sum, wgmma-3-red-sum (those, dQ summed as mma-sum's); mma-sum "
-                   "gives mma's gradients and the wgmma forms wgmma's",
+                   "wgmma-sum, wgmma-3-sum, wgmma-red-sum, wgmma-3-red-sum (those, dQ summed as mma-sum's) | tune "
+                   "(auto's kernel in the fastest of its forms, timed at the first step: wgmma's 8 or mma's 2; head "
+                   "size 64); mma-sum gives mma's gradients, the wgmma forms and tune auto's",
                    &o->attention_backward, attention_backward_choices());
     cli.add("gemm-autotune", nullptr, "0", "time up to 8 of cuBLASLt's algorithms for each GEMM shape at its first "
             "call (the first step) and keep the fastest (1), or take the heuristic's first choice (0); a tuned run "
@@ -310,14 +314,17 @@ inline void check_no_training_options(const Cli& cli, const RunOptions& o, bool 
 inline bool asks_wgmma(AttentionBackward a) { return (int)a >= (int)AttentionBackward::Wgmma; }
 
 // --attention-backward, once the model and the device are known: auto leaves the choice to
-// attention_backward (wgmma where it applies), mma turns wgmma off, and a wgmma form is refused where
-// it would change nothing (a head size other than 64, attention dropout) or cannot run (no wgmma code
-// for this device). Returns the kernel the run's backward takes, for the trainer's start-up lines.
+// attention_backward (wgmma where it applies), mma turns wgmma off, tune has each shape's first call
+// time the forms (auto's form for shapes met first inside a graph capture), and a form is refused where
+// it would change nothing (a head size other than 64; wgmma's with attention dropout) or cannot run (no
+// wgmma code for this device). Returns the kernel the run's backward takes, for the trainer's start-up
+// lines.
 inline std::string apply_attention_backward(const RunOptions& o, int head_size, float attention_dropout) {
     const AttentionBackward a = o.attention_backward;
     const char* name = attention_backward_name(a);
-    if (a == AttentionBackward::MmaSum && head_size != 64)
-        data_error("option --attention-backward: %s takes head size 64; this model's is %d", name, head_size);
+    if ((a == AttentionBackward::MmaSum || a == AttentionBackward::Tune) && head_size != 64)
+        data_error("option --attention-backward: %s takes head size 64; this model's is %d%s", name, head_size,
+                   a == AttentionBackward::Tune ? " (one form there: nothing to time)" : "");
     if (asks_wgmma(a)) {
         if (head_size != 64)
             data_error("option --attention-backward: %s takes head size 64; this model's is %d", name, head_size);
@@ -334,7 +341,13 @@ inline std::string apply_attention_backward(const RunOptions& o, int head_size, 
     attention_backward_wgmma_blocks() = three ? 3 : 2;
     attention_backward_wgmma_red_dq() = red;
     attention_backward_sum_dq() = sum;
+    attention_backward_tune().on = a == AttentionBackward::Tune;
     if (o.precision == Precision::FP32 || o.tf32) return "CUDA cores (fp32)";
+    if (a == AttentionBackward::Tune)
+        return std::string(attention_backward_takes_wgmma(head_size, attention_dropout > 0) ? "wgmma" : "mma.sync") +
+               " in the fastest of its " +
+               std::to_string(attention_backward_forms(head_size, attention_dropout > 0).size()) +
+               " forms, timed at the first step";
     if (!attention_backward_takes_wgmma(head_size, attention_dropout > 0))
         return std::string("mma.sync") + (sum ? ", dQ summed by the tiles' last writers" : "");
     return std::string("wgmma") + (three ? ", registers for 3 blocks per SM" : "") +
@@ -373,7 +386,8 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
     for (const auto& x : only_for)
         if (cli.given(x.option) && !x.applies)
             cli.fail("option --%s: applies to %s only (%s)", x.option, x.only, x.run.c_str());
-    if ((asks_wgmma(o->attention_backward) || o->attention_backward == AttentionBackward::MmaSum) &&
+    if ((asks_wgmma(o->attention_backward) || o->attention_backward == AttentionBackward::MmaSum ||
+         o->attention_backward == AttentionBackward::Tune) &&
         (o->precision == Precision::FP32 || o->tf32))
         cli.fail("option --attention-backward: %s applies to --precision bf16 and fp16 only (%s)",
                  attention_backward_name(o->attention_backward), precision.c_str());

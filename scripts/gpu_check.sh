@@ -17,7 +17,7 @@
 # part, so a run cut short keeps what it measured. --parts a,b,... runs (and builds for) only those
 # parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma (H100/H200: the backward on mma.sync)
 # gpt2_bf16_64k_wgmma_forms (H100/H200: the wgmma backward's other forms) gpt2_overlap_wgrad
-# gpt2_autotune gpt2_bias_grad (the other --bias-grad route) pytorch profile tests gemm kernels gpt2_fp32
+# gpt2_attention_tune (the attention backward's fastest form, timed) gpt2_autotune gpt2_bias_grad (the other --bias-grad route) pytorch profile tests gemm kernels gpt2_fp32
 # gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a
 # budgeted one). The build counts against --budget too.
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
@@ -30,7 +30,7 @@ sanitize=1
 torch_bench=1
 budget=0
 parts=
-all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma_forms gpt2_overlap_wgrad gpt2_autotune gpt2_bias_grad pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
+all_parts="attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma_forms gpt2_overlap_wgrad gpt2_attention_tune gpt2_autotune gpt2_bias_grad pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --json) json_out="${2:?--json needs a file}"; shift 2 ;;
@@ -111,7 +111,7 @@ done
 targets=()  # what the asked-for parts run
 wants tests && targets+=("${tests[@]/#/build/gpu/test_}")
 wants sanitizer && ! wants tests && targets+=(build/gpu/test_{attention,layernorm,matmul,fused_classifier})
-for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma_forms gpt2_overlap_wgrad gpt2_autotune gpt2_bias_grad profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
+for part in gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma gpt2_bf16_64k_wgmma_forms gpt2_overlap_wgrad gpt2_attention_tune gpt2_autotune gpt2_bias_grad profile gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 moe; do
     wants $part && targets+=(build/gpu/train_gpt2) && break
 done
 wants bert && targets+=(build/gpu/train_bert)
@@ -184,6 +184,7 @@ write_json() {  # "final" once every part has run or been skipped
         variant_json bwd wgmma_3_blocks_red_sum_dq "${ours_bwd13:-}" "${wgmma3_red_sum_sweep:-}"
         variant_json bwd mma_sum_dq "${ours_bwd14:-}" "${mma_sum_sweep:-}"
         printf '  "attention_bf16_causal_bwd_tflops_by_dq_slices_b16_nh12":{%s},\n' "${ours_slices_gpt2:-}"
+        printf '  "attention_backward_tuned_gpt2_64k":%s,\n' "$([[ -n ${attention_tuned:-} ]] && jstr "$attention_tuned" || echo null)"
         printf '  "fp8_accumulation_exact_to_pow2":%s,\n' "$(jnum "${fp8_accum:+-$fp8_accum}")"
         printf '  "gpt2_step_gemms_ms":{"heuristic":%s,"fastest_algorithm":%s},\n' "$(jnum "${gemm_heur:-}")" \
             "$(jnum "${gemm_best:-}")"
@@ -400,6 +401,15 @@ fi
 # inputs.
 if fits gpt2_overlap_wgrad 60; then
     same_as_64k_run overlap_wgrad "--overlap-wgrad 1"
+fi
+# The attention backward's kernel in the fastest of its forms at GPT-2's shape on this GPU
+# (--attention-backward tune, timed at the first step): its gradients, so the same losses bit for bit;
+# the form it took and its time (and the default's) per call.
+if fits gpt2_attention_tune 60; then
+    same_as_64k_run attention_tune "--attention-backward tune"
+    attention_tuned=$(grep -A1 -m1 "^attention backward tuned:" "$logs/gpt2_bf16_64k_attention_tune.log" | sed -n '2s/^ *//p')
+    [[ -n $attention_tuned ]] && echo "  tuned: $attention_tuned"
+    write_json
 fi
 # The 65536-token run again with --gemm-autotune 1 (each GEMM shape takes the fastest of cuBLASLt's
 # candidates, timed at the first step): its ms per step against the heuristic's. Other algorithms may

@@ -753,6 +753,101 @@ void test_mma_sum_same_bits(const Case& cs, uint64_t seed) {
     attention_backward_sum_dq() = saved_sum;
 }
 
+// The forms --attention-backward tune chooses from (attention_backward_forms), those of the default
+// form's kernel, each a distinct name --attention-backward takes: at head size 64 without dropout where
+// wgmma runs, the wgmma kernel's 8 forms adding dQ at once; else at head size 64 mma.sync with and
+// without the sum (also where the default is mma.sync without dropout); one form at other head sizes.
+void test_tune_forms() {
+    auto names = [](int hs, bool dropout) {
+        std::vector<std::string> n;
+        for (const AttnBackwardForm& f : attention_backward_forms(hs, dropout))
+            n.push_back(attention_backward_form_name(f));
+        return n;
+    };
+    const std::vector<std::string> mma = {"mma", "mma-sum"};
+    const std::vector<std::string> wgmma = {"wgmma",     "wgmma-3",     "wgmma-red",     "wgmma-3-red",
+                                            "wgmma-sum", "wgmma-3-sum", "wgmma-red-sum", "wgmma-3-red-sum"};
+    const bool saved = attention_backward_wgmma();
+    attention_backward_wgmma() = true;
+    bool ok = names(64, false) == (wgmma_supported() ? wgmma : mma) && names(64, true) == mma &&
+              names(32, false) == std::vector<std::string>{"mma"} && names(128, true).size() == 1;
+    attention_backward_wgmma() = false;
+    ok = ok && names(64, false) == mma;
+    attention_backward_wgmma() = saved;
+    th::report(ok, (std::string("tune: the forms timed (HS 64: ") + (wgmma_supported() ? "wgmma's 8, " : "") +
+                    "mma's 2 with dropout or where mma is the default; one at HS 32 and 128)").c_str());
+}
+
+// --attention-backward tune (attention_backward_tune): the first call at a shape times the shape's
+// forms and keeps one for it, the next calls time nothing, and the results are the default form's bit
+// for bit; a shape first met inside a graph capture is not timed (counted) and takes the default form;
+// a shape with one form (fp32, head size 32) is not timed.
+template <class floatX>
+void test_tune(const Case& cs, uint64_t seed) {
+    std::vector<float> qkv, dout;
+    make_inputs<floatX>(cs, seed, qkv, dout);
+    const AttentionDropout drop = attention_dropout(cs);
+    const AttentionDropout* d = cs.dropout > 0 ? &drop : nullptr;
+    const std::string name = cs.name(th::dtype_name<floatX>()) + " tune";
+    auto plain = run_kernels<floatX>(cs, qkv, dout, d);
+    AttnTuneState& tune = attention_backward_tune();
+    tune = AttnTuneState{};
+    tune.on = true;
+    auto tuned = run_kernels<floatX>(cs, qkv, dout, d);
+    const size_t n_forms = attention_backward_forms(cs.HS, cs.dropout > 0).size();
+    const bool timed = !std::is_same<floatX, float>::value && n_forms > 1;
+    std::string chosen = tune.chosen.empty() ? "none" : attention_backward_form_name(tune.chosen.begin()->second);
+    bool known = false;
+    for (const AttnBackwardForm& f : attention_backward_forms(cs.HS, cs.dropout > 0))
+        known = known || attention_backward_form_name(f) == chosen;
+    const std::string what = name + ": " +
+                             (timed ? "times the shape's " + std::to_string(n_forms) + " forms" : "times nothing");
+    th::report(timed ? tune.report.size() == 1 && tune.chosen.size() == 1 && known : tune.report.empty(),
+               what.c_str(), "%s", tune.report.empty() ? "no line" : tune.report[0].c_str());
+    th::check_bitwise((name + " = the default form").c_str(), plain.data(), tuned.data(), plain.size());
+    auto again = run_kernels<floatX>(cs, qkv, dout, d);
+    th::report(tune.report.size() == (timed ? 1u : 0u), (name + ": the second call times nothing").c_str());
+    th::check_bitwise((name + ", second call = the default form").c_str(), plain.data(), again.data(), plain.size());
+    // The form kept for the shape is the one that runs: kept with dQ summed in the kernel, a call launches
+    // one kernel less (no reduce kernel) than kept without (the CPU backend counts launches).
+    if (timed && kernel_launch_count() >= 0) {
+        AttnBackwardForm& kept = tune.chosen.begin()->second;
+        long long launches[2];
+        for (int sum = 0; sum < 2; sum++) {
+            kept.sum = sum;
+            const long long before = kernel_launch_count();
+            run_kernels<floatX>(cs, qkv, dout, d);
+            launches[sum] = kernel_launch_count() - before;
+        }
+        th::report(launches[1] == launches[0] - 1, (name + ": the kept form runs").c_str(),
+                   "launches of a call with the kept form's dQ summed %lld, not summed %lld", launches[1], launches[0]);
+    }
+    // A new shape (one sequence more) met first inside a capture, by two calls
+    Case wider = cs;
+    wider.B += 1;
+    if (!wider.valid.empty()) wider.valid.push_back(cs.T);
+    const int B = wider.B, T = wider.T, NH = wider.NH, C = wider.C();
+    th::DeviceBuffer<floatX> in((size_t)B * T * 3 * C, th::Fill::Zero), grad((size_t)B * T * 3 * C),
+        out((size_t)B * T * C, th::Fill::Zero);
+    th::DeviceBuffer<float> lse((size_t)B * NH * T, th::Fill::Zero);
+    th::DeviceBuffer<char> scratch(attention_backward_scratch_bytes<floatX>(B, T, C, NH));
+    th::DeviceBuffer<int> valid(wider.valid);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    cudaGraph_t graph;
+    cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    for (int layer = 0; layer < 2; layer++)  // two calls, one shape
+        attention_backward(grad.ptr, out.ptr, in.ptr, out.ptr, lse.ptr, scratch.ptr, B, T, C, NH, wider.causal,
+                           wider.valid.empty() ? nullptr : valid.ptr, stream, d ? *d : AttentionDropout());
+    cudaCheck(cudaStreamEndCapture(stream, &graph));
+    cudaCheck(cudaGraphDestroy(graph));
+    cudaCheck(cudaStreamDestroy(stream));
+    th::report(tune.captured.size() == (timed ? 1u : 0u) && tune.report.size() == (timed ? 1u : 0u),
+               (name + ": a shape first met in a graph capture is not timed").c_str(), "%zu counted",
+               tune.captured.size());
+    tune = AttnTuneState{};
+}
+
 // The (dtype, head size) pairs whose 4-warp backward needs more than 99 KiB, checked against the
 // reference: what the child process on the L4 profile runs.
 void l4_cases() {
@@ -912,6 +1007,11 @@ int main(int argc, char** argv) {
     test_mma_sum_same_bits<__nv_bfloat16>({2, 320, 2, 64, true, {320, 250}}, seed++);
     test_mma_sum_same_bits<__half>({3, 200, 2, 64, false, {0, 200, 129}, 0.1f}, seed++);
     test_mma_sum_same_bits<__nv_bfloat16>({2, 330, 1, 64, true, {330, 1}, 0.2f}, seed++);
+    test_tune_forms();
+    test_tune<__nv_bfloat16>({2, 130, 2, 64, true, {130, 77}}, seed++);
+    test_tune<__half>({2, 100, 2, 64, false, {100, 40}, 0.1f}, seed++);
+    test_tune<float>({2, 70, 2, 64, true, {}}, seed++);
+    test_tune<__nv_bfloat16>({2, 70, 2, 32, true, {}}, seed++);
     attention_backward_wgmma() = false;
     test_dropout_off<float>({2, 100, 2, 32, true, {100, 37}}, seed);
     test_dropout_off<__nv_bfloat16>({2, 70, 2, 64, false, {70, 9}}, seed);

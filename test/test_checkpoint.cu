@@ -417,6 +417,10 @@ int main(int argc, char** argv) {
                                              "fp16 only (this run's precision is fp32)"},
             {"--precision bf16 --attention-backward mma-sum", "option --attention-backward: mma-sum takes head size "
                                                               "64; this model's is 16"},
+            {"--attention-backward tune", "option --attention-backward: tune applies to --precision bf16 and fp16 "
+                                          "only (this run's precision is fp32)"},
+            {"--precision fp16 --attention-backward tune", "option --attention-backward: tune takes head size 64; "
+                                                           "this model's is 16 (one form there: nothing to time)"},
             {"-x 0 -g 4 --attention-backward mma", "option --attention-backward: --max-steps 0 trains nothing, so it "
                                                    "runs no backward"},
             {"-x 0 -g 4 --bias-grad kernels", "option --bias-grad: --max-steps 0 trains nothing, so it runs no "
@@ -487,8 +491,10 @@ int main(int argc, char** argv) {
             th::ChildOutput wg = th::run_command("SIMT_COVERAGE_DIR=" + cov + " " + hs64 + "2>&1");
             th::ChildOutput wg3 = th::run_command(hs64 + "--attention-backward wgmma-3-red-sum 2>&1");
             th::ChildOutput mma_sum = th::run_command(hs64 + "--attention-backward mma-sum 2>&1");
+            th::ChildOutput tuned = th::run_command(hs64 + "--attention-backward tune 2>&1");
             std::vector<double> a = th::step_losses(mma.text), b = th::step_losses(wg.text),
-                                b3 = th::step_losses(wg3.text), a_sum = th::step_losses(mma_sum.text);
+                                b3 = th::step_losses(wg3.text), a_sum = th::step_losses(mma_sum.text),
+                                b_tuned = th::step_losses(tuned.text);
             bool close = a.size() == 3 && b.size() == 3 && a[0] == b[0];
             for (size_t i = 1; close && i < 3; i++) close = std::fabs(a[i] - b[i]) <= 1e-3 * std::fabs(a[i]);
             bool ran = kernel_launch_count() < 0 ||
@@ -498,15 +504,26 @@ int main(int argc, char** argv) {
                         wg3.text.find("| attention backward: wgmma, registers for 3 blocks per SM, dQ by reductions "
                                       "in L2, dQ summed by the tiles' last writers\n") != std::string::npos &&
                         mma_sum.text.find("| attention backward: mma.sync, dQ summed by the tiles' last writers\n") !=
-                            std::string::npos;
+                            std::string::npos &&
+                        tuned.text.find("| attention backward: wgmma in the fastest of its 8 forms, timed at the first "
+                                        "step\n") != std::string::npos;
+            // --attention-backward tune: the one shape timed at the first step (8 forms), the form it took
+            // named as --attention-backward takes it, the default's losses bit for bit
+            const size_t at = tuned.text.find("attention backward tuned: 1 shape timed in ");
+            const size_t form = tuned.text.find("  B=2 T=16 NH=2 HS=64 causal: wgmma", at);
+            const bool tune_said = at != std::string::npos && form != std::string::npos &&
+                                   tuned.text.find("(8 forms timed", form) != std::string::npos;
             th::report(th::exited_ok(mma) && th::exited_ok(wg) && th::exited_ok(wg3) && th::exited_ok(mma_sum) &&
-                           close && b3 == b && a_sum == a && ran && said,
+                           th::exited_ok(tuned) && close && b3 == b && a_sum == a && b_tuned == b && ran && said &&
+                           tune_said,
                        "train_gpt2 (HS=64, bf16): the attention backward on wgmma by default, step 1's loss "
-                       "--attention-backward mma's, steps 2-3 within 1e-3; wgmma-3-red-sum's losses the default's, "
-                       "mma-sum's mma's",
-                       "wgmma's losses %s, wgmma-3-red-sum's %s, mma's %s, mma-sum's %s%s%s", th::join(b).c_str(),
-                       th::join(b3).c_str(), th::join(a).c_str(), th::join(a_sum).c_str(),
-                       ran ? "" : "; attention_backward_wgmma_kernel never ran", said ? "" : "; the start-up lines do not name the kernels");
+                       "--attention-backward mma's, steps 2-3 within 1e-3; wgmma-3-red-sum's and tune's losses the "
+                       "default's, mma-sum's mma's; tune names the form it took",
+                       "wgmma's losses %s, wgmma-3-red-sum's %s, tune's %s, mma's %s, mma-sum's %s%s%s%s",
+                       th::join(b).c_str(), th::join(b3).c_str(), th::join(b_tuned).c_str(), th::join(a).c_str(),
+                       th::join(a_sum).c_str(), ran ? "" : "; attention_backward_wgmma_kernel never ran",
+                       said ? "" : "; the start-up lines do not name the kernels",
+                       tune_said ? "" : "; tune's first step does not say what it took");
         }
         // --bias-grad: the bias gradients in the weight GEMM (gemm) or by the reduction kernels (kernels;
         // auto takes them on Hopper, as the CPU backend's default H100 profile). Both sum the same fp32

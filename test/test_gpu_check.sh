@@ -111,6 +111,8 @@ case "$*" in *overlap-wgrad*) [ -n "${STUB_OVERLAP_DIFFERS:-}" ] && l=10.96 ;; e
 case "$*" in *"-b auto"*) echo "batch: B=64 T=1024, 1 micro-step -> 65536 tokens per step; 30 steps" ;;
              *) echo "batch: B=16 T=1024, 1 micro-step -> 16384 tokens per step; 30 steps" ;; esac
 echo "device memory in use after the first step: 1234.5 MiB of 81559.0 MiB"
+case "$*" in *"attention-backward tune"*) echo "attention backward tuned: 1 shape timed in 40 ms"
+    echo "  B=64 T=1024 NH=12 HS=64 causal: wgmma-3-red-sum, 1.201 ms a call (8 forms timed; the default, wgmma: 1.310 ms)" ;; esac
 echo "step    1/30 | loss $l | norm 1.0 | lr 3.00e-04 | 900.0 ms | 18204 tok/s | MFU 2.0% | eta 0m30s"
 echo "step    2/30 | loss 9.5 | norm 1.0 | lr 3.00e-04 | 50.0 ms | 327680 tok/s | MFU 30.0% | eta 0m30s"
 echo "step    3/30 | loss 9.0 | norm 1.0 | lr 3.00e-04 | 50.0 ms | 327680 tok/s | MFU 30.0% | eta 0m30s"
@@ -206,8 +208,11 @@ json_field() {  # a python expression on the sandbox's JSON `d`
 stub_machine "$sb/m"
 MAX_LINES=140 check "gpu_check on a stub GPU machine: every part, no failure" 0 "gpu_check: 0 failure(s)" \
     env PATH="$sb/m/bin:$PATH" "$sb/m/scripts/gpu_check.sh"
-check "... its JSON: finished, 15 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the next five with the wgmma backward's other forms, then --overlap-wgrad 1, --gemm-autotune 1, the other bias-gradient route, gemm on an H100), 4 agreements, 12 sanitizer runs, the tests" 0 \
-    "True 15 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_wgmma_3 bf16_64k_wgmma_red bf16_64k_wgmma_3_red bf16_64k_wgmma_sum bf16_64k_wgmma_3_red_sum bf16_64k_overlap_wgrad bf16_64k_autotune bf16_64k_bias_gemm 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], *[d["gpt2_d12"]["runs"][i]["run"] for i in range(2, 11)], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+check "... its JSON: finished, 16 GPT-2 runs (ms per step after the first, batch; the third with the mma.sync backward on this H100, the next five with the wgmma backward's other forms, then --overlap-wgrad 1, --attention-backward tune, --gemm-autotune 1, the other bias-gradient route, gemm on an H100), 4 agreements, 12 sanitizer runs, the tests" 0 \
+    "True 16 53.0 16 x 1 64 x 1 bf16_64k_mma bf16_64k_wgmma_3 bf16_64k_wgmma_red bf16_64k_wgmma_3_red bf16_64k_wgmma_sum bf16_64k_wgmma_3_red_sum bf16_64k_overlap_wgrad bf16_64k_attention_tune bf16_64k_autotune bf16_64k_bias_gemm 4 12 6" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["gpt2_d12"]["runs"][0]["ms_per_step"], d["gpt2_d12"]["runs"][0]["batch"], d["gpt2_d12"]["runs"][1]["batch"], *[d["gpt2_d12"]["runs"][i]["run"] for i in range(2, 12)], len(d["gpt2_d12"]["agreement_with_fp32"]), len(d["sanitizer"]), d["tests"]["passed"]'
+check "... the form --attention-backward tune took and its times" 0 \
+    "B=64 T=1024 NH=12 HS=64 causal: wgmma-3-red-sum, 1.201 ms a call (8 forms timed; the default, wgmma: 1.310 ms)" \
+    json_field 'd["ours"]["attention_backward_tuned_gpt2_64k"]'
 check "... each GPT-2 run's median step and the steps 5% slower than it" 0 "51.0 [4]" \
     json_field 'd["gpt2_d12"]["runs"][0]["median_ms_per_step"], d["gpt2_d12"]["runs"][0]["slow_steps"]'
 check "... and the GPU's clocks while it trained: SM clock min/median, samples below 97% of it, power, reasons" 0 \
@@ -294,8 +299,8 @@ cut_short_in_bert() {
     return 124
 }
 MAX_LINES=100 check "gpu_check cut short (killed while BERT runs)" 124 "GPT-2 d12" cut_short_in_bert
-check "... leaves the JSON of the parts before: not finished, 15 GPT-2 runs, the tests, the GEMM" 0 \
-    "False 15 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
+check "... leaves the JSON of the parts before: not finished, 16 GPT-2 runs, the tests, the GEMM" 0 \
+    "False 16 6 600.5" json_field 'd["finished"], len(d["gpt2_d12"]["runs"]), d["tests"]["passed"], d["ours"]["gemm_bf16_tflops"]'
 stub_machine "$sb/m"
 MAX_LINES=100 check "gpu_check --parts gpt2_bf16,bert,pytorch: PyTorch's figures beside ours in the table" 0 \
     "| BERT-base bf16 classify, B=32 T=256 | 512.25 samples/s | 700.5 samples/s (compile, bf16 autocast) |" \

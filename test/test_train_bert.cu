@@ -668,6 +668,29 @@ void test_cuda_graphs(const char* task, const std::string& args) {
                said ? "" : " (the CUDA graphs line is missing)");
 }
 
+// --attention-backward tune on BERT-tiny (head size 64) with attention dropout 0.1, where the backward
+// is mma.sync's: each batch width's first micro-step (length-bucketed batches; CUDA graphs on) runs
+// eagerly and times its 2 forms (step 1's width, then step 2's, 32, said at that step); the same logged
+// losses and model as auto's, bit for bit.
+void test_attention_tune(const std::string& cls3) {
+    const std::string args = "--config tiny -i " + cls3 + " -j '' -b 4 -t 32 --max-steps 3 --eval-first 0 -l 1e-3 "
+                             "--precision bf16 --dropout 0.1 -n 3 -o " + g_tmp + "/tune_";
+    th::ChildOutput a = run(args + "auto"), t = run(args + "tuned --attention-backward tune");
+    const size_t at = t.text.find("attention backward tuned: ");
+    const bool said = at != std::string::npos && t.text.find("(2 forms timed)", at) != std::string::npos &&
+                      t.text.find("| attention backward: mma.sync in the fastest of its 2 forms") != std::string::npos &&
+                      t.text.find("attention backward tuned at step 2: B=4 T=32 ") != std::string::npos;
+    const std::string model = checkpoint_file("", "model", 3);
+    const bool same = slurp(g_tmp + "/tune_auto" + model).rfind("<missing", 0) != 0 &&
+                      slurp(g_tmp + "/tune_auto" + model) == slurp(g_tmp + "/tune_tuned" + model) &&
+                      !losses_of(g_tmp + "/tune_auto").empty() &&
+                      losses_of(g_tmp + "/tune_auto") == losses_of(g_tmp + "/tune_tuned");
+    th::report(exited(a, 0) && exited(t, 0) && same && said,
+               "--attention-backward tune (BERT-tiny, attention dropout: mma.sync's 2 forms) == auto, bit for bit",
+               "%s", at == std::string::npos ? th::last_lines(t.text).c_str()
+                                              : t.text.substr(at, t.text.find("\n", t.text.find("\n", at) + 1) - at).c_str());
+}
+
 void test_mlm(const std::string& mlm_train, const std::string& mlm_val) {
     th::ChildOutput c = run("--task mlm --init " + kFixtures + "bert_tiny_mlm -i " + mlm_train + " -j " + mlm_val +
                             " -b 8 -t 48 --max-steps 6 -l 1e-3 --mask-rate 0.3");
@@ -860,6 +883,7 @@ int main(int argc, char** argv) {
                                 " -b 4 -t 48 -l 1e-3 --precision fp16 -d 8 --max-steps 5 --eval-first 0 "
                                 "--mask-rate 0.3 --dropout 0.1");
     test_seeds("--config tiny -i " + cls3 + " -b 4 -t 32 --max-steps 4 --eval-first 0 -l 1e-3");
+    test_attention_tune(cls3);
     test_mlm(mlm, mlm_val);
     test_no_masked_tokens();
     test_nan_loss_stops(cls3);
