@@ -43,7 +43,9 @@
 //   Shared memory per block, bf16/fp16 at HS = 64 (128): forward 36 (68) KiB, backward 64 (74) KiB; all
 //   fit the 99 KiB of sm_86/sm_89 GPUs, and at HS <= 64 two blocks fit per SM on an A100 (164 KiB) and
 //   an H100 (228 KiB); registers without spills: the backward's for 2 blocks per SM (<= 255 per
-//   thread), the forward's at HS <= 64 without dropout for 4 (<= 128; AttnMmaTile::fwd_min_blocks).
+//   thread), the forward's at HS <= 64 without dropout for 4 (<= 128; AttnMmaTile::fwd_min_blocks; 3 on
+//   Blackwell, where 128 spilled). On Blackwell (nvcc 13) the backward with dropout still spills 4 to
+//   16 bytes at HS = 128, and on sm_120 at HS = 64 too.
 // The fp32 kernels (AttnTile). A block owns 64 rows (queries, or keys in the dK/dV kernel), 16 per
 // warp (32 or 16 on GPUs with less shared memory: attn_compact_warps), keeps them in shared memory and
 // streams 64-row tiles of the other operand through shared memory; the lane layout is the
@@ -701,6 +703,7 @@ struct AttnMmaTile {
     // The forward's registers are capped for 4 resident blocks per SM (128 registers) at HS <= 64
     // without dropout: on an H100 that ran it 3 to 5% faster than 2 (146 registers, 3 blocks). With
     // dropout the cap spills on sm_90, and at HS = 128 shared memory allows 3 blocks: those keep 2.
+    // (Blackwell's device code caps 4 as 3: LLMC_ATTN_FWD_MIN_BLOCKS.)
     static constexpr int fwd_min_blocks(bool dropout) { return HS <= 64 && !dropout ? 4 : 2; }
     static constexpr int kCols = 64;
     static constexpr int kColsB = HS == 128 ? 32 : 64;
@@ -915,9 +918,17 @@ __device__ void attn_mma_store_rows(floatX* dst, size_t stride, floatX* stage, c
 // tiles that need them (the diagonal tiles, the tile holding the last valid key); under a causal mask
 // a warp skips the tiles entirely above its own rows. kMinBlocks: the resident blocks per SM the
 // registers are capped for (AttnMmaTile::fwd_min_blocks).
+// On Blackwell (sm_100, sm_120) nvcc 13 gives the forward a few more registers than the 128 of 4 blocks
+// per SM (it spilled 4 and 12 bytes there): its cap is 3 blocks instead (168 registers). Only the device
+// code's cap differs by architecture; the kernel's name, and so the host's view of it, does not.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define LLMC_ATTN_FWD_MIN_BLOCKS(n) ((n) > 3 ? 3 : (n))
+#else
+#define LLMC_ATTN_FWD_MIN_BLOCKS(n) (n)
+#endif
 template <class floatX, int HS, bool kDropout, int MT,
           int kMinBlocks = AttnMmaTile<floatX, HS>::fwd_min_blocks(kDropout)>
-__global__ void __launch_bounds__(128, kMinBlocks)
+__global__ void __launch_bounds__(128, LLMC_ATTN_FWD_MIN_BLOCKS(kMinBlocks))
     attention_forward_mma_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, bool causal,
                                  const int* valid_len, DropoutArgs drop) {
     using Tile = AttnMmaTile<floatX, HS>;
