@@ -17,9 +17,10 @@
 # part, so a run cut short keeps what it measured. --parts a,b,... runs (and builds for) only those
 # parts: attention gpt2_bf16 gpt2_bf16_64k gpt2_bf16_64k_mma (H100/H200: the backward on mma.sync)
 # gpt2_bf16_64k_wgmma_forms (H100/H200: the wgmma backward's other forms) gpt2_overlap_wgrad
-# gpt2_attention_tune (the attention backward's fastest form, timed) gpt2_autotune gpt2_bias_grad (the other --bias-grad route) pytorch profile tests gemm kernels gpt2_fp32
-# gpt2_tf32 gpt2_fp16 gpt2_fp8 bert sanitizer moe (a second, shorter run on the same machine finishes a
-# budgeted one). The build counts against --budget too.
+# gpt2_attention_tune (the attention backward's fastest form, timed) gpt2_autotune gpt2_bias_grad (the
+# other --bias-grad route) pytorch profile tests gemm kernels gpt2_fp32 gpt2_tf32 gpt2_fp16 gpt2_fp8 bert
+# sanitizer moe (a second, shorter run on the same machine finishes a budgeted one). The build counts
+# against --budget too.
 # The JSON (default build/gpu-check/gpu_check.json) and every log are in build/gpu-check/.
 set -u
 cd "$(dirname "$0")/.."
@@ -39,7 +40,7 @@ while [[ $# -gt 0 ]]; do
         --parts) parts="${2:?--parts needs a list of parts}"; shift 2 ;;
         --skip-sanitizer) sanitize=; shift ;;
         --skip-torch) torch_bench=; shift ;;
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "gpu_check: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done

@@ -29,7 +29,7 @@ check "gpu_check with an unknown option" 2 "unknown option '--bogus'" "$root/scr
 check "gpu_check --steps 1 refused" 2 "--steps wants a number >= 2" "$root/scripts/gpu_check.sh" --steps 1
 check "gpu_check --parts with an unknown part" 2 "--parts: 'gpt3' is not one of" "$root/scripts/gpu_check.sh" --parts gpt2_bf16,gpt3
 check "gpu_check --budget soon refused" 2 "--budget wants whole seconds" "$root/scripts/gpu_check.sh" --budget soon
-MAX_LINES=21 check "gpu_check --help" 0 "make gpu-check" "$root/scripts/gpu_check.sh" --help
+MAX_LINES=30 check "gpu_check --help: the header comment, whole" 0 "are in build/gpu-check/." "$root/scripts/gpu_check.sh" --help
 # The sweep lines of dev/cuda/attention.cu -> JSON (scripts/attention_sweep.awk): a causal shape with
 # the paper's figure, a full one without, and a line that is not a sweep line.
 sweep_json=$(awk -f "$root/scripts/attention_sweep.awk" <<'LINES'
