@@ -2291,12 +2291,12 @@ AttnBackwardForm attention_backward_tuned_form(floatX* dqkv, const floatX* dout,
     AttnTuneState& tune = attention_backward_tune();
     const AttnBackwardForm fallback = attention_backward_default_form();
     if (!tune.on || std::is_same<floatX, float>::value) return fallback;
-    const std::vector<AttnBackwardForm> forms = attention_backward_forms(HS, dropout);
-    if (forms.size() < 2) return fallback;
     const AttnTuneState::Key key = {std::is_same<floatX, __half>::value, B, T, NH, HS, causal, dropout,
                                     valid_len != nullptr};
     auto found = tune.chosen.find(key);
     if (found != tune.chosen.end()) return found->second;
+    const std::vector<AttnBackwardForm> forms = attention_backward_forms(HS, dropout);
+    if (forms.size() < 2) return fallback;
     cudaStreamCaptureStatus capture;
     cudaCheck(cudaStreamIsCapturing(stream, &capture));
     if (capture != cudaStreamCaptureStatusNone) {
@@ -2304,24 +2304,16 @@ AttnBackwardForm attention_backward_tuned_form(floatX* dqkv, const floatX* dout,
         return fallback;
     }
     const auto t_start = std::chrono::steady_clock::now();
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
     std::vector<float> ms(forms.size(), 0.f);
     for (size_t i = 0; i < forms.size(); i++) {
         for (int run = 0; run <= kAttnTuneRuns; run++) {
-            cudaCheck(cudaEventRecord(start, stream));
-            attention_backward_form<floatX, HS>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len, drop,
-                                                dropout, forms[i], stream);
-            cudaCheck(cudaEventRecord(stop, stream));
-            cudaCheck(cudaEventSynchronize(stop));
-            float run_ms = 0.f;
-            cudaCheck(cudaEventElapsedTime(&run_ms, start, stop));
+            const float run_ms = time_on_stream(stream, [&] {
+                attention_backward_form<floatX, HS>(dqkv, dout, qkv, out, lse, D, B, T, C, NH, causal, valid_len,
+                                                    drop, dropout, forms[i], stream);
+            });
             if (run > 0) ms[i] += run_ms / kAttnTuneRuns;
         }
     }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
     size_t best = 0;
     for (size_t i = 1; i < forms.size(); i++)
         if (ms[i] < ms[best]) best = i;

@@ -105,6 +105,24 @@ inline bool aligned16(std::initializer_list<const void*> pointers) {
     return true;
 }
 
+// Milliseconds the device takes for the work f() issues to `stream`, waited for (the autotuners'
+// trial runs: --gemm-autotune, --attention-backward tune). Not during a graph capture.
+template <class F>
+float time_on_stream(cudaStream_t stream, F&& f) {
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    cudaCheck(cudaEventRecord(start, stream));
+    f();
+    cudaCheck(cudaEventRecord(stop, stream));
+    cudaCheck(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    return ms;
+}
+
 // Kernel launches since start-up, counted by the CPU backend (a GPU build has no counter: -1).
 // The trainers report launches per step with it.
 inline long long kernel_launch_count() {

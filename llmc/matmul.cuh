@@ -321,9 +321,6 @@ inline void matmul_autotune(MatmulPlan& plan, const cublasLtMatmulHeuristicResul
         }
         cudaCheck(cudaMemcpyAsync(saved, d, d_bytes, cudaMemcpyDeviceToDevice, stream));
     }
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
     int best = 0;
     float best_ms = INFINITY;
     for (int i = 0; i < found; i++) {
@@ -331,14 +328,11 @@ inline void matmul_autotune(MatmulPlan& plan, const cublasLtMatmulHeuristicResul
         bool ran = true;
         for (int run = 0; run <= kMatmulAutotuneRuns && ran; run++) {
             if (d_bytes > 0) cudaCheck(cudaMemcpyAsync(d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
-            cudaCheck(cudaEventRecord(start, stream));
-            ran = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d, plan.d,
-                                 &results[i].algo, ctx.workspace_for(stream), ctx.workspace_size,
-                                 stream) == CUBLAS_STATUS_SUCCESS;
-            cudaCheck(cudaEventRecord(stop, stream));
-            cudaCheck(cudaEventSynchronize(stop));
-            float ms = 0.f;
-            cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+            const float ms = time_on_stream(stream, [&] {
+                ran = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d, plan.d,
+                                     &results[i].algo, ctx.workspace_for(stream), ctx.workspace_size,
+                                     stream) == CUBLAS_STATUS_SUCCESS;
+            });
             if (run > 0) total_ms += ms;
         }
         if (ran && total_ms < best_ms) {
@@ -351,8 +345,6 @@ inline void matmul_autotune(MatmulPlan& plan, const cublasLtMatmulHeuristicResul
         cudaCheck(cudaStreamSynchronize(stream));
         cudaCheck(cudaFree(saved));
     }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
     plan.algo = results[best].algo;
     ctx.autotuned++;
     ctx.autotune_changed += best != 0;
