@@ -58,7 +58,10 @@ struct Operand {
     bool mn_major = false;
 
     // Byte offset of element (mn, k), 0 <= k < 16, in the dynamic shared memory (llmc/wgmma.cuh's
-    // formulas, then the swizzle: bits 4.. XORed with bits 7..).
+    // formulas, then the swizzle: bits 4.. XORed with bits 7..). The lowest 4 bits are (k % 8) * 2
+    // (K-major) or (mn % 8) * 2 (MN-major), as the other terms are multiples of 16 and the swizzle
+    // reads and writes bits 4 and up only: elements k .. k + 7 (K-major, k % 8 = 0), resp. mn .. mn + 7
+    // (MN-major), lie in 16 consecutive bytes.
     uint32_t offset(int mn, int k) const {
         const int b = swizzle_bits;  // W = 2^b: the rows are 16·W bytes, an MN-major atom 8·W elements wide
         uint32_t off;
@@ -116,26 +119,50 @@ inline Operand decode(uint64_t desc, bool mn_major, const char* which, const cha
     return o;
 }
 
-// Element (mn, k) of operand `which` at `offset`, as the async proxy sees it (`view`); a fault when
-// the shared memory holds other bytes there (`smem`).
+// The value of a 16-bit operand element from its bits.
 template <class T>
-inline float operand_element(const char* smem, const char* view, uint32_t offset, const char* which, int mn, int k,
-                             const char* file, int line) {
-    uint16_t bits, live;
-    std::memcpy(&bits, view + offset, 2);
-    std::memcpy(&live, smem + offset, 2);
-    if (bits != live) {
-        char msg[400];
-        snprintf(msg, sizeof(msg),
-                 "wgmma: element (%d, %d) of %s at shared offset %u is 0x%04x in shared memory but 0x%04x as wgmma "
-                 "reads it (the async proxy): stored without fence_proxy_async_shared() before the wgmma was "
-                 "issued, or overwritten before its wait",
-                 mn, k, which, offset, live, bits);
-        fault(msg, file, line);
+inline float from_bits(uint16_t bits) {
+    if (std::is_same<T, __nv_bfloat16>::value) {
+        uint32_t u = (uint32_t)bits << 16;  // bf16 is fp32's upper half
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
     }
     T v;
     std::memcpy(static_cast<void*>(&v), &bits, 2);
     return tc_detail::widen(v);
+}
+
+// Reads n <= 8 consecutive elements of operand `which` from shared offset `off` as the async proxy sees
+// them (`view`) into out[0 .. n - 1]: elements (mn, k + i) when `along_k`, else (mn + i, k). Stops the
+// run when one lies past the dynamic shared memory or the shared memory holds other bytes there
+// (`smem`). A decoded Operand's formulas put eight such elements in one 16-byte run (Operand::offset).
+template <class T>
+inline void read_run(const char* smem, const char* view, size_t size, uint32_t off, int n, float* out,
+                     const char* which, int mn, int k, bool along_k, const char* file, int line) {
+    if (off + 2 * (size_t)n > size) {
+        char msg[256];
+        int i = off + 2 > size ? 0 : (int)((size - off) / 2);
+        snprintf(msg, sizeof(msg),
+                 "wgmma: element (%d, %d) of %s is at shared offset %u, past the %zu bytes of dynamic shared memory",
+                 along_k ? mn : mn + i, along_k ? k + i : k, which, off + 2 * i, size);
+        fault(msg, file, line);
+    }
+    uint16_t bits[8], live[8];
+    std::memcpy(bits, view + off, 2 * n);
+    std::memcpy(live, smem + off, 2 * n);
+    for (int i = 0; i < n; i++) {
+        if (bits[i] != live[i]) {
+            char msg[400];
+            snprintf(msg, sizeof(msg),
+                     "wgmma: element (%d, %d) of %s at shared offset %u is 0x%04x in shared memory but 0x%04x as "
+                     "wgmma reads it (the async proxy): stored without fence_proxy_async_shared() before the wgmma "
+                     "was issued, or overwritten before its wait",
+                     along_k ? mn : mn + i, along_k ? k + i : k, which, off + 2 * i, live[i], bits[i]);
+            fault(msg, file, line);
+        }
+        out[i] = from_bits<T>(bits[i]);
+    }
 }
 
 // What each lane passes to a wgmma, gathered per warp (one copy per worker OS thread, as
@@ -183,24 +210,6 @@ inline std::array<const uint32_t*, 32> check_issue(const IssueArgs& mine, uint64
     return a;
 }
 
-// Stops the run unless every element lane (g, t) will read lies in the dynamic shared memory.
-inline void check_in_bounds(const Operand& o, int mn_first, int mn_step, int mn_count, const char* which,
-                            const char* file, int line) {
-    size_t size = dynamic_shared_memory_size();
-    for (int j = 0; j < mn_count; j++)
-        for (int k = 0; k < 16; k++) {
-            uint32_t off = o.offset(mn_first + j * mn_step, k);
-            if (off + 2 > size) {
-                char msg[256];
-                snprintf(msg, sizeof(msg),
-                         "wgmma: element (%d, %d) of %s is at shared offset %u, past the %zu bytes of dynamic "
-                         "shared memory",
-                         mn_first + j * mn_step, k, which, off, size);
-                fault(msg, file, line);
-            }
-        }
-}
-
 // Issues D = A·B (+ D): A from a descriptor (a_regs empty) or from the warp's registers.
 template <int N, class T>
 inline void issue(float* d, bool reg_a, uint64_t desc_a, bool trans_a, const uint32_t* a, uint64_t desc_b,
@@ -212,30 +221,46 @@ inline void issue(float* d, bool reg_a, uint64_t desc_a, bool trans_a, const uin
     int lane = (int)lane_id(), g = lane / 4, t = lane % 4;
     Operand A = reg_a ? Operand{} : decode(desc_a, trans_a, "A", file, line);
     Operand B = decode(desc_b, trans_b, "B", file, line);
-    if (!reg_a) check_in_bounds(A, row0 + g, 8, 2, "A", file, line);  // rows g and g + 8 of the warp's 16
-    for (int j = 0; j < 2; j++) check_in_bounds(B, 2 * t + j, 8, N / 8, "B", file, line);  // columns 8c + 2t + j
     wgmma_issue(
         [=] {
             const char* smem = static_cast<const char*>(dynamic_shared_memory());
             const char* view = static_cast<const char*>(async_proxy_shared_memory());
+            const size_t size = dynamic_shared_memory_size();
             float a_rows[2][16];  // A(row0 + g + 8h, k)
-            for (int h = 0; h < 2; h++)
-                for (int k = 0; k < 16; k++) {
-                    if (reg_a) {  // mma.sync's A layout within the warp's 16 rows
+            for (int h = 0; h < 2; h++) {
+                if (reg_a) {  // mma.sync's A layout within the warp's 16 rows
+                    for (int k = 0; k < 16; k++) {
                         int r = g + 8 * h;
                         uint32_t reg = a_regs[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)];
                         a_rows[h][k] = tc_detail::element<T>(reg, k % 2);
-                    } else {
-                        int r = row0 + g + 8 * h;
-                        a_rows[h][k] = operand_element<T>(smem, view, A.offset(r, k), "A", r, k, file, line);
+                    }
+                    continue;
+                }
+                int r = row0 + g + 8 * h;
+                if (!trans_a)  // K-major: k = 0 .. 7 and 8 .. 15 are runs
+                    for (int k = 0; k < 16; k += 8)
+                        read_run<T>(smem, view, size, A.offset(r, k), 8, &a_rows[h][k], "A", r, k, true, file, line);
+                else  // MN-major: the row's elements are 16 bytes or more apart
+                    for (int k = 0; k < 16; k++)
+                        read_run<T>(smem, view, size, A.offset(r, k), 1, &a_rows[h][k], "A", r, k, false, file, line);
+            }
+            float b_cols[N / 4][16];  // B(k, 8j + 2t + e) at [2j + e][k]: the columns this lane's outputs use
+            for (int j = 0; j < N / 8; j++) {
+                const int col = 8 * j + 2 * t;
+                if (!trans_b) {  // K-major: runs along k, as A's
+                    for (int e = 0; e < 2; e++)
+                        for (int k = 0; k < 16; k += 8)
+                            read_run<T>(smem, view, size, B.offset(col + e, k), 8, &b_cols[2 * j + e][k], "B",
+                                        col + e, k, true, file, line);
+                } else {  // MN-major: columns 2t and 2t + 1 are neighbours
+                    for (int k = 0; k < 16; k++) {
+                        float pair[2];
+                        read_run<T>(smem, view, size, B.offset(col, k), 2, pair, "B", col, k, false, file, line);
+                        b_cols[2 * j][k] = pair[0];
+                        b_cols[2 * j + 1][k] = pair[1];
                     }
                 }
-            float b_cols[N / 4][16];  // B(k, 8j + 2t + e) at [2j + e][k]: the columns this lane's outputs use
-            for (int c = 0; c < N / 4; c++)
-                for (int k = 0; k < 16; k++) {
-                    int col = 8 * (c / 2) + 2 * t + c % 2;
-                    b_cols[c][k] = operand_element<T>(smem, view, B.offset(col, k), "B", col, k, file, line);
-                }
+            }
             for (int i = 0; i < N / 2; i++) {
                 const int h = (i / 2) % 2, c = 2 * (i / 4) + i % 2;  // rows g + 8h; column 8 (i / 4) + 2t + i % 2
                 float acc = accumulate ? d[i] : 0.f;
