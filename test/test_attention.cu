@@ -680,9 +680,11 @@ auto on_two_workers(F f) {
 // (each slice has one writer, whose adds keep their order), each and both; and, each of those four,
 // summing the slices in the block that writes a query tile's last contribution instead of in the
 // reduce kernel (the same sums in the same order), under every thread order and with blocks on two
-// worker threads at once (the tiles' counters shared between them).
+// worker threads at once (the tiles' counters shared between them). The kernels capped for 3 blocks run
+// the same code here as those capped for 2, so only the cases with `all_caps` run each of them; the run on
+// two workers takes one in every case.
 template <class floatX>
-void test_wgmma_variants_same_bits(const Case& cs, uint64_t seed) {
+void test_wgmma_variants_same_bits(const Case& cs, uint64_t seed, bool all_caps = false) {
     std::vector<float> qkv, dout;
     make_inputs<floatX>(cs, seed, qkv, dout);
     const bool saved_defer = attention_backward_wgmma_defer_dq(), saved_red = attention_backward_wgmma_red_dq(),
@@ -711,6 +713,7 @@ void test_wgmma_variants_same_bits(const Case& cs, uint64_t seed) {
                              Variant{"registers for 3 blocks, dQ summed by the last writers", false, 3, false, true},
                              Variant{"dQ by reductions, summed by the last writers", false, 2, true, true},
                              Variant{"3 blocks, dQ by reductions, summed by the last writers", false, 3, true, true}}) {
+        if (v.blocks == 3 && !all_caps) continue;
         auto other = run(v.defer, v.blocks, v.red, v.sum);
         th::check_bitwise((name + " " + v.what + " = dQ at once").c_str(), at_once.data(), other.data(),
                           at_once.size());
@@ -996,7 +999,7 @@ int main(int argc, char** argv) {
     test_case<__nv_bfloat16>({2, 400, 2, 64, true, {400, 333}}, seed++);
     attention_dq_target_blocks() = 4;
     test_case<__half>({2, 300, 2, 64, false, random_lengths(2, 300, 16)}, seed++);
-    test_wgmma_variants_same_bits<__nv_bfloat16>({2, 300, 2, 64, true, {300, 170}}, seed++);
+    test_wgmma_variants_same_bits<__nv_bfloat16>({2, 300, 2, 64, true, {300, 170}}, seed++, true);
     attention_dq_target_blocks() = saved_target;
     test_wgmma_variants_same_bits<__half>({3, 130, 2, 64, false, {130, 1, 77}}, seed++);
     test_wgmma_variants_same_bits<__nv_bfloat16>({2, 33, 3, 64, true, {33, 1}}, seed++);
