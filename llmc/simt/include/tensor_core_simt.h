@@ -56,16 +56,24 @@ inline void require_full_warp(const char* what, const char* file, int line) {
     simt::fault(msg, file, line);
 }
 
-inline float widen(__half v) { return __half2float(v); }
-inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+// The value of a 16-bit element from its bits, as fp32 (exact).
+template <class T>
+inline float from_bits(uint16_t bits) {
+    if (std::is_same<T, __nv_bfloat16>::value) {
+        uint32_t u = (uint32_t)bits << 16;  // bf16 is fp32's upper half
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    }
+    __half v;
+    std::memcpy(static_cast<void*>(&v), &bits, 2);
+    return __half2float(v);
+}
 
 // The 16-bit element in the low (half 0) or high (half 1) bits of a .b32 register, as fp32.
 template <class T>
 inline float element(uint32_t reg, int half) {
-    uint16_t bits = (uint16_t)(reg >> (16 * half));
-    T v;
-    std::memcpy(static_cast<void*>(&v), &bits, 2);
-    return widen(v);
+    return from_bits<T>((uint16_t)(reg >> (16 * half)));
 }
 
 }  // namespace tc_detail
@@ -96,12 +104,17 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (
         return td::element<T>(regs[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)], k % 2);
     };
     auto B = [&](int k, int n) { return td::element<T>(regs[n * 4 + (k % 8) / 2][4 + k / 8], k % 2); };
-    float out[4];
     int group = lane / 4, in_group = lane % 4;
+    float a_rows[2][16], b_cols[2][16];  // A(group + 8h, k), B(k, 2 * in_group + e): what this lane's outputs use
+    for (int k = 0; k < 16; k++)
+        for (int h = 0; h < 2; h++) {
+            a_rows[h][k] = A(group + 8 * h, k);
+            b_cols[h][k] = B(k, 2 * in_group + h);
+        }
+    float out[4];
     for (int i = 0; i < 4; i++) {  // c_i: row group + 8 * (i / 2), column 2 * in_group + i % 2
-        int r = group + 8 * (i / 2), n = 2 * in_group + i % 2;
         float acc = c[i];
-        for (int k = 0; k < 16; k++) acc += A(r, k) * B(k, n);  // exact product, one fp32 rounding per add
+        for (int k = 0; k < 16; k++) acc += a_rows[i / 2][k] * b_cols[i % 2][k];  // exact product, one rounding per add
         out[i] = acc;
     }
     __syncwarp(0xffffffffu, file, line);  // nobody overwrites the scratch while a lane still reads it

@@ -119,20 +119,6 @@ inline Operand decode(uint64_t desc, bool mn_major, const char* which, const cha
     return o;
 }
 
-// The value of a 16-bit operand element from its bits.
-template <class T>
-inline float from_bits(uint16_t bits) {
-    if (std::is_same<T, __nv_bfloat16>::value) {
-        uint32_t u = (uint32_t)bits << 16;  // bf16 is fp32's upper half
-        float f;
-        std::memcpy(&f, &u, 4);
-        return f;
-    }
-    T v;
-    std::memcpy(static_cast<void*>(&v), &bits, 2);
-    return tc_detail::widen(v);
-}
-
 // Reads n <= 8 consecutive elements of operand `which` from shared offset `off` as the async proxy sees
 // them (`view`) into out[0 .. n - 1]: elements (mn, k + i) when `along_k`, else (mn + i, k). Stops the
 // run when one lies past the dynamic shared memory or the shared memory holds other bytes there
@@ -161,7 +147,7 @@ inline void read_run(const char* smem, const char* view, size_t size, uint32_t o
                      along_k ? mn : mn + i, along_k ? k + i : k, which, off + 2 * i, live[i], bits[i]);
             fault(msg, file, line);
         }
-        out[i] = from_bits<T>(bits[i]);
+        out[i] = tc_detail::from_bits<T>(bits[i]);
     }
 }
 
