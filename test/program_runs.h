@@ -84,13 +84,23 @@ inline std::string slurp(const std::string& path) {
 // output holds `text`, then sends it sig; returns its wait status and output. If the text does not
 // come (COMMAND ends first, or two minutes pass) the signal is not sent, and a COMMAND still running
 // is killed. The command line is built before fork(): on a GPU the test's CUDA threads may hold
-// malloc's lock, which the child's copy would never see released.
+// malloc's lock, which the child's copy would never see released. COMMAND starts with sig's default
+// action and sig unblocked, as from a terminal: a test run in the background by a non-interactive
+// shell (scripts/run_tests.sh) inherits SIGINT ignored, which would otherwise stay ignored wherever
+// the program does not install its own handler.
 inline ChildOutput signal_when(const std::string& command, const std::string& out_file, const std::string& text,
                                int sig) {
     const std::string line = "exec " + command + " > " + out_file + " 2>&1";
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
+        struct sigaction dfl = {};
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, nullptr);
+        sigset_t just;
+        sigemptyset(&just);
+        sigaddset(&just, sig);
+        sigprocmask(SIG_UNBLOCK, &just, nullptr);
         execl("/bin/sh", "sh", "-c", line.c_str(), (char*)nullptr);
         _exit(127);
     }
