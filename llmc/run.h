@@ -134,6 +134,7 @@ inline void route_run_output(const Distributed& dist) {
 // checkpoint save it: the run stops before one does. (fp16's overflows are in the gradients, which
 // the loss scaler skips: its loss stays finite.)
 inline void stop_on_nonfinite_loss(int step, double loss) {
+    if (std::isnan(loss)) loss = std::fabs(loss);  // the sign of a NaN means nothing: print "nan"
     if (!std::isfinite(loss))
         data_error("step %d: the loss is %g: training diverged (lower --lr?) or the model or data hold "
                    "non-finite values; stopped, nothing saved from this step on", step, loss);
@@ -142,6 +143,7 @@ inline void stop_on_nonfinite_loss(int step, double loss) {
 // The same for an evaluation: weights that hold non-finite values (a model file's, with -x 0 nothing
 // else shows them) give a non-finite validation loss, which stops the run rather than report it.
 inline void stop_on_nonfinite_val_loss(int step, double loss) {
+    if (std::isnan(loss)) loss = std::fabs(loss);
     if (!std::isfinite(loss))
         data_error("step %d: the validation loss is %g: the model holds non-finite values (or training diverged); "
                    "stopped, nothing saved from this step on", step, loss);
@@ -397,8 +399,8 @@ struct StepFigures {
 // nothing, and the profiler would record an empty session.
 inline void check_profile_step(int nth, int steps_this_run) {
     if (nth > steps_this_run)
-        data_error("option --profile-step: %d is past the %d step%s this run takes", nth, steps_this_run,
-                   steps_this_run == 1 ? "" : "s");
+        option_error("option --profile-step: %d is past the %d step%s this run takes", nth, steps_this_run,
+                     steps_this_run == 1 ? "" : "s");
 }
 
 // The end of every optimizer step, one way for both trainers: the step is timed by two CUDA events

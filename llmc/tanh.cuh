@@ -25,10 +25,11 @@
 // at most 2 eps_fp32: expm1f's 1 ulp (fast math changes only its subnormal results), damped by
 // 2/(e + 2) <= 1 in the quotient, then half an ulp each for e + 2 and the correctly rounded division
 // (1.68 eps_fp32 measured over the positive normal floats on an H100, under --use_fast_math).
-// From |x| = 9.1 on tanh rounds to +-1 in fp32 (and from 44 on e would overflow).
+// From |x| = 9.1 on tanh rounds to +-1 in fp32 (and from 44 on e would overflow). The test is
+// written so that a NaN fails it and stays NaN: a model holding a NaN must show it in its loss.
 __device__ inline float tanh_fp32(float x) {
     float a = fabsf(x), e = expm1f(2.f * a);
-    return copysignf(a < 9.1f ? __fdiv_rn(e, e + 2.f) : 1.f, x);
+    return copysignf(a >= 9.1f ? 1.f : __fdiv_rn(e, e + 2.f), x);
 }
 
 // tanh'(x) = sech(x)^2, in the cancellation-free form above.

@@ -82,6 +82,28 @@ void test_tanh_inplace(size_t N) {
     th::check_bitwise(name, a.data(), b.data(), N * sizeof(T));
 }
 
+// Non-finite inputs: tanh(NaN) and its derivative are NaN (a model holding a NaN must show it in its
+// loss, not hide it behind +-1), tanh(+-inf) = +-1 with derivative 0.
+template <class T>
+void test_tanh_non_finite() {
+    const float in[] = {NAN, -NAN, INFINITY, -INFINITY};
+    const size_t N = 4;
+    std::vector<T> x(N), dout(N, from_float<T>(1.f));
+    for (size_t i = 0; i < N; i++) x[i] = from_float<T>(in[i]);
+    th::DeviceBuffer<T> d_inp(x), d_out(N, th::Fill::Zero), d_grad(dout);
+    tanh_forward(d_out.ptr, (const T*)d_inp.ptr, N, 0);
+    tanh_backward_inplace(d_grad.ptr, (const T*)d_inp.ptr, N, 0);
+    auto out = d_out.host(), grad = d_grad.host();
+    float y[N], g[N];
+    for (size_t i = 0; i < N; i++) y[i] = th::to_double(out[i]), g[i] = th::to_double(grad[i]);
+    bool ok = std::isnan(y[0]) && std::isnan(y[1]) && y[2] == 1.f && y[3] == -1.f && std::isnan(g[0]) &&
+              std::isnan(g[1]) && g[2] == 0.f && g[3] == 0.f;
+    char name[64];
+    snprintf(name, sizeof(name), "tanh %s non-finite inputs", th::dtype_name<T>());
+    th::report(ok, name, "tanh(nan, -nan, inf, -inf) = %g %g %g %g (want nan nan 1 -1), derivative %g %g %g %g "
+               "(want nan nan 0 0)", y[0], y[1], y[2], y[3], g[0], g[1], g[2], g[3]);
+}
+
 int main() {
     // BERT's pooler (B=4 rows of C=768, and the test model's 4 x 64), then sizes off the pack (4 fp32,
     // 8 bf16/fp16) and the block, tiny ones, and misaligned views (the scalar path).
@@ -96,5 +118,8 @@ int main() {
     test_tanh_inplace<float>(1001);
     test_tanh_inplace<__nv_bfloat16>(1001);
     test_tanh_inplace<__half>(1001);
+    test_tanh_non_finite<float>();
+    test_tanh_non_finite<__nv_bfloat16>();
+    test_tanh_non_finite<__half>();
     return th::finish();
 }
