@@ -39,6 +39,9 @@ def main():
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.bin)), "model.safetensors")
     if os.path.exists(out) and not args.force:
         fail(f"{out} exists (--force overwrites it)")
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):  # said before the (maybe long) read of the .bin
+        fail(f"cannot write {out}: {folder} " + ("is not a folder" if os.path.exists(folder) else "does not exist"))
     try:
         state = torch.load(args.bin, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated file, not a pickle, or objects weights_only refuses
@@ -60,8 +63,13 @@ def main():
         seen[key] = name
         kept[name] = t.contiguous().clone()  # own storage: the format holds each tensor's bytes once
     tmp = out + ".tmp"
-    save_file(kept, tmp, metadata={"format": "pt"})
-    os.replace(tmp, out)
+    try:
+        save_file(kept, tmp, metadata={"format": "pt"})
+        os.replace(tmp, out)
+    except Exception as e:  # no permission, a full disk, a folder named like the output
+        if os.path.isfile(tmp):
+            os.remove(tmp)
+        fail(f"cannot write {out}: {e}")
     total = sum(t.numel() for t in kept.values())
     print(f"{out}: {len(kept)} tensors, {total:,} values" +
           (f"; tied, written once: {', '.join(dropped)}" if dropped else ""))

@@ -84,6 +84,16 @@ def main():
         report(run.returncode == 1 and "cannot be read as a PyTorch state dict" in run.stderr and
                run.stderr.count("\n") == 1, "bert_to_safetensors: a file that is no state dict, one line",
                run.stderr.strip())
+        # An output that cannot be written: said in one line, not a traceback, and no .tmp left.
+        folder_out = os.path.join(d, "a_folder")
+        os.mkdir(folder_out)
+        for what, out, force in (("in a missing folder", os.path.join(d, "no", "such", "model.safetensors"), []),
+                                 ("in a folder that is a file", os.path.join(junk, "model.safetensors"), []),
+                                 ("that is a folder (--force)", folder_out, ["--force"])):
+            run = convert(binfile + ".moved", "--out", out, *force)
+            report(run.returncode == 1 and run.stderr.startswith(f"error: cannot write {out}: ") and
+                   run.stderr.count("\n") == 1 and not os.path.exists(out + ".tmp"),
+                   f"bert_to_safetensors: an output {what}, one line", run.stderr.strip())
     finish()
 
 

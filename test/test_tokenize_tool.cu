@@ -46,6 +46,27 @@ std::vector<int> read_split(const std::string& prefix, const char* split, size_t
     return all;
 }
 
+// The token count of each shard of a split, in order.
+std::vector<long long> shard_sizes(const std::string& prefix, const char* split) {
+    std::vector<long long> sizes;
+    for (const std::string& f : glob_files(prefix + "_" + split + "_*.bin")) sizes.push_back(read_shard(f).size());
+    return sizes;
+}
+
+// The shards --shard-tokens m must make of n tokens: m tokens each, and the remainder a shard of its
+// own if it is at least half a shard, else part of the last shard (so none is shorter than m/2 unless
+// it is the only one).
+std::vector<long long> want_shard_sizes(long long n, long long m) {
+    std::vector<long long> sizes(n / m, m);
+    long long rest = n % m;
+    if (sizes.empty() || 2 * rest >= m) {
+        if (rest) sizes.push_back(rest);
+    } else {
+        sizes.back() += rest;
+    }
+    return sizes;
+}
+
 // What the tool must produce for texts: each after <|endoftext|>, with literal <|endoftext|> as
 // the token, the rest encoded whole; and into *val how many of those tokens start within the first
 // val_bytes input bytes (the inserted <|endoftext|>s stand for no input).
@@ -134,7 +155,8 @@ int main() {
         std::string want_text;
         for (const std::string& t : texts) want_text += "<|endoftext|>" + t;
         bool split_ok = val.size() == want_val && s.val_tokens == val.size() && s.train_tokens == train.size();
-        bool sizes_ok = nval == (val.size() + 15) / 16 && ntrain == (train.size() + 15) / 16;
+        bool sizes_ok = nval > 0 && shard_sizes(o.out, "val") == want_shard_sizes(val.size(), 16) &&
+                        shard_sizes(o.out, "train") == want_shard_sizes(train.size(), 16);
         char name[128];
         snprintf(name, sizeof(name), "tokenize: folder -> shards, read in %zu-byte chunks", chunk);
         th::report(ok && all == want && tok.decode(all) == want_text && split_ok && sizes_ok && s.files == 5, name,
@@ -169,6 +191,88 @@ int main() {
         }
         th::report(lines > 2 && right == lines, "tokenize: every \"wrote\" line says its shard's token count",
                    "%d of %d lines right%s", right, lines, right == lines ? "" : (": " + c.text).c_str());
+    }
+
+    // Shard sizes: a remainder shorter than half a shard joins the last shard rather than making a short
+    // one (the trainer refuses a shard under B*T+1 tokens); every --shard-tokens, the tokens unchanged.
+    {
+        size_t want_val;
+        std::vector<int> want = expected_tokens(tok, texts, 0, &want_val);
+        const long long n = (long long)want.size();
+        int right = 0, cases = 0, folded = 0;
+        std::string wrong;
+        for (long long m : {1LL, 2LL, 3LL, 5LL, 7LL, 10LL, 16LL, 25LL, n / 2 + 1, n - 1, n, n + 1}) {
+            Options o;
+            o.tokenizer = TOKENIZER_FILE;
+            o.out = dir + "/sizes/m" + std::to_string(m);
+            o.inputs = {dir + "/in"};
+            o.val_fraction = 0;
+            o.shard_tokens = m;
+            o.eot_between_files = true;
+            o.quiet = true;
+            Stats s;
+            bool ok = run(o, &s, &error);
+            size_t nshards;
+            std::vector<long long> got = shard_sizes(o.out, "train"), sizes = want_shard_sizes(n, m);
+            bool good = ok && got == sizes && read_split(o.out, "train", &nshards) == want;
+            folded += n % m != 0 && 2 * (n % m) < m && n > m;
+            right += good;
+            cases++;
+            if (!good && wrong.empty()) {
+                wrong = "--shard-tokens " + std::to_string(m) + ": sizes";
+                for (long long g : got) wrong += " " + std::to_string(g);
+                wrong += " " + error;
+            }
+        }
+        th::report(right == cases && folded > 0,
+                   "tokenize: a remainder under half a shard joins the last shard (N/2 to 1.5N tokens each)",
+                   "%d of %d --shard-tokens right (%d with a remainder folded) on %lld tokens %s", right, cases,
+                   folded, n, wrong.c_str());
+    }
+
+    // A file that is clearly not text: named, it is refused (below); met in a folder, it is skipped with a
+    // warning naming it, and the rest is tokenized as without it.
+    {
+        write_text(dir + "/mixed/a.txt", texts[0]);
+        write_text(dir + "/mixed/b.txt", std::string("UTF-16\0t\0e\0x\0t\0", 15));
+        std::filesystem::copy_file(dir + "/out5/tiny_train_000000.bin", dir + "/mixed/c.txt");
+        Options o;
+        o.tokenizer = TOKENIZER_FILE;
+        o.out = dir + "/mixed_out/x";
+        o.inputs = {dir + "/mixed"};
+        o.val_fraction = 0;
+        th::ChildOutput c = th::run_in_child_with_stdout([&] {
+            Stats st;
+            std::string e;
+            if (!run(o, &st, &e)) printf("error: %s\n", e.c_str());
+        });
+        size_t n;
+        bool warned = c.text.find("tokenize: warning: skipped " + dir + "/mixed/b.txt, not text: it holds NUL bytes") !=
+                          std::string::npos &&
+                      c.text.find("tokenize: warning: skipped " + dir + "/mixed/c.txt, not text: an llm.c token shard") !=
+                          std::string::npos;
+        th::report(warned && read_split(o.out, "train", &n) == tok.encode(texts[0]),
+                   "tokenize: a binary *.txt in a folder is skipped with a warning naming it", "%s", c.text.c_str());
+    }
+
+    // A --val-fraction that rounds to no input byte makes no val shard, and says so (not an error).
+    {
+        Options o;
+        o.tokenizer = TOKENIZER_FILE;
+        o.out = dir + "/tinyval/x";
+        o.inputs = {dir + "/in"};
+        o.val_fraction = 1e-6;
+        th::ChildOutput c = th::run_in_child_with_stdout([&] {
+            Stats st;
+            std::string e;
+            if (!run(o, &st, &e)) printf("error: %s\n", e.c_str());
+        });
+        size_t nval, ntrain;
+        read_split(o.out, "val", &nval);
+        read_split(o.out, "train", &ntrain);
+        th::report(c.text.find("tokenize: warning: --val-fraction 1e-06 is ") != std::string::npos &&
+                       c.text.find("no val shard") != std::string::npos && nval == 0 && ntrain == 1,
+                   "tokenize: a --val-fraction too small for any val token warns: no val shard", "%s", c.text.c_str());
     }
 
     // The shards load through the DataLoader: its first batch is the first train tokens.
@@ -225,6 +329,37 @@ int main() {
     o.inputs = {dir + "/nofiles"};
     expect_error("tokenize refuses: folder without *.txt", o, "no input files");
     o = base;
+    o.out = dir + "/err/";
+    expect_error("tokenize refuses: --out ending in /", o, "--out " + dir + "/err/ is a folder: --out is a path prefix like DIR/NAME");
+    o.out = dir + "/in";
+    expect_error("tokenize refuses: --out an existing folder", o, "--out " + dir + "/in is a folder");
+    o.out = base.out;
+    o.inputs = {dir + "/out5/tiny_train_000000.bin"};
+    expect_error("tokenize refuses: a named token shard as input", o,
+                 dir + "/out5/tiny_train_000000.bin is not text: an llm.c token shard");
+    write_text(dir + "/nul.txt", std::string("text\0with a NUL", 15));
+    o.inputs = {dir + "/nul.txt"};
+    expect_error("tokenize refuses: a named input with NUL bytes", o, dir + "/nul.txt is not text: it holds NUL bytes");
+    // An input that is one of the run's own shards (or its .tmp), by any name: refused, nothing written.
+    {
+        const std::map<std::string, std::string> before = th::folder_files(dir + "/out5");
+        o.out = dir + "/out5/tiny";
+        o.inputs = {dir + "/out5/tiny_train_000001.bin"};
+        expect_error("tokenize refuses: --out would overwrite a named input", o,
+                     "--out " + dir + "/out5/tiny would overwrite its input " + dir + "/out5/tiny_train_000001.bin");
+        std::filesystem::create_directories(dir + "/links");
+        std::filesystem::create_symlink("../out5/tiny_val_000000.bin", dir + "/links/l.txt");
+        o.inputs = {dir + "/in", dir + "/links"};
+        expect_error("tokenize refuses: --out would overwrite an input met in a folder (a symlink)", o,
+                     "would overwrite its input " + dir + "/links/l.txt (" + dir + "/out5/tiny_val_000000.bin)");
+        write_text(dir + "/out5/tiny_train_000099.bin.tmp", "text, named like a pending shard");
+        o.inputs = {dir + "/out5/tiny_train_000099.bin.tmp"};
+        expect_error("tokenize refuses: --out would overwrite an input named like its .tmp", o,
+                     "would overwrite its input " + dir + "/out5/tiny_train_000099.bin.tmp");
+        std::filesystem::remove(dir + "/out5/tiny_train_000099.bin.tmp");
+        th::report(th::folder_files(dir + "/out5") == before, "tokenize: a refused self-overwrite leaves the shards as they were");
+    }
+    o = base;
     o.out = dir + "/in/a.txt/out";  // a file where a folder should be
     expect_error("tokenize refuses: output not writable", o, "cannot create the output folder");
     std::filesystem::create_directories(dir + "/err/x_val_000000.bin.tmp");  // a folder where the shard is written
@@ -280,15 +415,17 @@ int main() {
     th::report(ok && !help && p.tokenizer == "t.bin" && p.out == "o" && p.val_fraction == 0.25 && p.shard_tokens == 1000 &&
                    p.eot_between_files && p.inputs == std::vector<std::string>{"a", "b"},
                "tokenize: command line parsed");
-    Options q[5];
+    Options q[6];
     bool refused = !parse({"--tokenizer", "t", "--out", "o", "--val-fraction", "1.5", "a"}, &q[0], &help, &error) &&
                    error.find("--val-fraction must be") != std::string::npos;
     refused &= !parse({"--tokenizer", "t", "--out", "o", "--shard-tokens", "0", "a"}, &q[1], &help, &error) &&
                error.find("--shard-tokens must be") != std::string::npos;
-    refused &= !parse({"--tokenizer", "t", "--out", "o", "--bogus", "a"}, &q[2], &help, &error) &&
+    refused &= !parse({"--tokenizer", "t", "--out", "o", "--shard-tokens", "1431655766", "a"}, &q[2], &help, &error) &&
+               error.find("--shard-tokens must be at most 1431655765") != std::string::npos;
+    refused &= !parse({"--tokenizer", "t", "--out", "o", "--bogus", "a"}, &q[3], &help, &error) &&
                error.find("unknown option --bogus") != std::string::npos;
-    refused &= !parse({"--out", "o", "a"}, &q[3], &help, &error) && error.find("needs --tokenizer") != std::string::npos;
-    refused &= parse({"--help"}, &q[4], &help, &error) && help;
+    refused &= !parse({"--out", "o", "a"}, &q[4], &help, &error) && error.find("needs --tokenizer") != std::string::npos;
+    refused &= parse({"--help"}, &q[5], &help, &error) && help;
     th::report(refused, "tokenize: bad command lines refused, --help recognised", "%s", error.c_str());
 
     std::string cmd = "rm -rf " + dir;

@@ -5,15 +5,19 @@
 //   build/tokenize --tokenizer dev/data/shakespeare/gpt2_tokenizer.bin --out data/mine texts/
 //
 // Inputs are files (any name) and folders (every *.txt below them, recursively, in sorted path
-// order), read as raw bytes in command-line order. A literal <|endoftext|> in the text becomes the
-// end-of-text token (how corpora such as TinyStories separate documents; tiktoken's
+// order), read as raw bytes in command-line order. A file that is clearly not text (a token shard, a
+// NUL byte in its first 8 KiB) is refused when named, skipped with a warning when met in a folder; an
+// input that is one of the run's own output files is refused. A literal <|endoftext|> in the text
+// becomes the end-of-text token (how corpora such as TinyStories separate documents; tiktoken's
 // encode(text, allowed_special={"<|endoftext|>"}) does the same); --eot-between-files also starts
 // every file with one, as llm.c's data scripts start every document.
 //
 // Output: llm.c shards (256 x int32 header: magic 20240520, version 1, token count; then uint16
-// tokens) named PREFIX_val_000000.bin ... and PREFIX_train_000000.bin ..., at most --shard-tokens
-// tokens each. The first --val-fraction of the input bytes (in input order) go to val: the split
-// falls between two tokens, as llm.c's own scripts split at a token count.
+// tokens) named PREFIX_val_000000.bin ... and PREFIX_train_000000.bin ..., --shard-tokens N tokens
+// each but a split's last, which takes a remainder shorter than N/2: every shard holds N/2 to 1.5N
+// tokens (a split's only shard: fewer), never a short tail the trainer would skip (it needs B*T+1
+// tokens per shard). The first --val-fraction of the input bytes (in input order) go to val: the
+// split falls between two tokens, as llm.c's own scripts split at a token count.
 #include "../../llmc/tokenizer.h"
 #include "tool_main.h"
 
@@ -28,6 +32,7 @@ namespace tokenize_tool {
 
 constexpr int32_t SHARD_MAGIC = 20240520;  // llmc/dataloader.h reads these (it needs CUDA headers)
 constexpr int32_t SHARD_VERSION = 1;
+constexpr long long MAX_SHARD_TOKENS = 1431655765;  // its last shard, up to 1.5x, still fits the int32 count
 
 const char* USAGE =
     "usage: tokenize --tokenizer FILE --out PREFIX [--val-fraction F] [--shard-tokens N]\n"
@@ -35,11 +40,14 @@ const char* USAGE =
     "Tokenizes text with GPT-2's BPE into llm.c token shards PREFIX_val_000000.bin, ...,\n"
     "PREFIX_train_000000.bin, ... (uint16 tokens).\n"
     "  --tokenizer FILE       llm.c tokenizer file (dev/data/shakespeare/gpt2_tokenizer.bin)\n"
-    "  --out PREFIX           output path prefix; missing folders are created\n"
+    "  --out PREFIX           output path prefix, like DIR/NAME; missing folders are created\n"
     "  --val-fraction F       the first F of the input bytes go to val shards (default 0.1; 0: none)\n"
-    "  --shard-tokens N       tokens per shard at most (default 100000000)\n"
+    "  --shard-tokens N       tokens per shard (default 100000000); a split's last shard takes a\n"
+    "                         remainder shorter than N/2, so shards hold N/2 to 1.5N tokens (an only\n"
+    "                         shard: fewer); that remainder waits in memory (N bytes at most)\n"
     "  --eot-between-files    start every file with <|endoftext|>\n"
-    "  INPUT                  a text file, or a folder: every *.txt below it, in sorted order\n"
+    "  INPUT                  a text file, or a folder: every *.txt below it, in sorted order;\n"
+    "                         a file that is not text (NUL bytes) is refused, or skipped in a folder\n"
     "A literal <|endoftext|> in the text is the end-of-text token. Invalid UTF-8 is kept byte for byte.\n";
 
 struct Options {
@@ -82,6 +90,11 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
             else if (a == "--out") o->out = v;
             else if (a == "--val-fraction" && !data_tool::parse_val_fraction(v, &o->val_fraction, error)) return false;
             else if (a == "--shard-tokens" && !data_tool::parse_shard_tokens(v, &o->shard_tokens, error)) return false;
+            if (o->shard_tokens > MAX_SHARD_TOKENS) {
+                *error = "--shard-tokens must be at most " + std::to_string(MAX_SHARD_TOKENS) +
+                         " here: a last shard of up to 1.5x that still fits the header's int32";
+                return false;
+            }
         } else if (a.size() > 1 && a[0] == '-') {
             *error = "unknown option " + a + " (--help lists them)";
             return false;
@@ -96,36 +109,38 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
     return true;
 }
 
-// Writes one split's shards: PREFIX_<split>_<index>.bin, a new one every max_tokens tokens, each as a
-// pending file (renamed into place when the whole run has succeeded: data_tool::PendingFiles). The
-// header's count is written when a shard is complete.
+// Writes one split's shards: PREFIX_<split>_<index>.bin of shard_tokens tokens each, but the last,
+// which takes a remainder shorter than half a shard; each as a pending file (renamed into place when
+// the whole run has succeeded: data_tool::PendingFiles). The header's count is written when a shard is
+// complete.
 class ShardWriter {
   public:
-    ShardWriter(std::string prefix, std::string split, long long max_tokens, data_tool::PendingFiles* files)
-        : prefix_(std::move(prefix)), split_(std::move(split)), max_(max_tokens), files_(files) {}
+    ShardWriter(std::string prefix, std::string split, long long shard_tokens, data_tool::PendingFiles* files)
+        : prefix_(std::move(prefix)), split_(std::move(split)), size_(shard_tokens), files_(files) {}
     ~ShardWriter() {
         if (f_) fclose(f_);
     }
 
     bool add(int token, std::string* error) {
-        if (!f_ && !open(error)) return false;
-        buf_.push_back((uint16_t)token);
-        if (buf_.size() == (1 << 16) && !flush(error)) return false;
-        if (++count_ == max_) return close(error);
+        if (count_ < size_) return write((uint16_t)token, error);
+        // The open shard is full: what follows waits in memory, for the split may end before it is
+        // half a shard (close() then appends it). Once it is, it starts the next shard.
+        tail_.push_back((uint16_t)token);
+        if (2 * (long long)tail_.size() < size_) return true;
+        if (!complete(error)) return false;
+        std::vector<uint16_t> next;
+        next.swap(tail_);
+        for (uint16_t t : next)
+            if (!write(t, error)) return false;
         return true;
     }
 
-    // Completes the current shard, if one is open.
+    // Completes the split's last shard, if one is open, with the remainder held back.
     bool close(std::string* error) {
-        if (!f_) return true;
-        int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)count_};
-        bool ok = flush(error) && fseek(f_, 0, SEEK_SET) == 0 && fwrite(header, sizeof(header), 1, f_) == 1;
-        ok &= fclose(f_) == 0;
-        f_ = nullptr;
-        if (!ok) return fail(error);
-        files_->describe(path_, std::to_string(count_) + " tokens");
-        index_++;
-        return true;
+        for (uint16_t t : tail_)
+            if (!write(t, error)) return false;
+        tail_.clear();
+        return complete(error);
     }
 
     // The file the next shard would be (to warn about a longer earlier run's leftovers).
@@ -136,6 +151,24 @@ class ShardWriter {
         char num[16];
         snprintf(num, sizeof(num), "%06d", index);
         return prefix_ + "_" + split_ + "_" + num + ".bin";
+    }
+    bool write(uint16_t token, std::string* error) {
+        if (!f_ && !open(error)) return false;
+        buf_.push_back(token);
+        count_++;
+        return buf_.size() < (1 << 16) || flush(error);
+    }
+    // Completes the open shard, if any: its header's count, then the file.
+    bool complete(std::string* error) {
+        if (!f_) return true;
+        int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)count_};
+        bool ok = flush(error) && fseek(f_, 0, SEEK_SET) == 0 && fwrite(header, sizeof(header), 1, f_) == 1;
+        ok &= fclose(f_) == 0;
+        f_ = nullptr;
+        if (!ok) return fail(error);
+        files_->describe(path_, std::to_string(count_) + " tokens");
+        index_++;
+        return true;
     }
     bool open(std::string* error) {
         path_ = files_->add(name(index_));
@@ -156,17 +189,91 @@ class ShardWriter {
     }
 
     std::string prefix_, split_, path_;  // path_: the open shard's pending (.tmp) name
-    long long max_, count_ = 0;
+    long long size_, count_ = 0;  // count_: the open shard's tokens, written or in buf_
     int index_ = 0;
     data_tool::PendingFiles* files_;
     FILE* f_ = nullptr;
-    std::vector<uint16_t> buf_;
+    std::vector<uint16_t> buf_, tail_;  // buf_: not yet written; tail_: past a full shard, held back
 };
+
+// Why the file at path is clearly not text, or "" when it may be: an llm.c token shard (its magic
+// first), or a NUL byte in its first 8 KiB (as git and grep tell binary files).
+inline std::string not_text(const std::string& path) {
+    char head[8192];
+    std::unique_ptr<FILE, int (*)(FILE*)> f(fopen(path.c_str(), "rb"), fclose);
+    size_t n = f ? fread(head, 1, sizeof(head), f.get()) : 0;  // unreadable: reading it later says why
+    int32_t magic = 0;
+    if (n >= sizeof(magic)) memcpy(&magic, head, sizeof(magic));
+    if (magic == SHARD_MAGIC) return "an llm.c token shard (magic 20240520)";
+    if (memchr(head, 0, n)) return "it holds NUL bytes (a binary file, or UTF-16 text)";
+    return "";
+}
+
+// Drops the files that are clearly not text (not_text) from *files, and their bytes from *total: a
+// file named on the command line is an error (a mistaken argument), one met in a folder is skipped
+// with a warning (a stray file should not stop a big run).
+inline bool drop_non_text(const Options& o, std::vector<std::string>* files, size_t* total, std::string* error) {
+    std::vector<std::string> text;
+    for (const std::string& path : *files) {
+        std::string why = not_text(path);
+        if (why.empty()) {
+            text.push_back(path);
+            continue;
+        }
+        if (std::find(o.inputs.begin(), o.inputs.end(), path) != o.inputs.end())
+            return data_tool::fail(error, path + " is not text: " + why);
+        if (!o.quiet) printf("tokenize: warning: skipped %s, not text: %s\n", path.c_str(), why.c_str());
+        std::error_code ec;
+        uintmax_t size = std::filesystem::file_size(path, ec);
+        if (!ec) *total -= size;
+    }
+    files->swap(text);
+    return true;
+}
+
+// Whether `name` is that of a file a run with an --out named `stem` writes: stem_val_000000.bin (any
+// index), stem_train_..., or their pending .tmp.
+inline bool is_shard_name(const std::string& stem, const std::string& name) {
+    for (const char* split : {"_val_", "_train_"}) {
+        const std::string start = stem + split;
+        if (name.compare(0, start.size(), start) != 0) continue;
+        size_t digits_end = name.find_first_not_of("0123456789", start.size());
+        if (digits_end == std::string::npos || digits_end < start.size() + 6) continue;
+        if (name.compare(digits_end, std::string::npos, ".bin") == 0 ||
+            name.compare(digits_end, std::string::npos, ".bin.tmp") == 0)
+            return true;
+    }
+    return false;
+}
+
+// Refuses an input that is (by device and inode) an existing shard of --out or its .tmp: the run would
+// replace the file it reads.
+inline bool check_inputs_not_outputs(const std::string& prefix, const std::vector<std::string>& files,
+                                     std::string* error) {
+    namespace fs = std::filesystem;
+    const fs::path folder = fs::path(prefix).parent_path();
+    const std::string stem = fs::path(prefix).filename().string();
+    std::error_code ec;
+    for (fs::directory_iterator it(folder.empty() ? "." : folder, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (!is_shard_name(stem, name)) continue;
+        const std::string shard = (folder / name).string();
+        for (const std::string& in : files)
+            if (same_file(in, shard))
+                return data_tool::fail(error, "--out " + prefix + " would overwrite its input " + in +
+                                                  (in == shard ? "" : " (" + shard + ")") + ": choose another --out");
+    }
+    return true;
+}
 
 // Tokenizes the inputs of o into shards; false with a one-line reason on any error.
 inline bool run(const Options& o, Stats* stats, std::string* error) {
     auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    std::error_code ec;
+    if (!o.out.empty() && (o.out.back() == '/' || std::filesystem::is_directory(o.out, ec)))
+        return data_tool::fail(error, "--out " + o.out + " is a folder: --out is a path prefix like DIR/NAME "
+                                      "(for DIR/NAME_train_000000.bin, ...)");
     Tokenizer tok;
     if (!tok.load(o.tokenizer, error)) return false;
     if (tok.vocab_size() > 65536) {
@@ -180,7 +287,9 @@ inline bool run(const Options& o, Stats* stats, std::string* error) {
     }
     std::vector<std::string> files;
     size_t total = 0;
-    if (!data_tool::collect_text_files(o.inputs, &files, &total, error)) return false;
+    if (!data_tool::collect_text_files(o.inputs, &files, &total, error) ||
+        !check_inputs_not_outputs(o.out, files, error) || !drop_non_text(o, &files, &total, error))
+        return false;
     if (total == 0) {
         *error = files.empty() ? "no input files (folders contribute their *.txt files)" : "the inputs hold no text";
         return false;
@@ -252,7 +361,11 @@ inline bool run(const Options& o, Stats* stats, std::string* error) {
     }
     if (!val.close(error) || !train.close(error) || !pending.commit(&stats->shards, error)) return false;
     stats->seconds = elapsed();
-    if (!o.quiet) data_tool::warn_leftovers("tokenize", {val.next_path(), train.next_path()});
+    if (o.quiet) return true;
+    data_tool::warn_leftovers("tokenize", {val.next_path(), train.next_path()});
+    if (o.val_fraction > 0 && stats->val_tokens == 0)
+        printf("tokenize: warning: --val-fraction %g is %.3g of the %zu input bytes, rounded to none: no val shard\n",
+               o.val_fraction, o.val_fraction * (double)total, total);
     return true;
 }
 
