@@ -273,16 +273,11 @@ inline void transpose_into(float* dst, const float* src, size_t rows, size_t col
 // keys it leaves out take GPT2Config's defaults, as transformers does.
 // *defaulted (if given): which shape keys config.json left out, as a note for messages ("" if none).
 inline void read_hf_gpt2_config(const std::string& path, GPT2Config* c, std::string* defaulted = nullptr) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
-    std::string text;
-    char buf[4096];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, got);
-    fclose(f);
-    json::Value root;
+    std::vector<uint8_t> text;
     std::string err;
-    if (!json::parse(text.data(), text.size(), &root, &err)) data_error("%s: %s", path.c_str(), err.c_str());
+    if (!read_whole_file(path, &text, &err)) data_error("%s", err.c_str());  // also "PATH is a directory"
+    json::Value root;
+    if (!json::parse((const char*)text.data(), text.size(), &root, &err)) data_error("%s: %s", path.c_str(), err.c_str());
     if (root.type != json::Value::Object) data_error("%s: not a JSON object", path.c_str());
     auto integer = [&](const char* key, int dflt) {
         const json::Value* v = root.get(key);

@@ -91,6 +91,13 @@ class SafeTensors {
         if (data[0] == '{' && (header_len > MAX_HEADER_BYTES || header_len > n - 8))
             return fail(err, "a JSON file (config.json?), not a safetensors file: for a Hugging Face checkpoint "
                              "give its directory");
+        // This project's data files, given where a model goes: named by their magic.
+        int32_t magic;
+        memcpy(&magic, data, 4);
+        if (header_len > MAX_HEADER_BYTES && !memcmp(data, "BERT", 4))
+            return fail(err, "a BERT data shard (train_bert's -i), not a safetensors file");
+        if (header_len > MAX_HEADER_BYTES && magic == 20240520)
+            return fail(err, "a GPT-2 token shard (train_gpt2's -i), not a safetensors file");
         if (header_len > MAX_HEADER_BYTES)
             return fail(err, "header length " + std::to_string(header_len) + " is absurd (the format's limit is " +
                                  std::to_string(MAX_HEADER_BYTES) + " bytes)");
@@ -271,6 +278,8 @@ class SafeTensors {
 
     // Reads and parses the file at path, adding its tensors and metadata to this object's.
     bool add_file(const std::string& path, std::string* err) {
+        std::string what = not_a_regular_file(path);  // a directory opens, and its "size" is absurd
+        if (!what.empty()) return fail(err, what);
         FILE* f = fopen(path.c_str(), "rb");
         if (!f) return fail(err, path + ": cannot open: " + strerror(errno));
         std::vector<uint8_t> bytes;

@@ -263,6 +263,11 @@ void test_reference_files() {
     ok = w.write(path, &err) && access((path + ".tmp").c_str(), F_OK) != 0 && st.load(path, &err) && st.find("one");
     th::report(ok, "safetensors: write() goes through PATH.tmp and renames it", "%s", err.c_str());
     remove(path.c_str());
+    // A directory where the file should be: opening it succeeds, so the reader must ask first.
+    std::string folder = dir + "/model.safetensors";
+    ok = mkdir(folder.c_str(), 0700) == 0 && !st.load(folder, &err) && err == folder + " is a directory";
+    th::report(ok, "safetensors: load() of a directory says so", "%s", err.c_str());
+    rmdir(folder.c_str());
     rmdir(dir.c_str());
 }
 
@@ -374,6 +379,17 @@ void test_malformed() {
     const std::string config = "{\n  \"architectures\": [\"BertModel\"],\n  \"hidden_size\": 384\n}\n";
     expect_refused("safetensors refuses: a config.json, named as such", std::vector<uint8_t>(config.begin(), config.end()),
                    "a JSON file (config.json?), not a safetensors file: for a Hugging Face checkpoint give its directory");
+    // The project's data shards given as a model: a GPT-2 token shard (magic 20240520, version 1) and a
+    // BERT shard ("BERT", version 1), each with a few bytes after its header's start.
+    std::vector<uint8_t> gpt2_shard(1024 + 8, 0), bert_shard(1024 + 8, 0);
+    const int32_t gpt2_head[2] = {20240520, 1}, bert_version = 1;
+    memcpy(gpt2_shard.data(), gpt2_head, 8);
+    memcpy(bert_shard.data(), "BERT", 4);
+    memcpy(bert_shard.data() + 4, &bert_version, 4);
+    expect_refused("safetensors refuses: a GPT-2 token shard, named as such", gpt2_shard,
+                   "a GPT-2 token shard (train_gpt2's -i), not a safetensors file");
+    expect_refused("safetensors refuses: a BERT data shard, named as such", bert_shard,
+                   "a BERT data shard (train_bert's -i), not a safetensors file");
     {  // a real header of 123 bytes: its length's first byte is '{' too
         std::vector<uint8_t> f = make_file("{}" + std::string(121, ' '), 0);
         SafeTensors st;
