@@ -1164,8 +1164,8 @@ void check_resumable(const TrainState& s, const TrainOptions& o, const GPT2<floa
 template <class floatX>
 int auto_batch_size(GPT2<floatX>& model, int T, long long total_tokens) {
     if (total_tokens % T != 0)
-        data_error("option --total-batch-size: %lld tokens per step is not a multiple of T=%d, so no micro-batch "
-                   "of whole sequences divides it (--batch-size auto)", total_tokens, T);
+        option_error("option --total-batch-size: %lld tokens per step is not a multiple of T=%d, so no micro-batch "
+                     "of whole sequences divides it (--batch-size auto)", total_tokens, T);
     size_t free_b, total_b;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     size_t budget = (size_t)(0.9 * free_b);
@@ -1234,8 +1234,8 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     long long tokens_per_micro = (long long)o.B * o.T, global_micro = tokens_per_micro * dist.world;
     long long total = o.total_batch > 0 ? o.total_batch : global_micro;
     if (total % global_micro != 0)
-        data_error("--total-batch-size %lld is not a multiple of B*T%s = %lld", total,
-                   dist.world > 1 ? "*ranks" : "", global_micro);
+        option_error("option --total-batch-size: %lld is not a multiple of B*T%s = %lld", total,
+                     dist.world > 1 ? "*ranks" : "", global_micro);
     int accum = (int)(total / global_micro);
     model.reserve_batch_slots(accum);
 
@@ -1279,7 +1279,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     RunLog log;
     if (!o.output_dir.empty() && (dist.rank == 0 || o.log_ranks)) {
         std::string err;
-        if (!make_dirs(o.output_dir, &err)) data_error("option --output-dir: %s", err.c_str());
+        if (!make_dirs(o.output_dir, &err)) option_error("option --output-dir: %s", err.c_str());
         std::string name = dist.rank == 0 ? "/log.jsonl" : "/log_rank" + std::to_string(dist.rank) + ".jsonl";
         if (!log.open(o.output_dir + name, resume ? start_step : -1, &err)) data_error("%s", err.c_str());
     }
@@ -1383,11 +1383,16 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         if (dist.rank == 0 || model.save_is_collective()) ok = save_checkpoint(model_path, model, &err, dist.rank == 0);
         if (ok && (dist.rank == 0 || st.world > 1))
             ok = write_train_state(state_file(o.output_dir, done, st.rank), st, &err);
-        if (!ok) data_error("checkpoint at step %d: %s", done, err.c_str());
+        if (!ok) {
+            remove_failed_checkpoint(o.output_dir, done, dist.rank, st.world);
+            data_error("checkpoint at step %d: %s", done, err.c_str());
+        }
         all_reduce_max_scalar(dist, 0);  // a barrier: every rank's files are on disk
         if (dist.rank == 0) {
-            if (!write_file_atomic(checkpoint_file(o.output_dir, "DONE", done), {}, &err))
+            if (!write_file_atomic(checkpoint_file(o.output_dir, "DONE", done), {}, &err)) {
+                remove_failed_checkpoint(o.output_dir, done, dist.rank, st.world);
                 data_error("checkpoint at step %d: %s", done, err.c_str());
+            }
             prune_checkpoints(o.output_dir, o.keep_checkpoints, std::max(st.world, 1));
         }
         printf("checkpoint: %s (+ %s, DONE)\n", model_path.c_str(),
@@ -1604,6 +1609,7 @@ int train_gpt2_main(int argc, char** argv) {
                        from_file.c_str(), config.channels, config.num_heads, hs);
     }
     resolve_expert_parallel(cli, o, config, dist.world);
+    if (o.T > config.max_seq_len && !cli.given("seq-len")) o.T = config.max_seq_len;  // auto: what the model takes
     if (o.T > config.max_seq_len)
         cli.fail("option --seq-len: %d is longer than the model's %d positions", o.T, config.max_seq_len);
     if (!cli.given("label"))

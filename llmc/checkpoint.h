@@ -133,6 +133,15 @@ inline std::vector<int> complete_checkpoints(const std::string& dir) {
     return steps;
 }
 
+// After a failed save of checkpoint `step`: deletes the files rank `rank` writes of it (rank 0 the model
+// file and a replicated state, each rank its shard of a state sharded over state_world > 1 ranks). No
+// DONE marker names them, so a resume would pass them by, but on a full disk they hold the space that
+// the next attempt at the same step needs.
+inline void remove_failed_checkpoint(const std::string& dir, int step, int rank, int state_world) {
+    if (rank == 0) unlink(checkpoint_file(dir, "model", step).c_str());
+    if (rank == 0 || state_world > 1) unlink(state_file(dir, step, rank).c_str());
+}
+
 // Deletes all but the newest `keep` complete checkpoints of `world` ranks (marker first, so a
 // half-deleted checkpoint is never taken for complete); keep <= 0 keeps everything.
 inline void prune_checkpoints(const std::string& dir, int keep, int world) {

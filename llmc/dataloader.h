@@ -51,6 +51,20 @@ inline void data_error(const char* fmt, ...) {
     fatal_exit();
 }
 
+// An option that turns out wrong only once the model, the data or the device are known (a batch that
+// does not divide the tokens per step, a kernel this model cannot take): one line as data_error's, but
+// exit status 2, a bad option's.
+[[noreturn]] inline void option_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline void option_error(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s", *fatal_error_prefix ? fatal_error_prefix : "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fatal_exit(2);
+}
+
 // The files matching a glob pattern, sorted (one file name is a pattern too).
 inline std::vector<std::string> glob_files(const std::string& pattern) {
     glob_t g;
@@ -121,21 +135,32 @@ class DataLoader {
     DataLoader(const std::string& pattern, int B, int T, int rank, int world, bool shuffle, uint64_t seed,
                int vocab_size)
         : B_(B), T_(T), rank_(rank), world_(world), shuffle_(shuffle), seed_(seed), vocab_(vocab_size) {
-        files_ = glob_files(pattern);
-        if (files_.empty()) data_error("no token shards match '%s'", pattern.c_str());
+        std::vector<std::string> matched = glob_files(pattern);
+        if (matched.empty()) data_error("no token shards match '%s'", pattern.c_str());
+        // A shard too short for one batch (often a dataset's last, holding the remainder) is skipped
+        // with a warning while other shards hold batches; when none does, that is an error.
         size_t window = (size_t)world * B * T;
-        for (const auto& path : files_) {
+        std::vector<std::string> skipped;  // "PATH: N tokens, too few for one batch (...)"
+        for (const auto& path : matched) {
             std::string why = not_a_regular_file(path);
             if (!why.empty()) data_error("%s: token shards are files", why.c_str());
             FILE* f = fopen(path.c_str(), "rb");
             if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
             size_t ntok = read_shard_header(path, f);
             fclose(f);
-            if (ntok < window + 1)
-                data_error("%s: %zu tokens, too few for one batch (B=%d x T=%d x %d rank%s + 1 = %zu tokens)",
-                           path.c_str(), ntok, B, T, world, world > 1 ? "s" : "", window + 1);
+            if (ntok < window + 1) {
+                skipped.push_back(path + ": " + std::to_string(ntok) + " tokens, too few for one batch (B=" +
+                                  std::to_string(B) + " x T=" + std::to_string(T) + " x " + std::to_string(world) +
+                                  (world > 1 ? " ranks" : " rank") + " + 1 = " + std::to_string(window + 1) + " tokens)");
+                continue;
+            }
+            files_.push_back(path);
             windows_.push_back((ntok - 1) / window);
         }
+        if (files_.empty())
+            data_error("%s%s", skipped[0].c_str(), matched.size() > 1 ? ", as every shard of the pattern" : "");
+        for (const std::string& why : skipped)
+            if (rank == 0) fprintf(stderr, "warning: skipped %s\n", why.c_str());
         for (int k = 0; k < 2; k++) {
             cudaCheck(cudaMallocHost(&inputs_[k], (size_t)B * T * sizeof(int)));
             cudaCheck(cudaMallocHost(&targets_[k], (size_t)B * T * sizeof(int)));
@@ -197,7 +222,7 @@ class DataLoader {
     }
     // The current batch's plan, or nullptr unless plan_embedding_backward() was called.
     const EncoderPlanLists* encoder_plan() const { return plan_encoder_ ? &plans_[current_] : nullptr; }
-    size_t num_shards() const { return files_.size(); }
+    size_t num_shards() const { return files_.size(); }  // the shards read (not those skipped as too short)
     // Batches this rank gets per epoch (all shards).
     size_t batches_per_epoch() const { return std::accumulate(windows_.begin(), windows_.end(), (size_t)0); }
     int epoch() const { return epoch_; }

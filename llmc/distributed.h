@@ -103,14 +103,14 @@ inline void distributed_fatal(const char* fmt, ...) {
 
 #ifdef USE_MPI
 // fatal_error_hook while MPI is up: MPI_Abort ends every process of the job, not just this one.
-inline void distributed_abort_job() {
+inline void distributed_abort_job(int status) {
     int up = 0, down = 0;
     MPI_Initialized(&up);
     MPI_Finalized(&down);
     if (up && !down) {
         fflush(stdout);
         fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+        MPI_Abort(MPI_COMM_WORLD, status);
     }
 }
 

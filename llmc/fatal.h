@@ -8,8 +8,9 @@
 #include <cstdlib>
 
 inline const char* fatal_error_prefix = "";
-inline void (*fatal_error_hook)() = nullptr;
-[[noreturn]] inline void fatal_exit() {
-    if (fatal_error_hook) fatal_error_hook();
-    exit(EXIT_FAILURE);
+inline void (*fatal_error_hook)(int status) = nullptr;
+// status: EXIT_FAILURE for an error; 2 for an option that turned out wrong after parsing (--help's codes).
+[[noreturn]] inline void fatal_exit(int status = EXIT_FAILURE) {
+    if (fatal_error_hook) fatal_error_hook(status);
+    exit(status);
 }

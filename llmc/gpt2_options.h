@@ -45,7 +45,7 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
             "(auto: d12 on a GPU, tiny on the CPU backend: 4 layers, 128 channels, 4 heads, 128 positions)");
     cli.add("layers", nullptr, "INT", "", "random init: number of layers (overrides --init's depth)");
     cli.add("channels", nullptr, "INT", "", "random init: channels C");
-    cli.add("heads", nullptr, "INT", "", "random init: attention heads (C must divide by it)");
+    cli.add("heads", nullptr, "INT", "", "random init: attention heads (C must divide by it; head size C/heads 16, 32, 64 or 128)");
     cli.add("max-seq-len", nullptr, "INT", "1024", "random init: positions maxT (the tiny CPU model: 128)");
     cli.add("vocab-size", nullptr, "INT", "50257", "random init: vocabulary size V (padded to a multiple of 128)");
     RunOptionTexts t;
@@ -75,7 +75,7 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     t.seed_help = "seed for initialization, shuffling and sampling";
     add_run_options(cli, o, t);
     // GPT-2's own
-    cli.add("seq-len", "t", "INT", "auto", "sequence length T (auto: 1024 on a GPU, 128 on the CPU backend)", &o->T, 1,
+    cli.add("seq-len", "t", "INT", "auto", "sequence length T (auto: 1024 on a GPU, 128 on the CPU backend, at most the model's positions)", &o->T, 1,
             1 << 20);
     cli.add("final-lr-frac", "q", "FLOAT", "1.0", "final learning rate as a fraction of the peak", &o->final_lr_frac, 0,
             1);
@@ -118,8 +118,8 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     cli.add_choice("moe-expert", nullptr, "KIND", "gelu", "expert MLP: gelu (GPT-2's, H = 4C) | swiglu (Mixtral's, "
                    "H = 4C)", &o->moe_swiglu, {{"gelu", 0}, {"swiglu", 1}});
     cli.add_flag("expert-parallel", nullptr, "under mpirun -np P: shard each MoE block's experts over the P ranks "
-                 "(E/P each; tokens exchanged by all-to-all, capacity counted per rank); needs E divisible by P, "
-                 "--zero 0 or 1 and --gen-tokens 0", &o->expert_parallel);
+                 "(E/P each; tokens exchanged by all-to-all, capacity counted per rank); needs E divisible by P and, "
+                 "with P > 1, --zero 0 or 1 and --gen-tokens 0", &o->expert_parallel);
     cli.add_flag("shuffle", nullptr, "shuffle the order of batches and shards every epoch (seeded)", &o->shuffle);
     cli.add_flag("overfit-batch", "a", "train on the first batch only (debugging)", &o->overfit_batch);
 }
@@ -147,8 +147,13 @@ inline void resolve_gpt2_options(Cli& cli, TrainOptions* o, const Distributed& d
     check_run_options(cli, o, dist);
     if (o->max_steps == 0) {
         check_no_training_options(cli, *o, o->gen_tokens > 0 || (!o->val_pattern.empty() && o->val_every > 0),
-                                  "a validation loss (-j), a sample (-g) or --export-hf");
+                                  "a validation loss (-j, with -v above 0), a sample (-g) or --export-hf");
         if (cli.given("sample-every")) cli.fail("option --sample-every: --max-steps 0 has no steps to sample between");
+    }
+    if (o->val_pattern.empty()) {  // no validation data: asking for evaluations would change nothing
+        if (cli.given("val-every") && o->val_every > 0)
+            cli.fail("option --val-every: there is no validation data (-j '')");
+        if (cli.given("val-steps")) cli.fail("option --val-steps: there is no validation data (-j '')");
     }
     if (o->gen_tokens == 0)  // the sampling options would change nothing
         for (const char* name : {"prompt", "temperature", "top-k", "sample-every", "tokenizer"})

@@ -287,8 +287,9 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
             "profiler started with collection off records that step alone, e.g. ncu --profile-from-start off (0: "
             "none; with CUDA graphs, step 3 is the first that only replays them)", &o->profile_step, 0, 1 << 30);
     cli.set_epilog(
-        "exit status: 0 the run finished; 1 it stopped on an error, named in one line (data, a file, the\n"
-        "device, a loss that is not finite); 2 a bad option; 128+N stopped by signal N: Ctrl-C (SIGINT, 130),\n"
+        "exit status: 0 the run finished, or left where --stop-after said (its last line then says how to\n"
+        "continue); 1 it stopped on an error, named in one line (data, a file, the device, a loss that is\n"
+        "not finite); 2 a bad option; 128+N stopped by signal N: Ctrl-C (SIGINT, 130),\n"
         "SIGTERM (143) or SIGUSR1 (138) end the run after the step in progress, with a checkpoint of it when\n"
         "-o is given (continue with --resume); a second signal ends it at once.");
 }
@@ -323,17 +324,17 @@ inline std::string apply_attention_backward(const RunOptions& o, int head_size, 
     const AttentionBackward a = o.attention_backward;
     const char* name = attention_backward_name(a);
     if ((a == AttentionBackward::MmaSum || a == AttentionBackward::Tune) && head_size != 64)
-        data_error("option --attention-backward: %s takes head size 64; this model's is %d%s", name, head_size,
-                   a == AttentionBackward::Tune ? " (one form there: nothing to time)" : "");
+        option_error("option --attention-backward: %s takes head size 64; this model's is %d%s", name, head_size,
+                     a == AttentionBackward::Tune ? " (one form there: nothing to time)" : "");
     if (asks_wgmma(a)) {
         if (head_size != 64)
-            data_error("option --attention-backward: %s takes head size 64; this model's is %d", name, head_size);
+            option_error("option --attention-backward: %s takes head size 64; this model's is %d", name, head_size);
         if (attention_dropout > 0)
-            data_error("option --attention-backward: %s runs the backward without attention dropout; this run "
-                       "has attention dropout %g (give --attention-dropout 0)", name, attention_dropout);
+            option_error("option --attention-backward: %s runs the backward without attention dropout; this run "
+                         "has attention dropout %g (give --attention-dropout 0)", name, attention_dropout);
         if (!wgmma_supported())
-            data_error("option --attention-backward: this device has no wgmma code: %s needs an H100 or H200 "
-                       "(compute capability 9.0) and a build for it (make GPU=1 there builds sm_90a)", name);
+            option_error("option --attention-backward: this device has no wgmma code: %s needs an H100 or H200 "
+                         "(compute capability 9.0) and a build for it (make GPU=1 there builds sm_90a)", name);
     }
     const bool three = wgmma_form_has(a, kWgmma3), red = wgmma_form_has(a, kWgmmaRed),
                sum = a == AttentionBackward::MmaSum || wgmma_form_has(a, kWgmmaSum);
@@ -386,9 +387,7 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
     for (const auto& x : only_for)
         if (cli.given(x.option) && !x.applies)
             cli.fail("option --%s: applies to %s only (%s)", x.option, x.only, x.run.c_str());
-    if ((asks_wgmma(o->attention_backward) || o->attention_backward == AttentionBackward::MmaSum ||
-         o->attention_backward == AttentionBackward::Tune) &&
-        (o->precision == Precision::FP32 || o->tf32))
+    if (o->attention_backward != AttentionBackward::Auto && (o->precision == Precision::FP32 || o->tf32))
         cli.fail("option --attention-backward: %s applies to --precision bf16 and fp16 only (%s)",
                  attention_backward_name(o->attention_backward), precision.c_str());
     if (o->opt.nesterov && o->opt.momentum <= 0) cli.fail("option --nesterov: needs --momentum > 0");

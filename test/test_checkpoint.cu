@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
         th::report(th::exited_ok(c) && diff.empty(),
                    "train_gpt2 --help lists the options, values and defaults of test/fixtures/train_gpt2_options.txt",
                    "%s", diff.c_str());
-        th::report(c.text.find("\nexit status: 0 the run finished; 1 it stopped on an error") != std::string::npos &&
+        th::report(c.text.find("\nexit status: 0 the run finished, or left where --stop-after said") != std::string::npos &&
                        c.text.find("SIGTERM (143) or SIGUSR1 (138) end the run after the step in progress") !=
                            std::string::npos,
                    "train_gpt2 --help ends with the exit statuses, signals included", "%s",
@@ -401,8 +401,10 @@ int main(int argc, char** argv) {
                                                   ")"},
             {"--stop-after 1", "option --stop-after: needs --output-dir"},
             {"--log-ranks", "option --log-ranks: needs --output-dir"},
-            {"-x 0", "option --max-steps: 0 (no training) leaves nothing to do; ask for a validation loss (-j), a "
-                     "sample (-g) or --export-hf"},
+            {"-x 0", "option --max-steps: 0 (no training) leaves nothing to do; ask for a validation loss (-j, "
+                     "with -v above 0), a sample (-g) or --export-hf"},
+            {"-v 5", "option --val-every: there is no validation data (-j '')"},
+            {"-v 0 -m 3", "option --val-steps: there is no validation data (-j '')"},
             {"-x 0 -g 4 -o " + g_tmp + "/eval_only", "option --output-dir: --max-steps 0 trains nothing, so it "
                                                       "writes no checkpoints or log"},
             {"-x 0 -g 4 -s 1", "option --sample-every: --max-steps 0 has no steps to sample between"},
@@ -421,8 +423,10 @@ int main(int argc, char** argv) {
                                           "only (this run's precision is fp32)"},
             {"--precision fp16 --attention-backward tune", "option --attention-backward: tune takes head size 64; "
                                                            "this model's is 16 (one form there: nothing to time)"},
-            {"-x 0 -g 4 --attention-backward mma", "option --attention-backward: --max-steps 0 trains nothing, so it "
-                                                   "runs no backward"},
+            {"--attention-backward mma", "option --attention-backward: mma applies to --precision bf16 and fp16 "
+                                         "only (this run's precision is fp32)"},
+            {"-x 0 -g 4 --precision bf16 --attention-backward mma", "option --attention-backward: --max-steps 0 "
+                                                                    "trains nothing, so it runs no backward"},
             {"-x 0 -g 4 --bias-grad kernels", "option --bias-grad: --max-steps 0 trains nothing, so it runs no "
                                               "backward"},
             {"--bias-grad bgradb", "option --bias-grad: 'bgradb' is not one of auto, gemm, kernels"},
@@ -471,6 +475,38 @@ int main(int argc, char** argv) {
                                ? "train_gpt2 --tokenizer GARBAGE: one line, exit 1"
                                : "train_gpt2 --tokenizer GARBAGE --prompt hi: one line, exit 1",
                            "exit %d: %s", WEXITSTATUS(c.status), th::last_lines(c.text).c_str());
+            }
+        }
+        // A checkpoint that cannot be written whole (its state file's temporary path taken by a
+        // directory, as a full disk would fail it) stops the run, and the model file already written
+        // for that step goes too: on a full disk it would hold the space the next attempt needs.
+        {
+            const std::string fdir = g_tmp + "/failed_save";
+            th::run_command("mkdir -p " + fdir + "/state_00000001_00000.bin.tmp");
+            th::ChildOutput c = th::run_command(tiny + "-n 1 -o " + fdir + " 2>&1");
+            bool gone = access((fdir + "/model_00000001.bin").c_str(), F_OK) != 0;
+            th::report(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1 && gone &&
+                           c.text.find("checkpoint at step 1: cannot write " + fdir + "/state_00000001_00000.bin.tmp") !=
+                               std::string::npos,
+                       "train_gpt2: a checkpoint that fails half-written stops the run and leaves none of its files",
+                       "exit %d, model file %s: %s", WEXITSTATUS(c.status), gone ? "removed" : "left",
+                       th::last_lines(c.text).c_str());
+        }
+        // Options found wrong only once the model or the run's steps are known exit 2 as every bad
+        // option does (--help's statuses), not 1 as bad data: the tokens per step, the attention
+        // backward's head size, --profile-step, an --output-dir that cannot be a directory.
+        {
+            const std::string a_file = g_tmp + "/a_file";  // the file made above
+            const std::vector<std::array<std::string, 2>> late = {
+                {"-d 48", "option --total-batch-size: 48 is not a multiple of B*T = 32"},
+                {"--precision bf16 --attention-backward wgmma", "option --attention-backward: wgmma takes head size 64"},
+                {"--profile-step 3", "option --profile-step: 3 is past the 2 steps this run takes"},
+                {"-o " + a_file + "/run", "option --output-dir: cannot create directory " + a_file}};
+            for (const auto& r : late) {
+                th::ChildOutput c = th::run_command(tiny + r[0] + " 2>&1");
+                th::report(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 2 && c.text.find(r[1]) != std::string::npos,
+                           ("train_gpt2 " + r[0] + ": refused with exit 2").c_str(), "exit %d: %s",
+                           WEXITSTATUS(c.status), th::last_lines(c.text).c_str());
             }
         }
         // The attention backward on a model of head size 64 (bf16): by default (auto) the wgmma kernel

@@ -205,6 +205,26 @@ void test_errors() {
     expect_error("dataloader error: file shorter than a header", "too short for a token shard header", open(short_header));
     expect_error("dataloader error: token >= vocab size", "token 777 at position 57 is outside the vocabulary", open(bad_token));
     expect_error("dataloader error: too few tokens for one batch", "too few for one batch", open(tiny));
+    // Beside a shard that holds batches, a short one (a dataset's last, say) is skipped with one warning;
+    // when every shard of the pattern is short, that is the error.
+    {
+        write_shard("mixed_a.bin", counting_tokens(41, V));  // 2 windows of B*T = 16 tokens
+        write_shard("mixed_b.bin", counting_tokens(10, V));
+        th::ChildOutput child = th::run_in_child([&] {
+            DataLoader dl(tmpdir + "/mixed_*.bin", B, T, 0, 1, false, 0, V);
+            if (dl.num_shards() != 1 || dl.batches_per_epoch() != 2 || dl.inputs()[0] != 0) exit(3);
+        });
+        std::string warned = "warning: skipped " + tmpdir + "/mixed_b.bin: 10 tokens, too few for one batch (B=2 x "
+                             "T=8 x 1 rank + 1 = 17 tokens)\n";
+        th::report(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0 && child.text == warned,
+                   "dataloader: a shard too short for one batch beside others is skipped, with one warning",
+                   "exit %d, stderr: %s", WEXITSTATUS(child.status), child.text.c_str());
+        write_shard("few_a.bin", counting_tokens(12, V));
+        write_shard("few_b.bin", counting_tokens(10, V));
+        expect_error("dataloader error: every shard of the pattern too short", "few_a.bin: 12 tokens, too few for "
+                     "one batch (B=2 x T=8 x 1 rank + 1 = 17 tokens), as every shard of the pattern",
+                     open(tmpdir + "/few_*.bin"));
+    }
     expect_error("dataloader error: no file matches", "no token shards match", open(tmpdir + "/nothing_*.bin"));
     // What is not a file is refused by name before it is opened: a pipe would block the open forever.
     std::string fifo = tmpdir + "/pipe.bin", folder = tmpdir + "/folder.bin";
