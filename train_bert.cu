@@ -856,11 +856,16 @@ void save_bert_checkpoint(const std::string& dir, int step, BERT<floatX>& model,
     bool ok = true;
     if (dist.rank == 0) ok = write_bert_model_file(model_path, model.config, model.params_host_fp32(), &err);
     if (ok && (dist.rank == 0 || st.world > 1)) ok = write_train_state(state_file(dir, step, st.rank), st, &err);
-    if (!ok) data_error("checkpoint at step %d: %s", step, err.c_str());
+    if (!ok) {
+        remove_failed_checkpoint(dir, step, dist.rank, st.world);
+        data_error("checkpoint at step %d: %s", step, err.c_str());
+    }
     all_reduce_max_scalar(dist, 0);  // a barrier: every rank's files are on disk
     if (dist.rank == 0) {
-        if (!write_file_atomic(checkpoint_file(dir, "DONE", step), {}, &err))
+        if (!write_file_atomic(checkpoint_file(dir, "DONE", step), {}, &err)) {
+            remove_failed_checkpoint(dir, step, dist.rank, st.world);
             data_error("checkpoint at step %d: %s", step, err.c_str());
+        }
         prune_checkpoints(dir, keep, std::max(st.world, 1));
     }
     printf("checkpoint: %s (+ %s, DONE)\n", model_path.c_str(),
@@ -934,8 +939,8 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     long long global_micro = (long long)o.B * dist.world;
     long long total = o.total_batch > 0 ? o.total_batch : global_micro;
     if (total % global_micro != 0)
-        data_error("--total-batch-size %lld is not a multiple of the micro-batch B%s = %lld", total,
-                   dist.world > 1 ? "*ranks" : "", global_micro);
+        option_error("option --total-batch-size: %lld is not a multiple of the micro-batch B%s = %lld", total,
+                     dist.world > 1 ? "*ranks" : "", global_micro);
     int accum = (int)(total / global_micro);
     model.reserve_batch_slots(accum);
     int steps_per_epoch = (int)(train.batches_per_epoch() / accum);
@@ -980,7 +985,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     RunLog log;
     if (!o.output_dir.empty() && (dist.rank == 0 || o.log_ranks)) {
         std::string err;
-        if (!make_dirs(o.output_dir, &err)) data_error("option --output-dir: %s", err.c_str());
+        if (!make_dirs(o.output_dir, &err)) option_error("option --output-dir: %s", err.c_str());
         std::string name = dist.rank == 0 ? "/log.jsonl" : "/log_rank" + std::to_string(dist.rank) + ".jsonl";
         if (!log.open(o.output_dir + name, resume ? start_step : -1, &err)) data_error("%s", err.c_str());
     }
@@ -1238,8 +1243,8 @@ inline std::string bert_absolute_path(const std::string& path) {
 
 // The fingerprint (WordPiece::fingerprint) of the vocab.txt beside a checkpoint's weights (spec as
 // --init takes it), and that file's path; 0 and "" when there is none. A vocab.txt that is there but
-// unreadable or malformed stops the run, naming it.
-inline uint64_t bert_checkpoint_vocab(const std::string& spec, std::string* path) {
+// unreadable, malformed or of another size than the model's vocab_size stops the run, naming it.
+inline uint64_t bert_checkpoint_vocab(const std::string& spec, int vocab_size, std::string* path) {
     std::string weights, err;
     struct stat info;
     path->clear();
@@ -1249,6 +1254,9 @@ inline uint64_t bert_checkpoint_vocab(const std::string& spec, std::string* path
     *path = candidate;
     WordPiece vocab;
     if (!vocab.load(*path, &err)) data_error("the model's vocabulary: %s", err.c_str());
+    if (vocab.vocab_size() != vocab_size)
+        data_error("%s: %d tokens, but the model beside it has vocab_size %d: not the model's vocabulary",
+                   path->c_str(), vocab.vocab_size(), vocab_size);
     return vocab.fingerprint();
 }
 
@@ -1284,9 +1292,10 @@ inline void check_bert_resume(const Cli& cli, const BertTrainOptions& o, const B
 // into --export-hf: neither may replace a model's config.json, nor the one the other writes.
 inline void check_bert_output_dirs(const Cli& cli, const BertTrainOptions& o) {
     if (o.output_dir.empty()) return;
-    if (holds_foreign_config(o.output_dir))
-        cli.fail("option --output-dir: %s holds a config.json that is not a train_bert run's (a model's?), which "
-                 "the run's own config.json would replace: give another directory", o.output_dir.c_str());
+    std::string foreign = foreign_config(o.output_dir);
+    if (!foreign.empty())
+        cli.fail("option --output-dir: %s holds a config.json that is %s, which the run's own config.json would "
+                 "replace: give another directory", o.output_dir.c_str(), foreign.c_str());
     if (!o.export_hf.empty() && same_file(o.output_dir, o.export_hf))
         cli.fail("option --export-hf: %s is the run's --output-dir, whose config.json (what --resume reads) the "
                  "export's would replace: give another directory", o.export_hf.c_str());
@@ -1366,6 +1375,7 @@ int train_bert_main(int argc, char** argv) {
         model_name = spec == minilm_dir ? "all-MiniLM-L6-v2" : spec;
         o.init_path = bert_absolute_path(spec);
     }
+    if (o.max_len > config.max_seq_len && !cli.given("max-len")) o.max_len = config.max_seq_len;  // the default
     if (o.max_len > config.max_seq_len)
         cli.fail("option --max-len: %d is longer than the model's %d positions", o.max_len, config.max_seq_len);
     // Dropout: the model's config.json (0.1 each for a random init; a resumed run's records what the
@@ -1419,6 +1429,10 @@ int train_bert_main(int argc, char** argv) {
                      "--vocab dev/data/bert/vocab.txt --out PREFIX TEXT...)");
         cli.resolve_auto("train-data", bundled_path(kBertDefaultTrain));
         cli.resolve_auto("val-data", default_task ? bundled_path(kBertDefaultVal) : "");
+        if (o.val_pattern.empty() && ((cli.given("eval-every") && o.eval_every > 0) ||
+                                      (cli.given("eval-first") && o.eval_first)))
+            cli.fail("option --%s: there is no validation data (-j '')",
+                     cli.given("eval-every") && o.eval_every > 0 ? "eval-every" : "eval-first");
     }
     BertDataLoader::Options lo;
     lo.B = o.B;
@@ -1431,7 +1445,8 @@ int train_bert_main(int argc, char** argv) {
     // The shards must be of the task and the model's vocabulary (a random init takes the shards'): its
     // size, and where both record it (the shards' header, a vocab.txt beside the checkpoint) its tokens.
     std::string model_vocab;
-    const uint64_t model_fingerprint = o.init_path.empty() ? 0 : bert_checkpoint_vocab(o.init_path, &model_vocab);
+    const uint64_t model_fingerprint =
+        o.init_path.empty() ? 0 : bert_checkpoint_vocab(o.init_path, config.vocab_size, &model_vocab);
     auto check_data = [&](const BertDataLoader& d, const std::string& pattern) {
         if (d.is_mlm() != mlm)
             data_error("%s: %s shards, but --task %s needs %s shards (build/bert_data %s)", pattern.c_str(),
@@ -1490,8 +1505,7 @@ int train_bert_main(int argc, char** argv) {
         // them, the shards' must be the same list (as --export-hf would write it: LABEL_k past theirs),
         // or training and the export would give each output another label's meaning.
         if (fixed && bert_labels_named(parts.label_names)) {
-            std::vector<std::string> ours = label_names;
-            for (int k = n; k < config.num_labels; k++) ours.push_back(bert_generic_label(k));
+            std::vector<std::string> ours = bert_padded_label_names(label_names, config.num_labels);
             if (ours != parts.label_names)
                 data_error("%s: the checkpoint's classifier has labels %s (id2label), the shards %s have %s: each "
                            "output would change meaning (the same names in the same order are needed: build the "

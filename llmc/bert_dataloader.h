@@ -409,13 +409,17 @@ class BertDataLoader {
         if (files_.empty()) bert_data_error("no BERT shards match '%s'", pattern.c_str());
         const size_t G = (size_t)o.world * o.B;
         int max_len = 0;
+        std::string first_names;  // the first shard's label names, as stored
         for (const std::string& path : files_) {
             BertShard s;
             size_t n, total;
-            read_header(path, &s, &n, &total);
-            if (counts_.empty()) info_ = s;
+            std::string names;
+            read_header(path, &s, &n, &total, &names);
+            if (counts_.empty()) info_ = s, first_names = names;
             std::string why;
             if (s.kind != info_.kind) why = "its kind (MLM or classification) differs from " + files_[0] + "'s";
+            else if (names != first_names)
+                why = "its labels differ from " + files_[0] + "'s (the same names in the same order are needed)";
             else if (s.vocab_size != info_.vocab_size || s.cls_id != info_.cls_id || s.sep_id != info_.sep_id ||
                      s.pad_id != info_.pad_id || s.mask_id != info_.mask_id || s.unk_id != info_.unk_id)
                 why = "built with another vocabulary than " + files_[0] + " (vocab_size or special ids differ)";
@@ -519,8 +523,10 @@ class BertDataLoader {
     static constexpr uint64_t EVAL_EPOCH = ~0ull;  // the masks' epoch key of an eval loader
     enum Purpose : uint64_t { SHARD_ORDER = 1, SEQ_ORDER, BATCH_ORDER, MASKS };
 
-    // Reads and checks shard path's header (and its file size) into *s, *n sequences, *total tokens.
-    static void read_header(const std::string& path, BertShard* s, size_t* n, size_t* total) {
+    // Reads and checks shard path's header (and its file size) into *s, *n sequences, *total tokens, and
+    // its label names as stored at the end of the file (newline-terminated; none for MLM) into *names:
+    // shards whose labels disagree are refused before training starts, not when they are reached.
+    static void read_header(const std::string& path, BertShard* s, size_t* n, size_t* total, std::string* names) {
         uint8_t header[BERT_SHARD_HEADER_INTS * 4] = {};
         std::string why = not_a_regular_file(path);
         if (!why.empty()) bert_data_error("%s: BERT shards are files", why.c_str());
@@ -529,11 +535,18 @@ class BertDataLoader {
         bool ok = fread(header, 1, sizeof(header), f) > 0 || !ferror(f);  // a short file is refused by its size
         ok = ok && fseek(f, 0, SEEK_END) == 0;
         long size = ftell(f);
-        fclose(f);
-        if (!ok || size < 0) bert_data_error("%s: read failed", path.c_str());
         std::string err;
-        if (!parse_bert_shard_header(header, (size_t)size, s, n, total, &err))
+        if (ok && size >= 0 && !parse_bert_shard_header(header, (size_t)size, s, n, total, &err)) {
+            fclose(f);
             bert_data_error("%s: %s", path.c_str(), err.c_str());
+        }
+        int32_t name_bytes;
+        memcpy(&name_bytes, header + 4 * bert_shard_detail::NAME_BYTES, 4);  // checked: the file ends with them
+        names->assign((size_t)name_bytes, '\0');
+        ok = ok && size >= 0 && fseek(f, size - name_bytes, SEEK_SET) == 0 &&
+             fread(&(*names)[0], 1, names->size(), f) == names->size();
+        fclose(f);
+        if (!ok) bert_data_error("%s: read failed", path.c_str());
     }
 
     // Reads shard k whole and checks every rule of the format, and that it still agrees with the

@@ -106,6 +106,18 @@ struct BertParts {
 // The name transformers gives label k when nobody named it (and bert_config_json writes): LABEL_k.
 inline std::string bert_generic_label(int k) { return "LABEL_" + std::to_string(k); }
 
+// The names of a classifier's num_labels outputs given the first names.size() of them: those, then
+// LABEL_k for the rest, with "_unused" appended while a given name already has it (a shard may name its
+// label LABEL_1): id2label and label2id need distinct names.
+inline std::vector<std::string> bert_padded_label_names(std::vector<std::string> names, int num_labels) {
+    for (int k = (int)names.size(); k < num_labels; k++) {
+        std::string name = bert_generic_label(k);
+        while (std::find(names.begin(), names.end(), name) != names.end()) name += "_unused";
+        names.push_back(name);
+    }
+    return names;
+}
+
 // Whether labels are named: not only transformers' generic LABEL_0, LABEL_1, ..., which say nothing
 // about what each output means.
 inline bool bert_labels_named(const std::vector<std::string>& names) {
@@ -129,16 +141,9 @@ inline void read_hf_bert_config(const std::string& path, BertConfig* c,
                                 std::vector<std::string>* label_names = nullptr,
                                 std::string* architecture = nullptr) {
     std::vector<uint8_t> bytes;
-    {
-        FILE* f = fopen(path.c_str(), "rb");
-        if (!f) data_error("cannot open %s: %s", path.c_str(), strerror(errno));
-        char buf[4096];
-        size_t got;
-        while ((got = fread(buf, 1, sizeof(buf), f)) > 0) bytes.insert(bytes.end(), buf, buf + got);
-        fclose(f);
-    }
-    json::Value root;
     std::string err;
+    if (!read_whole_file(path, &bytes, &err)) data_error("%s", err.c_str());  // also "PATH is a directory"
+    json::Value root;
     if (!json::parse((const char*)bytes.data(), bytes.size(), &root, &err)) data_error("%s: %s", path.c_str(), err.c_str());
     if (root.type != json::Value::Object) data_error("%s: not a JSON object", path.c_str());
     const char* f = path.c_str();
@@ -424,9 +429,10 @@ inline std::string bert_config_json(const BertConfig& c, const char* arch, bool 
                                     const std::vector<std::string>& label_names = {}, const std::string& extra = "") {
     // The labels (transformers derives num_labels from id2label), for every architecture.
     std::string id2label, label2id;
+    const std::vector<std::string> names = bert_padded_label_names(label_names, c.num_labels);
     for (int k = 0; k < c.num_labels; k++) {
         std::string sep = k ? ", " : "";
-        std::string name = json::quote((size_t)k < label_names.size() ? label_names[k] : bert_generic_label(k));
+        std::string name = json::quote(names[k]);
         id2label += sep + "\"" + std::to_string(k) + "\": " + name;
         label2id += sep + name + ": " + std::to_string(k);
     }
@@ -561,15 +567,16 @@ inline void check_bert_run_config(const std::string& dir, bool required) {
                    "copy, or edited)", path.c_str());
 }
 
-// Whether dir holds a config.json that is not a train_bert run's (no llmc_run, or not JSON): a
-// model's (e.g. the directory --init read), which a run writing its own config.json there would
-// replace. No config.json: false.
-inline bool holds_foreign_config(const std::string& dir) {
+// What dir's config.json is when it is not a train_bert run's, which a run writing its own config.json
+// there would replace: "not JSON (...)", or "not a train_bert run's (a model's?)" (no llmc_run: e.g. the
+// directory --init read). "" for a run's, or no config.json.
+inline std::string foreign_config(const std::string& dir) {
     std::vector<uint8_t> bytes;
     json::Value root;
     std::string err;
-    if (!read_whole_file(dir + "/config.json", &bytes, &err)) return false;
-    return !json::parse((const char*)bytes.data(), bytes.size(), &root, &err) || !root.get("llmc_run");
+    if (!read_whole_file(dir + "/config.json", &bytes, &err)) return "";
+    if (!json::parse((const char*)bytes.data(), bytes.size(), &root, &err)) return "not JSON (" + err + ")";
+    return root.get("llmc_run") ? "" : "not a train_bert run's (a model's?)";
 }
 
 // The llmc_run settings of the run's config.json in dir, those present; all "" if the file cannot be

@@ -787,6 +787,23 @@ void test_loader() {
                     loader_options(8, 64), "b.bin: built with another vocabulary than " + dir + "/fp/a.bin (the same "
                     "size, other tokens: their fingerprints differ)");
     }
+    // Classification shards of one pattern whose labels differ (other names, or the same in another
+    // order): refused when the loader opens them, not when training first reaches the second shard.
+    {
+        std::string err;
+        BertShard a = synthetic(BertShardKind::Classify, 300, 64, 0, 23, 3), b = a, c = a;
+        std::swap(b.label_names[0], b.label_names[1]);
+        c.label_names.back() = "other";
+        std::filesystem::create_directories(dir + "/lab");
+        bool wrote = write_bert_shard(dir + "/lab/a.bin", a, &err) && write_bert_shard(dir + "/lab/b.bin", b, &err) &&
+                     write_bert_shard(dir + "/lab/c.bin", c, &err);
+        th::report(wrote, "loader: shards with other labels written", "%s", err.c_str());
+        expect_exit("loader refuses at once: shards of one pattern with the labels in another order",
+                    dir + "/lab/[ab].bin", loader_options(8, 64),
+                    "b.bin: its labels differ from " + dir + "/lab/a.bin's (the same names in the same order are needed)");
+        expect_exit("loader refuses at once: shards of one pattern with another label name", dir + "/lab/[ac].bin",
+                    loader_options(8, 64), "c.bin: its labels differ from " + dir + "/lab/a.bin's");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -47,13 +47,14 @@ th::ChildOutput run(const std::string& args, bool stderr_only = false) {
 
 bool exited(const th::ChildOutput& c, int code) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == code; }
 
-// The run must fail (non-zero exit) with `expect` in its one line on stderr.
-void expect_error(const char* name, const std::string& args, const char* expect) {
+// The run must fail (non-zero exit; `status` exactly, unless 0) with `expect` in its one line on stderr.
+void expect_error(const char* name, const std::string& args, const char* expect, int status = 0) {
     th::ChildOutput c = run(args, true);
     std::string err = c.text;
     while (!err.empty() && err.back() == '\n') err.pop_back();
     bool one_line = !err.empty() && err.find('\n') == std::string::npos;
-    bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) != 0 && err.find(expect) != std::string::npos && one_line;
+    bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) != 0 && (!status || WEXITSTATUS(c.status) == status) &&
+              err.find(expect) != std::string::npos && one_line;
     th::report(ok, name, "exit %d, stderr: %s", WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1, err.c_str());
 }
 
@@ -149,12 +150,14 @@ void test_refusals(const std::string& cls3, const std::string& cls4, const std::
     expect_error("refused: an empty --init", "--init ''", "option --init: an empty path");
     expect_error("refused: --resume without --output-dir", "--resume", "option --resume: needs --output-dir");
     expect_error("refused: --total-batch-size not a multiple of B",
-                 base + "--config tiny -i " + cls3 + " -d 6", "--total-batch-size 6 is not a multiple");
+                 base + "--config tiny -i " + cls3 + " -d 6", "option --total-batch-size: 6 is not a multiple", 2);
     // Options that would change nothing in the run asked for: refused, not silently ignored.
     expect_error("refused: --mask-rate with --task classify", base + "--config tiny -i " + cls3 + " --mask-rate 0.2",
                  "option --mask-rate: applies to --task mlm only");
     expect_error("refused: --num-labels with --task mlm", base + "--task mlm --config tiny -i " + mlm +
                  " --num-labels 3", "option --num-labels: applies to --task classify only");
+    expect_error("refused: --eval-every without validation data", base + "--config tiny -i " + cls3 + " -j '' -v 2",
+                 "option --eval-every: there is no validation data (-j '')", 2);
     expect_error("refused: --eval-every with --bench", "--bench --config tiny --eval-every 2",
                  "option --eval-every: --bench does not evaluate");
     expect_error("refused: --loss-scale outside fp16", base + "--config tiny -i " + cls3 + " --loss-scale 1024",
@@ -166,11 +169,13 @@ void test_refusals(const std::string& cls3, const std::string& cls4, const std::
     expect_error("refused: --attention-backward wgmma with attention dropout", base + "--config tiny -i " + cls3 +
                  " --precision bf16 --attention-backward wgmma",
                  "option --attention-backward: wgmma runs the backward without attention dropout; this run has "
-                 "attention dropout 0.1 (give --attention-dropout 0)");
+                 "attention dropout 0.1 (give --attention-dropout 0)", 2);
     expect_error("refused: --nesterov with AdamW", base + "--config tiny -i " + cls3 + " --nesterov",
                  "option --nesterov: applies to --optimizer sgd only (this run's optimizer is adamw)");
     expect_error("refused: --profile-step past the run's steps", base + "--config tiny -i " + cls3 +
-                 " --profile-step 2", "option --profile-step: 2 is past the 1 step this run takes");
+                 " --profile-step 2", "option --profile-step: 2 is past the 1 step this run takes", 2);
+    expect_error("refused: an --output-dir that cannot be a directory (under a file)", base + "--config tiny -i " + cls3 +
+                 " -o " + kFixtures + "bert_tiny_cls/config.json/run", "option --output-dir: cannot create directory", 2);
     // The run's config.json would replace a model's (-o the directory --init read), or the export's
     // the run's (--export-hf the run's -o): refused, the model's config.json untouched.
     {
@@ -185,6 +190,10 @@ void test_refusals(const std::string& cls3, const std::string& cls4, const std::
         const std::string run = g_tmp + "/run_and_export", said = "option --export-hf: " + run + "/. is the run's";
         expect_error("refused: --export-hf the run's -o",
                      base + "--config tiny -i " + cls3 + " -o " + run + " --export-hf " + run + "/.", said.c_str());
+        const std::string corrupt = g_tmp + "/corrupt_config";
+        th::run_command("mkdir -p " + corrupt + " && printf '{bad' > " + corrupt + "/config.json");
+        expect_error("refused: -o holding a config.json that is not JSON, said so", base + "--config tiny -i " + cls3 +
+                     " -o " + corrupt + " -y", "holds a config.json that is not JSON (", 2);
     }
 }
 
@@ -427,6 +436,14 @@ void test_vocab_fingerprint(const std::string& cls3) {
                err.c_str(), th::last_lines(refused.text).c_str());
     th::ChildOutput a = run(args + mine), b = run(args + cls3);
     th::report(exited(a, 0) && exited(b, 0), "shards of the model's vocab.txt, or recording none, train beside it");
+    // A vocab.txt of another size than the model's vocab_size is not the model's: refused, naming it.
+    std::string shorter = own_text.substr(0, own_text.find("w300\n"));
+    bool wrote = write_file_atomic(dir + "/vocab.txt", {{shorter.data(), shorter.size()}}, &err);
+    th::ChildOutput c = run(args + mine, true);
+    th::report(wrote && exited(c, 1) && c.text.find(dir + "/vocab.txt: 300 tokens, but the model beside it has "
+                                                    "vocab_size 500: not the model's vocabulary") != std::string::npos,
+               "refused: a vocab.txt beside the model of another size than its vocab_size", "%s",
+               th::last_lines(c.text).c_str());
 }
 
 // The line of out that starts with `prefix` ("" if none).
@@ -608,32 +625,61 @@ void test_no_masked_tokens() {
                eval ? "ok" : "missing", json ? "ok" : "not null");
 }
 
-// Same seed: the same losses; another seed: other losses (dropout on).
-// A model whose weights are all NaN (bert_tiny_cls with its tensors' bytes overwritten): the loss of
-// step 1 is NaN, and the run stops there with an error, before it writes a checkpoint.
-void test_nan_loss_stops(const std::string& cls3) {
-    std::string dir = g_tmp + "/nan_model", out = g_tmp + "/nan_run";
+// The fixture bert_tiny_cls in dir, its safetensors' bytes passed through plant(bytes, data_start)
+// first (data_start: where the tensors' data begins). False when a file could not be read or written.
+template <class Plant>
+bool write_planted_cls_model(const std::string& dir, Plant plant) {
     th::run_command("mkdir -p " + dir + " && cp " + kFixtures + "bert_tiny_cls/config.json " + dir);
     std::string bytes = slurp(kFixtures + "bert_tiny_cls/model.safetensors");
     uint64_t header = 0;
-    bool planted = bytes.size() > 8;
-    if (planted) memcpy(&header, bytes.data(), 8);
-    planted = planted && 8 + header + 4 <= bytes.size();
-    const float nan = NAN;
-    for (size_t at = 8 + header; planted && at + 4 <= bytes.size(); at += 4) memcpy(&bytes[at], &nan, 4);
+    if (bytes.size() < 8) return false;
+    memcpy(&header, bytes.data(), 8);
+    if (8 + header + 4 > bytes.size() || !plant(bytes, 8 + header)) return false;
     FILE* f = fopen((dir + "/model.safetensors").c_str(), "wb");
-    if (f) {
-        planted = fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && planted;
-        fclose(f);
-    }
+    if (!f) return false;
+    bool ok = fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    return fclose(f) == 0 && ok;
+}
+
+// A model whose weights are all NaN (bert_tiny_cls with its tensors' bytes overwritten): the loss of
+// step 1 is NaN, and the run stops there with an error, before it writes a checkpoint. One NaN in
+// layer 0's query weight reaches the loss only through the pooler's tanh: an evaluation of that model
+// (-x 0) stops on its NaN validation loss too, instead of reporting a finite one.
+void test_nan_loss_stops(const std::string& cls3) {
+    const float nan = NAN;
+    std::string dir = g_tmp + "/nan_model", out = g_tmp + "/nan_run";
+    bool planted = write_planted_cls_model(dir, [&](std::string& bytes, size_t data) {
+        for (size_t at = data; at + 4 <= bytes.size(); at += 4) memcpy(&bytes[at], &nan, 4);
+        return true;
+    });
     th::ChildOutput c = run("--init " + dir + " -i " + cls3 + " -j '' -b 4 -t 32 --max-steps 3 --eval-first 0 -n 1 -o " +
                             out);
     bool ok = planted && !th::exited_ok(c) && c.text.find("step 1: the loss is nan: training diverged") != std::string::npos &&
               complete_checkpoints(out).empty();
     th::report(ok, "a loss that is not finite stops the run, before any checkpoint", "%s",
                th::last_lines(c.text).c_str());
+
+    const std::string one = g_tmp + "/one_nan_model", query = "bert.encoder.layer.0.attention.self.query.weight";
+    planted = write_planted_cls_model(one, [&](std::string& bytes, size_t data) {
+        json::Value h;
+        std::string err;
+        const json::Value *t, *offsets;
+        if (!json::parse(bytes.data() + 8, data - 8, &h, &err) || !(t = h.get(query)) ||
+            !(offsets = t->get("data_offsets")) || offsets->items.size() != 2)
+            return false;
+        size_t at = data + (size_t)offsets->items[0].integer + 4 * 5;  // the weight's element [0][5]
+        if (at + 4 > bytes.size()) return false;
+        memcpy(&bytes[at], &nan, 4);
+        return true;
+    });
+    c = run("--init " + one + " -i " + cls3 + " -j " + cls3 + " -b 4 -t 32 -x 0");
+    ok = planted && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1 &&
+         c.text.find("step 0: the validation loss is nan: the model holds non-finite values") != std::string::npos;
+    th::report(ok, "one NaN in a query weight: -x 0's evaluation stops on the NaN validation loss, exit 1",
+               "exit %d | %s", WEXITSTATUS(c.status), th::last_lines(c.text).c_str());
 }
 
+// Same seed: the same losses; another seed: other losses (dropout on).
 void test_seeds(const std::string& args) {
     std::vector<double> a = step_losses(run(args + " --seed 5").text), b = step_losses(run(args + " --seed 5").text),
                         c = step_losses(run(args + " --seed 6").text);
@@ -723,6 +769,24 @@ void test_export(const std::string& cls3) {
                  config.find("\"BertForSequenceClassification\"") != std::string::npos;
     th::report(exited(c, 0) && same && names, "--export-hf: our loader reads it back, label names in config.json",
                "exit %d", WEXITSTATUS(c.status));
+}
+
+// Shards whose one label is named LABEL_1, transformers' generic name of output 1: the export names
+// output 1 otherwise (id2label and label2id need distinct names), and the export loads back.
+void test_export_generic_label_name() {
+    std::string path = th::write_bert_test_shard(g_tmp, "label_1.bin", BertShardKind::Classify, 32, 32, 500, 1, 5);
+    BertShard shard;
+    std::string err, hf = g_tmp + "/export_label_1";
+    bool renamed = read_bert_shard(path, &shard, &err);
+    shard.label_names = {"LABEL_1"};
+    renamed = renamed && write_bert_shard(path, shard, &err);
+    th::ChildOutput a = run("--config tiny -i " + path + " -j '' -b 4 -t 32 -x 1 --export-hf " + hf);
+    th::ChildOutput b = run("--init " + hf + " -i " + path + " -j '' -b 4 -t 32 -x 1");
+    std::string config = slurp(hf + "/config.json");
+    bool names = config.find("\"id2label\": {\"0\": \"LABEL_1\", \"1\": \"LABEL_1_unused\"}") != std::string::npos;
+    th::report(renamed && exited(a, 0) && exited(b, 0) && names,
+               "--export-hf of shards labelled LABEL_1: output 1 named LABEL_1_unused, and the export loads back",
+               "exit %d, %d | %s", WEXITSTATUS(a.status), WEXITSTATUS(b.status), th::last_lines(b.text).c_str());
 }
 
 // The gradients with dropout on are those of the loss with those masks: backward() redraws every
@@ -890,6 +954,7 @@ int main(int argc, char** argv) {
     test_dropout_gradients(BertHead::Classify);
     test_dropout_gradients(BertHead::MLM);
     test_export(cls3);
+    test_export_generic_label_name();
 
     if (!getenv("KEEP_TMP")) th::run_command("rm -rf " + g_tmp);
     return th::finish();
