@@ -38,31 +38,31 @@ constexpr int SHARD_MAGIC = 20240520;
 constexpr int SHARD_VERSION = 1;
 constexpr int SHARD_HEADER_INTS = 256;
 
-// Prints one error line and exits: bad input files are not worth continuing with. In a multi-rank
-// run the line names the rank and the whole job stops (fatal_error_prefix/fatal_exit, cuda_common.h).
+// Prints one error line ("error: ..."; in a multi-rank run the rank's prefix) and exits with status
+// through fatal_exit, which in a multi-rank run stops the whole job (fatal_error_prefix, cuda_common.h).
+[[noreturn]] inline void error_line_exit(int status, const char* fmt, va_list ap) {
+    fprintf(stderr, "%s", *fatal_error_prefix ? fatal_error_prefix : "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    fatal_exit(status);
+}
+
+// Bad input files are not worth continuing with: one line, exit status 1.
 [[noreturn]] inline void data_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 inline void data_error(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s", *fatal_error_prefix ? fatal_error_prefix : "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    fatal_exit();
+    error_line_exit(EXIT_FAILURE, fmt, ap);
 }
 
 // An option that turns out wrong only once the model, the data or the device are known (a batch that
-// does not divide the tokens per step, a kernel this model cannot take): one line as data_error's, but
-// exit status 2, a bad option's.
+// does not divide the tokens per step, a kernel this model cannot take): one line, but exit status 2,
+// a bad option's.
 [[noreturn]] inline void option_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 inline void option_error(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s", *fatal_error_prefix ? fatal_error_prefix : "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    fatal_exit(2);
+    error_line_exit(2, fmt, ap);
 }
 
 // The files matching a glob pattern, sorted (one file name is a pattern too).
