@@ -400,46 +400,58 @@ class BertDataLoader {
             bert_data_error("BertDataLoader: need mask_rate in [0,1], mask_token, random_token >= 0 with sum <= 1, "
                             "max_predictions >= 0 (got %g, %g, %g, %d)", o.mask_rate, o.mask_token, o.random_token,
                             o.max_predictions);
+        std::vector<std::string> matched;
         glob_t g;
         if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
-            for (size_t i = 0; i < g.gl_pathc; i++) files_.push_back(g.gl_pathv[i]);
+            for (size_t i = 0; i < g.gl_pathc; i++) matched.push_back(g.gl_pathv[i]);
             globfree(&g);
         }
-        std::sort(files_.begin(), files_.end());
-        if (files_.empty()) bert_data_error("no BERT shards match '%s'", pattern.c_str());
+        std::sort(matched.begin(), matched.end());
+        if (matched.empty()) bert_data_error("no BERT shards match '%s'", pattern.c_str());
         const size_t G = (size_t)o.world * o.B;
         int max_len = 0;
         std::string first_names;  // the first shard's label names, as stored
-        for (const std::string& path : files_) {
+        // A training shard with too few sequences for one batch (often a dataset's last) is skipped with
+        // a warning while other shards hold batches; when none does, that is an error.
+        std::vector<std::string> skipped;  // "PATH: N sequences, too few for one batch (...)"
+        for (const std::string& path : matched) {
             BertShard s;
             size_t n, total;
             std::string names;
             read_header(path, &s, &n, &total, &names);
-            if (counts_.empty()) info_ = s, first_names = names;
+            if (path == matched[0]) info_ = s, first_names = names;
             std::string why;
-            if (s.kind != info_.kind) why = "its kind (MLM or classification) differs from " + files_[0] + "'s";
+            if (s.kind != info_.kind) why = "its kind (MLM or classification) differs from " + matched[0] + "'s";
             else if (names != first_names)
-                why = "its labels differ from " + files_[0] + "'s (the same names in the same order are needed)";
+                why = "its labels differ from " + matched[0] + "'s (the same names in the same order are needed)";
             else if (s.vocab_size != info_.vocab_size || s.cls_id != info_.cls_id || s.sep_id != info_.sep_id ||
                      s.pad_id != info_.pad_id || s.mask_id != info_.mask_id || s.unk_id != info_.unk_id)
-                why = "built with another vocabulary than " + files_[0] + " (vocab_size or special ids differ)";
+                why = "built with another vocabulary than " + matched[0] + " (vocab_size or special ids differ)";
             else if (s.vocab_fingerprint && info_.vocab_fingerprint && s.vocab_fingerprint != info_.vocab_fingerprint)
-                why = "built with another vocabulary than " + files_[0] + " (the same size, other tokens: their "
+                why = "built with another vocabulary than " + matched[0] + " (the same size, other tokens: their "
                       "fingerprints differ)";
             if (!info_.vocab_fingerprint) info_.vocab_fingerprint = s.vocab_fingerprint;
             if (!why.empty()) bert_data_error("%s: %s", path.c_str(), why.c_str());
             if (o.vocab_size > 0 && s.vocab_size > o.vocab_size)
                 bert_data_error("%s: built with a vocabulary of %d tokens, the model has %d", path.c_str(),
                                 s.vocab_size, o.vocab_size);
-            if (!o.eval && n < G)
-                bert_data_error("%s: %zu sequences, too few for one batch (B=%d x %d rank%s = %zu)", path.c_str(), n,
-                                o.B, o.world, o.world > 1 ? "s" : "", G);
+            if (!o.eval && n < G) {
+                skipped.push_back(path + ": " + std::to_string(n) + " sequences, too few for one batch (B=" +
+                                  std::to_string(o.B) + " x " + std::to_string(o.world) +
+                                  (o.world > 1 ? " ranks" : " rank") + " = " + std::to_string(G) + ")");
+                continue;
+            }
+            files_.push_back(path);
             max_len = std::max(max_len, s.max_len);
             first_seq_.push_back(total_seqs_);
             total_seqs_ += n;
             counts_.push_back(n);
             batches_.push_back(o.eval ? (n + G - 1) / G : n / G);
         }
+        if (files_.empty())
+            bert_data_error("%s%s", skipped[0].c_str(), matched.size() > 1 ? ", as every shard of the pattern" : "");
+        for (const std::string& why : skipped)
+            if (o.rank == 0) fprintf(stderr, "warning: skipped %s\n", why.c_str());
         info_.max_len = max_len;
         // The label names come with the data, which is read lazily: the first shard's now.
         if (info_.kind == BertShardKind::Classify) {

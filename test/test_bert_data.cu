@@ -787,6 +787,29 @@ void test_loader() {
                     loader_options(8, 64), "b.bin: built with another vocabulary than " + dir + "/fp/a.bin (the same "
                     "size, other tokens: their fingerprints differ)");
     }
+    // Beside a shard that holds batches, one with too few sequences for a batch (a dataset's last, say)
+    // is skipped with one warning line; every shard short is the error.
+    {
+        std::string err;
+        BertShard big = synthetic(BertShardKind::Classify, 300, 64, 0, 29, 3), small = big;
+        small.lengths.resize(5);
+        small.labels.resize(5);
+        small.tokens.resize(std::accumulate(small.lengths.begin(), small.lengths.end(), (size_t)0));
+        std::filesystem::create_directories(dir + "/skip");
+        bool wrote = write_bert_shard(dir + "/skip/a.bin", big, &err) && write_bert_shard(dir + "/skip/b.bin", small, &err);
+        th::ChildOutput child = th::run_in_child([&] {
+            BertDataLoader l(dir + "/skip/*.bin", loader_options(8, 64));
+            if (l.num_shards() != 1 || l.num_sequences() != 300) exit(3);
+        });
+        th::report(wrote && WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0 &&
+                       child.text == "warning: skipped " + dir + "/skip/b.bin: 5 sequences, too few for one batch (B=8 "
+                                     "x 1 rank = 8)\n",
+                   "loader: a shard with too few sequences for a batch beside others is skipped, with one warning",
+                   "exit %d, stderr: %s", WEXITSTATUS(child.status), child.text.c_str());
+        expect_exit("loader refuses: every shard of the pattern too short for a batch", dir + "/skip/*.bin",
+                    loader_options(400, 64), "a.bin: 300 sequences, too few for one batch (B=400 x 1 rank = 400), as "
+                    "every shard of the pattern");
+    }
     // Classification shards of one pattern whose labels differ (other names, or the same in another
     // order): refused when the loader opens them, not when training first reaches the second shard.
     {
