@@ -1429,10 +1429,10 @@ int train_bert_main(int argc, char** argv) {
                      "--vocab dev/data/bert/vocab.txt --out PREFIX TEXT...)");
         cli.resolve_auto("train-data", bundled_path(kBertDefaultTrain));
         cli.resolve_auto("val-data", default_task ? bundled_path(kBertDefaultVal) : "");
-        if (o.val_pattern.empty() && ((cli.given("eval-every") && o.eval_every > 0) ||
-                                      (cli.given("eval-first") && o.eval_first)))
-            cli.fail("option --%s: there is no validation data (-j '')",
-                     cli.given("eval-every") && o.eval_every > 0 ? "eval-every" : "eval-first");
+        if (o.val_pattern.empty() && cli.given("eval-every") && o.eval_every > 0)
+            cli.fail("option --eval-every: there is no validation data (-j '')");
+        if (o.val_pattern.empty() && cli.given("eval-first") && o.eval_first)
+            cli.fail("option --eval-first: there is no validation data (-j '')");
     }
     BertDataLoader::Options lo;
     lo.B = o.B;

@@ -337,11 +337,7 @@ inline bool write_bert_shard(const std::string& path, const BertShard& s, std::s
 inline void bert_data_error(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s", *fatal_error_prefix ? fatal_error_prefix : "error: ");  // "rank R/W: " when several
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    fatal_exit();
+    error_line_exit(EXIT_FAILURE, fmt, ap);  // "rank R/W: " instead of "error: " when several
 }
 
 // splitmix64: the loader's random numbers, the same on every platform (std::shuffle's are not), from
@@ -448,10 +444,8 @@ class BertDataLoader {
             counts_.push_back(n);
             batches_.push_back(o.eval ? (n + G - 1) / G : n / G);
         }
-        if (files_.empty())
-            bert_data_error("%s%s", skipped[0].c_str(), matched.size() > 1 ? ", as every shard of the pattern" : "");
-        for (const std::string& why : skipped)
-            if (o.rank == 0) fprintf(stderr, "warning: skipped %s\n", why.c_str());
+        std::string none = report_skipped_shards(skipped, files_.size(), matched.size(), o.rank);
+        if (!none.empty()) bert_data_error("%s", none.c_str());
         info_.max_len = max_len;
         // The label names come with the data, which is read lazily: the first shard's now.
         if (info_.kind == BertShardKind::Classify) {
@@ -546,17 +540,17 @@ class BertDataLoader {
         if (!f) bert_data_error("cannot open %s: %s", path.c_str(), strerror(errno));
         bool ok = fread(header, 1, sizeof(header), f) > 0 || !ferror(f);  // a short file is refused by its size
         ok = ok && fseek(f, 0, SEEK_END) == 0;
-        long size = ftell(f);
+        long size = ok ? ftell(f) : -1;
         std::string err;
-        if (ok && size >= 0 && !parse_bert_shard_header(header, (size_t)size, s, n, total, &err)) {
+        if (size >= 0 && !parse_bert_shard_header(header, (size_t)size, s, n, total, &err)) {
             fclose(f);
             bert_data_error("%s: %s", path.c_str(), err.c_str());
         }
-        int32_t name_bytes;
-        memcpy(&name_bytes, header + 4 * bert_shard_detail::NAME_BYTES, 4);  // checked: the file ends with them
+        int32_t name_bytes = 0;  // checked by the header's parse: the file ends with them
+        memcpy(&name_bytes, header + 4 * bert_shard_detail::NAME_BYTES, 4);
         names->assign((size_t)name_bytes, '\0');
-        ok = ok && size >= 0 && fseek(f, size - name_bytes, SEEK_SET) == 0 &&
-             fread(&(*names)[0], 1, names->size(), f) == names->size();
+        ok = size >= 0 && fseek(f, size - name_bytes, SEEK_SET) == 0 &&
+             fread(names->data(), 1, names->size(), f) == names->size();
         fclose(f);
         if (!ok) bert_data_error("%s: read failed", path.c_str());
     }

@@ -70,7 +70,8 @@ inline void add_bert_options(Cli& cli, BertTrainOptions* o) {
     add_run_options(cli, o, t);
     // BERT's own
     cli.add("max-len", "t", "INT", "256", "tokens per sequence at most (longer ones are cut; not given: at most the "
-            "model's positions); batches are only as wide as their longest sequence, rounded up to a multiple of 8", &o->max_len, 3, 1 << 20);
+            "model's positions); batches are only as wide as their longest sequence, rounded up to a multiple of 8",
+            &o->max_len, 3, 1 << 20);
     cli.add("epochs", nullptr, "INT", "2", "passes over the training data", &o->epochs, 1, 1 << 20);
     cli.add("eval-every", "v", "STEPS", "0", "also evaluate every this many steps (0: at each epoch's end only)",
             &o->eval_every, 0, 1 << 30);

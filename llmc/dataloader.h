@@ -38,16 +38,8 @@ constexpr int SHARD_MAGIC = 20240520;
 constexpr int SHARD_VERSION = 1;
 constexpr int SHARD_HEADER_INTS = 256;
 
-// Prints one error line ("error: ..."; in a multi-rank run the rank's prefix) and exits with status
-// through fatal_exit, which in a multi-rank run stops the whole job (fatal_error_prefix, cuda_common.h).
-[[noreturn]] inline void error_line_exit(int status, const char* fmt, va_list ap) {
-    fprintf(stderr, "%s", *fatal_error_prefix ? fatal_error_prefix : "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    fatal_exit(status);
-}
-
-// Bad input files are not worth continuing with: one line, exit status 1.
+// Bad input files are not worth continuing with: one line, exit status 1 (in a multi-rank run the line
+// names the rank and the whole job stops: llmc/fatal.h).
 [[noreturn]] inline void data_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 inline void data_error(const char* fmt, ...) {
     va_list ap;
@@ -151,16 +143,15 @@ class DataLoader {
             if (ntok < window + 1) {
                 skipped.push_back(path + ": " + std::to_string(ntok) + " tokens, too few for one batch (B=" +
                                   std::to_string(B) + " x T=" + std::to_string(T) + " x " + std::to_string(world) +
-                                  (world > 1 ? " ranks" : " rank") + " + 1 = " + std::to_string(window + 1) + " tokens)");
+                                  (world > 1 ? " ranks" : " rank") + " + 1 = " + std::to_string(window + 1) +
+                                  " tokens)");
                 continue;
             }
             files_.push_back(path);
             windows_.push_back((ntok - 1) / window);
         }
-        if (files_.empty())
-            data_error("%s%s", skipped[0].c_str(), matched.size() > 1 ? ", as every shard of the pattern" : "");
-        for (const std::string& why : skipped)
-            if (rank == 0) fprintf(stderr, "warning: skipped %s\n", why.c_str());
+        std::string none = report_skipped_shards(skipped, files_.size(), matched.size(), rank);
+        if (!none.empty()) data_error("%s", none.c_str());
         for (int k = 0; k < 2; k++) {
             cudaCheck(cudaMallocHost(&inputs_[k], (size_t)B * T * sizeof(int)));
             cudaCheck(cudaMallocHost(&targets_[k], (size_t)B * T * sizeof(int)));

@@ -47,6 +47,17 @@ inline bool read_whole_file(const std::string& path, std::vector<uint8_t>* out, 
     return ok;
 }
 
+// A data loader's shards too short for one batch, skipped (each "PATH: ..., too few for one batch
+// (...)"), when `kept` of the `matched` remain: a warning line for each on rank 0, and "" while
+// some remain; else the error line for the loader to stop with.
+inline std::string report_skipped_shards(const std::vector<std::string>& skipped, size_t kept, size_t matched,
+                                         int rank) {
+    if (kept == 0) return skipped[0] + (matched > 1 ? ", as every shard of the pattern" : "");
+    for (const std::string& why : skipped)
+        if (rank == 0) fprintf(stderr, "warning: skipped %s\n", why.c_str());
+    return "";
+}
+
 // A path relative to the repository's root, as the trainers' defaults are (the bundled data, e.g.
 // dev/data/shakespeare/...): as given where it exists from the working directory, else beside the
 // running program (the trainers are built in the root) where it exists there, else as given, so that

@@ -45,7 +45,8 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
             "(auto: d12 on a GPU, tiny on the CPU backend: 4 layers, 128 channels, 4 heads, 128 positions)");
     cli.add("layers", nullptr, "INT", "", "random init: number of layers (overrides --init's depth)");
     cli.add("channels", nullptr, "INT", "", "random init: channels C");
-    cli.add("heads", nullptr, "INT", "", "random init: attention heads (C must divide by it; head size C/heads 16, 32, 64 or 128)");
+    cli.add("heads", nullptr, "INT", "", "random init: attention heads (C must divide by it; head size C/heads 16, "
+            "32, 64 or 128)");
     cli.add("max-seq-len", nullptr, "INT", "1024", "random init: positions maxT (the tiny CPU model: 128)");
     cli.add("vocab-size", nullptr, "INT", "50257", "random init: vocabulary size V (padded to a multiple of 128)");
     RunOptionTexts t;
@@ -75,8 +76,8 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     t.seed_help = "seed for initialization, shuffling and sampling";
     add_run_options(cli, o, t);
     // GPT-2's own
-    cli.add("seq-len", "t", "INT", "auto", "sequence length T (auto: 1024 on a GPU, 128 on the CPU backend, at most the model's positions)", &o->T, 1,
-            1 << 20);
+    cli.add("seq-len", "t", "INT", "auto", "sequence length T (auto: 1024 on a GPU, 128 on the CPU backend, at most "
+            "the model's positions)", &o->T, 1, 1 << 20);
     cli.add("final-lr-frac", "q", "FLOAT", "1.0", "final learning rate as a fraction of the peak", &o->final_lr_frac, 0,
             1);
     cli.add("val-every", "v", "STEPS", "auto", "evaluate the validation loss every this many steps, 0: never (auto: "

@@ -91,16 +91,16 @@ class SafeTensors {
         if (data[0] == '{' && (header_len > MAX_HEADER_BYTES || header_len > n - 8))
             return fail(err, "a JSON file (config.json?), not a safetensors file: for a Hugging Face checkpoint "
                              "give its directory");
-        // This project's data files, given where a model goes: named by their magic.
-        int32_t magic;
-        memcpy(&magic, data, 4);
-        if (header_len > MAX_HEADER_BYTES && !memcmp(data, "BERT", 4))
-            return fail(err, "a BERT data shard (train_bert's -i), not a safetensors file");
-        if (header_len > MAX_HEADER_BYTES && magic == 20240520)
-            return fail(err, "a GPT-2 token shard (train_gpt2's -i), not a safetensors file");
-        if (header_len > MAX_HEADER_BYTES)
+        if (header_len > MAX_HEADER_BYTES) {
+            // This project's data files, given where a model goes, are named by their magic.
+            const int32_t gpt2_shard_magic = 20240520;
+            if (!memcmp(data, "BERT", 4))
+                return fail(err, "a BERT data shard (train_bert's -i), not a safetensors file");
+            if (!memcmp(data, &gpt2_shard_magic, 4))
+                return fail(err, "a GPT-2 token shard (train_gpt2's -i), not a safetensors file");
             return fail(err, "header length " + std::to_string(header_len) + " is absurd (the format's limit is " +
                                  std::to_string(MAX_HEADER_BYTES) + " bytes)");
+        }
         if (header_len > n - 8)
             return fail(err, "header length " + std::to_string(header_len) + " is beyond the file (" +
                                  std::to_string(n - 8) + " bytes after the 8-byte length)");

@@ -90,17 +90,17 @@ inline bool parse_args(int argc, char** argv, Options* o, bool* help, std::strin
             else if (a == "--out") o->out = v;
             else if (a == "--val-fraction" && !data_tool::parse_val_fraction(v, &o->val_fraction, error)) return false;
             else if (a == "--shard-tokens" && !data_tool::parse_shard_tokens(v, &o->shard_tokens, error)) return false;
-            if (o->shard_tokens > MAX_SHARD_TOKENS) {
-                *error = "--shard-tokens must be at most " + std::to_string(MAX_SHARD_TOKENS) +
-                         " here: a last shard of up to 1.5x that still fits the header's int32";
-                return false;
-            }
         } else if (a.size() > 1 && a[0] == '-') {
             *error = "unknown option " + a + " (--help lists them)";
             return false;
         } else {
             o->inputs.push_back(a);
         }
+    }
+    if (o->shard_tokens > MAX_SHARD_TOKENS) {
+        *error = "--shard-tokens must be at most " + std::to_string(MAX_SHARD_TOKENS) +
+                 " here: a last shard of up to 1.5x that still fits the header's int32";
+        return false;
     }
     if (o->tokenizer.empty() || o->out.empty() || o->inputs.empty()) {
         *error = "needs --tokenizer FILE, --out PREFIX and at least one INPUT (--help)";
