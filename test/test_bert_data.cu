@@ -404,6 +404,93 @@ void expect_untouched(const char* name, bd::Options o, const std::function<void(
                before.size(), after.size(), names.c_str(), error.c_str(), why.c_str());
 }
 
+// --out is a path prefix, never a folder; an input that is one of the run's own outputs, or clearly
+// not text (a shard, NUL bytes), is refused when named and skipped with a warning in a folder.
+void test_inputs_and_out() {
+    write_text(dir + "/io/a.txt", "One document of a few words.\n\nAnd a second document here.\n");
+    write_text(dir + "/io/t.tsv", "pos\tgood\nneg\tbad\npos\tfine\n");
+    std::filesystem::create_directories(dir + "/io/folder");
+    bd::Options mlm = classify_options(dir + "/io/a.txt", "io/folder");
+    mlm.mode = bd::Mode::MLM;
+    expect_error("bert_data refuses: --out an existing folder", mlm, "--out " + dir + "/io/folder is a folder");
+    mlm.out = dir + "/io/new/";
+    expect_error("bert_data refuses: --out ending in /", mlm, "--out " + dir + "/io/new/ is a folder");
+    th::report(!std::filesystem::exists(dir + "/io/new") && std::filesystem::is_empty(dir + "/io/folder"),
+               "bert_data: a refused folder --out creates and writes nothing", "");
+
+    std::string error;
+    mlm.out = dir + "/io/m";
+    bool made = run_tool(mlm, &error);
+    const std::string shard = dir + "/io/m_train_000000.bin";
+    std::vector<uint8_t> before, after;
+    std::string e2;
+    made = made && read_whole_file(shard, &before, &e2);
+    mlm.inputs = {shard, dir + "/io/a.txt"};
+    expect_error("bert_data refuses: mlm input that is its own output shard", mlm,
+                 "--out " + dir + "/io/m would overwrite its input " + shard + ": choose another --out");
+    std::filesystem::create_symlink(shard, dir + "/io/link.txt");
+    mlm.inputs = {dir + "/io/link.txt"};
+    expect_error("bert_data refuses: mlm input linked to its own output shard", mlm,
+                 "would overwrite its input " + dir + "/io/link.txt (" + shard + ")");
+    th::report(made && read_whole_file(shard, &after, &e2) && after == before,
+               "bert_data: a refused self-overwrite leaves the shard byte-identical", "%s", error.c_str());
+
+    std::filesystem::copy_file(shard, dir + "/io/shard_copy.txt");
+    mlm.out = dir + "/io/m2";
+    mlm.inputs = {dir + "/io/shard_copy.txt"};
+    expect_error("bert_data refuses: a named mlm input that is a BERT shard", mlm,
+                 dir + "/io/shard_copy.txt is not text: a BERT shard");
+    write_text(dir + "/io/texts/a.txt", "Some text of a document.\n");
+    std::filesystem::copy_file(shard, dir + "/io/texts/b.txt");
+    write_text(dir + "/io/texts/c.txt", std::string("utf-16\0t\0e\0x\0t\0", 15));
+    mlm.inputs = {dir + "/io/texts"};
+    mlm.quiet = false;
+    th::ChildOutput c = th::run_in_child_with_stdout([&] {
+        bd::Stats st;
+        std::string e;
+        bool ok = bd::run(mlm, &st, &e) && st.files == 1;
+        fflush(stdout);
+        _exit(ok ? 0 : 1);
+    });
+    th::report(c.status == 0 &&
+                   c.text.find("bert_data: warning: skipped " + dir + "/io/texts/b.txt, not text: a BERT shard") !=
+                       std::string::npos &&
+                   c.text.find("bert_data: warning: skipped " + dir + "/io/texts/c.txt, not text: it holds NUL bytes") !=
+                       std::string::npos,
+               "bert_data: mlm skips a folder's non-text files with a warning each, and reads the rest", "%s",
+               c.text.c_str());
+
+    bd::Options cls = classify_options(dir + "/io/t.tsv", "io/c");
+    if (!run_tool(cls, &error)) th::report(false, "bert_data: classify of t.tsv", "%s", error.c_str());
+    cls.inputs = {dir + "/io/c_train.bin"};
+    expect_error("bert_data refuses: classify input that is its own output", cls,
+                 dir + "/io/c_train.bin is not text: a BERT shard");
+    write_text(dir + "/io/nul.tsv", std::string("pos\tgood\0\n", 10));
+    cls.inputs = {dir + "/io/t.tsv"};
+    cls.val_input = dir + "/io/nul.tsv";
+    expect_error("bert_data refuses: a --val file with NUL bytes", cls, dir + "/io/nul.tsv is not text: it holds NUL bytes");
+    std::filesystem::copy_file(dir + "/io/t.tsv", dir + "/io/c_val.bin.tmp");
+    cls.val_input = dir + "/io/c_val.bin.tmp";
+    expect_error("bert_data refuses: a --val file that the run writes (its pending .tmp)", cls,
+                 "--out " + dir + "/io/c would overwrite its input " + dir + "/io/c_val.bin.tmp");
+
+    write_text(dir + "/io/imdb/train/pos/1.txt", "A good film.");
+    write_text(dir + "/io/imdb/train/neg/1.txt", "A bad film.");
+    write_text(dir + "/io/imdb/train/neg/2.txt", std::string("b\0a\0d\0", 6));
+    cls = classify_options(dir + "/io/imdb", "io/imdb_shards");
+    cls.quiet = false;
+    c = th::run_in_child_with_stdout([&] {
+        bd::Stats st;
+        std::string e;
+        bool ok = bd::run(cls, &st, &e) && st.train.sequences == 2;
+        fflush(stdout);
+        _exit(ok ? 0 : 1);
+    });
+    th::report(c.status == 0 && c.text.find("bert_data: warning: skipped " + dir +
+                                            "/io/imdb/train/neg/2.txt, not text: it holds NUL bytes") != std::string::npos,
+               "bert_data: classify skips a label folder's non-text file with a warning", "%s", c.text.c_str());
+}
+
 void test_no_half_written() {
     // classify --val: a val label the training file lacks (the check used to come after _train.bin
     // was written). The second run has other training data, so a rewritten _train.bin would differ.
@@ -945,6 +1032,7 @@ int main() {
     test_classify_tool(wp);
     test_mlm_tool(wp);
     test_tool_errors();
+    test_inputs_and_out();
     test_no_half_written();
     test_format();
     test_loader();

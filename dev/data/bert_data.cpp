@@ -30,8 +30,11 @@
 // evenly over the input, so a file sorted by label still gives a balanced val). Output
 // PREFIX_train.bin and PREFIX_val.bin. Every label is checked before anything is written.
 //
-// Both modes write each shard as PATH.tmp and rename them all into place only once the whole run has
-// succeeded: an error leaves an earlier run's shards as they were, never half of them replaced.
+// Both modes refuse a named input that is clearly not text (a shard, NUL bytes) or one of the run's
+// own outputs, and skip a non-text file met in an input folder with a warning; --out is a path
+// prefix, never a folder. Both write each shard as PATH.tmp and rename them all into place only once
+// the whole run has succeeded: an error leaves an earlier run's shards as they were, never half of
+// them replaced.
 #include "../../llmc/bert_dataloader.h"
 #include "../../llmc/json.h"
 #include "../../llmc/wordpiece.h"
@@ -59,7 +62,7 @@ const char* USAGE =
     "             PREFIX_val_000000.bin ..., PREFIX_train_000000.bin ...\n"
     "  classify   labeled texts -> [CLS] text [SEP] + label: PREFIX_train.bin, PREFIX_val.bin\n"
     "  --vocab FILE         BERT vocab.txt (dev/data/bert/vocab.txt: bert-base-uncased)\n"
-    "  --out PREFIX         output path prefix; missing folders are created\n"
+    "  --out PREFIX         output path prefix, like DIR/NAME; missing folders are created\n"
     "  --max-len N          tokens per sequence at most, [CLS] and [SEP] included (mlm 128, classify 256)\n"
     "  --val-fraction F     mlm: the lines in the first F of the input bytes go to val (default 0.1);\n"
     "                       classify without --val or test/: every round(1/F)-th example (default 0.1)\n"
@@ -353,7 +356,10 @@ inline std::string fraction_text(double f) {
 inline bool run_mlm(const Options& o, const WordPiece& wp, Stats* stats, std::string* error) {
     std::vector<std::string> files;
     size_t total = 0;
-    if (!collect_text_files(o.inputs, &files, &total, error)) return false;
+    if (!collect_text_files(o.inputs, &files, &total, error) ||
+        !data_tool::check_inputs_not_outputs(o.out, true, files, error) ||
+        !data_tool::drop_non_text("bert_data", o.inputs, o.quiet, &files, &total, error))
+        return false;
     if (files.empty()) return fail(error, "no input files (folders contribute their *.txt files)");
     if (total == 0) return fail(error, "the inputs hold no text");
     std::vector<bool> continuation(wp.vocab_size());
@@ -542,6 +548,9 @@ inline bool read_folder_split(const WordPiece& wp, const Options& o, const std::
         if (ec) return fail(error, "cannot list " + dir + "/" + label + ": " + ec.message());
         if (files.empty()) return fail(error, dir + "/" + label + ": no *.txt files");
         std::sort(files.begin(), files.end());
+        size_t unused_total = 0;
+        if (!data_tool::drop_non_text("bert_data", {}, o.quiet, &files, &unused_total, error)) return false;
+        if (files.empty()) return fail(error, dir + "/" + label + ": no text files");
         std::vector<uint8_t> data;
         for (const std::string& f : files) {
             if (!read_whole_file(f, &data, error)) return false;
@@ -570,6 +579,15 @@ inline bool run_classify(const Options& o, const WordPiece& wp, Stats* stats, st
     if (ec || !fs::exists(st)) return fail(error, "cannot read " + in + ": " + (ec ? ec.message() : "no such file or directory"));
     bool folder = fs::is_directory(st);
     if (folder && !o.val_input.empty()) return fail(error, "--val is for a TSV/JSONL input: a folder's test/ is its val split");
+    if (!folder) {
+        std::vector<std::string> named = {in};
+        if (!o.val_input.empty()) named.push_back(o.val_input);
+        for (const std::string& path : named) {
+            std::string why = data_tool::not_text(path);
+            if (!why.empty()) return fail(error, path + " is not text: " + why);
+        }
+        if (!data_tool::check_inputs_not_outputs(o.out, false, named, error)) return false;
+    }
     // Sizes, for progress.
     size_t total = 0;
     if (folder) {
@@ -688,6 +706,7 @@ inline bool run_classify(const Options& o, const WordPiece& wp, Stats* stats, st
 // Builds the shards o asks for; false with a one-line reason on any error.
 inline bool run(const Options& o, Stats* stats, std::string* error) {
     auto t0 = std::chrono::steady_clock::now();
+    if (!data_tool::check_out_prefix(o.out, error)) return false;
     WordPiece wp(WordPiece::Options{o.lower_case, std::nullopt, true, 100});
     if (!wp.load(o.vocab, error)) return false;
     if (wp.vocab_size() > 65536)

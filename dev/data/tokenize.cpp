@@ -30,8 +30,6 @@
 
 namespace tokenize_tool {
 
-constexpr int32_t SHARD_MAGIC = 20240520;  // llmc/dataloader.h reads these (it needs CUDA headers)
-constexpr int32_t SHARD_VERSION = 1;
 constexpr long long MAX_SHARD_TOKENS = 1431655765;  // its last shard, up to 1.5x, still fits the int32 count
 
 const char* USAGE =
@@ -161,7 +159,7 @@ class ShardWriter {
     // Completes the open shard, if any: its header's count, then the file.
     bool complete(std::string* error) {
         if (!f_) return true;
-        int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)count_};
+        int32_t header[256] = {data_tool::TOKEN_SHARD_MAGIC, data_tool::TOKEN_SHARD_VERSION, (int32_t)count_};
         bool ok = flush(error) && fseek(f_, 0, SEEK_SET) == 0 && fwrite(header, sizeof(header), 1, f_) == 1;
         ok &= fclose(f_) == 0;
         f_ = nullptr;
@@ -174,7 +172,7 @@ class ShardWriter {
         path_ = files_->add(name(index_));
         f_ = fopen(path_.c_str(), "wb");
         count_ = 0;
-        int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, 0};
+        int32_t header[256] = {data_tool::TOKEN_SHARD_MAGIC, data_tool::TOKEN_SHARD_VERSION, 0};
         if (!f_ || fwrite(header, sizeof(header), 1, f_) != 1) return fail(error);
         return true;
     }
@@ -196,84 +194,11 @@ class ShardWriter {
     std::vector<uint16_t> buf_, tail_;  // buf_: not yet written; tail_: past a full shard, held back
 };
 
-// Why the file at path is clearly not text, or "" when it may be: an llm.c token shard (its magic
-// first), or a NUL byte in its first 8 KiB (as git and grep tell binary files).
-inline std::string not_text(const std::string& path) {
-    char head[8192];
-    std::unique_ptr<FILE, int (*)(FILE*)> f(fopen(path.c_str(), "rb"), fclose);
-    size_t n = f ? fread(head, 1, sizeof(head), f.get()) : 0;  // unreadable: reading it later says why
-    int32_t magic = 0;
-    if (n >= sizeof(magic)) memcpy(&magic, head, sizeof(magic));
-    if (magic == SHARD_MAGIC) return "an llm.c token shard (magic 20240520)";
-    if (memchr(head, 0, n)) return "it holds NUL bytes (a binary file, or UTF-16 text)";
-    return "";
-}
-
-// Drops the files that are clearly not text (not_text) from *files, and their bytes from *total: a
-// file named on the command line is an error (a mistaken argument), one met in a folder is skipped
-// with a warning (a stray file should not stop a big run).
-inline bool drop_non_text(const Options& o, std::vector<std::string>* files, size_t* total, std::string* error) {
-    std::vector<std::string> text;
-    for (const std::string& path : *files) {
-        std::string why = not_text(path);
-        if (why.empty()) {
-            text.push_back(path);
-            continue;
-        }
-        if (std::find(o.inputs.begin(), o.inputs.end(), path) != o.inputs.end())
-            return data_tool::fail(error, path + " is not text: " + why);
-        if (!o.quiet) printf("tokenize: warning: skipped %s, not text: %s\n", path.c_str(), why.c_str());
-        std::error_code ec;
-        uintmax_t size = std::filesystem::file_size(path, ec);
-        if (!ec) *total -= size;
-    }
-    files->swap(text);
-    return true;
-}
-
-// Whether `name` is that of a file a run with an --out named `stem` writes: stem_val_000000.bin (any
-// index), stem_train_..., or their pending .tmp.
-inline bool is_shard_name(const std::string& stem, const std::string& name) {
-    for (const char* split : {"_val_", "_train_"}) {
-        const std::string start = stem + split;
-        if (name.compare(0, start.size(), start) != 0) continue;
-        size_t digits_end = name.find_first_not_of("0123456789", start.size());
-        if (digits_end == std::string::npos || digits_end < start.size() + 6) continue;
-        if (name.compare(digits_end, std::string::npos, ".bin") == 0 ||
-            name.compare(digits_end, std::string::npos, ".bin.tmp") == 0)
-            return true;
-    }
-    return false;
-}
-
-// Refuses an input that is (by device and inode) an existing shard of --out or its .tmp: the run would
-// replace the file it reads.
-inline bool check_inputs_not_outputs(const std::string& prefix, const std::vector<std::string>& files,
-                                     std::string* error) {
-    namespace fs = std::filesystem;
-    const fs::path folder = fs::path(prefix).parent_path();
-    const std::string stem = fs::path(prefix).filename().string();
-    std::error_code ec;
-    for (fs::directory_iterator it(folder.empty() ? "." : folder, ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        if (!is_shard_name(stem, name)) continue;
-        const std::string shard = (folder / name).string();
-        for (const std::string& in : files)
-            if (same_file(in, shard))
-                return data_tool::fail(error, "--out " + prefix + " would overwrite its input " + in +
-                                                  (in == shard ? "" : " (" + shard + ")") + ": choose another --out");
-    }
-    return true;
-}
-
 // Tokenizes the inputs of o into shards; false with a one-line reason on any error.
 inline bool run(const Options& o, Stats* stats, std::string* error) {
     auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-    std::error_code ec;
-    if (!o.out.empty() && (o.out.back() == '/' || std::filesystem::is_directory(o.out, ec)))
-        return data_tool::fail(error, "--out " + o.out + " is a folder: --out is a path prefix like DIR/NAME "
-                                      "(for DIR/NAME_train_000000.bin, ...)");
+    if (!data_tool::check_out_prefix(o.out, error)) return false;
     Tokenizer tok;
     if (!tok.load(o.tokenizer, error)) return false;
     if (tok.vocab_size() > 65536) {
@@ -288,7 +213,8 @@ inline bool run(const Options& o, Stats* stats, std::string* error) {
     std::vector<std::string> files;
     size_t total = 0;
     if (!data_tool::collect_text_files(o.inputs, &files, &total, error) ||
-        !check_inputs_not_outputs(o.out, files, error) || !drop_non_text(o, &files, &total, error))
+        !data_tool::check_inputs_not_outputs(o.out, true, files, error) ||
+        !data_tool::drop_non_text("tokenize", o.inputs, o.quiet, &files, &total, error))
         return false;
     if (total == 0) {
         *error = files.empty() ? "no input files (folders contribute their *.txt files)" : "the inputs hold no text";

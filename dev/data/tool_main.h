@@ -1,16 +1,25 @@
 // dev/data/tool_main.h — what the data tools (tokenize.cpp, bert_data.cpp) share: their main (parse,
 // --help, run, summary, one "error: ..." line and exit code 1 on failure), the options both take,
-// how both read their inputs and create their output folder, and how they write their shards.
+// how both read their inputs (and which they refuse), check and create their output prefix, and how they
+// write their shards.
 #pragma once
+#include "../../llmc/file_io.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace data_tool {
+
+// llm.c token shards (what tokenize writes; llmc/dataloader.h reads them, but needs CUDA headers).
+constexpr int32_t TOKEN_SHARD_MAGIC = 20240520;
+constexpr int32_t TOKEN_SHARD_VERSION = 1;
 
 // Sets *error to `why`; false, for `return fail(error, ...)`.
 inline bool fail(std::string* error, const std::string& why) {
@@ -72,6 +81,92 @@ inline bool make_parent(const std::string& prefix, std::string* error) {
     std::error_code ec;
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     if (ec) return fail(error, "cannot create the output folder " + parent.string() + ": " + ec.message());
+    return true;
+}
+
+// Refuses an --out that names a folder (or ends in '/'): it is a path prefix, and a folder would give
+// files beside it ("DIR_train...") or hidden-looking ones in it ("DIR/_train...").
+inline bool check_out_prefix(const std::string& out, std::string* error) {
+    std::error_code ec;
+    if (!out.empty() && (out.back() == '/' || std::filesystem::is_directory(out, ec)))
+        return fail(error, "--out " + out + " is a folder: --out is a path prefix like DIR/NAME (for "
+                                          "DIR/NAME_train*.bin, DIR/NAME_val*.bin)");
+    return true;
+}
+
+// Why the file at path is clearly not text, or "" when it may be: a trainer's shard (an llm.c token
+// shard, magic 20240520 first; a BERT shard, the bytes "BERT" first), or a NUL byte in its first
+// 8 KiB (as git and grep tell binary files).
+inline std::string not_text(const std::string& path) {
+    char head[8192];
+    std::unique_ptr<FILE, int (*)(FILE*)> f(fopen(path.c_str(), "rb"), fclose);
+    size_t n = f ? fread(head, 1, sizeof(head), f.get()) : 0;  // unreadable: reading it later says why
+    int32_t magic = 0;
+    if (n >= sizeof(magic)) memcpy(&magic, head, sizeof(magic));
+    if (magic == TOKEN_SHARD_MAGIC) return "an llm.c token shard (magic 20240520)";
+    if (n >= 4 && memcmp(head, "BERT", 4) == 0) return "a BERT shard";
+    if (memchr(head, 0, n)) return "it holds NUL bytes (a binary file, or UTF-16 text)";
+    return "";
+}
+
+// Drops the files that are clearly not text (not_text) from *files, and their bytes from *total: a
+// file named on the command line (one of `named`) is an error (a mistaken argument), one met in a
+// folder is skipped with a warning (a stray file should not stop a big run).
+inline bool drop_non_text(const char* tool, const std::vector<std::string>& named, bool quiet,
+                          std::vector<std::string>* files, size_t* total, std::string* error) {
+    std::vector<std::string> text;
+    for (const std::string& path : *files) {
+        std::string why = not_text(path);
+        if (why.empty()) {
+            text.push_back(path);
+            continue;
+        }
+        if (std::find(named.begin(), named.end(), path) != named.end())
+            return fail(error, path + " is not text: " + why);
+        if (!quiet) printf("%s: warning: skipped %s, not text: %s\n", tool, path.c_str(), why.c_str());
+        std::error_code ec;
+        uintmax_t size = std::filesystem::file_size(path, ec);
+        if (!ec) *total -= size;
+    }
+    files->swap(text);
+    return true;
+}
+
+// Whether `name` is that of a file a run with an --out named `stem` writes: stem_val_000000.bin (any
+// index; `numbered`) or stem_val.bin (not), the same for _train, or their pending .tmp.
+inline bool is_shard_name(const std::string& stem, const std::string& name, bool numbered) {
+    for (const char* split : {"_val", "_train"}) {
+        std::string start = stem + split;
+        if (name.compare(0, start.size(), start) != 0) continue;
+        size_t end = start.size();
+        if (numbered) {
+            if (name.compare(end, 1, "_") != 0) continue;
+            end = name.find_first_not_of("0123456789", end + 1);
+            if (end == std::string::npos || end < start.size() + 7) continue;
+        }
+        if (name.compare(end, std::string::npos, ".bin") == 0 || name.compare(end, std::string::npos, ".bin.tmp") == 0)
+            return true;
+    }
+    return false;
+}
+
+// Refuses an input that is (by device and inode) an existing output file of --out (is_shard_name):
+// the run would replace the file it reads.
+inline bool check_inputs_not_outputs(const std::string& prefix, bool numbered, const std::vector<std::string>& files,
+                                     std::string* error) {
+    namespace fs = std::filesystem;
+    const fs::path folder = fs::path(prefix).parent_path();
+    const std::string stem = fs::path(prefix).filename().string();
+    std::error_code ec;
+    for (fs::directory_iterator it(folder.empty() ? "." : folder, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (!is_shard_name(stem, name, numbered)) continue;
+        const std::string shard = (folder / name).string();
+        for (const std::string& in : files)
+            if (same_file(in, shard))
+                return fail(error, "--out " + prefix + " would overwrite its input " + in +
+                                       (in == shard ? "" : " (" + shard + ")") + ": choose another --out");
+    }
     return true;
 }
 
