@@ -1,7 +1,7 @@
 // dev/data/tool_main.h — what the data tools (tokenize.cpp, bert_data.cpp) share: their main (parse,
 // --help, run, summary, one "error: ..." line and exit code 1 on failure), the options both take,
-// how both read their inputs (and which they refuse), check and create their output prefix, and how they
-// write their shards.
+// how both read their inputs (and which they refuse), check and create their output prefix, and how
+// they write their shards.
 #pragma once
 #include "../../llmc/file_io.h"
 
