@@ -339,7 +339,7 @@ struct BERT : ModelState<floatX> {
             {(void**)&acts.dloss, sizeof(float)},
         };
         acts_bytes = regions_bytes(regions);
-        cudaCheck(cudaMalloc(&acts_memory, acts_bytes));
+        cudaMallocCheck(&acts_memory, acts_bytes);
         carve_regions(acts_memory, regions);
         mem.activations = acts_bytes;
         mem.other += encoder_backward_plan_reserve(&encoder_plan, B, T, (int)C, config.vocab_size,

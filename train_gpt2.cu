@@ -313,7 +313,7 @@ struct GPT2 : ModelState<floatX> {
         }
         if (fp8) {
             size_t one = fp8_linear_bytes(kFp8History), n = (size_t)c.num_layers * NUM_LINEAR;
-            cudaCheck(cudaMalloc(&fp8_memory, n * one));
+            cudaMallocCheck(&fp8_memory, n * one);
             cudaCheck(cudaMemset(fp8_memory, 0, n * one));  // padding included: checkpoints copy it
             fp8_layers.resize(n);
             for (size_t k = 0; k < n; k++)
@@ -744,7 +744,7 @@ struct GPT2 : ModelState<floatX> {
         // block by block: rank r's E_l experts of block m are experts [r*E_l, (r+1)*E_l) of it.
         size_t before = params.t[MOEW1] - params_memory, at = before, at_full = before;
         T* dev;
-        cudaCheck(cudaMalloc(&dev, out.size() * sizeof(T)));
+        cudaMallocCheck(&dev, out.size() * sizeof(T));
         cudaCheck(cudaMemcpyAsync(dev, values, before * sizeof(T), cudaMemcpyDeviceToDevice, stream));
         for (int i : {MOEW1, MOEW2}) {
             all_gather_blocks(*this->dist, values + at, dev + at_full, config.moe_blocks(),
@@ -880,7 +880,7 @@ struct GPT2Decoder {
             {(void**)&token, sizeof(int)},            {(void**)&kv_cache, L * maxT * 3 * C * sizeof(floatX)},
         };
         bytes = regions_bytes(regions);
-        cudaCheck(cudaMalloc(&memory, bytes));
+        cudaMallocCheck(&memory, bytes);
         carve_regions(memory, regions);
         if (model.moe_par.ranks > 1)  // the options refuse sampling under --expert-parallel
             distributed_fatal("GPT2Decoder: the experts are sharded over %d ranks; decode in a single process",
@@ -993,7 +993,7 @@ template <class floatX>
 bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::string* err, bool write = true) {
     if (std::is_same<floatX, __half>::value) {
         float* full = nullptr;  // ZeRO-1/2: room for the gathered master weights
-        if (model.sharded()) cudaCheck(cudaMalloc(&full, model.num_parameters * sizeof(float)));
+        if (model.sharded()) cudaMallocCheck(&full, model.num_parameters * sizeof(float));
         std::vector<float> master = model.host_with_all_experts(model.master_of_all(full));
         if (full) cudaCheck(cudaFree(full));
         return !write || write_gpt2_checkpoint(path, model.config, master.data(), false, err);

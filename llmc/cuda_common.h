@@ -18,15 +18,19 @@
 
 // Evaluates a CUDA runtime call once; on failure prints the error, the statement, file and line,
 // and exits (a failed allocation or launch leaves nothing worth continuing with). An allocation that
-// failed also says how much device memory is free, and what makes a run need less.
-[[noreturn]] inline void cuda_check_failed(cudaError_t err, const char* call, const char* file, int line) {
+// failed also says how much it asked for (`requested`, when known), how much device memory is free,
+// and what makes a run need less.
+[[noreturn]] inline void cuda_check_failed(cudaError_t err, const char* call, const char* file, int line,
+                                           size_t requested = 0) {
     fprintf(stderr, "%s[CUDA ERROR] %s (%s)\n  in: %s\n  at %s:%d\n", fatal_error_prefix, cudaGetErrorString(err),
             cudaGetErrorName(err), call, file, line);
     size_t free_b = 0, total_b = 0;
-    if (err == cudaErrorMemoryAllocation && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
-        fprintf(stderr, "  the device has %.1f MiB free of %.1f MiB: a smaller model or micro-batch, --recompute, "
-                "--optimizer adamw8bit, or --zero over several GPUs needs less\n", free_b / 1048576.0,
-                total_b / 1048576.0);
+    if (err == cudaErrorMemoryAllocation && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+        if (requested) fprintf(stderr, "  it asked for %.1f MiB;", requested / 1048576.0);
+        fprintf(stderr, "%sthe device has %.1f MiB free of %.1f MiB: a smaller model or micro-batch, --recompute, "
+                "--optimizer adamw8bit, or --zero over several GPUs needs less\n", requested ? " " : "  ",
+                free_b / 1048576.0, total_b / 1048576.0);
+    }
     fatal_exit();
 }
 #define cudaCheck(call)                                                       \
@@ -34,6 +38,15 @@
         cudaError_t err_ = (call);                                            \
         if (err_ != cudaSuccess) cuda_check_failed(err_, #call, __FILE__, __LINE__); \
     } while (0)
+
+// cudaMalloc(ptr, bytes) checked as cudaCheck does; a failure also says how many bytes it asked for.
+template <class T>
+inline void cuda_malloc_check(T** ptr, size_t bytes, const char* call, const char* file, int line) {
+    cudaError_t err = cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+    if (err != cudaSuccess) cuda_check_failed(err, call, file, line, bytes);
+}
+#define cudaMallocCheck(ptr, bytes) \
+    cuda_malloc_check((ptr), (bytes), "cudaMalloc(" #ptr ", " #bytes ")", __FILE__, __LINE__)
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx, the form both
 // nvcc and the CPU backend's g++ build accept, and returns the launch's error code.

@@ -229,7 +229,7 @@ template <class X>
 inline void encoder_plan_reserve(X*& ptr, size_t& capacity, size_t need) {
     if (need <= capacity) return;
     cudaCheck(cudaFree(ptr));  // synchronizes: no kernel of an earlier step still reads it
-    cudaCheck(cudaMalloc(&ptr, need * sizeof(X)));
+    cudaMallocCheck(&ptr, need * sizeof(X));
     capacity = need;
 }
 
@@ -260,7 +260,7 @@ inline void encoder_backward_plan_upload(EncoderBackwardPlan* plan_ptr, const En
     }
 
     EncoderPlanCapacity cap = encoder_plan_capacity(plan.B, plan.T, C, plan.has_types);
-    if (!plan.d_counts) cudaCheck(cudaMalloc(&plan.d_counts, 2 * sizeof(int)));
+    if (!plan.d_counts) cudaMallocCheck(&plan.d_counts, 2 * sizeof(int));
     encoder_plan_reserve(plan.d_positions, plan.capacity_positions, cap.positions);
     encoder_plan_reserve(plan.d_segments, plan.capacity_segments, cap.segments);
     encoder_plan_reserve(plan.d_groups, plan.capacity_groups, cap.groups);

@@ -210,7 +210,7 @@ inline void matmul_init(bool tf32 = false) {
     if (ctx.handle) return;
     cublasCheck(cublasLtCreate(&ctx.handle));
     ctx.workspace_size = 32 << 20;
-    cudaCheck(cudaMalloc(&ctx.workspace, ctx.workspace_size));
+    cudaMallocCheck(&ctx.workspace, ctx.workspace_size);
     ctx.tf32 = tf32;
 }
 
@@ -235,7 +235,7 @@ inline void matmul_add_stream(cudaStream_t stream) {
     MatmulContext& ctx = matmul_context();
     if (ctx.stream_workspaces.count(stream)) return;
     void* w = nullptr;
-    cudaCheck(cudaMalloc(&w, ctx.workspace_size));
+    cudaMallocCheck(&w, ctx.workspace_size);
     ctx.stream_workspaces[stream] = w;
 }
 

@@ -267,20 +267,20 @@ struct ModelState {
                               "micro-step and has no place for rank-local experts (use --zero 0 or 1)");
         make_plan(per_rank_state() ? world() : 1, &plan);
         size_t N = num_parameters, S = update_size();
-        cudaCheck(cudaMalloc(&params_memory, N * sizeof(floatX)));
+        cudaMallocCheck(&params_memory, N * sizeof(floatX));
         if (training) allocate_grads();
         float* staging;
-        cudaCheck(cudaMalloc(&staging, N * sizeof(float)));
+        cudaMallocCheck(&staging, N * sizeof(float));
         cudaCheck(cudaMemcpy(staging, host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
         cast(params_memory, (const float*)staging, N, stream);
         if (sharded()) {
-            cudaCheck(cudaMalloc(&shard_params, S * sizeof(floatX)));
+            cudaMallocCheck(&shard_params, S * sizeof(floatX));
             cudaCheck(cudaMemset(shard_params, 0, S * sizeof(floatX)));  // padding stays zero
             extract_shard(plan, rank(), (const floatX*)params_memory, shard_params, stream);
         }
         if (training && !std::is_same<floatX, float>::value) {  // the fp32 values (of this rank's shard) become the master weights
             if (sharded()) {
-                cudaCheck(cudaMalloc(&master, S * sizeof(float)));
+                cudaMallocCheck(&master, S * sizeof(float));
                 cudaCheck(cudaMemset(master, 0, S * sizeof(float)));
                 extract_shard(plan, rank(), (const float*)staging, master, stream);
             } else {
@@ -301,15 +301,15 @@ struct ModelState {
             }
         }
         num_table_entries = (int)table.size();
-        cudaCheck(cudaMalloc(&tensor_table, sizeof(ParamTensor) * std::max<size_t>(table.size(), 1)));
+        cudaMallocCheck(&tensor_table, sizeof(ParamTensor) * std::max<size_t>(table.size(), 1));
         if (!table.empty())
             cudaCheck(cudaMemcpy(tensor_table, table.data(), sizeof(ParamTensor) * table.size(), cudaMemcpyHostToDevice));
         size_t other = 0;
         if (training) {
             other = allocate_optimizer(table) + global_norm_scratch_bytes(S) + 3 * sizeof(float);  // + norm_out, clip_scale
-            cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_bytes(S)));
-            cudaCheck(cudaMalloc(&norm_out, 2 * sizeof(float)));
-            cudaCheck(cudaMalloc(&clip_scale, sizeof(float)));
+            cudaMallocCheck(&norm_scratch, global_norm_scratch_bytes(S));
+            cudaMallocCheck(&norm_out, 2 * sizeof(float));
+            cudaMallocCheck(&clip_scale, sizeof(float));
             cudaCheck(cudaMallocHost(&norm_host, sizeof(float)));
         }
         if (data_parallel()) {
@@ -353,10 +353,10 @@ struct ModelState {
                 n = n / s.copies * std::min<size_t>(s.copies, grad_layer_slots);
             grad_sizes.push_back(n);
         }
-        cudaCheck(cudaMalloc(&grads_memory, grad_elements() * sizeof(floatX)));
+        cudaMallocCheck(&grads_memory, grad_elements() * sizeof(floatX));
         cudaCheck(cudaMemset(grads_memory, 0, grad_elements() * sizeof(floatX)));
         if (sharded()) {
-            cudaCheck(cudaMalloc(&shard_grads, update_size() * sizeof(floatX)));
+            cudaMallocCheck(&shard_grads, update_size() * sizeof(floatX));
             cudaCheck(cudaMemset(shard_grads, 0, update_size() * sizeof(floatX)));  // padding stays zero
         }
     }
@@ -501,15 +501,15 @@ struct ModelState {
                 opt_state_bytes = sizeof(float) * (adafactor.second_moment_size +
                                                    (opt.adafactor.use_first_moment ? n : 0));
                 size_t table_bytes = sizeof(FactoredTensor) * adafactor.tensors.size();
-                cudaCheck(cudaMalloc(&adafactor_table, table_bytes));
+                cudaMallocCheck(&adafactor_table, table_bytes);
                 cudaCheck(cudaMemcpy(adafactor_table, adafactor.tensors.data(), table_bytes, cudaMemcpyHostToDevice));
-                cudaCheck(cudaMalloc(&opt_scratch, adafactor.scratch_size * sizeof(float)));
+                cudaMallocCheck(&opt_scratch, adafactor.scratch_size * sizeof(float));
                 other = table_bytes + adafactor.scratch_size * sizeof(float);
                 break;
             }
         }
         if (opt_state_bytes) {
-            cudaCheck(cudaMalloc(&opt_state, opt_state_bytes));
+            cudaMallocCheck(&opt_state, opt_state_bytes);
             cudaCheck(cudaMemset(opt_state, 0, opt_state_bytes));
         }
         if (opt.kind == OptimizerKind::AdamW8bit) adamw8bit = adamw8bit_init(opt_state, adamw8bit_plan(table));

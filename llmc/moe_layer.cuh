@@ -276,7 +276,7 @@ void moe_layer_init(MoeLayer<T>* L, const MoeConfig& cfg, int N, const MoeParall
     L->Rb = moe_layer_block_rows(N, L->capacity);
     const size_t NK = (size_t)N * cfg.K, NE = (size_t)N * cfg.E, R = (size_t)cfg.E * L->Rb;
     const size_t C = cfg.C, H = cfg.H, H1 = cfg.w1_rows();
-    auto alloc = [](auto** p, size_t n) { cudaCheck(cudaMalloc((void**)p, n * sizeof(**p))); };
+    auto alloc = [](auto** p, size_t n) { cudaMallocCheck(p, n * sizeof(**p)); };
     alloc(&L->logits, NE);
     alloc(&L->probs, NE);
     alloc(&L->lse, N);

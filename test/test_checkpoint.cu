@@ -447,12 +447,16 @@ int main(int argc, char** argv) {
                        th::last_lines(c.text).c_str());
         }
         // Device memory too small for the model's state (the CPU backend's virtual device, sized by
-        // SIMT_DEVICE_MEMORY): the failed allocation's error also gives the free memory and what helps.
+        // SIMT_DEVICE_MEMORY): the failed allocation's error also gives its size, the free memory and
+        // what helps.
         if (kernel_launch_count() >= 0) {
             th::ChildOutput c = th::run_command("SIMT_DEVICE_MEMORY=1M " + tiny + " 2>&1");
             bool ok = !th::exited_ok(c) && c.text.find("[CUDA ERROR] out of memory") != std::string::npos &&
-                      c.text.find("MiB free of 1.0 MiB: a smaller model or micro-batch") != std::string::npos;
-            th::report(ok, "train_gpt2 on a device too small for it: out of memory, with the free memory and what helps",
+                      c.text.find("  it asked for ") != std::string::npos &&
+                      c.text.find(" MiB; the device has 1.0 MiB free of 1.0 MiB: a smaller model or micro-batch") !=
+                          std::string::npos;
+            th::report(ok, "train_gpt2 on a device too small for it: out of memory, with the size asked for, the free "
+                           "memory and what helps",
                        "%s", th::last_lines(c.text).c_str());
         }
         for (const auto& r : refused) {

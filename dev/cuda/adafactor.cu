@@ -268,18 +268,18 @@ struct State {
     AdafactorTensorScalars* scalars;
     size_t N;
     State(const Shapes& s, bool with_master) : layout(adafactor_layout(s.shapes, s.decay)), N(layout.num_params) {
-        cudaCheck(cudaMalloc(&params, N * sizeof(T)));
-        cudaCheck(cudaMalloc(&grads, N * sizeof(T)));
-        cudaCheck(cudaMalloc(&exp_avg, N * sizeof(float)));
-        cudaCheck(cudaMalloc(&second_moment, layout.second_moment_size * sizeof(float)));
-        cudaCheck(cudaMalloc(&scratch, layout.scratch_size * sizeof(float)));
+        cudaMallocCheck(&params, N * sizeof(T));
+        cudaMallocCheck(&grads, N * sizeof(T));
+        cudaMallocCheck(&exp_avg, N * sizeof(float));
+        cudaMallocCheck(&second_moment, layout.second_moment_size * sizeof(float));
+        cudaMallocCheck(&scratch, layout.scratch_size * sizeof(float));
         cudaCheck(cudaMemset(exp_avg, 0, N * sizeof(float)));
         cudaCheck(cudaMemset(second_moment, 0, layout.second_moment_size * sizeof(float)));
-        if (with_master) cudaCheck(cudaMalloc(&master, N * sizeof(float)));
+        if (with_master) cudaMallocCheck(&master, N * sizeof(float));
         const size_t nt = layout.tensors.size();
-        cudaCheck(cudaMalloc(&tensors, nt * sizeof(FactoredTensor)));
+        cudaMallocCheck(&tensors, nt * sizeof(FactoredTensor));
         cudaCheck(cudaMemcpy(tensors, layout.tensors.data(), nt * sizeof(FactoredTensor), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMalloc(&scalars, nt * sizeof(AdafactorTensorScalars)));
+        cudaMallocCheck(&scalars, nt * sizeof(AdafactorTensorScalars));
     }
     ~State() {
         for (void* ptr : {(void*)params, (void*)grads, (void*)master, (void*)exp_avg, (void*)second_moment,

@@ -170,13 +170,13 @@ struct Run {
     ParamTensor* tensors;
     AdamW8bitState state;
     Run(const std::vector<ParamTensor>& t, bool with_master) : table(t), layout(adamw8bit_plan(t)), N(layout.N) {
-        cudaCheck(cudaMalloc(&params, N * sizeof(T)));
-        cudaCheck(cudaMalloc(&grads, N * sizeof(T)));
-        if (with_master) cudaCheck(cudaMalloc(&master, N * sizeof(float)));
-        cudaCheck(cudaMalloc(&scratch_m, N * sizeof(float)));
-        cudaCheck(cudaMalloc(&scratch_v, N * sizeof(float)));
-        cudaCheck(cudaMalloc(&state_buffer, layout.total_bytes));
-        cudaCheck(cudaMalloc(&tensors, t.size() * sizeof(ParamTensor)));
+        cudaMallocCheck(&params, N * sizeof(T));
+        cudaMallocCheck(&grads, N * sizeof(T));
+        if (with_master) cudaMallocCheck(&master, N * sizeof(float));
+        cudaMallocCheck(&scratch_m, N * sizeof(float));
+        cudaMallocCheck(&scratch_v, N * sizeof(float));
+        cudaMallocCheck(&state_buffer, layout.total_bytes);
+        cudaMallocCheck(&tensors, t.size() * sizeof(ParamTensor));
         cudaCheck(cudaMemcpy(tensors, t.data(), t.size() * sizeof(ParamTensor), cudaMemcpyHostToDevice));
         state = adamw8bit_init(state_buffer, layout);
     }

@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
     std::vector<float> hx(n), hy(n);
     for (int i = 0; i < n; i++) hx[i] = (float)(i % 1000) * 1e-3f;
     float *x, *y;
-    cudaCheck(cudaMalloc(&x, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&y, n * sizeof(float)));
+    cudaMallocCheck(&x, n * sizeof(float));
+    cudaMallocCheck(&y, n * sizeof(float));
     cudaCheck(cudaMemcpy(x, hx.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     volatile float sink = 0;
     auto plain_axpb = [&] {
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     for (auto shape : {std::make_pair(64, 65536), std::make_pair(1024, 4096), std::make_pair(4096, 768)}) {
         int rows = shape.first, cols = shape.second;
         float* out;
-        cudaCheck(cudaMalloc(&out, rows * sizeof(float)));
+        cudaMallocCheck(&out, rows * sizeof(float));
         std::vector<float> hout(rows);
         auto plain_sum = [&] {
             for (int r = 0; r < rows; r++) {
@@ -163,8 +163,8 @@ int main(int argc, char** argv) {
     {
         int rows = 4096, cols = 768;
         float *mean, *rstd;
-        cudaCheck(cudaMalloc(&mean, rows * sizeof(float)));
-        cudaCheck(cudaMalloc(&rstd, rows * sizeof(float)));
+        cudaMallocCheck(&mean, rows * sizeof(float));
+        cudaMallocCheck(&rstd, rows * sizeof(float));
         std::vector<float> hm(rows), hr(rows);
         auto plain_stats = [&] {
             for (int r = 0; r < rows; r++) {
@@ -193,9 +193,9 @@ int main(int argc, char** argv) {
     for (int i = 0; i < N * K; i++) { hb[i] = __float2bfloat16((i % 13) * 0.125f); fb[i] = __bfloat162float(hb[i]); }
     __nv_bfloat16 *da, *db;
     float* dc;
-    cudaCheck(cudaMalloc(&da, M * K * sizeof(__nv_bfloat16)));
-    cudaCheck(cudaMalloc(&db, N * K * sizeof(__nv_bfloat16)));
-    cudaCheck(cudaMalloc(&dc, M * N * sizeof(float)));
+    cudaMallocCheck(&da, M * K * sizeof(__nv_bfloat16));
+    cudaMallocCheck(&db, N * K * sizeof(__nv_bfloat16));
+    cudaMallocCheck(&dc, M * N * sizeof(float));
     cudaCheck(cudaMemcpy(da, ha.data(), M * K * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(db, hb.data(), N * K * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
     auto plain_gemm = [&] {

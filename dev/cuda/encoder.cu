@@ -101,9 +101,9 @@ RowsDevice build_rows(const int* keys, int BT, int num_keys) {
     }
     RowsDevice d;
     d.num_rows = (int)row_id.size();
-    cudaCheck(cudaMalloc(&d.row_id, row_id.size() * sizeof(int)));
-    cudaCheck(cudaMalloc(&d.row_start, row_start.size() * sizeof(int)));
-    cudaCheck(cudaMalloc(&d.positions, positions.size() * sizeof(int)));
+    cudaMallocCheck(&d.row_id, row_id.size() * sizeof(int));
+    cudaMallocCheck(&d.row_start, row_start.size() * sizeof(int));
+    cudaMallocCheck(&d.positions, positions.size() * sizeof(int));
     cudaCheck(cudaMemcpy(d.row_id, row_id.data(), row_id.size() * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d.row_start, row_start.data(), row_start.size() * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d.positions, positions.data(), positions.size() * sizeof(int), cudaMemcpyHostToDevice));
@@ -163,7 +163,7 @@ struct Problem {
 template <class floatX>
 std::vector<double> upload_random(floatX** d, size_t n, uint64_t seed) {
     std::vector<floatX> x = th::random_tensor<floatX>(n, seed);
-    cudaCheck(cudaMalloc(d, n * sizeof(floatX)));
+    cudaMallocCheck(d, n * sizeof(floatX));
     cudaCheck(cudaMemcpy(*d, x.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
     return th::widen(x);
 }
@@ -191,12 +191,12 @@ Problem<floatX> make_problem(int B, int T, int C, int V, int Vp, int n_types, ui
     p.wpe = upload_random(&p.d_wpe, (size_t)T * C, seed + 2);
     p.wtt = upload_random(&p.d_wtt, (size_t)std::max(n_types, 1) * C, seed + 3);
     p.dout = upload_random(&p.d_dout, (size_t)BT * C, seed + 4);
-    cudaCheck(cudaMalloc(&p.d_out, (size_t)BT * C * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&p.d_dwte, (size_t)Vp * C * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&p.d_dwpe, (size_t)T * C * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&p.d_dwtt, (size_t)std::max(n_types, 1) * C * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&p.d_inp, BT * sizeof(int)));
-    cudaCheck(cudaMalloc(&p.d_types, BT * sizeof(int)));
+    cudaMallocCheck(&p.d_out, (size_t)BT * C * sizeof(floatX));
+    cudaMallocCheck(&p.d_dwte, (size_t)Vp * C * sizeof(floatX));
+    cudaMallocCheck(&p.d_dwpe, (size_t)T * C * sizeof(floatX));
+    cudaMallocCheck(&p.d_dwtt, (size_t)std::max(n_types, 1) * C * sizeof(floatX));
+    cudaMallocCheck(&p.d_inp, BT * sizeof(int));
+    cudaMallocCheck(&p.d_types, BT * sizeof(int));
     cudaCheck(cudaMemcpy(p.d_inp, p.inp.data(), BT * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(p.d_types, p.types.data(), BT * sizeof(int), cudaMemcpyHostToDevice));
     return p;

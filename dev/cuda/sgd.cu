@@ -108,11 +108,11 @@ struct State {
     ParamTensor* tensors;
     size_t N;
     State(const Table& table, bool with_master) : N(table.N) {
-        cudaCheck(cudaMalloc(&params, N * sizeof(T)));
-        cudaCheck(cudaMalloc(&grads, N * sizeof(T)));
-        cudaCheck(cudaMalloc(&buf, N * sizeof(float)));
-        if (with_master) cudaCheck(cudaMalloc(&master, N * sizeof(float)));
-        cudaCheck(cudaMalloc(&tensors, table.tensors.size() * sizeof(ParamTensor)));
+        cudaMallocCheck(&params, N * sizeof(T));
+        cudaMallocCheck(&grads, N * sizeof(T));
+        cudaMallocCheck(&buf, N * sizeof(float));
+        if (with_master) cudaMallocCheck(&master, N * sizeof(float));
+        cudaMallocCheck(&tensors, table.tensors.size() * sizeof(ParamTensor));
         cudaCheck(cudaMemcpy(tensors, table.tensors.data(), table.tensors.size() * sizeof(ParamTensor),
                              cudaMemcpyHostToDevice));
     }
