@@ -559,17 +559,7 @@ const float* fp32_operand(const Matrix& x, const char* src, bool tf32, std::vect
 // addition, as a narrow tensor-core accumulator may (Hopper's fp8 tensor cores are reported to keep
 // about 14): what a budget that assumes fp32 accumulation misses, shown on a CPU.
 int fp8_accumulation_bits() {
-    static const int bits = [] {
-        const char* e = getenv("SIMT_FP8_ACCUMULATION_BITS");
-        if (!e || !*e) return 0;
-        char* end = nullptr;
-        long v = strtol(e, &end, 10);
-        if (*end || v < 1 || v > 23) {
-            fprintf(stderr, "simt: SIMT_FP8_ACCUMULATION_BITS='%s' is not a number of bits in 1..23\n", e);
-            exit(EXIT_FAILURE);
-        }
-        return (int)v;
-    }();
+    static const int bits = (int)simt::env_int("SIMT_FP8_ACCUMULATION_BITS", 0, 1, 23);
     return bits;
 }
 

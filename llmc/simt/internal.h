@@ -26,6 +26,11 @@ struct DeviceProfile {
 };
 const DeviceProfile& device_profile();
 
+// The integer environment variable `name` (unset or empty: `fallback`); any other value that is not
+// an integer in [lo, hi] stops the program with one line naming it, as a typo would otherwise run
+// with a setting nobody asked for.
+long env_int(const char* name, long fallback, long lo, long hi);
+
 // The dynamic shared memory limit a kernel opted in to with cudaFuncSetAttribute (default 48 KiB).
 size_t max_dynamic_smem(const void* kernel);
 

@@ -51,6 +51,20 @@
 namespace fc = boost::context::detail;
 
 namespace simt {
+
+long env_int(const char* name, long fallback, long lo, long hi) {
+    const char* e = getenv(name);
+    if (!e || !*e) return fallback;
+    char* end = nullptr;
+    errno = 0;
+    long v = strtol(e, &end, 10);
+    if (*end || errno || v < lo || v > hi) {
+        fprintf(stderr, "simt: %s='%s' is not an integer in [%ld, %ld]\n", name, e, lo, hi);
+        exit(EXIT_FAILURE);
+    }
+    return v;
+}
+
 namespace {
 
 // ----------------------------------------------------------------------------
@@ -134,11 +148,7 @@ struct Fiber {
 constexpr size_t kGuard = 64 * 1024;  // large enough that a big local array cannot jump over it
 
 size_t stack_size() {
-    static size_t sz = [] {
-        const char* e = getenv("SIMT_STACK_KB");
-        size_t kb = e ? strtoull(e, nullptr, 10) : 256;
-        return std::max<size_t>(kb, 64) * 1024;
-    }();
+    static size_t sz = (size_t)env_int("SIMT_STACK_KB", 256, 64, 1 << 20) * 1024;
     return sz;
 }
 
@@ -686,11 +696,7 @@ void run_block(Worker* w, uint3 bid) {
 // Worker pool: SIMT_THREADS workers take blocks from a shared counter (default 1: deterministic)
 
 int& n_workers_setting() {
-    static int n = [] {
-        const char* e = getenv("SIMT_THREADS");
-        int v = e ? atoi(e) : 1;
-        return std::max(1, std::min(v, 256));
-    }();
+    static int n = (int)env_int("SIMT_THREADS", 1, 1, 256);
     return n;
 }
 int n_workers() { return n_workers_setting(); }

@@ -651,6 +651,35 @@ int print_device() {
     return 0;
 }
 
+// One launch (fibers, so SIMT_STACK_KB is read) and the worker count: what the environment tests run.
+int launch_once() {
+    float *in = nullptr, *out = nullptr;
+    cudaCheck(cudaMalloc(&in, 256 * sizeof(float)));
+    cudaCheck(cudaMalloc(&out, 256 * sizeof(float)));
+    cudaCheck(cudaMemset(in, 0, 256 * sizeof(float)));
+    cudaCheck(launch_kernel(reverse_kernel<false>, dim3(1), dim3(256), 0, nullptr, (const float*)in, out, 256));
+    cudaCheck(cudaDeviceSynchronize());
+    printf("workers=%d\n", simt::get_workers());
+    return 0;
+}
+
+// The backend's integer settings: a value that is not an integer in range stops the program with one
+// line naming it (not a silent fallback to a setting nobody asked for); a good one is used.
+void test_env_settings(const char* self) {
+    const char* bad[][2] = {{"SIMT_THREADS=abc", "simt: SIMT_THREADS='abc' is not an integer in [1, 256]"},
+                            {"SIMT_THREADS=0", "simt: SIMT_THREADS='0' is not an integer in [1, 256]"},
+                            {"SIMT_THREADS=100000", "simt: SIMT_THREADS='100000' is not an integer in [1, 256]"},
+                            {"SIMT_STACK_KB=1", "simt: SIMT_STACK_KB='1' is not an integer in [64, 1048576]"},
+                            {"SIMT_STACK_KB=256k", "simt: SIMT_STACK_KB='256k' is not an integer in [64, 1048576]"}};
+    for (const auto& b : bad) {
+        th::ChildOutput c = th::run_command(std::string(b[0]) + " " + self + " --launch-once 2>&1");
+        bool ok = c.status != 0 && c.text == std::string(b[1]) + "\n";
+        th::report(ok, (std::string(b[0]) + " stops with one line naming it").c_str(), "%s", c.text.c_str());
+    }
+    th::ChildOutput c = th::run_command(std::string("SIMT_THREADS=3 SIMT_STACK_KB=128 ") + self + " --launch-once 2>&1");
+    th::report(c.status == 0 && c.text == "workers=3\n", "SIMT_THREADS=3 SIMT_STACK_KB=128: used", "%s", c.text.c_str());
+}
+
 // SIMT_DEVICE chooses the GPU whose limits the virtual device reports; the name (which names any profile
 // but the default) matches no GPU of the MFU table; the memory is the GPU's, at most the host memory
 // available (MemAvailable of a planted meminfo: 1 TiB, so physical memory caps it, then 16 GiB); an
@@ -713,6 +742,7 @@ int main(int argc, char** argv) {
 #if defined(SIMT_CPU)
     if (argc == 3 && std::string(argv[1]) == "--plant") return run_plant(argv[2]);
     if (argc == 2 && std::string(argv[1]) == "--print-device") return print_device();
+    if (argc == 2 && std::string(argv[1]) == "--launch-once") return launch_once();
     if (argc == 3 && std::string(argv[1]) == "--stream-case") return run_stream_case(argv[2]);
     // The ASan planted bugs run in the sanitizer build of this test (path in argv[1], given by the
     // Makefile); the sanitizer build passes its own path.
@@ -731,6 +761,7 @@ int main(int argc, char** argv) {
 #if defined(SIMT_CPU)
     test_parallel_workers();
     test_device_profiles(argv[0]);
+    test_env_settings(argv[0]);
     test_stream_bugs(argv[0]);
     if (asan_twin) test_planted(argv[0], asan_twin);
     else th::report(false, "planted bugs", "usage: test_simt <asan-build-of-test_simt>");
