@@ -14,8 +14,9 @@ set -u
 # --help prints the comment above; STEPS is checked here, before a build and eight refused runs.
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 steps=${1:-6}
-[[ $steps =~ ^[1-9][0-9]*$ && $steps -ge 2 ]] ||
-    { echo "bench_bert.sh: STEPS must be an integer of at least 2 (the first is warm-up), not '$steps' (--help)" >&2; exit 2; }
+# (At most the trainer's --max-steps bound, 2^30; ten digits at most first, so bash compares no overflow.)
+[[ $steps =~ ^[1-9][0-9]{0,9}$ && $steps -ge 2 && $steps -le 1073741824 ]] ||
+    { echo "bench_bert.sh: STEPS must be an integer in [2, 1073741824] (the first step is warm-up), not '$steps' (--help)" >&2; exit 2; }
 shift || true
 cd "$(dirname "$0")/.." || exit 1
 make --no-print-directory train_bert >/dev/null || exit 1

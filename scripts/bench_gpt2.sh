@@ -7,7 +7,9 @@ set -euo pipefail
 # --help prints the comment above; STEPS is checked here, before a build, not by the trainer after it.
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 steps=${1:-10}
-[[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "bench_gpt2.sh: STEPS must be a positive integer, not '$steps' (--help)" >&2; exit 2; }
+# (At most the trainer's --max-steps bound, 2^30; ten digits at most first, so bash compares no overflow.)
+[[ $steps =~ ^[1-9][0-9]{0,9}$ && $steps -le 1073741824 ]] ||
+    { echo "bench_gpt2.sh: STEPS must be an integer in [1, 1073741824], not '$steps' (--help)" >&2; exit 2; }
 shift || true
 cd "$(dirname "$0")/.."
 make --no-print-directory train_gpt2 >/dev/null

@@ -12,8 +12,9 @@ set -euo pipefail
 # --help prints the comment above; STEPS is checked here, before a build.
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 steps=${1:-40}
-[[ $steps =~ ^[1-9][0-9]*$ && $steps -ge 2 ]] ||
-    { echo "bench_moe.sh: STEPS must be an integer of at least 2 (the first is warm-up), not '$steps' (--help)" >&2; exit 2; }
+# (At most the trainer's --max-steps bound, 2^30; ten digits at most first, so bash compares no overflow.)
+[[ $steps =~ ^[1-9][0-9]{0,9}$ && $steps -ge 2 && $steps -le 1073741824 ]] ||
+    { echo "bench_moe.sh: STEPS must be an integer in [2, 1073741824] (the first step is warm-up), not '$steps' (--help)" >&2; exit 2; }
 shift || true
 cd "$(dirname "$0")/.."
 trainer=${TRAIN_GPT2:-}

@@ -13,8 +13,9 @@ set -u
 # --help prints the comment above; STEPS is checked here, before a build and eleven refused runs.
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 steps=${1:-10}
-[[ $steps =~ ^[1-9][0-9]*$ && $steps -ge 2 ]] ||
-    { echo "bench_techniques.sh: STEPS must be an integer of at least 2 (the first is warm-up), not '$steps' (--help)" >&2; exit 2; }
+# (At most the trainer's --max-steps bound, 2^30; ten digits at most first, so bash compares no overflow.)
+[[ $steps =~ ^[1-9][0-9]{0,9}$ && $steps -ge 2 && $steps -le 1073741824 ]] ||
+    { echo "bench_techniques.sh: STEPS must be an integer in [2, 1073741824] (the first step is warm-up), not '$steps' (--help)" >&2; exit 2; }
 shift || true
 cd "$(dirname "$0")/.." || exit 1
 # Built like the other bench scripts: a stale ./train_gpt2 would time the code before the last edit.
@@ -77,6 +78,12 @@ for t in "${techniques[@]}"; do
     mem=$(sed -n 's/^device memory in use after the first step: \([0-9.]*\) MiB.*/\1/p' "$tmp/stdout")
     [[ $name == fp32 ]] && fp32_tps=$tps
     speedup=$(awk -v a="$tps" -v b="$fp32_tps" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "n/a" }')
-    printf "%-26s %12s %8s %6s %12s %11.4f %7s\n" "$name" "$tps" "$speedup" "$B" "$mem" "$loss" "$stable"
+    # A loss that is not a number (null: not finite; none: no step logged) is shown as it is, and fails.
+    if [[ $loss =~ ^-?[0-9.]+([eE][-+]?[0-9]+)?$ ]]; then
+        loss=$(printf "%.4f" "$loss")
+    else
+        loss=${loss:-none} stable=no status=1
+    fi
+    printf "%-26s %12s %8s %6s %12s %11s %7s\n" "$name" "$tps" "$speedup" "$B" "$mem" "$loss" "$stable"
 done
 exit $status

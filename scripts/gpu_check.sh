@@ -44,8 +44,11 @@ while [[ $# -gt 0 ]]; do
         *) echo "gpu_check: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
-[[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 2 ]] || { echo "gpu_check: --steps wants a number >= 2, got '$steps'" >&2; exit 2; }
-[[ "$budget" =~ ^[0-9]+$ ]] || { echo "gpu_check: --budget wants whole seconds (0: no limit), got '$budget'" >&2; exit 2; }
+# Decimal without leading zeros (bash reads 08 as bad octal, 010 as 8) and at most 9 digits (no overflow).
+[[ "$steps" =~ ^[1-9][0-9]{0,8}$ && "$steps" -ge 2 ]] ||
+    { echo "gpu_check: --steps wants a whole number in [2, 999999999], got '$steps'" >&2; exit 2; }
+[[ "$budget" =~ ^(0|[1-9][0-9]{0,8})$ ]] ||
+    { echo "gpu_check: --budget wants whole seconds in [0, 999999999] (0: no limit), got '$budget'" >&2; exit 2; }
 parts=${parts//,/ }
 for part in $parts; do
     [[ " $all_parts " == *" $part "* ]] || { echo "gpu_check: --parts: '$part' is not one of: $all_parts" >&2; exit 2; }

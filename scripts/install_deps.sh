@@ -113,7 +113,7 @@ fi
 nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
 [[ -x $nvcc ]] || nvcc=$(command -v nvcc)
 sass_tools=(nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)
-if [[ -z $root_dir && -n $nvcc ]] && ! /usr/bin/python3 scripts/sass_check.py --nvcc "$nvcc" --which-tools >/dev/null; then
+if [[ -z $root_dir && -n $nvcc ]] && ! /usr/bin/python3 scripts/sass_check.py --nvcc "$nvcc" --which-tools >/dev/null 2>&1; then
     need_root_for /usr/bin/python3 -m pip install --break-system-packages "${sass_tools[@]}"
     for p in "${sass_tools[@]}"; do echo "install_deps: installing $p (pip, /usr/bin/python3)" >&2; done
     quietly root /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages "${sass_tools[@]}" ||

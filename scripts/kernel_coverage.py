@@ -77,6 +77,8 @@ def recorded(coverage_dir):
     """({program: set of kernel names}, [(program, address)] of the kernels no name was found for)."""
     launched, unnamed = {}, []
     for path in glob.glob(os.path.join(coverage_dir, "*.*")):
+        if not os.path.isfile(path):
+            continue  # a folder named like a record is none
         program = os.path.basename(path).rsplit(".", 1)[0]
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -101,7 +103,8 @@ def main():
     # A mistyped directory must not read as "no kernel launched" (every kernel a FAIL), nor a source
     # root without kernels as "0 passed, 0 failed": both are errors of the command, not results.
     if not os.path.isdir(coverage_dir):
-        print(f"kernel_coverage.py: error: no such directory: {coverage_dir} ({usage})", file=sys.stderr)
+        what = "not a directory" if os.path.exists(coverage_dir) else "no such directory"
+        print(f"kernel_coverage.py: error: {what}: {coverage_dir} ({usage})", file=sys.stderr)
         return 2
     kernels = definitions(root)
     if not kernels:

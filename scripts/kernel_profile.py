@@ -21,6 +21,7 @@ launch ("section / metric": "value unit").
 import argparse
 import csv
 import json
+import math
 import sys
 
 # Nsight Compute's duration units (long and short forms), in microseconds.
@@ -36,8 +37,11 @@ BRIEF = ["Duration", "Compute (SM) Throughput", "DRAM Throughput", "Achieved Occ
 
 def read_rows(path):
     """ncu's CSV rows at path as dicts by column name (its header row found past ncu's own messages)."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not text (ncu's CSV is)") from None
     header = next((i for i, r in enumerate(rows) if "Kernel Name" in r and "Metric Value" in r), None)
     if header is None:
         raise ValueError(f"{path}: no ncu CSV header (a row with 'Kernel Name' and 'Metric Value')")
@@ -67,6 +71,8 @@ def read_durations(path):
     for r in read_rows(path):
         if r.get("Metric Name") != "gpu__time_duration.sum":
             continue  # other metrics
+        if "Metric Unit" not in r:
+            raise ValueError(f"{path}: no 'Metric Unit' column (ncu --csv writes one beside 'Metric Value')")
         unit = r["Metric Unit"].strip()
         if unit not in UNITS_US:
             raise ValueError(f"{path}: duration unit '{unit}' is not one of {', '.join(UNITS_US)}")
@@ -88,7 +94,7 @@ def summarize(durations, step_ms=None):
     kernels = [{"kernel": k, "launches": n, "us": round(t, 3), "share": round(t / busy_us, 4) if busy_us else 0.0}
                for k, (n, t) in sorted(by_name.items(), key=lambda kv: (-kv[1][1], kv[0]))]
     summary = {"launches": len(durations), "busy_ms": round(busy_us / 1e3, 3), "kernels": kernels}
-    if step_ms:
+    if step_ms is not None:
         summary["step_ms"] = step_ms
         summary["idle_share"] = round(max(0.0, 1 - busy_us / 1e3 / step_ms), 4)
     return summary
@@ -103,11 +109,30 @@ def print_metrics(launches):
     print("METRICS_JSON " + json.dumps(launches, separators=(",", ":")))
 
 
+def positive_ms(text):
+    """--step-ms's value: a time in milliseconds, finite and above 0."""
+    try:
+        ms = float(text)
+    except ValueError:
+        ms = float("nan")
+    if not math.isfinite(ms) or ms <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a time in ms above 0")
+    return ms
+
+
+def count(text):
+    """--top's value: a whole number of at least 0."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of at least 0")
+    return int(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", help="ncu's CSV output (--csv --log-file FILE)")
-    ap.add_argument("--step-ms", type=float, default=None, help="the step's time measured without the profiler")
-    ap.add_argument("--top", type=int, default=20, help="kernels listed in the table (the JSON has all)")
+    ap.add_argument("--step-ms", type=positive_ms, default=None,
+                    help="the step's time measured without the profiler")
+    ap.add_argument("--top", type=count, default=20, help="kernels listed in the table (the JSON has all)")
     ap.add_argument("--metrics", action="store_true", help="every metric per launch (ncu run with --section)")
     a = ap.parse_args()
     try:

@@ -30,8 +30,8 @@ trainer=${TRAINER:-./train_gpt2}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 ngpu=${NGPU:-$gpus}
 # Checked as text first: bash arithmetic would read NGPU=abc as an unset variable.
-if [[ -n ${NGPU:-} && ! $NGPU =~ ^[1-9][0-9]*$ ]]; then
-    echo "run_multi_gpu.sh: NGPU must be a positive integer (processes to start), not '$NGPU'" >&2
+if [[ -n ${NGPU:-} && ! $NGPU =~ ^[1-9][0-9]{0,3}$ ]]; then
+    echo "run_multi_gpu.sh: NGPU must be an integer in [1, 9999] (processes to start), not '$NGPU'" >&2
     exit 1
 fi
 if [[ "$ngpu" -lt 1 ]]; then
@@ -46,7 +46,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
     echo "run_multi_gpu.sh: mpirun not found (apt-get install openmpi-bin libopenmpi-dev, then rebuild)" >&2
     exit 1
 fi
-if [[ ! -x "$trainer" ]]; then
+if [[ ! -f "$trainer" || ! -x "$trainer" ]]; then  # -x alone holds for a folder
     case $trainer in
         ./train_gpt2 | ./train_bert) make --no-print-directory "${trainer#./}" ;;
         *) echo "run_multi_gpu.sh: TRAINER=$trainer is not an executable file" >&2; exit 1 ;;

@@ -77,7 +77,10 @@ def find_tools(given, nvcc):
 
 
 def run(cmd, env=None):
-    p = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    except OSError as e:  # no such program, or not one that runs
+        raise RuntimeError(f"cannot run {cmd[0]}: {e.strerror}") from None
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:2])} ... failed: {(p.stdout + p.stderr).strip()[-800:]}")
     return p.stdout
@@ -238,14 +241,17 @@ def main():
     ap.add_argument("--which-tools", action="store_true", help="print the cuobjdump and nvdisasm found and stop")
     args = ap.parse_args()
     cuobjdump, nvdisasm = find_tools(args.cuobjdump, args.nvcc)
+    missing = " and ".join(t for t, have in (("cuobjdump", cuobjdump), ("nvdisasm", nvdisasm)) if not have)
     if args.which_tools:
-        if cuobjdump and nvdisasm:
-            print(cuobjdump, nvdisasm)
-        return 0 if cuobjdump and nvdisasm else 1
+        if missing:
+            print(f"sass_check: no {missing} found (the toolkit's, or pip install nvidia-cuda-cuobjdump "
+                  "nvidia-cuda-nvdisasm)", file=sys.stderr)
+            return 1
+        print(cuobjdump, nvdisasm)
+        return 0
     if not args.arch:
         ap.error("--arch is required (e.g. --arch 80 --arch 90a)")
-    if not cuobjdump or not nvdisasm:
-        missing = " and ".join(t for t, have in (("cuobjdump", cuobjdump), ("nvdisasm", nvdisasm)) if not have)
+    if missing:
         why = f"no {missing} (the toolkit's, or pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
         if os.environ.get("REQUIRE_SASS") == "1":
             print(f"FAIL sass checks: {why}")

@@ -26,9 +26,11 @@ else
     check "gpu_check without a GPU" 1 "no NVIDIA GPU found" "$root/scripts/gpu_check.sh"
 fi
 check "gpu_check with an unknown option" 2 "unknown option '--bogus'" "$root/scripts/gpu_check.sh" --bogus
-check "gpu_check --steps 1 refused" 2 "--steps wants a number >= 2" "$root/scripts/gpu_check.sh" --steps 1
+check "gpu_check --steps 1 refused" 2 "--steps wants a whole number in [2, 999999999]" "$root/scripts/gpu_check.sh" --steps 1
+check "gpu_check --steps 08 refused (not read as octal)" 2 "got '08'" "$root/scripts/gpu_check.sh" --steps 08
 check "gpu_check --parts with an unknown part" 2 "--parts: 'gpt3' is not one of" "$root/scripts/gpu_check.sh" --parts gpt2_bf16,gpt3
 check "gpu_check --budget soon refused" 2 "--budget wants whole seconds" "$root/scripts/gpu_check.sh" --budget soon
+check "gpu_check --budget 010 refused (not read as octal 8)" 2 "--budget wants whole seconds in [0, 999999999] (0: no limit), got '010'" "$root/scripts/gpu_check.sh" --budget 010
 MAX_LINES=30 check "gpu_check --help: the header comment, whole" 0 "are in build/gpu-check/." "$root/scripts/gpu_check.sh" --help
 # The sweep lines of dev/cuda/attention.cu -> JSON (scripts/attention_sweep.awk): a causal shape with
 # the paper's figure, a full one without, and a line that is not a sweep line.
@@ -316,5 +318,17 @@ printf '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n"0","k","
     > "$sb/bad.csv"
 check "kernel_profile.py on a duration that is no number" 1 "k: duration 'n/a' is not a number" \
     python3 "$root/scripts/kernel_profile.py" "$sb/bad.csv"
+printf '"ID","Kernel Name","Metric Name","Metric Value"\n"0","k","gpu__time_duration.sum","5"\n' > "$sb/nounit.csv"
+check "kernel_profile.py on a CSV without a unit column" 1 "no 'Metric Unit' column" \
+    python3 "$root/scripts/kernel_profile.py" "$sb/nounit.csv"
+printf '\xd0\xff\xfe binary' > "$sb/binary.csv"
+check "kernel_profile.py on a file that is not text" 1 "$sb/binary.csv: not text" \
+    python3 "$root/scripts/kernel_profile.py" "$sb/binary.csv"
+for v in -10 0 nan inf; do
+    MAX_LINES=2 check "kernel_profile.py --step-ms $v refused" 2 "argument --step-ms: '$v' is not a time in ms above 0" \
+        python3 "$root/scripts/kernel_profile.py" --step-ms "$v" "$sb/bad.csv"
+done
+MAX_LINES=2 check "kernel_profile.py --top -1 refused" 2 "argument --top: '-1' is not a whole number" \
+    python3 "$root/scripts/kernel_profile.py" --top -1 "$sb/bad.csv"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -68,6 +68,13 @@ rm "$tmp/rec/test_b.103"
 printf '? 0x1234\n' > "$tmp/rec/test_b.104"
 check "a launch the backend could not name fails" 1 "FAIL kernel launched by test_b at 0x1234 has no name"
 rm "$tmp/rec/test_b.104"
+mkdir "$tmp/rec/sub.d"
+check "a folder among the records is not read as one" 0 "4 of 4 kernels executed"
+rmdir "$tmp/rec/sub.d"
+out=$(python3 "$coverage" "$tmp/rec/test_a.101" "$tmp/src" 2>&1)
+rc=$?
+[[ $rc == 2 && $out == "kernel_coverage.py: error: not a directory: $tmp/rec/test_a.101 ("* ]] && ok=1 || ok=0
+report $ok "a file as the records' directory: refused as not a directory" "exit $rc: $(echo "$out" | head -1)"
 
 # What the backend records: binaries built for the CPU backend only (nvcc's do not record).
 if [[ -n "$build" ]] && grep -q SIMT_COVERAGE_DIR "$build/test_gelu" 2>/dev/null; then

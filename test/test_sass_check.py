@@ -2,7 +2,7 @@
 """test/test_sass_check.py — scripts/sass_check.py's verdicts on planted SASS: a kernel with what the
 check asks for passes, and each missing or forbidden thing (no LDSM, no LDGSTS, a generic LD, a spill,
 too many registers for two blocks, no HMMA in a loop) fails it; its main-loop figures are counted, over
-the whole body and over a turn without masks."""
+the whole body and over a turn without masks; a tool that cannot run is named in one line."""
 import contextlib
 import io
 import os
@@ -77,5 +77,14 @@ expect("LOCAL bytes in the resource usage fail", False, verdict(GOOD, local=16))
 expect("256 registers fit two blocks of 128 threads", True, verdict(GOOD, regs=256))
 expect("257 registers (264 allocated) do not", False, verdict(GOOD, regs=257))
 expect("no HMMA inside a loop fails", False, verdict([l for l in GOOD if not l.startswith("HMMA")]))
+# A tool that is not there (a wrong --nvcc or --cuobjdump) is one FAIL line naming it, not a traceback.
+try:
+    sass_check.run(["/nonexistent/nvcc", "--version"])
+    why = "it ran"
+except RuntimeError as e:
+    why = str(e)
+good = why == "cannot run /nonexistent/nvcc: No such file or directory"
+passed, failed = passed + good, failed + (not good)
+print(f"{'PASS' if good else 'FAIL'} a missing tool is named: {why}")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
