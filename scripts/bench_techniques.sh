@@ -73,7 +73,10 @@ for t in "${techniques[@]}"; do
             if (n > 1) { sum += tps; m++ }
             if (loss == "null") bad = 1
         }
-        END { printf "%.0f %s %s %s\n", m ? sum / m : tps, loss, (!bad && loss + 0 < first + 0) ? "yes" : "no", B }
+        END {
+            printf "%.0f %s %s %s\n", m ? sum / m : tps, n ? loss : "none",
+                   (n && !bad && loss + 0 < first + 0) ? "yes" : "no", B
+        }
     ' "$out/log.jsonl")"
     mem=$(sed -n 's/^device memory in use after the first step: \([0-9.]*\) MiB.*/\1/p' "$tmp/stdout")
     [[ $name == fp32 ]] && fp32_tps=$tps
@@ -82,7 +85,7 @@ for t in "${techniques[@]}"; do
     if [[ $loss =~ ^-?[0-9.]+([eE][-+]?[0-9]+)?$ ]]; then
         loss=$(printf "%.4f" "$loss")
     else
-        loss=${loss:-none} stable=no status=1
+        stable=no status=1
     fi
     printf "%-26s %12s %8s %6s %12s %11s %7s\n" "$name" "$tps" "$speedup" "$B" "$mem" "$loss" "$stable"
 done

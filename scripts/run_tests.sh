@@ -156,6 +156,7 @@ if [[ -n "${BUILD_DIR:-}" ]]; then
     done
     run "test_kernel_coverage (scripts/kernel_coverage.py)" bash "$root/test/test_kernel_coverage.sh" "$BUILD_DIR"
     run "test_gpu_check (scripts/gpu_check.sh)" bash "$root/test/test_gpu_check.sh"
+    run "test_scripts (the bench and launch scripts' checks)" bash "$root/test/test_scripts.sh"
     run "test_makefile (the GPU build: MPI flags, nvidia-smi)" bash "$root/test/test_makefile.sh"
     run "test_sass_check (scripts/sass_check.py)" python3 "$root/test/test_sass_check.py"
     run "test_docs (README.md and the docs' links)" bash "$root/test/test_docs.sh"
