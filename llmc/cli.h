@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "fatal.h"
+
 class Cli;
 
 struct CliOption {
@@ -224,6 +226,7 @@ class Cli {
     }
 
     [[noreturn]] void fail(const char* fmt, ...) const __attribute__((format(printf, 2, 3))) {
+        let_rank0_report_first();
         va_list ap;
         va_start(ap, fmt);
         fprintf(stderr, "%s: error: ", program_);

@@ -81,6 +81,7 @@ inline void distributed_set_identity(int rank, int world) {
     if (world >= 0) snprintf(prefix, sizeof(prefix), "rank %d/%d: ", rank, world);
     else snprintf(prefix, sizeof(prefix), "rank %d/?: ", rank);
     fatal_error_prefix = prefix;
+    fatal_error_rank = rank;
 }
 
 // Prints "rank R/W: message" ("error: message" in a single process) and ends the whole job.

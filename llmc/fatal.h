@@ -5,12 +5,23 @@
 // "rank R/W: " and the hook to MPI_Abort, so the message names the rank and the whole job stops
 // instead of leaving the other ranks waiting in a collective.
 #pragma once
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 inline const char* fatal_error_prefix = "";
 inline void (*fatal_error_hook)(int status) = nullptr;
+inline int fatal_error_rank = 0;  // this process's rank in a multi-process run (llmc/distributed.h)
+
+// A bad option is met by every rank alike (each parses the same command line): rank 0 says it, and
+// the launcher ends the job when rank 0 stops. Another rank waits a moment before it says the same,
+// so that the line is printed once, not once per rank; if the error was its own, it still says it.
+inline void let_rank0_report_first() {
+    if (fatal_error_rank > 0) std::this_thread::sleep_for(std::chrono::seconds(3));
+}
+
 // status: EXIT_FAILURE for an error; 2 for an option that turned out wrong after parsing (--help's codes).
 [[noreturn]] inline void fatal_exit(int status = EXIT_FAILURE) {
     if (fatal_error_hook) fatal_error_hook(status);
@@ -20,6 +31,7 @@ inline void (*fatal_error_hook)(int status) = nullptr;
 // Prints one error line ("error: ..."; in a multi-rank run the rank's prefix) and ends the program
 // with status through fatal_exit: what data_error, option_error and the BERT loader's errors share.
 [[noreturn]] inline void error_line_exit(int status, const char* fmt, va_list ap) {
+    if (status == 2) let_rank0_report_first();
     fprintf(stderr, "%s", *fatal_error_prefix ? fatal_error_prefix : "error: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");

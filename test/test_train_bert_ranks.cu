@@ -105,6 +105,8 @@ static void checks() {
     ranks::check_reshard_2_to_3(g_args + "--zero 1 ");
     ranks::check_failing_rank("--init " + tmp + "/no_such_model.safetensors -b 4", "no_such_model");
     ranks::check_log_ranks(g_args + "-b 4 --zero 1");
+    ranks::check_option_errors_once(g_args + "--bogus", "unknown option '--bogus'", g_args + "-b 4 -d 9",
+                                    "option --total-batch-size: 9 is not a multiple");
 }
 
 int main(int argc, char** argv) { return ranks::main(argc, argv, "--train-bert", train_bert_main, checks); }

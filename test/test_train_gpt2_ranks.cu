@@ -177,6 +177,8 @@ static void test_logs_and_failures() {
     th::ChildOutput af = run(2, model_args() + "-b 2 --zero 1 --optimizer adafactor");
     th::report(!exited_ok(af) && af.text.find("option --zero") != std::string::npos,
                "--zero 1 with adafactor on 2 ranks: refused", "%s", last_lines(af.text).c_str());
+    ranks::check_option_errors_once(model_args() + "--bogus", "unknown option '--bogus'", model_args() + "-b 2 -d 1000",
+                                    "option --total-batch-size: 1000 is not a multiple");
 }
 
 // The MoE model of the expert-parallel checks: 4 layers, blocks 1 and 3 with 6 GELU experts, top-2.

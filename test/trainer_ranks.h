@@ -102,6 +102,22 @@ inline void check_failing_rank(const std::string& args, const char* missing) {
                "a rank that fails stops the job with its rank in the message", "%s", th::last_lines(bad.text).c_str());
 }
 
+// Bad options on 2 ranks, `bad_option` found when parsing (e.g. `--bogus`) and `late_option` only once
+// the model and data are known: each fails with exit status 2 and the message (`says_parse`,
+// `says_late`) printed once, not once per rank.
+inline void check_option_errors_once(const std::string& bad_option, const char* says_parse,
+                                     const std::string& late_option, const char* says_late) {
+    for (int late = 0; late < 2; late++) {
+        th::ChildOutput c = run(2, late ? late_option : bad_option);
+        const std::string says = late ? says_late : says_parse;
+        size_t first = c.text.find(says);
+        bool once = first != std::string::npos && c.text.find(says, first + 1) == std::string::npos;
+        th::report(!th::exited_ok(c) && once,
+                   late ? "2 ranks, an option error found after parsing: said once" : "2 ranks, a bad option: said once",
+                   "%s", th::last_lines(c.text).c_str());
+    }
+}
+
 // The test binary's main: given `program_flag` first it is the trainer (`trainer_main`); otherwise it
 // makes a scratch folder, runs `checks` and prints the tally.
 inline int main(int argc, char** argv, const char* program_flag, int (*trainer_main)(int, char**),
