@@ -968,7 +968,7 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     Recipe recipe = run_recipe(o, sched);
     if (head == BertHead::MLM) recipe.add("mask_rate", o.mask_rate);
     recipe.add("hidden_dropout", c.dropout.hidden).add("attention_dropout", c.dropout.attention);
-    recipe.add("classifier_dropout", c.dropout.classifier);
+    recipe.add("classifier_dropout", c.dropout.classifier).add("train_data", data_fingerprint(train.shard_files()));
     now.recipe = recipe.text();  // saved with each checkpoint's state
     if (resume) {
         check_resumable(*resume, now, model.opt_state_bytes,

@@ -1254,7 +1254,12 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
     int steps = !training ? 0 : o.max_steps > 0 ? o.max_steps
                                                 : (int)std::max<size_t>(1, train_loader->batches_per_epoch() / accum);
     LRScheduler sched = o.scheduler(steps);
-    const std::string recipe = run_recipe(o, sched).text();  // saved with each checkpoint's state
+    Recipe this_run = run_recipe(o, sched);  // saved with each checkpoint's state
+    if (training) {  // what it reads: a resume onto other data says so
+        this_run.add("train_data", data_fingerprint(train_loader->shard_files()));
+        this_run.add("overfit_batch", o.overfit_batch ? 1 : 0);
+    }
+    const std::string recipe = this_run.text();
 
     // Where the run starts: step 0, or the checkpoint's step with its optimizer state, data
     // position and sampling RNG.

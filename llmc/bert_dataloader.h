@@ -514,6 +514,7 @@ class BertDataLoader {
     int pad_id() const { return info_.pad_id; }
     int mask_id() const { return info_.mask_id; }
     size_t num_shards() const { return files_.size(); }
+    const std::vector<std::string>& shard_files() const { return files_; }
     size_t num_sequences() const { return total_seqs_; }
     // MLM: the most masked rows a batch can have (B times the per-sequence bound): what to pass to
     // the model's allocate_activations. 0 for classification.

@@ -214,6 +214,7 @@ class DataLoader {
     // The current batch's plan, or nullptr unless plan_embedding_backward() was called.
     const EncoderPlanLists* encoder_plan() const { return plan_encoder_ ? &plans_[current_] : nullptr; }
     size_t num_shards() const { return files_.size(); }  // the shards read (not those skipped as too short)
+    const std::vector<std::string>& shard_files() const { return files_; }
     // Batches this rank gets per epoch (all shards).
     size_t batches_per_epoch() const { return std::accumulate(windows_.begin(), windows_.end(), (size_t)0); }
     int epoch() const { return epoch_; }

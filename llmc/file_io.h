@@ -1,7 +1,7 @@
 // llmc/file_io.h — reading a whole file into memory with a one-line reason on failure: the loaders
 // of the project's file formats (tokenizers, checkpoints, state files) read files with it and parse
 // the bytes in memory, which is also what their fuzz targets drive. And the checksum the checkpoint
-// files carry (Checksum64).
+// files carry (Checksum64), and the training data's fingerprint a checkpoint's recipe records.
 #pragma once
 #include <cerrno>
 #include <cstdint>
@@ -174,4 +174,29 @@ inline uint64_t header_file_checksum(const int32_t* header, std::initializer_lis
     Checksum64 sum = header_checksum(header, slots);
     for (const auto& part : body) sum.add(part.first, part.second);
     return sum.value();
+}
+
+// What a run's training data is, for a resumed run to say when it reads other data than its
+// checkpoint's run did: "<N>shards:<8 hex digits>", a checksum of each shard's file name (not its
+// folder: moved data is the same data), size and first 64 KiB, in the loader's order.
+inline std::string data_fingerprint(const std::vector<std::string>& files) {
+    Checksum64 sum;
+    std::vector<uint8_t> head(64 * 1024);
+    for (const std::string& path : files) {
+        const char* slash = strrchr(path.c_str(), '/');
+        const char* name = slash ? slash + 1 : path.c_str();
+        sum.add(name, strlen(name) + 1);
+        size_t n = 0;
+        if (FILE* f = fopen(path.c_str(), "rb")) {
+            n = fread(head.data(), 1, head.size(), f);
+            fseek(f, 0, SEEK_END);
+            int64_t size = ftell(f);
+            sum.add(&size, sizeof(size));
+            fclose(f);
+        }
+        sum.add(head.data(), n);
+    }
+    char text[48];
+    snprintf(text, sizeof(text), "%zushards:%08x", files.size(), (unsigned)(sum.value() >> 32));
+    return text;
 }

@@ -354,6 +354,27 @@ int main(int argc, char** argv) {
              changed.text.find(notice) != std::string::npos;
         th::report(ok, "train_gpt2 -y: a changed --lr and --grad-clip are said at resume, the run's own command line "
                    "says nothing", "%s", th::last_lines(changed.text).c_str());
+        // Other training data is said too (another shard of the same size, --overfit-batch); the same
+        // shard in another folder is the same data.
+        std::filesystem::create_directories(g_tmp + "/moved");
+        std::filesystem::create_directories(g_tmp + "/other");
+        std::filesystem::copy_file(train, g_tmp + "/moved/train.bin");
+        const std::string other_data = th::write_token_shard(g_tmp + "/other/train.bin", 600, 64, 5);
+        const std::string data_run = recipe_run + " -y --stop-after 1 -x 5 ";
+        th::ChildOutput moved = th::run_command(data_run + "-i " + g_tmp + "/moved/train.bin 2>&1");
+        th::ChildOutput swapped = th::run_command(data_run + "-x 6 -i " + other_data + " 2>&1");
+        th::ChildOutput overfit = th::run_command(data_run + "-x 7 -i " + other_data + " --overfit-batch 2>&1");
+        auto said = [](const th::ChildOutput& c) {
+            size_t at = c.text.find("resume: this run changes ");
+            return at == std::string::npos ? std::string() : c.text.substr(at, c.text.find(" (", at) - at);
+        };
+        const std::string s1 = said(moved), s2 = said(swapped), s3 = said(overfit);
+        ok = th::exited_ok(moved) && th::exited_ok(swapped) && th::exited_ok(overfit) &&
+             s1.find("train_data") == std::string::npos &&
+             s2.rfind("resume: this run changes steps 5 -> 6, train_data 1shards:", 0) == 0 &&
+             s2.find(" -> 1shards:") != std::string::npos && s3 == "resume: this run changes steps 6 -> 7, overfit_batch 0 -> 1";
+        th::report(ok, "train_gpt2 -y: other training data and --overfit-batch are said at resume, moved data is not",
+                   "%s | %s | %s", s1.c_str(), s2.c_str(), s3.c_str());
         // --gemm-autotune 1: the first step times the GEMMs' candidate algorithms and says so; on the
         // CPU backend, whose candidates compute the same values, the losses are the untuned run's.
         th::ChildOutput untuned = th::run_command(tiny + "-x 3 2>&1"), tuned = th::run_command(tiny + "-x 3 "

@@ -502,6 +502,14 @@ void test_dropout_from_config(const std::string& cls3) {
     th::report(exited(c, 0) && c.text.find("resume: this run changes warmup_steps 0 -> 1, steps 3 -> 5, hidden_dropout "
                                            "0.1 -> 0.2, attention_dropout 0 -> 0.2 (") != std::string::npos,
                "resume: the changed steps and dropout are said", "%s", line_of(c.text, "resume: ").c_str());
+    // Resumed on other training data (here the same shard under another name): said too.
+    th::run_command("cp " + cls3 + " " + g_tmp + "/renamed_train.bin");
+    c = run("--init " + dir + " -i " + g_tmp + "/renamed_train.bin -j '' -b 4 -t 32 --max-steps 6 --eval-first 0 -l 1e-3 "
+            "--dropout 0.2 -o " + out + " -y");
+    std::string said = line_of(c.text, "resume: ");
+    th::report(exited(c, 0) && said.find("train_data 1shards:") != std::string::npos &&
+                   said.find(" -> 1shards:") != std::string::npos,
+               "resume: other training data is said", "%s", said.c_str());
     c = run(mixed + " --attention-dropout 0.3");
     th::report(exited(c, 0) && c.text.find("; dropout 0.1 hidden, 0.3 attention, 0.2 classifier;") != std::string::npos,
                "dropout: --attention-dropout alone overrides config.json's attention dropout", "%s",
@@ -531,6 +539,7 @@ void test_no_training(const std::string& cls3, const std::string& cls3_val) {
               th::step_losses(eval.text).empty() &&
               eval.text.find("no training (--max-steps 0): the model as loaded, evaluated on " + cls3_val) !=
                   std::string::npos &&
+              eval.text.find("the bundled default") == std::string::npos &&  // the task is the given shards
               eval.text.find("gradients              0.0 MiB") != std::string::npos &&
               eval.text.find("optimizer              0.0 MiB") != std::string::npos;
     const double train_b = th::anatomy_bytes_per_param(trained.text, "activations"),
