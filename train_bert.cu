@@ -1398,8 +1398,10 @@ int train_bert_main(int argc, char** argv) {
         if (cli.given("eval-every")) cli.fail("option --eval-every: --max-steps 0 has no steps to evaluate between");
         // Evaluation alone needs no training shards: the validation shards stand in for them (the
         // checks of the task, vocabulary and labels).
-        if (!cli.given("train-data") && cli.given("val-data") && cli.str("val-data") != "")
+        if (!cli.given("train-data") && cli.given("val-data") && cli.str("val-data") != "") {
             cli.resolve_auto("train-data", cli.str("val-data"));
+            default_task = false;  // the task is the given shards'
+        }
     }
     if (o.bench && o.max_steps < 2) cli.fail("option --max-steps: --bench needs at least 2 steps (the first is warm-up)");
     if (cpu_short && !cli.given("max-steps") && !cli.given("lr"))

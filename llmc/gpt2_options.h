@@ -60,7 +60,7 @@ inline void add_gpt2_options(Cli& cli, TrainOptions* o) {
     t.batch_auto = true;
     t.batch_unit = "TOKENS";
     t.total_batch_help = "tokens per optimizer step (gradient accumulation); -1: B*T";
-    t.lr_help = "peak learning rate (auto: 3e-4 on a GPU, 1e-3 for the CPU backend's tiny model)";
+    t.lr_help = "peak learning rate (auto: 3e-4 on a GPU, 1e-3 on the CPU backend, whatever the model)";
     t.warmup = "0";
     t.max_steps = "auto";
     t.max_steps_help = "optimizer steps; -1: one epoch of the training data; 0: no training, the model as loaded is "
