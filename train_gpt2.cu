@@ -1017,22 +1017,29 @@ bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::st
 // slides: its last maxT/2 tokens are kept and fed again from position 0. Positions are absolute
 // (every cached key and value was computed with its position's embedding), so a cache cannot be
 // shifted; re-feeding half a window every maxT/2 tokens costs about one extra step per new token.
+// Why a model of V tokens cannot sample with o's tokenizer and prompt ("" when it can): the tokenizer
+// does not load, or <|endoftext|> or a prompt token is outside the model's vocabulary. *tok: the
+// tokenizer, loaded.
+inline std::string sampling_problem(const TrainOptions& o, int V, Tokenizer* tok) {
+    std::string error;
+    if (!tok->load(o.tokenizer_path, &error)) return error;
+    int outside = tok->eot();
+    for (int t : o.prompt_tokens) outside = std::max(outside, t);
+    if (outside >= V)
+        return "token " + std::to_string(outside) + " (<|endoftext|> or the prompt's, from " + o.tokenizer_path +
+               ") is outside the model's vocabulary of " + std::to_string(V);
+    return "";
+}
+
 template <class floatX>
 std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_state,
                      std::vector<int>* sampled = nullptr) {
-    Tokenizer tok;
-    std::string error;
-    if (!tok.load(o.tokenizer_path, &error)) {
-        printf("sampling skipped: %s\n", error.c_str());
-        return "";
-    }
     const GPT2Config& c = model.config;
     int V = c.vocab_size, maxT = c.max_seq_len;
-    int outside = tok.eot();
-    for (int t : o.prompt_tokens) outside = std::max(outside, t);
-    if (outside >= V) {
-        printf("sampling skipped: token %d (<|endoftext|> or the prompt's, from %s) is outside the model's "
-               "vocabulary of %d\n", outside, o.tokenizer_path.c_str(), V);
+    Tokenizer tok;
+    std::string problem = sampling_problem(o, V, &tok);
+    if (!problem.empty()) {
+        printf("sampling skipped: %s\n", problem.c_str());
         return "";
     }
     // A model whose vocabulary is larger than the tokenizer's (--vocab-size) can sample ids without text.
@@ -1614,6 +1621,11 @@ int train_gpt2_main(int argc, char** argv) {
                        from_file.c_str(), config.channels, config.num_heads, hs);
     }
     resolve_expert_parallel(cli, o, config, dist.world);
+    if (cli.given("gen-tokens") && o.gen_tokens > 0) {  // asked for: a sample that cannot be drawn is an error now
+        Tokenizer tok;
+        std::string problem = sampling_problem(o, config.vocab_size, &tok);
+        if (!problem.empty()) cli.fail("option --gen-tokens: %s", problem.c_str());
+    }
     if (o.T > config.max_seq_len && !cli.given("seq-len")) o.T = config.max_seq_len;  // auto: what the model takes
     if (o.T > config.max_seq_len)
         cli.fail("option --seq-len: %d is longer than the model's %d positions", o.T, config.max_seq_len);

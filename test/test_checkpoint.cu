@@ -480,6 +480,23 @@ int main(int argc, char** argv) {
                            "memory and what helps",
                        "%s", th::last_lines(c.text).c_str());
         }
+        // A sample asked for (-g N) that the model cannot draw (the bundled tokenizer's <|endoftext|>,
+        // 50256, is outside a 64-token vocabulary) is refused before training; the default -g skips it,
+        // saying why, after training.
+        {
+            const std::string small = self + " --train-gpt2 --layers 1 --channels 32 --heads 2 --max-seq-len 16 "
+                                      "--vocab-size 64 -t 16 -b 2 -x 2 -v 0 -i " + train + " -j '' ";
+            th::ChildOutput asked = th::run_command(small + "-g 4 2>&1"), by_default = th::run_command(small + "2>&1");
+            bool ok = WIFEXITED(asked.status) && WEXITSTATUS(asked.status) == 2 &&
+                      asked.text.find("option --gen-tokens: token 50256 (<|endoftext|> or the prompt's, from ") !=
+                          std::string::npos &&
+                      th::step_losses(asked.text).empty() && th::exited_ok(by_default) &&
+                      by_default.text.find("sampling skipped: token 50256") != std::string::npos &&
+                      th::step_losses(by_default.text).size() == 2;
+            th::report(ok, "train_gpt2 -g 4 with a vocabulary the tokenizer's <|endoftext|> is outside: refused before "
+                           "training (exit 2); by default the sample is skipped after it", "%s | %s",
+                       th::last_lines(asked.text).c_str(), th::last_lines(by_default.text).c_str());
+        }
         for (const auto& r : refused) {
             th::ChildOutput c = th::run_command(tiny + r[0] + " 2>&1");
             th::report(!th::exited_ok(c) && c.text.find(r[1]) != std::string::npos && th::step_losses(c.text).empty(),
