@@ -215,9 +215,10 @@ inline void read_hf_bert_config(const std::string& path, BertConfig* c,
         seen[k] = true;
     }
     if (label_names) *label_names = (int)names.size() == c->num_labels ? names : std::vector<std::string>();
-    // "gelu" is the exact erf form; the tanh approximations and other activations are other functions.
+    // "gelu" is the exact erf form (so is "gelu_python", its pure-Python spelling); the tanh
+    // approximations and other activations are other functions.
     std::string act = string("hidden_act", "gelu");
-    if (act != "gelu")
+    if (act != "gelu" && act != "gelu_python")
         data_error("%s: hidden_act \"%s\" cannot be represented: this BERT uses the exact (erf) GELU, \"gelu\"", f,
                    act.c_str());
     std::string pos = string("position_embedding_type", "absolute");

@@ -196,7 +196,7 @@ class SafeTensors {
     static constexpr const char* kPickleAdvice =
         "this project reads safetensors only (unpickling can run code): save the model with "
         "save_pretrained(DIR, safe_serialization=True), or convert the file with python3 "
-        "scripts/bert_to_safetensors.py FILE (any state dict of tensors)";
+        "scripts/bert_to_safetensors.py FILE (any state dict of tensors; a sharded save: its .index.json)";
 
     // The tensor called name, or nullptr.
     const SafeTensor* find(const std::string& name) const {
@@ -436,6 +436,21 @@ class SafeTensors {
 inline bool hf_weights_file(const std::string& path, std::string* file, std::string* err) {
     struct stat info;
     if (stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+        // One shard of a sharded save (NAME-00001-of-00003.safetensors) is a part of the model.
+        unsigned part = 0, parts = 0;
+        char tail[16] = "";
+        size_t slash = path.rfind('/');
+        const std::string name = path.substr(slash == std::string::npos ? 0 : slash + 1);
+        size_t of = name.rfind("-of-");
+        size_t dash = of == std::string::npos || of == 0 ? std::string::npos : name.rfind('-', of - 1);
+        if (dash != std::string::npos && sscanf(name.c_str() + dash, "-%5u-of-%5u%15s", &part, &parts, tail) == 3 &&
+            strcmp(tail, ".safetensors") == 0 && parts > 1) {
+            const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash);
+            *err = path + ": one shard (" + std::to_string(part) + " of " + std::to_string(parts) +
+                   ") of a sharded save, a part of the model: give its folder, " + folder + ", or its " +
+                   "model.safetensors.index.json";
+            return false;
+        }
         *file = path;  // a file (or nothing: load() says it cannot open it)
         return true;
     }

@@ -2,7 +2,8 @@
 pytorch_model.bin (BertForMaskedLM, whose decoder is tied to the word embeddings) converts to a
 model.safetensors that holds every tensor bit for bit (the tied ones once), that transformers loads with
 the same logits as from the .bin, and that train_bert reads (the test binary's --train-bert mode, a
---bench run from the converted checkpoint); bad inputs give one error line and exit 1.
+--bench run from the converted checkpoint); a sharded save converts from its index, a lone shard is
+refused; bad inputs give one error line and exit 1.
 Prints "PASS name" / "FAIL name ..." per check and "N passed, N failed"; exits non-zero on a failure.
 
   /usr/bin/python3 test/test_bert_to_safetensors.py build/cpu/test_train_bert
@@ -94,6 +95,24 @@ def main():
             report(run.returncode == 1 and run.stderr.startswith(f"error: cannot write {out}: ") and
                    run.stderr.count("\n") == 1 and not os.path.exists(out + ".tmp"),
                    f"bert_to_safetensors: an output {what}, one line", run.stderr.strip())
+        # A sharded save: converted from its index, every shard into one file; one shard alone is refused.
+        sharded = os.path.join(d, "sharded")
+        model.save_pretrained(sharded, safe_serialization=False, max_shard_size="20KB")
+        index = os.path.join(sharded, "pytorch_model.bin.index.json")
+        shards = sorted(f for f in os.listdir(sharded) if f.startswith("pytorch_model-"))
+        run = convert(index)
+        out = os.path.join(sharded, "model.safetensors")
+        tensors = load_file(out) if run.returncode == 0 and os.path.isfile(out) else {}
+        same = bool(tensors) and all(torch.equal(tensors[n], state[n]) for n in tensors) and \
+            set(tensors) == set(state) - tied
+        report(len(shards) > 1 and same, f"bert_to_safetensors: a sharded save's index, its {len(shards)} shards "
+               "into one model.safetensors, every tensor bit for bit", (run.stdout + run.stderr).strip())
+        run = convert(os.path.join(sharded, shards[0]), "--out", os.path.join(d, "part.safetensors"))
+        report(run.returncode == 1 and f"one shard (1 of {len(shards)}) of a sharded save" in run.stderr and
+               index in run.stderr and run.stderr.count("\n") == 1 and
+               not os.path.exists(os.path.join(d, "part.safetensors")),
+               "bert_to_safetensors: one shard of a sharded save alone, refused in one line naming the index",
+               run.stderr.strip())
     finish()
 
 

@@ -304,6 +304,15 @@ void test_sharded() {
     std::string file;
     ok = hf_weights_file(dir, &file, &err) && file == dir + "/model.safetensors.index.json";
     th::report(ok, "safetensors: a sharded save_pretrained directory's weights are its index", "%s", file.c_str());
+    err.clear();
+    ok = !hf_weights_file(dir + "/model-00002-of-00002.safetensors", &file, &err) &&
+         err == dir + "/model-00002-of-00002.safetensors: one shard (2 of 2) of a sharded save, a part of the model: "
+                      "give its folder, " + dir + ", or its model.safetensors.index.json";
+    th::report(ok, "safetensors: one shard of a sharded save given as the model is refused, naming the folder", "%s",
+               err.c_str());
+    ok = hf_weights_file(dir + "/model-00001-of-00001.safetensors", &file, &err) &&
+         file == dir + "/model-00001-of-00001.safetensors";
+    th::report(ok, "safetensors: a save of one shard (1 of 1) is the whole model", "%s", file.c_str());
 
     // The index must describe the shards exactly.
     auto refused = [&](const char* name, const std::string& index, const std::string& reason) {
