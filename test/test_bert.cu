@@ -741,6 +741,14 @@ void check_checkpoint_refusals() {
     auto keep = [](std::string*, std::vector<float>*, std::vector<size_t>*) { return true; };
     expect_refusal("hf refuses: hidden_act gelu_new (tanh GELU)", "hidden_act \"gelu_new\" cannot be represented",
                    load(write_variant("act", "bert_tiny_mlm", keep, {}, "\"gelu\"", "\"gelu_new\"")));
+    {  // gelu_python is transformers' pure-Python spelling of the same erf GELU: the same weights load
+        BertConfig a, b;
+        std::vector<float> wa = load_hf_bert(kFixtures + "bert_tiny_mlm", &a),
+                           wb = load_hf_bert(write_variant("act_py", "bert_tiny_mlm", keep, {}, "\"gelu\"",
+                                                           "\"gelu_python\""), &b);
+        th::report(!wa.empty() && wa == wb, "hf: hidden_act gelu_python (the erf GELU) loads as gelu", "%zu values",
+                   wb.size());
+    }
     expect_refusal("hf refuses: relative position embeddings",
                    "position_embedding_type \"relative_key\" cannot be represented",
                    load(write_variant("pos", "bert_tiny_mlm", keep, {}, "\"absolute\"", "\"relative_key\"")));
