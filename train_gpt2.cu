@@ -1006,17 +1006,6 @@ bool save_checkpoint(const std::string& path, const GPT2<floatX>& model, std::st
 // ----------------------------------------------------------------------------
 // Training
 
-// Samples o.gen_tokens tokens from the model, starting from <|endoftext|> and the prompt, prints them
-// decoded as they come and returns the text (and appends the sampled ids to *sampled if given).
-// *rng_state is the sampling RNG's state (a checkpoint saves it, so a resumed run samples what an
-// uninterrupted one would).
-// Decoding with a KV cache (GPT2Decoder): the prompt is fed once, token by token (the prefill),
-// then each new token runs the model for its own position only, attending to the cached keys and
-// values of the earlier positions — instead of rerunning the whole window for every token. The
-// training activations are not touched. When the position reaches the model's maxT, the window
-// slides: its last maxT/2 tokens are kept and fed again from position 0. Positions are absolute
-// (every cached key and value was computed with its position's embedding), so a cache cannot be
-// shifted; re-feeding half a window every maxT/2 tokens costs about one extra step per new token.
 // Why a model of V tokens cannot sample with o's tokenizer and prompt ("" when it can): the tokenizer
 // does not load, or <|endoftext|> or a prompt token is outside the model's vocabulary. *tok: the
 // tokenizer, loaded.
@@ -1031,6 +1020,17 @@ inline std::string sampling_problem(const TrainOptions& o, int V, Tokenizer* tok
     return "";
 }
 
+// Samples o.gen_tokens tokens from the model, starting from <|endoftext|> and the prompt, prints them
+// decoded as they come and returns the text (and appends the sampled ids to *sampled if given).
+// *rng_state is the sampling RNG's state (a checkpoint saves it, so a resumed run samples what an
+// uninterrupted one would).
+// Decoding with a KV cache (GPT2Decoder): the prompt is fed once, token by token (the prefill),
+// then each new token runs the model for its own position only, attending to the cached keys and
+// values of the earlier positions — instead of rerunning the whole window for every token. The
+// training activations are not touched. When the position reaches the model's maxT, the window
+// slides: its last maxT/2 tokens are kept and fed again from position 0. Positions are absolute
+// (every cached key and value was computed with its position's embedding), so a cache cannot be
+// shifted; re-feeding half a window every maxT/2 tokens costs about one extra step per new token.
 template <class floatX>
 std::string generate(GPT2<floatX>& model, const TrainOptions& o, uint64_t* rng_state,
                      std::vector<int>* sampled = nullptr) {
