@@ -893,7 +893,8 @@ inline double bert_train_flops(const BertConfig& c, const int* valid_len, int B,
 template <class floatX>
 int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<float>& init,
                BertDataLoader& train, BertDataLoader* val, const std::vector<std::string>& label_names,
-               const Distributed& dist, const TrainState* resume = nullptr, const std::string& resume_path = "") {
+               const Distributed& dist, const TrainState* resume = nullptr, const std::string& resume_path = "",
+               const HFSource& source = HFSource()) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, dist.device));
     matmul_init(o.tf32);
@@ -998,6 +999,9 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
                             head == BertHead::MLM ? "mlm" : "classify", o.init_path, o.label};
         if (!write_bert_run_config(o.output_dir, c, head, label_names, run, &err))
             data_error("%s", err.c_str());
+        // The model's other transformers settings and its tokenizer files go with its checkpoints
+        // (resumed runs keep what the first run kept).
+        if (!resume && !save_hf_source(o.output_dir, source, &err)) data_error("option --output-dir: %s", err.c_str());
     }
 
     printf("model: L=%d C=%d NH=%d I=%d maxT=%d V=%d (padded %d), %.2fM parameters%s\n", c.num_layers, c.channels,
@@ -1212,10 +1216,12 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
     } else {
         if (validate) evaluate(steps);
         if (!o.export_hf.empty() && dist.rank == 0) {  // the parameters as trained: fp32, or bf16 written as BF16
-            export_hf_bert(o.export_hf, c, model.params_host_fp32(), std::is_same<floatX, __nv_bfloat16>::value,
-                           head, label_names);
-            printf("exported for transformers: %s/model.safetensors + config.json (%s)\n", o.export_hf.c_str(),
-                   head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification");
+            std::vector<std::string> copied = export_hf_bert(o.export_hf, c, model.params_host_fp32(),
+                                                             std::is_same<floatX, __nv_bfloat16>::value, head,
+                                                             label_names, source);
+            printf("exported for transformers: %s/model.safetensors + config.json (%s)%s\n", o.export_hf.c_str(),
+                   head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification",
+                   hf_source_note(source, copied).c_str());
         }
     }
     cudaCheck(cudaFreeHost(step_losses));
@@ -1530,20 +1536,25 @@ int train_bert_main(int argc, char** argv) {
     if (!cli.given("label"))
         o.label = !saved.label.empty() ? saved.label : model_name + " " + task + " " + cli.str("precision");
 
+    // What a model from transformers brings besides its weights, which the export and the run's
+    // checkpoints carry on (llmc/hf_source.h).
+    HFSource source = from.found() ? find_hf_source(from.model_path, false)
+                      : random     ? HFSource()
+                                   : find_hf_source(spec, true);
     const TrainState* resume = from.state_or_null();
     int status;
     switch (o.precision) {
         case Precision::BF16:
             status = train_bert<__nv_bfloat16>(o, config, init, train, val.get(), label_names, dist, resume,
-                                            from.state_path);
+                                               from.state_path, source);
             break;
         case Precision::FP16:
             status = train_bert<__half>(o, config, init, train, val.get(), label_names, dist, resume,
-                                     from.state_path);
+                                        from.state_path, source);
             break;
         default:
             status = train_bert<float>(o, config, init, train, val.get(), label_names, dist, resume,
-                                    from.state_path);
+                                       from.state_path, source);
             break;
     }
     if (!bench_dir.empty()) {

@@ -1190,7 +1190,8 @@ int auto_batch_size(GPT2<floatX>& model, int T, long long total_tokens) {
 
 template <class floatX>
 int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& init, const Distributed& dist,
-          const TrainState* resume = nullptr, const std::string& resume_path = "") {
+          const TrainState* resume = nullptr, const std::string& resume_path = "",
+          const HFSource& source = HFSource()) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, dist.device));
     matmul_init(o.tf32);
@@ -1294,6 +1295,10 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
         if (!make_dirs(o.output_dir, &err)) option_error("option --output-dir: %s", err.c_str());
         std::string name = dist.rank == 0 ? "/log.jsonl" : "/log_rank" + std::to_string(dist.rank) + ".jsonl";
         if (!log.open(o.output_dir + name, resume ? start_step : -1, &err)) data_error("%s", err.c_str());
+        // The model's transformers settings and tokenizer files go with its checkpoints (resumed runs
+        // keep what the first run kept).
+        if (dist.rank == 0 && training && !resume && !save_hf_source(o.output_dir, source, &err))
+            data_error("option --output-dir: %s", err.c_str());
     }
 
     // All the model's parameters (with expert parallelism each rank holds the experts' share only).
@@ -1520,8 +1525,10 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
             std::vector<floatX> p = model.params_host();
             std::vector<float> p32(p.size());
             for (size_t i = 0; i < p.size(); i++) p32[i] = to_float(p[i]);
-            export_hf_gpt2(o.export_hf, c, p32, !std::is_same<floatX, float>::value);
-            printf("exported for transformers: %s/model.safetensors + config.json\n", o.export_hf.c_str());
+            std::vector<std::string> copied = export_hf_gpt2(o.export_hf, c, p32, !std::is_same<floatX, float>::value,
+                                                             source);
+            printf("exported for transformers: %s/model.safetensors + config.json%s\n", o.export_hf.c_str(),
+                   hf_source_note(source, copied).c_str());
         }
     }
     cudaCheck(cudaFreeHost(step_losses));
@@ -1633,13 +1640,18 @@ int train_gpt2_main(int argc, char** argv) {
         o.label = "L" + std::to_string(config.num_layers) + " C" + std::to_string(config.channels) + " " + prec +
                   (o.tf32 && prec == "fp32" ? "+tf32" : "");
     // --batch-size auto resumes with the checkpoint's batch (the same global batch on other ranks).
+    // What a model from transformers brings besides its weights, which the export and the run's
+    // checkpoints carry on (llmc/hf_source.h).
+    HFSource source = from.found()       ? find_hf_source(from.model_path, false)
+                      : from_file.empty() ? HFSource()
+                                          : find_hf_source(from_file, !llmc_file);
     const TrainState* resume = from.state_or_null();
     if (o.B == 0 && resume) o.B = resume->ranks == dist.world ? resume->B : resume->B * resume->ranks / dist.world;
     int rc;
     switch (o.precision) {
-        case Precision::BF16: rc = train<__nv_bfloat16>(o, config, init, dist, resume, from.state_path); break;
-        case Precision::FP16: rc = train<__half>(o, config, init, dist, resume, from.state_path); break;
-        default: rc = train<float>(o, config, init, dist, resume, from.state_path); break;
+        case Precision::BF16: rc = train<__nv_bfloat16>(o, config, init, dist, resume, from.state_path, source); break;
+        case Precision::FP16: rc = train<__half>(o, config, init, dist, resume, from.state_path, source); break;
+        default: rc = train<float>(o, config, init, dist, resume, from.state_path, source); break;
     }
     distributed_finalize(dist);
     return rc;

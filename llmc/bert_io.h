@@ -31,6 +31,7 @@
 
 #include "bert_config.h"   // BertConfig, the parameter layout, transformers' initialization
 #include "checkpoint.h"    // make_dirs, write_file_atomic
+#include "hf_source.h"      // a transformers model's settings and tokenizer files, carried to the export
 #include "dataloader.h"    // data_error
 #include "file_io.h"       // read_whole_file
 #include "json.h"          // config.json
@@ -473,10 +474,14 @@ inline std::string bert_config_json(const BertConfig& c, const char* arch, bool 
 // (F32, or BF16 if bf16) and config.json, for the architecture of `head`: BertForMaskedLM (MLM: the
 // encoder and the MLM head, "bert." names), BertForSequenceClassification (Classify: encoder, pooler,
 // classifier) or BertModel (None: encoder and pooler). from_pretrained(dir) of that class loads it
-// with nothing missing and nothing unexpected. label_names: id2label's names (default LABEL_k).
-// Exits with one line if it cannot write.
-inline void export_hf_bert(const std::string& dir, const BertConfig& c, const std::vector<float>& params, bool bf16,
-                           BertHead head, const std::vector<std::string>& label_names = {}) {
+// with nothing missing and nothing unexpected. label_names: id2label's names (default LABEL_k). A
+// model from transformers (source) keeps its config's other settings (pad_token_id, ...) and its
+// tokenizer files, copied into dir; returns the names of those copied. Exits with one line if it
+// cannot write.
+inline std::vector<std::string> export_hf_bert(const std::string& dir, const BertConfig& c,
+                                               const std::vector<float>& params, bool bf16, BertHead head,
+                                               const std::vector<std::string>& label_names = {},
+                                               const HFSource& source = HFSource()) {
     std::string err;
     if (!make_dirs(dir, &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
     bool part[NUM_BERT_PARTS] = {true, head != BertHead::MLM, head == BertHead::MLM, head == BertHead::Classify};
@@ -485,9 +490,19 @@ inline void export_hf_bert(const std::string& dir, const BertConfig& c, const st
     const char* arch = head == BertHead::MLM        ? "BertForMaskedLM"
                        : head == BertHead::Classify ? "BertForSequenceClassification"
                                                     : "BertModel";
-    std::string config = bert_config_json(c, arch, bf16, label_names);
-    if (!write_file_atomic(dir + "/config.json", {{config.data(), config.size()}}, &err))
+    // The keys that describe this model and how it was trained are ours (the labels and dropouts
+    // included: the run may have changed them); the source's other settings stay.
+    std::string config = hf_config_with_source(
+        bert_config_json(c, arch, bf16, label_names), source,
+        {"architectures", "attention_probs_dropout_prob", "classifier_dropout", "dtype", "hidden_act",
+         "hidden_dropout_prob", "hidden_size", "id2label", "initializer_range", "intermediate_size", "label2id",
+         "layer_norm_eps", "max_position_embeddings", "model_type", "num_attention_heads", "num_hidden_layers",
+         "num_labels", "position_embedding_type", "problem_type", "torch_dtype", "type_vocab_size", "vocab_size"});
+    std::vector<std::string> copied;
+    if (!write_file_atomic(dir + "/config.json", {{config.data(), config.size()}}, &err) ||
+        !copy_hf_source_files(source, dir, &copied, &err))
         data_error("export to %s: %s", dir.c_str(), err.c_str());
+    return copied;
 }
 
 // ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@
 #include "dataloader.h"     // data_error
 #include "file_io.h"        // read_whole_file
 #include "gpt2_config.h"    // GPT2Config, the 16 parameter tensors (ParamIndex, param_sizes)
+#include "hf_source.h"      // a transformers model's settings and tokenizer files, carried to the export
 #include "json.h"           // config.json
 #include "model_state.cuh"  // TensorViews: named pointers to the tensors in one buffer
 #include "safetensors.h"    // SafeTensors, SafeTensorsWriter
@@ -455,8 +456,12 @@ inline std::vector<float> load_hf_gpt2(const std::string& path, GPT2Config* c) {
 // Writes our fp32 parameters (llm.c layout) as a transformers GPT-2 checkpoint in dir (created if
 // missing): model.safetensors with GPT2LMHeadModel's names, Conv1D weights (in, out), wte unpadded
 // (V, C) and no lm_head (tied), as F32 or BF16; and the config.json with which
-// GPT2LMHeadModel.from_pretrained(dir) rebuilds this model. Exits with one line if it cannot write.
-inline void export_hf_gpt2(const std::string& dir, const GPT2Config& c, const std::vector<float>& params, bool bf16) {
+// GPT2LMHeadModel.from_pretrained(dir) rebuilds this model. A model from transformers (source) keeps
+// its config's other settings (token ids, dropouts, generation settings, ...) and its tokenizer files,
+// copied into dir; returns the names of those copied. Exits with one line if it cannot write.
+inline std::vector<std::string> export_hf_gpt2(const std::string& dir, const GPT2Config& c,
+                                               const std::vector<float>& params, bool bf16,
+                                               const HFSource& source = HFSource()) {
     if (c.moe_experts > 0)
         data_error("export to %s: a model with Mixture-of-Experts blocks has no Hugging Face GPT-2 form (GPT-2's "
                    "config has no experts); its checkpoints are this trainer's (version 103/105)", dir.c_str());
@@ -464,14 +469,8 @@ inline void export_hf_gpt2(const std::string& dir, const GPT2Config& c, const st
     if (params.size() != param_sizes(c, sizes))
         data_error("export to %s: %zu parameters given, the model has %zu", dir.c_str(), params.size(),
                    param_sizes(c, sizes));
-    for (size_t at = 1; at <= dir.size(); at++) {  // mkdir -p
-        if (at < dir.size() && dir[at] != '/') continue;
-        std::string part = dir.substr(0, at);
-        if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
-            data_error("cannot create directory %s: %s", part.c_str(), strerror(errno));
-    }
-    struct stat info;
-    if (stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) data_error("%s is not a directory", dir.c_str());
+    std::string err;
+    if (!make_dirs(dir, &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
 
     TensorViews<const float, NUM_PARAMETER_TENSORS> t;
     t.point_into(params.data(), sizes);
@@ -495,11 +494,11 @@ inline void export_hf_gpt2(const std::string& dir, const GPT2Config& c, const st
     }
     w.add("transformer.ln_f.weight", t.t[LNFW], {C}, bf16);
     w.add("transformer.ln_f.bias", t.t[LNFB], {C}, bf16);
-    std::string err;
     if (!w.write(dir + "/model.safetensors", &err)) data_error("export to %s: %s", dir.c_str(), err.c_str());
 
     // GPT-2's end-of-text token is 50256; a smaller vocabulary (a test model) has no such id, so its
-    // last token stands in (transformers would otherwise point generation at an embedding it lacks).
+    // last token stands in (transformers would otherwise point generation at an embedding it lacks). A
+    // source's own token ids replace these.
     int eot = std::min(50256, c.vocab_size - 1);
     char config[1536];
     snprintf(config, sizeof(config),
@@ -530,11 +529,17 @@ inline void export_hf_gpt2(const std::string& dir, const GPT2Config& c, const st
              "}\n",
              eot, eot, c.max_seq_len, c.channels, c.num_heads, c.num_layers, c.max_seq_len,
              bf16 ? "bfloat16" : "float32", c.vocab_size);
-    std::string path = dir + "/config.json", tmp_path = path + ".tmp";
-    FILE* f = fopen(tmp_path.c_str(), "wb");
-    if (!f) data_error("export to %s: cannot write %s: %s", dir.c_str(), tmp_path.c_str(), strerror(errno));
-    bool ok = fputs(config, f) >= 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp_path.c_str(), path.c_str()) != 0)
-        data_error("export to %s: cannot write %s: %s", dir.c_str(), path.c_str(), strerror(errno));
+    // The keys that describe this model are ours; the source's spellings of them (hidden_size for
+    // n_embd, dtype for torch_dtype, ...) go, and so do settings it was checked to have.
+    std::string text = hf_config_with_source(
+        config, source,
+        {"activation_function", "add_cross_attention", "architectures", "dtype", "hidden_size", "layer_norm_epsilon",
+         "max_position_embeddings", "model_type", "n_ctx", "n_embd", "n_head", "n_inner", "n_layer", "n_positions",
+         "num_attention_heads", "num_hidden_layers", "scale_attn_by_inverse_layer_idx", "scale_attn_weights",
+         "tie_word_embeddings", "torch_dtype", "vocab_size"});
+    std::vector<std::string> copied;
+    if (!write_file_atomic(dir + "/config.json", {{text.data(), text.size()}}, &err) ||
+        !copy_hf_source_files(source, dir, &copied, &err))
+        data_error("export to %s: %s", dir.c_str(), err.c_str());
+    return copied;
 }

@@ -10,9 +10,11 @@
 // parsed exactly (Value::is_int) up to 2^53, so file offsets never go through a double. Errors are
 // one line with the byte offset where the problem is. Nothing here exits: callers decide.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -380,6 +382,51 @@ inline std::string quote(const std::string& s) {
         }
     }
     return out + "\"";
+}
+
+// value as JSON text, objects and arrays spread over lines indented by two spaces per level (as
+// Python's json.dumps(indent=2) writes them; an empty one stays "{}" or "[]"), object keys in their
+// order; integers exactly, other numbers as Python writes floats (the shortest form that reads back
+// as the same double).
+inline std::string write(const Value& value, int depth = 0) {
+    const std::string pad(2 * (depth + 1), ' '), end_pad(2 * depth, ' ');
+    switch (value.type) {
+        case Value::Null: return "null";
+        case Value::Bool: return value.boolean ? "true" : "false";
+        case Value::Number: {
+            if (value.is_int) return std::to_string(value.integer);
+            // As Python's repr: the fewest significant digits that read back as the same double, in
+            // exponent form below 1e-4 and from 1e16 on, else in fixed form with at least ".0".
+            char buf[48];
+            int digits = 1;
+            for (; digits < 17; digits++) {
+                snprintf(buf, sizeof(buf), "%.*e", digits - 1, value.number);
+                if (strtod(buf, nullptr) == value.number) break;
+            }
+            snprintf(buf, sizeof(buf), "%.*e", digits - 1, value.number);
+            int exponent = atoi(strchr(buf, 'e') + 1);
+            if (exponent < -4 || exponent >= 16) return buf;
+            snprintf(buf, sizeof(buf), "%.*f", std::max(1, digits - 1 - exponent), value.number);
+            return buf;
+        }
+        case Value::String: return quote(value.str);
+        case Value::Array: {
+            if (value.items.empty()) return "[]";
+            std::string out = "[\n";
+            for (size_t i = 0; i < value.items.size(); i++)
+                out += pad + write(value.items[i], depth + 1) + (i + 1 < value.items.size() ? ",\n" : "\n");
+            return out + end_pad + "]";
+        }
+        case Value::Object: {
+            if (value.fields.empty()) return "{}";
+            std::string out = "{\n";
+            for (size_t i = 0; i < value.fields.size(); i++)
+                out += pad + quote(value.fields[i].first) + ": " + write(value.fields[i].second, depth + 1) +
+                       (i + 1 < value.fields.size() ? ",\n" : "\n");
+            return out + end_pad + "}";
+        }
+    }
+    return "null";
 }
 
 }  // namespace json

@@ -210,6 +210,97 @@ void write_logits(const std::string& path, const Batch& b, const std::vector<flo
     if (!w.write(path, &err)) data_error("%s", err.c_str());
 }
 
+// A transformers GPT-2 with settings of its own and tokenizer files goes out with them: the export's
+// config.json has every key of the source's that does not describe the model (token ids, dropouts,
+// task settings), the source's values; the model's own keys (n_embd for the source's alias
+// hidden_size, torch_dtype for dtype); the tokenizer files byte for byte. The same from a resumed
+// run (OUTDIR/hf_source) and from a run started from its llm.c checkpoint; a random init's run into a
+// directory an earlier run left hf_source in removes it, and exports GPT-2's defaults.
+void test_source_carried(const std::string& self, const std::string& tmp) {
+    const std::string src = tmp + "/source", run = tmp + "/source_run";
+    write_variant(src, nullptr);
+    std::string config = read_text(std::string(kModelDir) + "/config.json");
+    const std::pair<std::string, std::string> edits[] = {
+        {"\"bos_token_id\": 50256", "\"bos_token_id\": 1"},
+        {"\"eos_token_id\": 50256", "\"eos_token_id\": 2,\n  \"pad_token_id\": 3"},
+        {"\"attn_pdrop\": 0.1", "\"attn_pdrop\": 0.0"},
+        {"\"n_embd\": 64", "\"hidden_size\": 64"},
+        {"\"torch_dtype\": \"float32\"", "\"dtype\": \"float32\",\n  \"task_specific_params\": "
+                                          "{\"text-generation\": {\"do_sample\": true, \"max_length\": 50}}"}};
+    for (const auto& e : edits) {
+        size_t at = config.find(e.first);
+        if (at == std::string::npos) data_error("config.json has no %s", e.first.c_str());
+        config.replace(at, e.first.size(), e.second);
+    }
+    const std::vector<std::pair<std::string, std::string>> files = {
+        {"config.json", config}, {"vocab.json", "{\"a\": 0, \"b\": 1}"}, {"merges.txt", "#version: 0.2\na b\n"},
+        {"tokenizer_config.json", "{\"model_max_length\": 64}"}};
+    for (const auto& f : files) {
+        std::string err;
+        if (!write_file_atomic(src + "/" + f.first, {{f.second.data(), f.second.size()}}, &err))
+            data_error("%s", err.c_str());
+    }
+    json::Value source;
+    std::string err;
+    if (!json::parse(config.data(), config.size(), &source, &err)) data_error("source config: %s", err.c_str());
+    const std::string shard = th::write_token_shard(tmp + "/source_train.bin", 4096, 500, 5);
+    const std::string base = self + " --train-gpt2 -i " + shard + " -j '' -g 0 -t 16 -b 2 --precision fp32 ";
+
+    // What is wrong with the export in dir ("" if nothing).
+    auto problems = [&](const std::string& dir) {
+        std::string text = read_text(dir + "/config.json"), why;
+        json::Value out;
+        if (!json::parse(text.data(), text.size(), &out, &err)) return "config.json: " + err;
+        for (const auto& f : source.fields) {
+            bool ours = f.first == "hidden_size" || f.first == "dtype" || f.first == "n_positions" ||
+                        f.first == "n_head" || f.first == "n_layer" || f.first == "vocab_size" ||
+                        f.first == "architectures" || f.first == "model_type" || f.first == "activation_function" ||
+                        f.first == "layer_norm_epsilon" || f.first == "n_inner" || f.first.rfind("scale_attn", 0) == 0;
+            const json::Value* v = out.get(f.first);
+            if (!ours && (!v || json::write(*v) != json::write(f.second))) why += " " + f.first + " not carried;";
+        }
+        for (const char* gone : {"hidden_size", "dtype"})
+            if (out.get(gone)) why += std::string(" ") + gone + " kept;";
+        const json::Value* n_embd = out.get("n_embd");
+        const json::Value* dtype = out.get("torch_dtype");
+        if (!n_embd || n_embd->integer != 64 || !dtype || dtype->str != "float32") why += " n_embd/torch_dtype wrong;";
+        for (const auto& f : files)
+            if (f.first != "config.json" && read_text(dir + "/" + f.first) != f.second) why += " " + f.first + " differs;";
+        return why;
+    };
+    th::ChildOutput c = th::run_command(base + "-e " + src + " -x 2 -n 1 -o " + run + " --export-hf " + tmp +
+                                        "/carried 2>&1");
+    std::string why = th::exited_ok(c) ? problems(tmp + "/carried") : th::last_lines(c.text);
+    th::report(why.empty() && c.text.find("the settings of " + src + "/config.json") != std::string::npos,
+               "train_gpt2 --export-hf of a transformers GPT-2: its settings and tokenizer files carried over", "%s",
+               why.c_str());
+    c = th::run_command(base + "-e " + src + " -x 3 -n 1 -o " + run + " --resume --export-hf " + tmp +
+                        "/carried_resumed 2>&1");
+    why = th::exited_ok(c) ? problems(tmp + "/carried_resumed") : th::last_lines(c.text);
+    th::report(why.empty() && c.text.find(run + "/hf_source/config.json") != std::string::npos,
+               "... and by a resumed run (from its output directory's hf_source)", "%s", why.c_str());
+    c = th::run_command(base + "-e " + checkpoint_file(run, "model", 3) + " -x 0 --export-hf " + tmp +
+                        "/carried_chain 2>&1");
+    why = th::exited_ok(c) ? problems(tmp + "/carried_chain") : th::last_lines(c.text);
+    th::report(why.empty(), "... and by a run started from one of its llm.c checkpoints", "%s", why.c_str());
+
+    // A run with no transformers source, into a directory with an earlier run's hf_source but no checkpoint.
+    const std::string stale = tmp + "/stale_run";
+    make_dirs(stale + "/hf_source", &err);
+    write_file_atomic(stale + "/hf_source/config.json", {{config.data(), config.size()}}, &err);
+    write_file_atomic(stale + "/hf_source/vocab.json", {{"{}", 2}}, &err);
+    c = th::run_command(base + "-e d2 --channels 64 --heads 4 --max-seq-len 64 --vocab-size 500 -x 1 -o " + stale +
+                        " --export-hf " + tmp + "/uncarried 2>&1");
+    json::Value out;
+    std::string text = th::exited_ok(c) ? read_text(tmp + "/uncarried/config.json") : "";
+    bool ok = json::parse(text.data(), text.size(), &out, &err) && out.get("eos_token_id") &&
+              out.get("eos_token_id")->integer == 499 && !out.get("pad_token_id") &&
+              !is_directory(stale + "/hf_source") && access((tmp + "/uncarried/vocab.json").c_str(), F_OK) != 0;
+    th::report(ok, "a random init's run removes an earlier run's hf_source and exports GPT-2's own settings", "%s",
+               ok ? "" : th::exited_ok(c) ? "its hf_source kept, or the export has the source's settings"
+                                          : th::last_lines(c.text).c_str());
+}
+
 // --export DIR: the files hf_gpt2_roundtrip.py checks with transformers.
 int export_for_python(const std::string& dir) {
     GPT2Config c;
@@ -478,6 +569,7 @@ int main(int argc, char** argv) {
         if (th::exited_ok(c))
             same_params("... and exported (-x 0 --export-hf) with the same parameters", tmp + "/sharded_export", params);
     }
+    test_source_carried(th::self_path(argv[0]), tmp);
     // GPT2Config's attribute_map: num_attention_heads is n_head (ignored, the 12 heads of the default
     // would have been taken: silently, for a model whose channels they divide).
     write_variant(tmp + "/alias", nullptr);

@@ -55,6 +55,20 @@ uint16_t bf16_reference(float x) {
     return (uint16_t)((lo_bits >> 16) + (up ? 1 : 0));
 }
 
+// Whether two parsed JSON values are the same value (numbers as doubles, and as exact integers when
+// both are; object keys in order).
+bool same_json(const json::Value& a, const json::Value& b) {
+    if (a.type != b.type || a.boolean != b.boolean || a.str != b.str ||
+        a.items.size() != b.items.size() || a.fields.size() != b.fields.size())
+        return false;
+    if (a.number != b.number || (a.is_int && b.is_int && a.integer != b.integer)) return false;
+    for (size_t i = 0; i < a.items.size(); i++)
+        if (!same_json(a.items[i], b.items[i])) return false;
+    for (size_t i = 0; i < a.fields.size(); i++)
+        if (a.fields[i].first != b.fields[i].first || !same_json(a.fields[i].second, b.fields[i].second)) return false;
+    return true;
+}
+
 void test_json() {
     json::Value v;
     std::string err;
@@ -76,6 +90,24 @@ void test_json() {
     std::string quoted = json::quote(odd);
     ok = json::parse(quoted.data(), quoted.size(), &v, &err) && v.type == json::Value::String && v.str == odd;
     th::report(ok, "json: quote() round-trips control characters, quotes, backslashes, UTF-8", "%s", quoted.c_str());
+    // write(): parse(write(v)) is v again, and the layout is Python's json.dumps(v, indent=2) (the
+    // text below is what Python 3 prints for this value), which transformers' config.json files use.
+    json::Value back;
+    ok = json::parse(text.data(), text.size(), &v, &err);
+    std::string written = json::write(v);
+    ok = ok && json::parse(written.data(), written.size(), &back, &err) && same_json(v, back);
+    th::report(ok, "json: write() then parse() gives the same value (escapes, exact integers, doubles)", "%s",
+               ok ? "" : written.c_str());
+    std::string dumps = "{\n  \"a\": [\n    1,\n    0.1,\n    1e-05,\n    -2.5e+20,\n    0.0,\n    -100.0,\n"
+                        "    0.0001,\n    1e+16,\n    123.456,\n    1000000000000000.0,\n    5e-324,\n"
+                        "    1.7976931348623157e+308\n  ],\n  \"b\": {},\n  \"c\": [],\n"
+                        "  \"d\": {\n    \"e\": null,\n    \"f\": true,\n    \"s\": \"x\\\"y\"\n  }\n}";
+    std::string compact = R"({"a": [1, 0.1, 1e-5, -2.5e20, 0.0, -1e2, 1e-4, 1e16, 123.456, 1e15, 5e-324,)"
+                          R"( 1.7976931348623157e308], "b": {}, "c": [], "d": {"e": null, "f": true, "s": "x\"y"}})";
+    ok = json::parse(compact.data(), compact.size(), &v, &err);
+    std::string got = ok ? json::write(v) : err;
+    th::report(got == dumps, "json: write() lays out as json.dumps(indent=2), shortest doubles", "%s",
+               got == dumps ? "" : got.c_str());
     std::string deep64 = std::string(64, '[') + std::string(64, ']');
     th::report(json::parse(deep64.data(), deep64.size(), &v, &err), "json: 64 nested arrays parse (the depth limit)");
 

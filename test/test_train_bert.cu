@@ -780,6 +780,53 @@ void test_export(const std::string& cls3) {
                "exit %d", WEXITSTATUS(c.status));
 }
 
+// A transformers BERT's settings that the model does not set (pad_token_id, tokenizer_class, ...) and
+// its tokenizer files go out with --export-hf, from the run and from its resume (OUTDIR/hf_source);
+// what the run decides (dropout, labels) is the run's.
+void test_export_carries_source(const std::string& cls3) {
+    const std::string src = g_tmp + "/carry_src", out = g_tmp + "/carry_run";
+    std::string config = slurp(kFixtures + "bert_tiny_cls/config.json"), err;
+    const std::pair<std::string, std::string> edits[] = {
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 1"},
+        {"\"use_cache\": true", "\"tokenizer_class\": \"BertTokenizer\",\n  \"use_cache\": false"}};
+    for (const auto& e : edits) {
+        size_t at = config.find(e.first);
+        if (at == std::string::npos) data_error("config.json has no %s", e.first.c_str());
+        config.replace(at, e.first.size(), e.second);
+    }
+    const std::string weights = slurp(kFixtures + "bert_tiny_cls/model.safetensors");
+    const std::vector<std::pair<std::string, std::string>> files = {
+        {"model.safetensors", weights}, {"config.json", config},
+        {"tokenizer_config.json", "{\"do_lower_case\": true}"}, {"special_tokens_map.json", "{\"pad_token\": \"[PAD]\"}"}};
+    bool written = make_dirs(src, &err);
+    for (const auto& f : files)
+        written = written && write_file_atomic(src + "/" + f.first, {{f.second.data(), f.second.size()}}, &err);
+    auto problems = [&](const th::ChildOutput& c, const std::string& hf) {
+        if (!exited(c, 0)) return th::last_lines(c.text);
+        std::string text = slurp(hf + "/config.json"), why;
+        json::Value v;
+        if (!json::parse(text.data(), text.size(), &v, &err)) return hf + "/config.json: " + err;
+        const json::Value *pad = v.get("pad_token_id"), *cls = v.get("tokenizer_class"), *cache = v.get("use_cache"),
+                          *drop = v.get("hidden_dropout_prob"), *labels = v.get("id2label");
+        if (!pad || pad->integer != 1 || !cls || cls->str != "BertTokenizer" || !cache || cache->boolean)
+            why += " the source's pad_token_id, tokenizer_class or use_cache not carried;";
+        if (!drop || drop->number != 0.05 || !labels || !labels->get("0") || labels->get("0")->str != "classa")
+            why += " the run's dropout or label names not the export's;";
+        for (size_t k = 2; k < files.size(); k++)
+            if (slurp(hf + "/" + files[k].first) != files[k].second) why += " " + files[k].first + " not copied;";
+        return why;
+    };
+    const std::string args = "--init " + src + " -i " + cls3 + " -b 4 -t 32 --eval-first 0 -j '' --dropout 0.05 -o " + out;
+    std::string why = written ? problems(run(args + " --max-steps 2 --export-hf " + g_tmp + "/carry_hf"),
+                                         g_tmp + "/carry_hf")
+                              : err;
+    th::report(why.empty(), "--export-hf of a transformers BERT: its other settings and tokenizer files carried over",
+               "%s", why.c_str());
+    why = problems(run(args + " --max-steps 3 --resume --export-hf " + g_tmp + "/carry_hf_resumed"),
+                   g_tmp + "/carry_hf_resumed");
+    th::report(why.empty(), "... and by a resumed run (from its output directory's hf_source)", "%s", why.c_str());
+}
+
 // Shards whose one label is named LABEL_1, transformers' generic name of output 1: the export names
 // output 1 otherwise (id2label and label2id need distinct names), and the export loads back.
 void test_export_generic_label_name() {
@@ -792,7 +839,10 @@ void test_export_generic_label_name() {
     th::ChildOutput a = run("--config tiny -i " + path + " -j '' -b 4 -t 32 -x 1 --export-hf " + hf);
     th::ChildOutput b = run("--init " + hf + " -i " + path + " -j '' -b 4 -t 32 -x 1");
     std::string config = slurp(hf + "/config.json");
-    bool names = config.find("\"id2label\": {\"0\": \"LABEL_1\", \"1\": \"LABEL_1_unused\"}") != std::string::npos;
+    json::Value v;
+    const json::Value* id2label = json::parse(config.data(), config.size(), &v, &err) ? v.get("id2label") : nullptr;
+    bool names = id2label && id2label->fields.size() == 2 && id2label->get("0") && id2label->get("1") &&
+                 id2label->get("0")->str == "LABEL_1" && id2label->get("1")->str == "LABEL_1_unused";
     th::report(renamed && exited(a, 0) && exited(b, 0) && names,
                "--export-hf of shards labelled LABEL_1: output 1 named LABEL_1_unused, and the export loads back",
                "exit %d, %d | %s", WEXITSTATUS(a.status), WEXITSTATUS(b.status), th::last_lines(b.text).c_str());
@@ -963,6 +1013,7 @@ int main(int argc, char** argv) {
     test_dropout_gradients(BertHead::Classify);
     test_dropout_gradients(BertHead::MLM);
     test_export(cls3);
+    test_export_carries_source(cls3);
     test_export_generic_label_name();
 
     if (!getenv("KEEP_TMP")) th::run_command("rm -rf " + g_tmp);
