@@ -1372,6 +1372,7 @@ int train_bert_main(int argc, char** argv) {
     } else {
         if (spec == "auto") {
             spec = minilm_dir;
+            check_export_not_into(cli, o, spec);
             printf("init: the real all-MiniLM-L6-v2 from %s/ (pretrained sentence encoder, fetched by "
                    "dev/data/bert/fetch_minilm.sh) — fine-tuning it\n", minilm_dir.c_str());
         } else {

@@ -294,6 +294,14 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
         "-o is given (continue with --resume); a second signal ends it at once.");
 }
 
+// An export into the folder the model is read from would replace that model's files with the
+// trained ones: refused (the trainers call this for the folder --init names, or its default's).
+inline void check_export_not_into(const Cli& cli, const RunOptions& o, const std::string& model_folder) {
+    if (!o.export_hf.empty() && same_file(model_folder, o.export_hf))
+        cli.fail("option --export-hf: %s is the directory --init reads the model from, whose files the export "
+                 "would replace: give another directory", o.export_hf.c_str());
+}
+
 // --max-steps 0 (no training: the model as loaded is evaluated, and exported with --export-hf)
 // refuses what only training does: resume a run, write checkpoints and a run's log (its figures are
 // printed). `other_work` says whether the
@@ -428,6 +436,14 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
         if (!done.empty())
             cli.fail("option --output-dir: %s holds the checkpoints of an earlier run (the newest at step %d); "
                      "continue it with --resume, or give another directory", o->output_dir.c_str(), done.back());
+    }
+    // --init's folder: the model's own, or a llm.c file's (a config.json beside it would be replaced).
+    struct stat init_st;
+    std::string init = cli.str("init");
+    if (!o->export_hf.empty() && cli.given("init") && stat(init.c_str(), &init_st) == 0) {
+        size_t slash = init.rfind('/');
+        std::string folder = S_ISDIR(init_st.st_mode) ? init : slash == std::string::npos ? "." : init.substr(0, slash);
+        check_export_not_into(cli, *o, folder);
     }
     // The export comes after training: a directory it cannot write must fail now, not then.
     if (!o->export_hf.empty() && dist.rank == 0) {

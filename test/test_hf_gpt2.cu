@@ -284,6 +284,14 @@ void test_source_carried(const std::string& self, const std::string& tmp) {
     why = th::exited_ok(c) ? problems(tmp + "/carried_chain") : th::last_lines(c.text);
     th::report(why.empty(), "... and by a run started from one of its llm.c checkpoints", "%s", why.c_str());
 
+    // An export into the source's own folder would replace its model: refused before anything runs.
+    c = th::run_command(base + "-e " + src + "/ -x 0 --export-hf " + src + " 2>&1");
+    th::report(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 2 &&
+                   c.text.find("is the directory --init reads the model from") != std::string::npos &&
+                   read_text(src + "/config.json") == config,
+               "train_gpt2 --export-hf into the folder -e reads is refused, its config.json untouched", "%s",
+               th::last_lines(c.text).c_str());
+
     // A run with no transformers source, into a directory with an earlier run's hf_source but no checkpoint.
     const std::string stale = tmp + "/stale_run";
     make_dirs(stale + "/hf_source", &err);

@@ -187,6 +187,10 @@ void test_refusals(const std::string& cls3, const std::string& cls4, const std::
                      "holds a config.json that is not a train_bert run's");
         th::report(slurp(model + "/config.json") == before && before.find("\"architectures\"") != std::string::npos,
                    "the refused run left the model's config.json as it was", "%zu bytes", before.size());
+        expect_error("refused: --export-hf the directory --init reads the model from",
+                     base + "--init " + model + "/model.safetensors -i " + cls3 + " --export-hf " + model,
+                     "is the directory --init reads the model from", 2);
+        th::report(slurp(model + "/config.json") == before, "... its config.json left as it was");
         const std::string run = g_tmp + "/run_and_export", said = "option --export-hf: " + run + "/. is the run's";
         expect_error("refused: --export-hf the run's -o",
                      base + "--config tiny -i " + cls3 + " -o " + run + " --export-hf " + run + "/.", said.c_str());
