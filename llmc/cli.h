@@ -43,7 +43,10 @@ struct CliOption {
 
 class Cli {
   public:
-    explicit Cli(const char* program, const char* summary) : program_(program), summary_(summary) {}
+    // program also names the program in every fatal error line (llmc/fatal.h), not only in the parser's.
+    explicit Cli(const char* program, const char* summary) : program_(program), summary_(summary) {
+        fatal_error_program = program;
+    }
 
     // Text --help prints after the options (e.g. the exit statuses).
     void set_epilog(const char* text) { epilog_ = text; }

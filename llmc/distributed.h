@@ -84,14 +84,14 @@ inline void distributed_set_identity(int rank, int world) {
     fatal_error_rank = rank;
 }
 
-// Prints "rank R/W: message" ("error: message" in a single process) and ends the whole job.
+// Prints "rank R/W: message" ("PROGRAM: error: message" in a single process) and ends the whole job.
 [[noreturn]] inline void distributed_fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 inline void distributed_fatal(const char* fmt, ...) {
     fflush(stdout);
     // One write for the whole line: mpirun forwards each rank's stderr in the pieces it was written
     // in, so a prefix written apart from its message can end up apart from it.
     char line[2048];
-    int n = snprintf(line, sizeof(line), "%s", fatal_error_prefix[0] ? fatal_error_prefix : "error: ");
+    int n = fatal_error_lead(line, 64);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);

@@ -9,6 +9,13 @@
 #include <sys/wait.h>
 
 // The trainer-like table the tests parse against.
+// error_line_exit with status 1, as the loaders' data errors call it.
+[[noreturn]] void error_line(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    error_line_exit(1, fmt, ap);
+}
+
 Cli make_cli() {
     Cli cli("prog", "A test program.");
     cli.add("train-data", "i", "GLOB", "data/*.bin", "training shards");
@@ -128,6 +135,18 @@ int main() {
                        asked.text.rfind("usage: prog", 0) == 0 && WIFEXITED(not_asked.status) &&
                        WEXITSTATUS(not_asked.status) == 3 && not_asked.text.empty(),
                    "help_if_asked: -h after other options prints the help (exit 0); without it, nothing", "");
+    }
+    {  // A later fatal error (a file the run cannot read, an option found wrong after parsing) names the
+       // program as the parser's own errors do.
+        th::ChildOutput child = th::run_in_child([] {
+            dup2(2, 1);
+            Cli cli = make_cli();
+            error_line("%s: cannot open", "data/x.bin");
+        });
+        bool ok = WIFEXITED(child.status) && WEXITSTATUS(child.status) == 1 &&
+                  child.text == "prog: error: data/x.bin: cannot open\n";
+        th::report(ok, "a fatal error line after the parser names the program too (prog: error: ...)", "%s",
+                   ok ? "" : child.text.c_str());
     }
     {  // The epilog comes after the options, as given.
         th::ChildOutput child = th::run_in_child([] {
