@@ -266,7 +266,7 @@ def render(runs, labels, out, xmode, n_smooth):
         if xmode == "tokens":
             ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=""))
         else:
-            ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True, min_n_ticks=1))
     for ax in axs[1]:
         ax.set_xlabel(xlabel)
     for ax in axs[0]:  # sharex hides the top row's tick labels; keep them, the panels are far apart

@@ -98,6 +98,10 @@ def write_logs(d):
                              separators=(",", ":")) for x in unlabelled]
     files["unlabelled/log.jsonl"] = unlabelled
     files["nosteps.jsonl"] = [line("run", 0, label="empty", tokens_per_step=512), line("val", 0, loss=10.8)]
+    files["onestep.jsonl"] = [line("run", 0, label="one step", tokens_per_step=512),
+                              line("step", 1, loss=10.9, grad_norm=2.0, lr=1e-3, ms=900.0, tokens_per_s=570.0,
+                                   tokens=512),
+                              line("val", 1, loss=10.8)]
     for name, lines in files.items():
         os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
         with open(os.path.join(d, name), "w") as f:
@@ -215,6 +219,23 @@ def main():
               got[:2] + got[3:] == [1.0, 3.0, 7.0, 9.0] and math.isnan(got[2]), str(got))
         got = plot.smooth([0.0, 3.0, 0.0, 3.0, 0.0, 3.0, 0.0], 3)
         check("smooth: a full window gives the moving mean", abs(got[3] - 1.0) < 1e-12, str(got))
+
+        # x ticks by step are whole steps, also when a log has one step (matplotlib's default view of
+        # one point spans a tenth of a step); the figure is kept by replacing plt.close while it draws
+        import matplotlib.pyplot as plt
+        closed = []
+        close, plt.close = plt.close, closed.append
+        try:
+            r = plot.read_log(j("onestep.jsonl"))
+            plot.render([r], ["one step"], j("onestep.png"), "step", 1)
+        finally:
+            plt.close = close
+        ticks = [t for ax in closed[0].axes for t in ax.get_xticks()
+                 if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]] if closed else []
+        check("x by step: one step's chart has whole-step ticks only", ticks and all(t == int(t) for t in ticks),
+              str(ticks))
+        if closed:
+            close(closed[0])
 
         if keep:
             shutil.copytree(d, keep, dirs_exist_ok=True)
