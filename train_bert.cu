@@ -1219,9 +1219,8 @@ int train_bert(BertTrainOptions o, const BertConfig& config, const std::vector<f
             std::vector<std::string> copied = export_hf_bert(o.export_hf, c, model.params_host_fp32(),
                                                              std::is_same<floatX, __nv_bfloat16>::value, head,
                                                              label_names, source);
-            printf("exported for transformers: %s/model.safetensors + config.json (%s)%s\n", o.export_hf.c_str(),
-                   head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification",
-                   hf_source_note(source, copied).c_str());
+            report_hf_export(o.export_hf, head == BertHead::MLM ? "BertForMaskedLM" : "BertForSequenceClassification",
+                             source, copied);
         }
     }
     cudaCheck(cudaFreeHost(step_losses));
@@ -1248,14 +1247,17 @@ inline std::string bert_absolute_path(const std::string& path) {
 }
 
 // The fingerprint (WordPiece::fingerprint) of the vocab.txt beside a checkpoint's weights (spec as
-// --init takes it), and that file's path; 0 and "" when there is none. A vocab.txt that is there but
-// unreadable, malformed or of another size than the model's vocab_size stops the run, naming it.
+// --init takes it), or in the hf_source/ beside a run's checkpoint (llmc/hf_source.h), and that
+// file's path; 0 and "" when there is none. A vocab.txt that is there but unreadable, malformed or of
+// another size than the model's vocab_size stops the run, naming it.
 inline uint64_t bert_checkpoint_vocab(const std::string& spec, int vocab_size, std::string* path) {
     std::string weights, err;
     struct stat info;
     path->clear();
     if (!hf_weights_file(spec, &weights, &err)) return 0;
     std::string candidate = hf_file_beside(weights, "vocab.txt");
+    if (stat(candidate.c_str(), &info) != 0)  // a run's checkpoint: its model's, kept in hf_source/
+        candidate = hf_file_beside(weights, "hf_source/vocab.txt");
     if (stat(candidate.c_str(), &info) != 0) return 0;
     *path = candidate;
     WordPiece vocab;

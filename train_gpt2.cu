@@ -1527,8 +1527,7 @@ int train(TrainOptions o, const GPT2Config& config, const std::vector<float>& in
             for (size_t i = 0; i < p.size(); i++) p32[i] = to_float(p[i]);
             std::vector<std::string> copied = export_hf_gpt2(o.export_hf, c, p32, !std::is_same<floatX, float>::value,
                                                              source);
-            printf("exported for transformers: %s/model.safetensors + config.json%s\n", o.export_hf.c_str(),
-                   hf_source_note(source, copied).c_str());
+            report_hf_export(o.export_hf, "", source, copied);
         }
     }
     cudaCheck(cudaFreeHost(step_losses));

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -124,11 +125,31 @@ inline std::string hf_config_with_source(const std::string& ours, const HFSource
     return json::write(config) + "\n";
 }
 
-// What an export carried from its source, for the line that reports it: " (the settings of
-// SRC/config.json; its tokenizer.json, vocab.json)", or "" without a source.
-inline std::string hf_source_note(const HFSource& src, const std::vector<std::string>& copied) {
-    if (!src.found()) return "";
-    std::string note = " (the settings of " + src.dir + "/config.json";
-    for (size_t i = 0; i < copied.size(); i++) note += (i ? ", " : "; its ") + copied[i];
-    return note + ")";
+// Reports an export into dir: "exported for transformers: DIR/model.safetensors + config.json" with
+// `what` (e.g. the architecture) and what it carried from src ("the settings of SRC/config.json; its
+// vocab.json, merges.txt"), then a warning naming the tokenizer and generation files in dir that it
+// did not write: an earlier export's, or someone's own, which transformers would take for this
+// model's. They are left in place (they may be right: a tokenizer put there for a random init).
+inline void report_hf_export(const std::string& dir, const std::string& what, const HFSource& src,
+                             const std::vector<std::string>& copied) {
+    std::vector<std::string> notes;
+    if (!what.empty()) notes.push_back(what);
+    if (src.found()) {
+        std::string carried = "the settings of " + src.dir + "/config.json";
+        for (size_t i = 0; i < copied.size(); i++) carried += (i ? ", " : "; its ") + copied[i];
+        notes.push_back(carried);
+    }
+    std::string line = "exported for transformers: " + dir + "/model.safetensors + config.json";
+    for (size_t i = 0; i < notes.size(); i++) line += (i ? "; " : " (") + notes[i] + (i + 1 == notes.size() ? ")" : "");
+    printf("%s\n", line.c_str());
+    std::string others;
+    for (const char* name : kHFSourceFiles) {
+        struct stat st;
+        if (std::find(copied.begin(), copied.end(), name) == copied.end() &&
+            stat((dir + "/" + name).c_str(), &st) == 0)
+            others += (others.empty() ? "" : ", ") + std::string(name);
+    }
+    if (!others.empty())
+        printf("warning: %s also holds %s, which this export did not write (an earlier one's?): transformers will "
+               "use them with this model; remove them if they are not its\n", dir.c_str(), others.c_str());
 }

@@ -32,7 +32,7 @@ struct Value {
     double number = 0;      // every Number
     bool is_int = false;    // a Number written without fraction or exponent, |value| <= 2^53
     int64_t integer = 0;    // its exact value when is_int
-    std::string str;        // String (UTF-8)
+    std::string str;        // String (UTF-8); for a Number, the digits of an integer literal beyond 2^53
     std::vector<Value> items;                           // Array
     std::vector<std::pair<std::string, Value>> fields;  // Object, in file order (keys unique)
     size_t offset = 0;      // byte offset of the value in the text, for error messages
@@ -118,6 +118,7 @@ class Parser {
             case 'n': v->type = Value::Null; return literal("null");
             default:
                 if (*p_ == '-' || (*p_ >= '0' && *p_ <= '9')) return number(v);
+                if (*p_ == 'N' || *p_ == 'I') return fail(kNotANumber);
                 return fail("unexpected character (expected a value)");
         }
     }
@@ -272,11 +273,16 @@ class Parser {
         }
     }
 
+    // What Python's json module writes for a float nan or inf, which JSON has no numbers for.
+    static constexpr const char* kNotANumber =
+        "NaN and Infinity are not JSON numbers (Python's json module writes them for a float nan or inf)";
+
     bool number(Value* v) {
         const char* start = p_;
         v->type = Value::Number;
         bool negative = false;
         if (*p_ == '-') { negative = true; p_++; }
+        if (p_ < end_ && *p_ == 'I') return fail(kNotANumber);
         if (p_ == end_ || *p_ < '0' || *p_ > '9') return fail("invalid number (expected a digit)");
         // Integer part: exact accumulation while it fits.
         uint64_t mag = 0;
@@ -311,6 +317,8 @@ class Parser {
         if (integral && exact && mag <= MAX_EXACT_INT) {
             v->is_int = true;
             v->integer = negative ? -(int64_t)mag : (int64_t)mag;
+        } else if (integral) {
+            v->str = text;  // too large to be exact as a double: the digits, for write() to give back
         }
         return true;
     }
@@ -395,6 +403,7 @@ inline std::string write(const Value& value, int depth = 0) {
         case Value::Bool: return value.boolean ? "true" : "false";
         case Value::Number: {
             if (value.is_int) return std::to_string(value.integer);
+            if (!value.str.empty()) return value.str;  // an integer beyond 2^53, as written
             // As Python's repr: the fewest significant digits that read back as the same double, in
             // exponent form below 1e-4 and from 1e16 on, else in fixed form with at least ".0".
             char buf[48];

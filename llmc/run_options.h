@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "attention.cuh"
 #include "checkpoint.h"
@@ -295,11 +296,24 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
 }
 
 // An export into the folder the model is read from would replace that model's files with the
-// trained ones: refused (the trainers call this for the folder --init names, or its default's).
-inline void check_export_not_into(const Cli& cli, const RunOptions& o, const std::string& model_folder) {
-    if (!o.export_hf.empty() && same_file(model_folder, o.export_hf))
-        cli.fail("option --export-hf: %s is the directory --init reads the model from, whose files the export "
-                 "would replace: give another directory", o.export_hf.c_str());
+// trained ones: refused. model: the path --init names (a checkpoint file or folder), or its default.
+// The export writes model.safetensors and config.json; neither may be the folder's own or, through
+// symlinks, one of the files the model is read from.
+inline void check_export_not_into(const Cli& cli, const RunOptions& o, const std::string& model) {
+    struct stat st;
+    if (o.export_hf.empty() || stat(model.c_str(), &st) != 0) return;
+    size_t slash = model.rfind('/');
+    std::string folder = S_ISDIR(st.st_mode) ? model : slash == std::string::npos ? "." : model.substr(0, slash);
+    std::vector<std::string> read = {folder + "/model.safetensors", folder + "/config.json",
+                                     folder + "/model.safetensors.index.json"};
+    if (!S_ISDIR(st.st_mode)) read.push_back(model);
+    std::string replaced = same_file(folder, o.export_hf) ? "the model in " + folder : "";
+    for (const std::string& r : read)
+        for (const char* name : {"/model.safetensors", "/config.json"})
+            if (replaced.empty() && same_file(r, o.export_hf + name)) replaced = r;
+    if (!replaced.empty())
+        cli.fail("option --export-hf: the export into %s would replace %s, which --init reads: give another directory",
+                 o.export_hf.c_str(), replaced.c_str());
 }
 
 // --max-steps 0 (no training: the model as loaded is evaluated, and exported with --export-hf)
@@ -437,14 +451,7 @@ inline void check_run_options(const Cli& cli, RunOptions* o, const Distributed& 
             cli.fail("option --output-dir: %s holds the checkpoints of an earlier run (the newest at step %d); "
                      "continue it with --resume, or give another directory", o->output_dir.c_str(), done.back());
     }
-    // --init's folder: the model's own, or a llm.c file's (a config.json beside it would be replaced).
-    struct stat init_st;
-    std::string init = cli.str("init");
-    if (!o->export_hf.empty() && cli.given("init") && stat(init.c_str(), &init_st) == 0) {
-        size_t slash = init.rfind('/');
-        std::string folder = S_ISDIR(init_st.st_mode) ? init : slash == std::string::npos ? "." : init.substr(0, slash);
-        check_export_not_into(cli, *o, folder);
-    }
+    if (cli.given("init")) check_export_not_into(cli, *o, cli.str("init"));
     // The export comes after training: a directory it cannot write must fail now, not then.
     if (!o->export_hf.empty() && dist.rank == 0) {
         std::string err, probe = o->export_hf + "/.write_test";

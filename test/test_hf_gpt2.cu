@@ -287,10 +287,18 @@ void test_source_carried(const std::string& self, const std::string& tmp) {
     // An export into the source's own folder would replace its model: refused before anything runs.
     c = th::run_command(base + "-e " + src + "/ -x 0 --export-hf " + src + " 2>&1");
     th::report(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 2 &&
-                   c.text.find("is the directory --init reads the model from") != std::string::npos &&
+                   c.text.find("which --init reads: give another directory") != std::string::npos &&
                    read_text(src + "/config.json") == config,
                "train_gpt2 --export-hf into the folder -e reads is refused, its config.json untouched", "%s",
                th::last_lines(c.text).c_str());
+    // ... also when -e names a folder of symlinks to the source's files.
+    const std::string view = tmp + "/source_view";
+    c = th::run_command("mkdir -p " + view + " && ln -s " + src + "/model.safetensors " + src + "/config.json " + view +
+                        " && " + base + "-e " + view + " -x 0 --export-hf " + src + " 2>&1");
+    th::report(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 2 &&
+                   c.text.find("which --init reads: give another directory") != std::string::npos &&
+                   read_text(src + "/config.json") == config,
+               "... and into the folder that -e's symlinks point into", "%s", th::last_lines(c.text).c_str());
 
     // A run with no transformers source, into a directory with an earlier run's hf_source but no checkpoint.
     const std::string stale = tmp + "/stale_run";
@@ -307,6 +315,15 @@ void test_source_carried(const std::string& self, const std::string& tmp) {
     th::report(ok, "a random init's run removes an earlier run's hf_source and exports GPT-2's own settings", "%s",
                ok ? "" : th::exited_ok(c) ? "its hf_source kept, or the export has the source's settings"
                                           : th::last_lines(c.text).c_str());
+    // Exported over the first export: that one's tokenizer files are named, and left in place.
+    c = th::run_command(base + "-e d2 --channels 64 --heads 4 --max-seq-len 64 --vocab-size 500 -x 0 --export-hf " +
+                        tmp + "/carried 2>&1");
+    ok = th::exited_ok(c) &&
+         c.text.find("warning: " + tmp + "/carried also holds tokenizer_config.json, vocab.json, merges.txt, "
+                     "which this export did not write") != std::string::npos &&
+         read_text(tmp + "/carried/vocab.json") == files[1].second;
+    th::report(ok, "an export over another's names the tokenizer files it did not write, and leaves them", "%s",
+               ok ? "" : th::last_lines(c.text).c_str());
 }
 
 // --export DIR: the files hf_gpt2_roundtrip.py checks with transformers.

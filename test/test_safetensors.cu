@@ -100,13 +100,13 @@ void test_json() {
                ok ? "" : written.c_str());
     std::string dumps = "{\n  \"a\": [\n    1,\n    0.1,\n    1e-05,\n    -2.5e+20,\n    0.0,\n    -100.0,\n"
                         "    0.0001,\n    1e+16,\n    123.456,\n    1000000000000000.0,\n    5e-324,\n"
-                        "    1.7976931348623157e+308\n  ],\n  \"b\": {},\n  \"c\": [],\n"
+                        "    1.7976931348623157e+308,\n    -18446744073709551615\n  ],\n  \"b\": {},\n  \"c\": [],\n"
                         "  \"d\": {\n    \"e\": null,\n    \"f\": true,\n    \"s\": \"x\\\"y\"\n  }\n}";
     std::string compact = R"({"a": [1, 0.1, 1e-5, -2.5e20, 0.0, -1e2, 1e-4, 1e16, 123.456, 1e15, 5e-324,)"
-                          R"( 1.7976931348623157e308], "b": {}, "c": [], "d": {"e": null, "f": true, "s": "x\"y"}})";
+                          R"( 1.7976931348623157e308, -18446744073709551615], "b": {}, "c": [], "d": {"e": null, "f": true, "s": "x\"y"}})";
     ok = json::parse(compact.data(), compact.size(), &v, &err);
     std::string got = ok ? json::write(v) : err;
-    th::report(got == dumps, "json: write() lays out as json.dumps(indent=2), shortest doubles", "%s",
+    th::report(got == dumps, "json: write() lays out as json.dumps(indent=2), shortest doubles, big integers exact", "%s",
                got == dumps ? "" : got.c_str());
     std::string deep64 = std::string(64, '[') + std::string(64, ']');
     th::report(json::parse(deep64.data(), deep64.size(), &v, &err), "json: 64 nested arrays parse (the depth limit)");
@@ -119,7 +119,8 @@ void test_json() {
     expect_json_refused("json refuses: '+1'", "[+1]", "unexpected character");
     expect_json_refused("json refuses: '-'", "[-]", "expected a digit");
     expect_json_refused("json refuses: exponent without digits", "[1e]", "exponent");
-    expect_json_refused("json refuses: NaN", "[NaN]", "unexpected character");
+    expect_json_refused("json refuses: NaN, saying what it is", "[NaN]", "NaN and Infinity are not JSON numbers");
+    expect_json_refused("json refuses: -Infinity, saying what it is", "[-Infinity]", "NaN and Infinity are not JSON");
     expect_json_refused("json refuses: trailing comma", "[1,]", "unexpected character");
     expect_json_refused("json refuses: a duplicate key", R"({"a": 1, "a": 2})", "duplicate key \"a\"");
     expect_json_refused("json refuses: a lone high surrogate", R"(["\ud800x"])", "high surrogate");

@@ -189,7 +189,7 @@ void test_refusals(const std::string& cls3, const std::string& cls4, const std::
                    "the refused run left the model's config.json as it was", "%zu bytes", before.size());
         expect_error("refused: --export-hf the directory --init reads the model from",
                      base + "--init " + model + "/model.safetensors -i " + cls3 + " --export-hf " + model,
-                     "is the directory --init reads the model from", 2);
+                     "which --init reads: give another directory", 2);
         th::report(slurp(model + "/config.json") == before, "... its config.json left as it was");
         const std::string run = g_tmp + "/run_and_export", said = "option --export-hf: " + run + "/. is the run's";
         expect_error("refused: --export-hf the run's -o",
@@ -438,8 +438,16 @@ void test_vocab_fingerprint(const std::string& cls3) {
                                 "(both 500 tokens, but other tokens or another order)") != std::string::npos;
     th::report(ok, "refused: shards of another vocabulary of the same size as the model's vocab.txt", "%s%s",
                err.c_str(), th::last_lines(refused.text).c_str());
-    th::ChildOutput a = run(args + mine), b = run(args + cls3);
+    const std::string out = g_tmp + "/vocab_run";
+    th::ChildOutput a = run(args + mine + " -o " + out), b = run(args + cls3);
     th::report(exited(a, 0) && exited(b, 0), "shards of the model's vocab.txt, or recording none, train beside it");
+    // A run from that run's checkpoint checks against the vocab.txt the run keeps in hf_source/.
+    refused = run("--init " + checkpoint_file(out, "model", 1) + " -j '' -b 4 -t 32 --max-steps 1 --eval-first 0 -i " +
+                  theirs, true);
+    th::report(!th::exited_ok(refused) && refused.text.find("another vocabulary than the model's " + out +
+                                                            "/hf_source/vocab.txt") != std::string::npos,
+               "refused: a run's checkpoint with shards of another vocabulary than its hf_source/vocab.txt", "%s",
+               th::last_lines(refused.text).c_str());
     // A vocab.txt of another size than the model's vocab_size is not the model's: refused, naming it.
     std::string shorter = own_text.substr(0, own_text.find("w300\n"));
     bool wrote = write_file_atomic(dir + "/vocab.txt", {{shorter.data(), shorter.size()}}, &err);
