@@ -86,6 +86,12 @@ class Parser {
         }
         return false;
     }
+
+    bool fail_depth() {
+        std::string what = "nesting deeper than the limit of " + std::to_string(max_depth_) + " levels";
+        return fail(what.c_str());
+    }
+
     bool fail_out(std::string* err) {
         if (err) *err = error_;
         return false;
@@ -124,7 +130,7 @@ class Parser {
     }
 
     bool object(Value* v, int depth) {
-        if (depth > max_depth_) return fail("nesting deeper than the limit");
+        if (depth > max_depth_) return fail_depth();
         v->type = Value::Object;
         p_++;  // '{'
         skip_ws();
@@ -155,7 +161,7 @@ class Parser {
     }
 
     bool array(Value* v, int depth) {
-        if (depth > max_depth_) return fail("nesting deeper than the limit");
+        if (depth > max_depth_) return fail_depth();
         v->type = Value::Array;
         p_++;  // '['
         skip_ws();

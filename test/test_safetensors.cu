@@ -112,7 +112,7 @@ void test_json() {
     th::report(json::parse(deep64.data(), deep64.size(), &v, &err), "json: 64 nested arrays parse (the depth limit)");
 
     expect_json_refused("json refuses: 65 nested arrays", std::string(65, '[') + std::string(65, ']'),
-                        "nesting deeper than the limit");
+                        "nesting deeper than the limit of 64 levels");
     expect_json_refused("json refuses: a bad literal, with its byte offset", R"({"a": tru})", "at byte 6: invalid literal");
     expect_json_refused("json refuses: leading zero", "[01]", "leading zero");
     expect_json_refused("json refuses: '1.'", "[1.]", "expected a digit after '.'");
