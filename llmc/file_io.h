@@ -27,6 +27,19 @@ inline bool same_file(const std::string& a, const std::string& b) {
     return stat(a.c_str(), &x) == 0 && stat(b.c_str(), &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
+inline bool is_directory(const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The folder a model path names: the path itself when it is a directory, else the folder its file
+// is in ("." for a bare file name).
+inline std::string model_folder(const std::string& path) {
+    if (is_directory(path)) return path;
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
 // Reads the file at path into *out; false with "cannot open PATH: reason", "PATH is a directory"
 // (or not a regular file) or "reading PATH failed".
 inline bool read_whole_file(const std::string& path, std::vector<uint8_t>* out, std::string* err) {

@@ -34,18 +34,12 @@ struct HFSource {
     bool found() const { return !dir.empty(); }
 };
 
-inline bool is_directory(const std::string& path) {
-    struct stat st;
-    return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 // The transformers source of the model read from path (a model file, or the folder of a transformers
 // checkpoint): the hf_source folder a run keeps beside its checkpoints, when there is one; else, when
 // the model is a transformers checkpoint (from_transformers), the folder with its config.json; else
 // none. Exits with one line if that config.json is unreadable or not a JSON object.
 inline HFSource find_hf_source(const std::string& path, bool from_transformers) {
-    size_t slash = path.rfind('/');
-    std::string dir = is_directory(path) ? path : slash == std::string::npos ? "." : path.substr(0, slash);
+    std::string dir = model_folder(path);
     HFSource s;
     struct stat st;
     if (stat((dir + "/" + kHFSourceDir + "/config.json").c_str(), &st) == 0) s.dir = dir + "/" + kHFSourceDir;

@@ -12,7 +12,7 @@
 #include "cli.h"
 #include "dataloader.h"  // data_error
 #include "distributed.h"
-#include "file_io.h"  // same_file
+#include "file_io.h"  // same_file, model_folder
 #include "json.h"  // shortest_float
 #include "matmul.cuh"  // BiasGradRoute
 #include "model_state.cuh"
@@ -302,11 +302,10 @@ inline void add_run_options(Cli& cli, RunOptions* o, const RunOptionTexts& t) {
 inline void check_export_not_into(const Cli& cli, const RunOptions& o, const std::string& model) {
     struct stat st;
     if (o.export_hf.empty() || stat(model.c_str(), &st) != 0) return;
-    size_t slash = model.rfind('/');
-    std::string folder = S_ISDIR(st.st_mode) ? model : slash == std::string::npos ? "." : model.substr(0, slash);
+    std::string folder = model_folder(model);
     std::vector<std::string> read = {folder + "/model.safetensors", folder + "/config.json",
                                      folder + "/model.safetensors.index.json"};
-    if (!S_ISDIR(st.st_mode)) read.push_back(model);
+    if (folder != model) read.push_back(model);
     std::string replaced = same_file(folder, o.export_hf) ? "the model in " + folder : "";
     for (const std::string& r : read)
         for (const char* name : {"/model.safetensors", "/config.json"})
